@@ -1,0 +1,47 @@
+"""ALBERT (Lan et al. 2020): factorised embeddings projected to the hidden size, and blocks shared across layers.
+
+Layer ``i`` applies group ``i * num_hidden_groups // num_hidden_layers``; a group holds ``inner_group_num``
+blocks applied in order. ``hidden_states`` records every block that runs, as Hugging Face's ALBERT does.
+"""
+from isojax.models.checkpoint import HFNames
+from isojax.models.layers import Encoder, EncoderModel
+
+
+class AlbertEncoder(Encoder):
+    """Blocks ``group_{g}_layer_{j}``, shared by the layers of group g."""
+
+    def layout(self):
+        cfg = self.config
+        groups, inner = cfg.num_hidden_groups, cfg.inner_group_num
+        names = [f"group_{g}_layer_{j}" for g in range(groups) for j in range(inner)]
+        order = [(i * groups // cfg.num_hidden_layers) * inner + j
+                 for i in range(cfg.num_hidden_layers) for j in range(inner)]
+        return names, order
+
+
+class AlbertModel(EncoderModel):
+    """ALBERT encoder with pooler; see :class:`isojax.models.layers.EncoderModel` for inputs and outputs."""
+
+    encoder_cls = AlbertEncoder
+
+
+ALBERT_HF_NAMES = HFNames(
+    prefix="albert",
+    rules=(
+        (r"embeddings/norm", "embeddings.LayerNorm"),
+        (r"embeddings/projection", "encoder.embedding_hidden_mapping_in"),
+        (r"embeddings/(\w+)", r"embeddings.\1"),
+        (r"encoder/group_(\d+)_layer_(\d+)/(?P<block>.+)", r"encoder.albert_layer_groups.\1.albert_layers.\2.{block}"),
+        (r"pooler/dense", "pooler"),
+    ),
+    block={
+        "attention/query": "attention.query",
+        "attention/key": "attention.key",
+        "attention/value": "attention.value",
+        "attention/output": "attention.dense",
+        "attention_norm": "attention.LayerNorm",
+        "intermediate": "ffn",
+        "output": "ffn_output",
+        "output_norm": "full_layer_layer_norm",
+    },
+)

