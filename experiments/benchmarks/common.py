@@ -1,0 +1,36 @@
+"""Timing helpers shared by the benchmarks: medians after warm-up, both sides in one process."""
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from typing import Callable
+
+import jax
+
+
+def median_ms(fn: Callable[[], object], *, warmup: int = 2, repeats: int = 10) -> float:
+    """Median wall time of ``fn()`` in milliseconds; JAX results are waited for with ``block_until_ready``."""
+    for _ in range(warmup):
+        jax.block_until_ready(fn())
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn())
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def machine() -> str:
+    """One line naming the JAX backend, device and CPU count."""
+    dev = jax.devices()[0]
+    return (f"jax {jax.__version__} on {dev.platform} ({dev.device_kind}), {os.cpu_count()} CPU cores, "
+            f"{platform.processor() or platform.machine()}")
+
+
+def report(rows: list[tuple[str, float, float]], left: str = "isojax", right: str = "reference") -> None:
+    """Print ``name | left ms | right ms | left/right`` rows."""
+    print(f"{'case':<34} {left + ' ms':>12} {right + ' ms':>14} {'ratio':>8}")
+    for name, a, b in rows:
+        print(f"{name:<34} {a:>12.2f} {b:>14.2f} {a / b:>8.3f}")

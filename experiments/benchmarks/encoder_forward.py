@@ -1,0 +1,86 @@
+"""isojax (jit) vs transformers' PyTorch forward of a random-weight BERT-base, both in this process.
+
+    python -m experiments.benchmarks.encoder_forward [--batch 32 --length 128 --repeats 10] [--quick]
+
+Both sides use the same weights (PyTorch's random init, converted) and the same threads (``torch.set_num_threads``
+= the CPU count, which XLA's CPU client also uses). Prints median milliseconds and the ratio isojax / PyTorch
+(goal on CPU: <= 1.0). On a GPU it also prints tokens/s and achieved TFLOP/s of a bf16 forward as a fraction of
+``--peak-tflops`` (the card's dense bf16 peak).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from experiments.benchmarks.common import machine, median_ms, report
+from isojax.models import EncoderConfig, build_encoder
+from isojax.models.bert import BERT_HF_NAMES
+from isojax.models.checkpoint import params_from_state_dict
+
+
+def forward_flops(cfg: EncoderConfig, batch: int, length: int) -> float:
+    """Matmul FLOPs of one forward: 2 * tokens * (4H^2 + 2 H I) per layer plus 2 * 2 * B * L^2 * H attention."""
+    h, i, n = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
+    tokens = batch * length
+    return n * (2 * tokens * (4 * h * h + 2 * h * i) + 4 * batch * length * length * h)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--length", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak of the GPU (H100 SXM: 989)")
+    ap.add_argument("--quick", action="store_true", help="2 layers, batch 4 x 32, 3 repeats")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.batch, args.length, args.repeats, args.layers = 4, 32, 3, 2
+
+    import torch
+    import transformers
+
+    threads = os.cpu_count()
+    torch.set_num_threads(threads)
+    cfg = EncoderConfig.bert_base(num_hidden_layers=args.layers)
+    torch.manual_seed(0)
+    ref = transformers.BertModel(transformers.BertConfig(**cfg.to_hf())).eval()
+    state = {k: v.numpy() for k, v in ref.state_dict().items()}
+    module = build_encoder(cfg)
+    template = jax.eval_shape(lambda: module.init(jax.random.key(0), jnp.zeros((1, 2), jnp.int32))["params"])
+    params = jax.device_put(params_from_state_dict(state, BERT_HF_NAMES, template))
+
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, cfg.vocab_size, (args.batch, args.length)).astype(np.int32)
+    mask = np.ones_like(ids, dtype=bool)
+    fwd = jax.jit(lambda p, i, m: module.apply({"params": p}, i, m).last_hidden_state)
+    ids_j, mask_j = jax.device_put(ids), jax.device_put(mask)
+    t_ids, t_mask = torch.tensor(ids, dtype=torch.long), torch.tensor(mask, dtype=torch.long)
+
+    def torch_forward():
+        with torch.inference_mode():
+            return ref(input_ids=t_ids, attention_mask=t_mask).last_hidden_state
+
+    err = float(np.abs(np.asarray(fwd(params, ids_j, mask_j)) - torch_forward().numpy()).max())
+    print(machine(), f"| torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(f"BERT-base ({cfg.num_hidden_layers} layers) forward, batch {args.batch} x {args.length}; "
+          f"max |isojax - torch| = {err:.2e}")
+    jax_ms = median_ms(lambda: fwd(params, ids_j, mask_j), repeats=args.repeats)
+    torch_ms = median_ms(torch_forward, repeats=args.repeats)
+    report([("forward float32", jax_ms, torch_ms)], "isojax", "pytorch")
+
+    if jax.devices()[0].platform == "gpu":
+        bf16 = build_encoder(cfg, dtype=jnp.bfloat16)
+        fwd16 = jax.jit(lambda p, i, m: bf16.apply({"params": p}, i, m).last_hidden_state)
+        ms = median_ms(lambda: fwd16(params, ids_j, mask_j), repeats=args.repeats)
+        tflops = forward_flops(cfg, args.batch, args.length) / (ms * 1e-3) / 1e12
+        print(f"bf16 forward: {ms:.2f} ms, {args.batch * args.length / (ms * 1e-3):,.0f} tokens/s, "
+              f"{tflops:.1f} TFLOP/s = {tflops / args.peak_tflops:.1%} of {args.peak_tflops} peak")
+
+
+if __name__ == "__main__":
+    main()

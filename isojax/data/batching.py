@@ -1,0 +1,168 @@
+"""Tokenisation, padding to length buckets, and deterministic, resumable batching.
+
+Data are plain nested dicts of numpy arrays sharing a leading example axis ``N``. A dict holding an
+``"attention_mask"`` ``[N, W]`` is a *token group*: :func:`tokenize` returns one (``input_ids``,
+``attention_mask``, ``token_type_ids``, right-padded to the longest row ``W``), and pair data for STS
+can hold two (``{"a": tokenize(...), "b": tokenize(...), "scores": ...}``).
+
+:func:`batches` cuts each batch's token groups to a *bucket length*: the smallest bucket that holds the
+longest row of the batch (rows are right-padded, so cutting columns never drops a real token). Batch
+shapes thus take at most ``len(buckets) + 1`` values, which bounds ``jit`` recompilations.
+
+Order is deterministic: without shuffling, the data order; with shuffling, the permutation drawn by
+``numpy.random.default_rng([seed, epoch])``, so each epoch has its own order and the same
+``(seed, epoch)`` gives the same order on every machine. A run resumes mid-epoch from its data
+position ``(epoch, start)`` by passing them back to :func:`batches`.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+
+import numpy as np
+
+__all__ = ["DEFAULT_BUCKETS", "batches", "bucket_length", "num_batches", "tokenize"]
+
+DEFAULT_BUCKETS = (32, 64, 128, 256, 512)
+
+
+def _texts(texts, name: str) -> list[str]:
+    if isinstance(texts, str) or not isinstance(texts, Sequence):
+        raise TypeError(f"{name} must be a sequence of strings, got {type(texts).__name__}")
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise TypeError(f"{name}[{i}] must be a string, got {type(t).__name__}")
+    return list(texts)
+
+
+def tokenize(tokenizer, texts_a, texts_b=None, *, max_length: int) -> dict[str, np.ndarray]:
+    """Tokenise single texts or text pairs with a Hugging Face tokenizer.
+
+    Pairs are truncated longest-first to ``max_length`` tokens in total (special tokens included).
+    Rows are right-padded with the tokenizer's pad id to the longest row ``W <= max_length``.
+
+    Returns a dict of int32 arrays ``input_ids``, ``attention_mask`` (1 = real token) and
+    ``token_type_ids`` (all zero when the tokenizer has no segment ids, e.g. RoBERTa), each ``[N, W]``.
+    """
+    texts_a = _texts(texts_a, "texts_a")
+    if texts_b is not None:
+        texts_b = _texts(texts_b, "texts_b")
+        if len(texts_b) != len(texts_a):
+            raise ValueError(f"texts_b must have the same length as texts_a ({len(texts_a)}), got {len(texts_b)}")
+    if not texts_a:
+        raise ValueError("texts_a must hold at least one text")
+    if not isinstance(max_length, int) or isinstance(max_length, bool) or max_length < 2:
+        raise ValueError(f"max_length must be an integer >= 2, got {max_length!r}")
+    enc = tokenizer(texts_a, texts_b, truncation=True, max_length=max_length, padding="longest",
+                    padding_side="right", return_tensors="np")
+    mask = np.asarray(enc["attention_mask"], np.int32)
+    out = {
+        "input_ids": np.asarray(enc["input_ids"], np.int32),
+        "attention_mask": mask,
+        "token_type_ids": np.asarray(enc["token_type_ids"], np.int32) if "token_type_ids" in enc
+        else np.zeros_like(mask),
+    }
+    _check_right_padded(mask, "tokenizer output attention_mask")
+    return out
+
+
+def _check_right_padded(mask: np.ndarray, name: str) -> None:
+    """Rows must be ones then zeros, so that cutting columns off the right removes only padding."""
+    if mask.ndim != 2 or not np.array_equal(mask != 0, np.arange(mask.shape[1]) < (mask != 0).sum(1)[:, None]):
+        raise ValueError(f"{name} must be a right-padded [N, W] mask (each row ones, then zeros)")
+
+
+def bucket_length(lengths, buckets: Sequence[int] = DEFAULT_BUCKETS, *, max_length: int | None = None) -> int:
+    """Smallest bucket ``>= max(lengths)``.
+
+    With ``max_length`` (the padded width of the data), buckets above it are replaced by
+    ``max_length`` itself, so the result never exceeds the data's width and always exists.
+    ``ValueError`` if the longest length exceeds every bucket (and ``max_length``).
+    """
+    longest = int(np.max(lengths, initial=0))
+    if not buckets or any(not isinstance(b, (int, np.integer)) or b < 1 for b in buckets):
+        raise ValueError(f"buckets must be positive integers, got {buckets!r}")
+    candidates = sorted(set(buckets))
+    if max_length is not None:
+        candidates = [b for b in candidates if b < max_length] + [max_length]
+    for b in candidates:
+        if b >= longest:
+            return int(b)
+    raise ValueError(f"lengths: the longest sequence ({longest}) exceeds the largest bucket ({candidates[-1]})")
+
+
+def num_batches(n: int, batch_size: int, *, drop_last: bool = False) -> int:
+    """Number of batches in one epoch of ``n`` examples."""
+    return n // batch_size if drop_last else math.ceil(n / batch_size)
+
+
+def _leaves(data, prefix=""):
+    for key, value in data.items():
+        if isinstance(value, Mapping):
+            yield from _leaves(value, f"{prefix}{key}/")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def _take(data: Mapping, idx: np.ndarray, buckets) -> dict:
+    """Rows ``idx`` of every array; token groups cut to their bucket length."""
+    width = None
+    if "attention_mask" in data and not isinstance(data["attention_mask"], Mapping):
+        mask = data["attention_mask"][idx]
+        full = data["attention_mask"].shape
+        width = bucket_length(mask.sum(axis=1), buckets, max_length=full[1])
+    out = {}
+    for key, value in data.items():
+        if isinstance(value, Mapping):
+            out[key] = _take(value, idx, buckets)
+        elif width is not None and value.ndim >= 2 and value.shape[:2] == full:
+            out[key] = value[idx, :width]
+        else:
+            out[key] = value[idx]
+    return out
+
+
+def batches(data: Mapping, batch_size: int, *, shuffle: bool = False, seed: int | None = None,
+            epoch: int = 0, start: int = 0, drop_last: bool = False,
+            buckets: Sequence[int] = DEFAULT_BUCKETS) -> Iterator[dict]:
+    """Iterate over one epoch of ``data`` in batches of ``batch_size`` rows.
+
+    Args:
+      data: nested dict of numpy arrays, all with the same leading size ``N``; in each dict that holds
+        an ``attention_mask`` ``[N, W]``, the arrays of shape ``[N, W, ...]`` are cut to the batch's
+        bucket length (see :func:`bucket_length`).
+      shuffle: draw the order from ``numpy.random.default_rng([seed, epoch])``; needs an integer ``seed``.
+      epoch, start: data position; yields batches ``start, start + 1, ...`` of epoch ``epoch``, so a
+        resumed run passes the position it stopped at and sees exactly the remaining batches.
+      drop_last: drop a final batch smaller than ``batch_size``.
+
+    Returns an iterator of dicts with the structure of ``data`` and leading size ``batch_size``
+    (the last may be smaller). Arguments are checked when ``batches`` is called.
+    """
+    if not isinstance(data, Mapping) or not data:
+        raise TypeError(f"data must be a non-empty dict of numpy arrays, got {type(data).__name__}")
+    leaves = dict(_leaves(data))
+    for key, value in leaves.items():
+        if not isinstance(value, np.ndarray) or value.ndim == 0:
+            raise TypeError(f"data[{key!r}] must be a numpy array with a leading example axis, "
+                            f"got {type(value).__name__}")
+    for key, value in leaves.items():
+        if key.rsplit("/", 1)[-1] == "attention_mask":
+            _check_right_padded(value, f"data[{key!r}]")
+    sizes = {key: value.shape[0] for key, value in leaves.items()}
+    n = next(iter(sizes.values()))
+    if any(s != n for s in sizes.values()):
+        raise ValueError(f"data: all arrays must share the leading size, got {sizes}")
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if shuffle and (not isinstance(seed, (int, np.integer)) or seed < 0):
+        raise ValueError(f"seed must be a non-negative integer when shuffle=True, got {seed!r}")
+    if not isinstance(epoch, int) or epoch < 0:
+        raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}")
+    total = num_batches(n, batch_size, drop_last=drop_last)
+    if not isinstance(start, int) or not 0 <= start <= total:
+        raise ValueError(f"start must be an integer batch index in [0, {total}], got {start!r}")
+    bucket_length(0, buckets)  # validates buckets now rather than at the first batch
+    order = np.random.default_rng([int(seed), epoch]).permutation(n) if shuffle else np.arange(n)
+    # Arguments are checked above, when batches() is called; the generator only slices.
+    return (_take(data, order[k * batch_size:(k + 1) * batch_size], buckets) for k in range(start, total))

@@ -1,0 +1,229 @@
+"""Column tables read through 🤗 ``datasets`` from a Hub id or from local files in the Hub's layout.
+
+Every dataset that isojax loads through ``datasets`` (GLUE, STS12–16, SICK-R, STS-B) goes through
+:func:`load_table`, so the Hub path and the local-file path are one code path: a local directory
+laid out like the Hub repository (``test.jsonl.gz``, ``cola/train-00000-of-00001.parquet``, ...) or a
+single CSV/TSV/JSON Lines/Parquet file is read with ``datasets.load_dataset("csv"|"json"|"parquet")``.
+
+Each row remembers where it came from, so a bad value is reported as ``file: line N`` (CSV/TSV with
+a header row and one line per record, ``.jsonl``) or ``file: row N`` (``.json``, Parquet, the Hub),
+both 1-based. ``datasets`` honours ``HF_DATASETS_OFFLINE`` / ``HF_HUB_OFFLINE``: offline, a Hub id is
+served from the local ``datasets`` cache or fails at once with ``ConnectionError``.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import os
+import re
+import socket
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["Table", "load_table", "local_files"]
+
+# suffix -> (datasets builder, extra builder kwargs, first data line of row 0 or None for "row N")
+_FORMATS = {
+    ".csv": ("csv", {}, 2),
+    ".tsv": ("csv", {"sep": "\t"}, 2),
+    ".jsonl": ("json", {}, 1),
+    ".json": ("json", {}, None),  # JSON Lines or one JSON array: count records
+    ".parquet": ("parquet", {}, None),
+}
+
+
+def _format(path: Path):
+    suffixes = path.suffixes[-2:]
+    if suffixes and suffixes[-1] == ".gz":
+        suffixes = suffixes[:-1]
+    fmt = _FORMATS.get(suffixes[-1].lower() if suffixes else "")
+    if fmt is None or (fmt[0] == "parquet" and path.suffix == ".gz"):
+        raise ValueError(f"source: cannot read {path}; expected one of {sorted(_FORMATS)} (optionally .gz, "
+                         "not for parquet)")
+    return fmt
+
+
+@dataclass(frozen=True)
+class _Part:
+    """A contiguous block of rows from one file (or one Hub split)."""
+
+    name: str
+    start: int
+    stop: int
+    first_line: int | None  # line of the block's first row, or None to count rows
+
+    def where(self, i: int) -> str:
+        k = i - self.start
+        return f"{self.name}: line {self.first_line + k}" if self.first_line else f"{self.name}: row {k + 1}"
+
+
+@dataclass(frozen=True)
+class Table:
+    """Columns of one split, and where each row came from (for error messages)."""
+
+    columns: dict[str, list]
+    parts: tuple[_Part, ...]
+
+    def __len__(self) -> int:
+        return self.parts[-1].stop if self.parts else 0
+
+    def where(self, i: int) -> str:
+        """``file: line N`` (or ``row N``) of row ``i``."""
+        return next(p for p in self.parts if p.start <= i < p.stop).where(i)
+
+    @property
+    def origin(self) -> str:
+        return ", ".join(p.name for p in self.parts)
+
+    def require(self, names) -> None:
+        """Raise ``ValueError`` naming the source unless every column in ``names`` is present."""
+        missing = [n for n in names if n not in self.columns]
+        if missing:
+            raise ValueError(f"{self.origin}: missing column(s) {missing}; found {sorted(self.columns)}")
+
+    def text(self, name: str) -> list[str]:
+        """Column ``name`` as ``list[str]``; a missing or non-string value is a ``ValueError`` at its line."""
+        self.require([name])
+        values = self.columns[name]
+        for i, v in enumerate(values):
+            if not isinstance(v, str):
+                raise ValueError(f"{self.where(i)}: column {name!r} must be text, got {v!r}")
+        return list(values)
+
+    def number(self, name: str, *, low=None, high=None, integer=False, allowed=()) -> np.ndarray:
+        """Column ``name`` as float64; each value must be finite, within ``[low, high]`` (and an integer
+        when ``integer``) unless it is one of ``allowed`` (e.g. GLUE's ``-1`` for an unlabelled test row)."""
+        self.require([name])
+        values = self.columns[name]
+        try:
+            out = np.asarray(values, dtype=np.float64)
+        except (TypeError, ValueError):
+            out = np.array([_to_float(v) for v in values], dtype=np.float64)
+        ok = np.isfinite(out)
+        if integer:
+            ok &= out == np.round(out)
+        if low is not None:
+            ok &= out >= low
+        if high is not None:
+            ok &= out <= high
+        ok |= np.isin(out, allowed)
+        if not ok.all():
+            i = int(np.argmin(ok))
+            where, v = f"{self.where(i)}: column {name!r}", values[i]
+            if not np.isfinite(out[i]):
+                raise ValueError(f"{where} must be a finite number, got {v!r}")
+            if integer and out[i] != round(out[i]):
+                raise ValueError(f"{where} must be an integer, got {v!r}")
+            extra = f" or one of {list(allowed)}" if allowed else ""
+            raise ValueError(f"{where} must lie in [{low}, {high}]{extra}, got {v!r}")
+        return out
+
+
+def _to_float(v) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def local_files(directory, split: str) -> list[Path]:
+    """Data files of ``split`` in ``directory`` or its ``data/`` folder, named like the Hub's files:
+    ``{split}.{ext}`` or ``{split}-{anything}.{ext}`` (``test.jsonl.gz``, ``train-00000-of-00001.parquet``).
+
+    Other sub-directories are not searched (in a GLUE copy they hold the other tasks), and
+    ``validation`` does not match ``validation_matched-*``, unlike ``datasets``' own split inference.
+    """
+    directory = Path(directory)
+    pattern = re.compile(rf"{re.escape(split)}([-.].*)?")
+    files = sorted(
+        p for folder in (directory, directory / "data") if folder.is_dir() for p in folder.iterdir()
+        if p.is_file() and pattern.fullmatch(p.name) and _is_data(p)
+    )
+    if not files:
+        raise FileNotFoundError(
+            f"source: no file for split {split!r} in {directory} or {directory / 'data'} (expected e.g. "
+            f"{split}.jsonl.gz, {split}.csv or {split}-00000-of-00001.parquet)"
+        )
+    return files
+
+
+def _is_data(path: Path) -> bool:
+    try:
+        _format(path)
+    except ValueError:
+        return False
+    return True
+
+
+def _read_file(path: Path):
+    import datasets
+
+    builder, kwargs, _ = _format(path)
+    try:
+        return datasets.load_dataset(builder, data_files=str(path), split="train", **kwargs)
+    except datasets.exceptions.DatasetGenerationError as e:
+        raise ValueError(f"{path}: cannot read as {builder}: {e.__cause__ or e}") from e
+
+
+@functools.lru_cache(maxsize=1)
+def _hub_unreachable_reason() -> str | None:
+    """Why the Hub cannot be used right now (offline flag, or no TCP connection in 3 s), or None."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE or os.environ.get("HF_DATASETS_OFFLINE") == "1":
+        return None  # datasets serves its cache, or fails at once, by itself
+    host = urllib.parse.urlparse(constants.ENDPOINT).hostname
+    try:
+        socket.create_connection((host, 443), timeout=3).close()
+    except OSError as e:
+        return f"{host} is unreachable ({e})"
+    return None
+
+
+def _require_hub() -> None:
+    """Fail at once with ``ConnectionError`` when the Hub is unreachable (``datasets`` would retry for ~20 s)."""
+    reason = _hub_unreachable_reason()
+    if reason:
+        raise ConnectionError(f"Hugging Face Hub: {reason}; set HF_DATASETS_OFFLINE=1 to read its cache")
+
+
+def load_table(source, split: str, *, config: str | None = None) -> Table:
+    """Read one split from a Hub dataset id or a local file/directory in the same layout.
+
+    Args:
+      source: an existing local file (read whole, whatever ``split`` is), an existing local directory
+        (its files for ``split``, see :func:`local_files`; in ``source/config/`` when that
+        sub-directory exists, as in the GLUE repository),
+        or a Hub dataset id (``datasets.load_dataset(source, config, split=split)``).
+      split: split name, e.g. ``"train"``, ``"validation_matched"``, ``"test"``.
+      config: Hub configuration (GLUE task); for a local directory, the optional sub-directory.
+    """
+    import datasets
+
+    path = Path(os.fspath(source)).expanduser()
+    if path.is_file() or path.is_dir():
+        if path.is_dir():
+            sub = path / config if config else path
+            files = local_files(sub if sub.is_dir() else path, split)
+        else:
+            files = [path]
+        pieces = [(str(f), _read_file(f), _format(f)[2]) for f in files]
+    else:
+        _require_hub()
+        ds = datasets.load_dataset(str(source), config, split=split)
+        pieces = [(f"{source}{'/' + config if config else ''} [{split}]", ds, None)]
+
+    columns: dict[str, list] = {}
+    parts, start = [], 0
+    for name, ds, first_line in pieces:
+        if parts and sorted(ds.column_names) != sorted(columns):
+            raise ValueError(f"{name}: columns {sorted(ds.column_names)} differ from {sorted(columns)} "
+                             f"in {parts[0].name}")
+        for col, values in ds.to_dict().items():  # one Arrow conversion; ds[col] iterates row by row
+            columns.setdefault(col, []).extend(values)
+        parts.append(_Part(name, start, start + len(ds), first_line))
+        start += len(ds)
+    return Table(columns, tuple(parts))

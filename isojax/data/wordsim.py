@@ -1,0 +1,105 @@
+"""Word-similarity benchmarks: word pairs with human similarity (or relatedness) ratings.
+
+Known sets, read from the offline assets (``python -m isojax.data.assets``):
+
+==============  ===================================================  =====  ========
+name            data set                                             pairs  scale
+==============  ===================================================  =====  ========
+``ws353``       WordSim-353 (Finkelstein et al., 2002)               353    0–10
+``ws353_sim``   WordSim-353 similarity split (Agirre et al., 2009)   203    0–10
+``ws353_rel``   WordSim-353 relatedness split                        252    0–10
+``simlex999``   SimLex-999 (Hill et al., 2015)                       999    0–10
+``men``         MEN (Bruni et al., 2014)                             3000   0–50
+``rw``          Stanford Rare Words (Luong et al., 2013)             2034   0–10
+``mturk287``    MTurk-287 (Radinsky et al., 2011)                    287    1–5
+``rg65``        Rubenstein & Goodenough (1965)                       65     0–4
+==============  ===================================================  =====  ========
+
+Any other file in the same plain format is read with :func:`read_word_pairs`. Scores keep the
+data set's own scale (Spearman correlation does not depend on it); words keep their case.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["WORDSIM_SETS", "WordSimData", "load_wordsim", "read_word_pairs"]
+
+
+@dataclass(frozen=True)
+class WordSimData:
+    """Word pairs ``pairs[i] = (word1, word2)`` with human ratings ``scores[i]`` (float64, ``[n]``)."""
+
+    pairs: list[tuple[str, str]]
+    scores: np.ndarray
+    name: str
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+
+# name -> (file in the asset cache, score range)
+WORDSIM_SETS: dict[str, tuple[str, tuple[float, float]]] = {
+    "ws353": ("wordsim/wordsim353.tsv", (0.0, 10.0)),
+    "ws353_sim": ("wordsim/ws353_similarity.txt", (0.0, 10.0)),
+    "ws353_rel": ("wordsim/ws353_relatedness.txt", (0.0, 10.0)),
+    "simlex999": ("wordsim/simlex999.txt", (0.0, 10.0)),
+    "men": ("wordsim/men.txt", (0.0, 50.0)),
+    "rw": ("wordsim/rareword.txt", (0.0, 10.0)),
+    "mturk287": ("wordsim/mturk.txt", (1.0, 5.0)),
+    "rg65": ("wordsim/rg65.txt", (0.0, 4.0)),
+}
+
+
+def read_word_pairs(path, *, score_range: tuple[float, float] | None = None, name: str | None = None
+                    ) -> WordSimData:
+    """Read a ``word1 word2 score`` file.
+
+    One pair per line; fields separated by tabs when the line has a tab (so a tab-separated word may
+    contain spaces), else by runs of spaces. Blank lines and lines starting with ``#`` are skipped.
+    Each line must have exactly three fields and a finite score, within ``score_range`` when given;
+    otherwise ``ValueError`` names the file and 1-based line.
+    """
+    path = Path(path)
+    pairs, scores = [], []
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            fields = [f.strip() for f in line.split("\t")] if "\t" in line else line.split()
+            where = f"{path}: line {lineno}"
+            if len(fields) != 3 or not all(fields):
+                raise ValueError(f"{where}: expected 3 fields 'word1 word2 score' (tab or space separated), "
+                                 f"got {len(fields)}: {line!r}")
+            try:
+                score = float(fields[2])
+            except ValueError:
+                score = math.nan
+            if not math.isfinite(score):
+                raise ValueError(f"{where}: score (field 3) must be a finite number, got {fields[2]!r}")
+            if score_range is not None and not score_range[0] <= score <= score_range[1]:
+                raise ValueError(f"{where}: score (field 3) must lie in [{score_range[0]}, {score_range[1]}], "
+                                 f"got {fields[2]!r}")
+            pairs.append((fields[0], fields[1]))
+            scores.append(score)
+    if not pairs:
+        raise ValueError(f"{path}: no word pairs found")
+    return WordSimData(pairs, np.asarray(scores, np.float64), name or path.stem)
+
+
+def load_wordsim(name, *, cache_dir=None) -> WordSimData:
+    """A known set by name (see :data:`WORDSIM_SETS`, case-insensitive) or a user file path."""
+    from isojax.data.assets import asset_path  # not at the top: see isojax.data.sts._package
+
+    key = str(name).lower()
+    if key in WORDSIM_SETS:
+        relative, score_range = WORDSIM_SETS[key]
+        return read_word_pairs(asset_path(relative, cache_dir), score_range=score_range, name=key)
+    if Path(name).is_file():
+        return read_word_pairs(name)
+    raise ValueError(f"name: {name!r} is neither a known word-similarity set {sorted(WORDSIM_SETS)} "
+                     "nor an existing file of 'word1 word2 score' lines")
