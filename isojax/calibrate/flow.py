@@ -1,0 +1,286 @@
+"""Flow calibration (BERT-flow, Li et al. 2020; isotropy-calibration-evaluation §2): a Glow-style normalizing
+flow fitted by maximum likelihood on frozen embeddings, then used to map them to a standard Gaussian space.
+
+The flow ``f: x -> z`` is a vector Glow (Kingma & Dhariwal 2018). Each of ``levels`` levels applies ``depth``
+steps of
+
+1. ActNorm ``h = (x + b) * exp(log_scale)``, initialised from the data so that ``h`` has zero mean and unit
+   variance per feature (``log|det| = sum log_scale``);
+2. an invertible linear map ``h = W x`` with ``W = P L (U + diag(sign * exp(log_s)))`` (LU parameterisation:
+   fixed permutation ``P`` and signs, unit lower-triangular ``L``, strictly upper ``U``;
+   ``log|det| = sum log_s``), initialised at a random rotation;
+3. an additive coupling ``(x_a, x_b) -> (x_a, x_b + t(x_a))`` with ``t`` a two-hidden-layer ReLU MLP of width
+   ``hidden`` whose last layer starts at zero (``log|det| = 0``);
+
+and then (except after the last level) factors out the first half of its features as standard Gaussian
+dimensions; the remaining half goes to the next level. ``z`` concatenates the factored-out parts and the output of
+the last level, so ``z`` and ``x`` both have ``d`` features and ``log p(x) = log N(z; 0, I) + log|det df/dx|``.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from isojax._validate import check_float, check_mask, check_points
+from isojax.calibrate.whitening import HIGHEST, compute_dtype, masked_mean
+
+
+class _ActNorm(nn.Module):
+    """``y = (x + bias) * exp(log_scale)``; on first use ``bias = -mean``, ``log_scale = -log(std + 1e-6)``."""
+
+    @nn.compact
+    def __call__(self, x, reverse: bool, init_mask):
+        def start():  # data-dependent init (Flax also evaluates it abstractly, for shapes, at apply time)
+            mu = masked_mean(x, init_mask)
+            return mu, jnp.sqrt(masked_mean((x - mu) ** 2, init_mask))
+
+        bias = self.param("bias", lambda _: -start()[0])
+        log_scale = self.param("log_scale", lambda _: -jnp.log(start()[1] + 1e-6))
+        if reverse:
+            return x * jnp.exp(-log_scale) - bias
+        return (x + bias) * jnp.exp(log_scale), jnp.sum(log_scale)
+
+
+def _lu_rotation(key, m: int) -> dict:
+    """LU pieces of a random rotation ``W0 = P L U``: the start of :class:`_InvertibleLinear`."""
+    w0 = nn.initializers.orthogonal()(key, (m, m), jnp.float32)
+    p, lower, upper = jax.scipy.linalg.lu(w0)
+    diag = jnp.diagonal(upper)
+    return dict(perm=jnp.argmax(p, axis=-1), sign=jnp.sign(diag), log_s=jnp.log(jnp.abs(diag)),
+                lower=jnp.tril(lower, -1), upper=jnp.triu(upper, 1))
+
+
+class _InvertibleLinear(nn.Module):
+    """``y = x W^T`` with ``W = P L (U + diag(sign * exp(log_s)))``, initialised at a random rotation.
+
+    ``P`` (as ``perm``) and ``sign`` are fixed and live in the ``constants`` collection.
+    """
+
+    @nn.compact
+    def __call__(self, x, reverse: bool):
+        m = x.shape[-1]
+        # One key for all five pieces so that they describe the same rotation.
+        key = self.make_rng("params") if self.is_initializing() else jax.random.key(0)
+        perm = self.variable("constants", "perm", lambda: _lu_rotation(key, m)["perm"]).value
+        sign = self.variable("constants", "sign", lambda: _lu_rotation(key, m)["sign"]).value
+        log_s = self.param("log_s", lambda _: _lu_rotation(key, m)["log_s"])
+        lower = self.param("lower", lambda _: _lu_rotation(key, m)["lower"])
+        upper = self.param("upper", lambda _: _lu_rotation(key, m)["upper"])
+        lower = jnp.tril(lower, -1) + jnp.eye(m, dtype=lower.dtype)
+        upper = jnp.triu(upper, 1) + jnp.diag(sign * jnp.exp(log_s))
+        # Exact float32 products: the inverse solves against these factors (TF32 would break invertibility).
+        if reverse:
+            h = x[..., jnp.argsort(perm)]
+            h = jax.scipy.linalg.solve_triangular(lower, h.T, lower=True, unit_diagonal=True)
+            return jax.scipy.linalg.solve_triangular(upper, h, lower=False).T
+        y = jnp.matmul(jnp.matmul(x, upper.T, precision=HIGHEST), lower.T, precision=HIGHEST)[..., perm]
+        return y, jnp.sum(log_s)
+
+
+class _AdditiveCoupling(nn.Module):
+    """``(x_a, x_b) -> (x_a, x_b + t(x_a))``, ``x_a`` the first ``m // 2`` features; zero-initialised output."""
+
+    hidden: int
+
+    @nn.compact
+    def __call__(self, x, reverse: bool):
+        a = x.shape[-1] // 2
+        xa, xb = x[..., :a], x[..., a:]
+        h = nn.relu(nn.Dense(self.hidden, name="dense_0")(xa))
+        h = nn.relu(nn.Dense(self.hidden, name="dense_1")(h))
+        shift = nn.Dense(xb.shape[-1], kernel_init=nn.initializers.zeros, name="dense_out")(h)
+        yb = xb - shift if reverse else xb + shift
+        return jnp.concatenate([xa, yb], axis=-1)
+
+
+class _Step(nn.Module):
+    """One Glow step: ActNorm -> invertible linear -> additive coupling (inverse in the reverse order)."""
+
+    hidden: int
+
+    @nn.compact
+    def __call__(self, x, reverse: bool, init_mask):
+        actnorm, linear = _ActNorm(name="actnorm"), _InvertibleLinear(name="linear")
+        coupling = _AdditiveCoupling(self.hidden, name="coupling")
+        if reverse:
+            return actnorm(linear(coupling(x, True), True), True, None)
+        x, logdet_a = actnorm(x, False, init_mask)
+        x, logdet_w = linear(x, False)
+        return coupling(x, False), logdet_a + logdet_w
+
+
+class _Glow(nn.Module):
+    """Multi-scale vector Glow on ``[N, d]`` rows: ``__call__(x) -> (z, logdet)``, ``reverse=True``: ``z -> x``."""
+
+    levels: int
+    depth: int
+    hidden: int
+
+    @nn.compact
+    def __call__(self, x, reverse: bool = False, init_mask=None):
+        steps = [[_Step(self.hidden, name=f"level{lv}_step{s}") for s in range(self.depth)]
+                 for lv in range(self.levels)]
+        if reverse:
+            sizes = _level_sizes(x.shape[-1], self.levels)
+            ends = [sum(sizes[: lv + 1]) for lv in range(self.levels - 1)]
+            parts = jnp.split(x, ends, axis=-1)
+            h = parts[-1]
+            for lv in reversed(range(self.levels)):
+                if lv < self.levels - 1:
+                    h = jnp.concatenate([parts[lv], h], axis=-1)
+                for step in reversed(steps[lv]):
+                    h = step(h, True, None)
+            return h
+        logdet = jnp.zeros((), x.dtype)
+        out = []
+        h = x
+        for lv in range(self.levels):
+            for step in steps[lv]:
+                h, ld = step(h, False, init_mask)
+                logdet = logdet + ld
+            if lv < self.levels - 1:
+                half = h.shape[-1] // 2
+                out.append(h[..., :half])
+                h = h[..., half:]
+        return jnp.concatenate(out + [h], axis=-1), logdet
+
+
+def _level_sizes(d: int, levels: int) -> list[int]:
+    """Features factored out after each level (the last entry: what the last level outputs)."""
+    sizes, m = [], d
+    for _ in range(levels - 1):
+        sizes.append(m // 2)
+        m -= m // 2
+    return sizes + [m]
+
+
+@struct.dataclass
+class FlowState:
+    """A fitted flow: Linen ``params`` and ``constants`` (permutations, signs), its configuration, and
+    ``log_likelihood [steps]``, the mean log-likelihood per dimension (nats) of each training batch before
+    its update."""
+
+    params: dict
+    constants: dict
+    log_likelihood: jax.Array
+    levels: int = struct.field(pytree_node=False)
+    depth: int = struct.field(pytree_node=False)
+    hidden: int = struct.field(pytree_node=False)
+
+    @property
+    def variables(self):
+        return {"params": self.params, "constants": self.constants}
+
+    @property
+    def module(self) -> _Glow:
+        return _Glow(self.levels, self.depth, self.hidden)
+
+
+def _gaussian_log_density(z):
+    return -0.5 * jnp.sum(z * z, axis=-1) - 0.5 * z.shape[-1] * math.log(2 * math.pi)
+
+
+def _check_positive_int(value, name: str):
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def fit_flow(
+    x,
+    key,
+    *,
+    mask=None,
+    levels: int = 3,
+    depth: int = 3,
+    hidden: int = 32,
+    steps: int = 300,
+    learning_rate: float = 1e-3,
+    batch_size: int = 128,
+) -> FlowState:
+    """Fit the flow by maximum likelihood on the rows of ``x [..., n, d]`` (frozen embeddings).
+
+    Minimises ``-mean_i log p(x_i) / d`` with ``log p(x) = log N(f(x); 0, I) + log|det df/dx|`` by optax Adam
+    (``learning_rate``) for ``steps`` steps on mini-batches of ``batch_size`` rows drawn with replacement from
+    the rows where ``mask [..., n]`` is true (all rows when ``mask=None``; leading axes are pooled). ActNorm
+    layers are initialised from the statistics of all real rows; ``key`` seeds the rotations that start the
+    invertible linear maps and the batch draws. Defaults follow BERT-flow (3 levels, depth 3, coupling width 32,
+    Adam 1e-3); every level needs at least 2 features, i.e. ``d > 2**(levels-1)``.
+    Returns a :class:`FlowState` for :func:`flow_forward` / :func:`flow_inverse`.
+    """
+    x = check_points(x, "x", min_n=2)
+    mask = check_mask(mask, x)
+    for name, value in (("levels", levels), ("depth", depth), ("hidden", hidden), ("steps", steps),
+                        ("batch_size", batch_size)):
+        _check_positive_int(value, name)
+    if not learning_rate > 0:
+        raise ValueError(f"learning_rate must be > 0, got {learning_rate!r}")
+    d = x.shape[-1]
+    if _level_sizes(d, levels)[-1] < 2:  # level inputs shrink, so the last one is the smallest
+        raise ValueError(f"x has d={d} features, too few for levels={levels}: need d > 2**(levels-1)")
+    rows = x.reshape(-1, d).astype(compute_dtype(x))
+    row_mask = jnp.ones(rows.shape[:1], bool) if mask is None else mask.reshape(-1)
+    module = _Glow(levels, depth, hidden)
+    variables, log_likelihood = _fit(module, key, rows, row_mask, learning_rate, steps=steps, batch_size=batch_size)
+    return FlowState(params=variables["params"], constants=variables["constants"], log_likelihood=log_likelihood,
+                     levels=levels, depth=depth, hidden=hidden)
+
+
+@functools.partial(jax.jit, static_argnames=("module", "steps", "batch_size"))
+def _fit(module: _Glow, key, rows, row_mask, learning_rate, *, steps: int, batch_size: int):
+    """Data-dependent init, then ``steps`` Adam steps (``lax.scan``) on ``-mean log p / d``; one compiled call."""
+    init_key, train_key = jax.random.split(key)
+    variables = module.init(init_key, rows, init_mask=row_mask)
+    constants = variables["constants"]
+    optimizer = optax.adam(learning_rate)
+    p = row_mask / jnp.sum(row_mask)
+
+    def negative_log_likelihood(params, batch):
+        z, logdet = module.apply({"params": params, "constants": constants}, batch)
+        return -jnp.mean(_gaussian_log_density(z) + logdet) / rows.shape[-1]
+
+    def step(carry, step_key):
+        params, opt_state = carry
+        idx = jax.random.choice(step_key, rows.shape[0], (batch_size,), p=p)
+        loss, grads = jax.value_and_grad(negative_log_likelihood)(params, rows[idx])
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state), -loss
+
+    params = variables["params"]
+    (params, _), history = jax.lax.scan(step, (params, optimizer.init(params)), jax.random.split(train_key, steps))
+    return {"params": params, "constants": constants}, history
+
+
+def flow_forward(state: FlowState, x):
+    """Map embeddings to the flow's Gaussian space: ``x [..., d]`` -> ``(z [..., d], logdet [...])``.
+
+    ``z = f(x)`` is the calibrated (BERT-flow) embedding; ``logdet = log|det df/dx|`` per row, so
+    ``log p(x) = -||z||^2 / 2 - d log(2 pi) / 2 + logdet``.
+    """
+    x = _check_rows(x, state, "x")
+    z, logdet = _apply(state.module, state.variables, x.reshape(-1, x.shape[-1]), reverse=False)
+    return z.reshape(x.shape), jnp.broadcast_to(logdet, x.shape[:-1])
+
+
+def flow_inverse(state: FlowState, z):
+    """Invert the flow: ``z [..., d]`` -> ``x = f^{-1}(z) [..., d]`` (triangular solves, exact up to rounding)."""
+    z = _check_rows(z, state, "z")
+    return _apply(state.module, state.variables, z.reshape(-1, z.shape[-1]), reverse=True).reshape(z.shape)
+
+
+@functools.partial(jax.jit, static_argnames=("module", "reverse"))
+def _apply(module: _Glow, variables, rows, *, reverse: bool):
+    return module.apply(variables, rows, reverse=reverse)
+
+
+def _check_rows(x, state: FlowState, name: str):
+    x = check_float(x, name)
+    d = state.params["level0_step0"]["actnorm"]["bias"].shape[-1]
+    if x.ndim < 1 or x.shape[-1] != d:
+        raise ValueError(f"{name} must have shape [..., d] with d={d} (the fitted flow's), got shape {x.shape}")
+    return x.astype(compute_dtype(x))

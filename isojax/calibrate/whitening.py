@@ -1,0 +1,149 @@
+"""BERT-whitening (Su et al. 2021) and the covariance eigendecomposition it shares with all-but-the-top.
+
+``fit_whitening`` estimates the mean ``mu`` and the whitening matrix ``W = U diag(1/sqrt(s))`` from the
+eigendecomposition ``C = U diag(s) U^T`` of the sample covariance; ``whiten`` maps ``y = (x - mu) W[:, :k]``.
+On the data it was fitted on, the whitened sample covariance (``ddof=1``, as ``np.cov`` in the authors'
+code) is the identity.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from isojax._validate import check_mask, check_points
+
+
+# Statistics and eigenvector products are always computed in full float32 (never TF32/bf16 passes on GPU/TPU).
+HIGHEST = jax.lax.Precision.HIGHEST
+
+
+def compute_dtype(x):
+    """The dtype statistics are computed in: at least float32 (bf16/f16 inputs are promoted), f64 kept."""
+    return jnp.promote_types(x.dtype, jnp.float32)
+
+
+def masked_mean(x, mask):
+    """Mean over axis -2 of ``x [..., n, d]`` restricted to rows where ``mask [..., n]`` is true -> ``[..., d]``.
+
+    With ``mask=None`` every row counts. A mask with no true row gives a zero mean (never NaN).
+    """
+    if mask is None:
+        return jnp.mean(x, axis=-2)
+    w = mask.astype(x.dtype)[..., None]
+    return jnp.sum(w * x, axis=-2) / jnp.maximum(jnp.sum(w, axis=-2), 1)
+
+
+def masked_covariance(x, mask, *, ddof: int = 1):
+    """Mean ``[..., d]`` and covariance ``[..., d, d]`` of the rows of ``x [..., n, d]`` selected by ``mask``.
+
+    ``C = sum_i m_i (x_i - mu)(x_i - mu)^T / max(sum_i m_i - ddof, 1)``.
+    """
+    mu = masked_mean(x, mask)
+    y = x - mu[..., None, :]
+    if mask is None:
+        count = x.shape[-2]
+    else:
+        y = jnp.where(mask[..., None], y, 0)
+        count = jnp.sum(mask, axis=-1)[..., None, None].astype(x.dtype)
+    cov = jnp.einsum("...ni,...nj->...ij", y, y, precision=HIGHEST) / jnp.maximum(count - ddof, 1)
+    return mu, cov
+
+
+@jax.custom_jvp
+def eigh_descending(c):
+    """Eigendecomposition of a symmetric ``c [..., d, d]``: eigenvalues ``[..., d]`` in descending order and
+    eigenvectors ``[..., d, d]`` (columns), each signed so that its largest-magnitude entry is positive.
+
+    The fixed sign makes outputs that depend on individual eigenvectors (whitened coordinates) deterministic.
+    The derivative is the usual eigenvector perturbation formula ``dU = U (F o (U^T dC U))`` with
+    ``F_ij = 1/(s_j - s_i)``, except that ``F_ij = 0`` where ``|s_j - s_i| <= 1e-6 * max|s|``: inside a
+    degenerate eigenspace (e.g. the null space of a rank-deficient covariance) the eigenvectors are not
+    determined and this gives finite gradients instead of the inf/NaN of ``jnp.linalg.eigh``.
+    """
+    s, u = jnp.linalg.eigh(c, symmetrize_input=True)
+    s, u = s[..., ::-1], u[..., ::-1]
+    idx = jnp.argmax(jnp.abs(u), axis=-2, keepdims=True)
+    sign = jnp.sign(jnp.take_along_axis(u, idx, axis=-2))
+    return s, u * jnp.where(sign == 0, 1, sign)
+
+
+@eigh_descending.defjvp
+def _eigh_descending_jvp(primals, tangents):
+    (c,), (dc,) = primals, tangents
+    s, u = eigh_descending(c)
+    dc = 0.5 * (dc + jnp.swapaxes(dc, -1, -2))
+    proj = jnp.matmul(jnp.matmul(jnp.swapaxes(u, -1, -2), dc, precision=HIGHEST), u, precision=HIGHEST)
+    gap = s[..., None, :] - s[..., :, None]
+    tol = 1e-6 * jnp.max(jnp.abs(s), axis=-1, keepdims=True)[..., None]
+    ok = jnp.abs(gap) > tol
+    f = jnp.where(ok, 1.0 / jnp.where(ok, gap, 1.0), 0.0)
+    ds = jnp.diagonal(proj, axis1=-2, axis2=-1)
+    du = jnp.matmul(u, f * proj, precision=HIGHEST)
+    return (s, u), (ds, du)
+
+
+@struct.dataclass
+class WhiteningState:
+    """Fitted BERT-whitening: ``mean [..., d]`` and ``W [..., d, k]``; apply with :func:`whiten`."""
+
+    mean: jax.Array
+    W: jax.Array
+
+
+def fit_whitening(x, *, k: int | None = None, mask=None, eps: float | None = None) -> WhiteningState:
+    """Fit BERT-whitening on the rows of ``x [..., n, d]`` (rows with ``mask [..., n]`` false are ignored).
+
+    ``mu = mean_i x_i``, ``C = cov(x)`` (``ddof=1``), ``C = U diag(s) U^T`` (descending ``s``),
+    ``W = U diag(1 / sqrt(s + eps * s_max))[:, :k]``.
+
+    ``eps`` is relative to the largest eigenvalue (default: the machine epsilon of the compute dtype, 1.2e-7
+    in float32, below which float32 eigenvalues are rounding noise). It keeps ``W`` finite for a rank-deficient
+    covariance (fewer points than dimensions, constant features): such directions are amplified by at most
+    ``1/sqrt(eps * s_max)`` instead of infinitely, while an eigenvalue ``s`` changes by the factor
+    ``1 + eps * s_max / s``. With ``eps=0`` this is exactly the authors' ``U diag(1/sqrt(s))``. A zero
+    covariance (all points equal) gives ``W = U``.
+
+    ``k`` (default ``d``) keeps the ``k`` leading principal directions (dimension reduction). Each column of
+    ``U`` is signed so that its largest-magnitude entry is positive (see :func:`eigh_descending`), so the
+    whitened coordinates are deterministic. Leading axes of ``x`` give a batch of independent fits:
+    ``mean [..., d]``, ``W [..., d, k]``.
+    """
+    x = check_points(x, "x", min_n=2)
+    mask = check_mask(mask, x)
+    d = x.shape[-1]
+    k = d if k is None else k
+    if not isinstance(k, int) or not 1 <= k <= d:
+        raise ValueError(f"k must be an int in [1, d={d}], got {k!r}")
+    dtype = compute_dtype(x)
+    eps = float(jnp.finfo(dtype).eps) if eps is None else eps
+    if not eps >= 0:
+        raise ValueError(f"eps must be >= 0, got {eps!r}")
+    x = x.astype(dtype)
+    mu, cov = masked_covariance(x, mask, ddof=1)
+    s, u = eigh_descending(cov)
+    s_max = jnp.max(s, axis=-1, keepdims=True)
+    s = jnp.where(s_max > 0, jnp.maximum(s, 0) + eps * s_max, 1.0)
+    W = u[..., :k] * jax.lax.rsqrt(s[..., None, :k])
+    return WhiteningState(mean=mu, W=W)
+
+
+def whiten(x, state: WhiteningState, *, normalize: bool = False):
+    """Apply a fitted whitening: ``y = (x - mu) W`` with ``x [..., n, d]`` -> ``y [..., n, k]``.
+
+    ``state`` broadcasts against the leading axes of ``x`` (``mean [..., d]`` against ``x [..., n, d]``).
+    With ``normalize=True`` each row is then divided by its L2 norm (``y / ||y||``, zero rows stay zero), as
+    in BERT-whitening's cosine-similarity evaluation.
+    """
+    x = check_points(x, "x")
+    if state.mean.shape[-1] != x.shape[-1] or state.W.shape[-2] != x.shape[-1]:
+        raise ValueError(
+            f"x has d={x.shape[-1]} features but the whitening state was fitted on "
+            f"mean {state.mean.shape}, W {state.W.shape}"
+        )
+    y = jnp.matmul(x.astype(compute_dtype(x)) - state.mean[..., None, :], state.W, precision=HIGHEST)
+    if normalize:
+        sq = jnp.sum(y * y, axis=-1, keepdims=True)
+        pos = sq > 0
+        y = jnp.where(pos, y * jax.lax.rsqrt(jnp.where(pos, sq, 1)), 0)
+    return y
