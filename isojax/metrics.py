@@ -1,0 +1,575 @@
+"""Isotropy and uniformity measures of point clouds and embedding matrices.
+
+Every function takes ``x`` of shape ``[..., n, d]`` (n points or tokens, d features) and an optional
+``mask`` of shape ``[..., n]`` (true = real row); leading axes are batch axes and the result has
+shape ``[...]`` unless stated otherwise. Padding rows are excluded exactly: they never enter a
+mean, a covariance, a count or a pair. All functions are pure and work under ``jit``, ``vmap`` and
+``grad``; degenerate input (identical points, zero rows, n = 2, rank deficiency) gives finite values
+and finite gradients. Spectral work (Gram/covariance matrices, eigenvalues, singular values) is done
+in at least float32 with full-precision matmuls, whatever the input dtype.
+
+Measures and their sources (papers in ``shared/papers``):
+
+* :func:`explained_variance` EV_k -- softdecay-token-uniformity eq. 5, isotropy-layer-joint-loss eq. 1.
+* :func:`isoscore`, :func:`isoscore_star` -- Rudman et al. (2022) IsoScore and IsoScore* (I-STAR),
+  used by isotropy-layer-joint-loss §2.2 / §3.3.
+* :func:`partition_isotropy` I1, I2 -- isotropy-calibration-evaluation App. A,
+  too-much-in-common-centering eq. 7-8.
+* :func:`token_uniformity` (TokenUni, eq. 3), :func:`rbf_uniformity` (RBF_dis, eq. 4),
+  :func:`lsds` (LSDS, eq. 6) -- softdecay-token-uniformity §4.4.
+* :func:`anisotropy` -- shrink-the-longest-persistent-entropy §2 (after Razzhigaev et al.).
+* :func:`singular_value_stats`, :func:`empirical_cdf` -- softdecay-token-uniformity §3.2, Figures 1-2.
+"""
+from __future__ import annotations
+
+from functools import partial
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from isojax._validate import check_float, check_mask, check_points
+
+__all__ = [
+    "explained_variance",
+    "isoscore",
+    "isoscore_star",
+    "partition_isotropy",
+    "token_uniformity",
+    "rbf_uniformity",
+    "lsds",
+    "anisotropy",
+    "SingularValueStats",
+    "singular_value_stats",
+    "empirical_cdf",
+]
+
+_HIGHEST = jax.lax.Precision.HIGHEST
+
+
+# ----------------------------------------------------------------------------------------------
+# Numerically safe building blocks (also used by isojax.losses and isojax.topology)
+# ----------------------------------------------------------------------------------------------
+def _spectral_dtype(x):
+    """``x`` cast to at least float32 (bf16/fp16 inputs are promoted; float64 is kept)."""
+    return x.astype(jnp.promote_types(x.dtype, jnp.float32))
+
+
+def _safe_div(num, den):
+    """``num / den`` where ``den != 0``, else 0, with finite gradients in both branches."""
+    nonzero = den != 0
+    return jnp.where(nonzero, num / jnp.where(nonzero, den, 1), 0)
+
+
+def _safe_sqrt(v):
+    """``sqrt(v)`` for ``v >= 0`` whose gradient at 0 is 0 instead of inf (double-where)."""
+    positive = v > 0
+    return jnp.where(positive, jnp.sqrt(jnp.where(positive, v, 1)), 0)
+
+
+def _safe_norm(v, axis=-1, keepdims=False):
+    """Euclidean norm along ``axis`` with a finite (zero) gradient at the zero vector."""
+    return _safe_sqrt(jnp.sum(v * v, axis=axis, keepdims=keepdims))
+
+
+def _unit_rows(x):
+    """Rows scaled to unit norm; zero rows stay zero (so they have cosine 0 with every row)."""
+    return _safe_div(x, _safe_norm(x, keepdims=True))
+
+
+def _masked(x, mask):
+    """Return ``(x with padding rows zeroed, float row weights [..., n], row count [...])``."""
+    if mask is None:
+        weights = jnp.ones(x.shape[:-1], x.dtype)
+    else:
+        weights = mask.astype(x.dtype)
+        x = x * weights[..., None]
+    return x, weights, jnp.sum(weights, axis=-1)
+
+
+def _center(x, weights, count):
+    """Subtract the mean of the real rows from the real rows (padding rows stay zero)."""
+    mean = _safe_div(jnp.sum(x, axis=-2), count[..., None])
+    return (x - mean[..., None, :]) * weights[..., None]
+
+
+def _gram_eigenvalues(x):
+    """Eigenvalues (descending) of xᵀx, computed on the smaller Gram matrix.
+
+    ``x`` is ``[..., n, d]``; the result is ``[..., min(n, d)]`` and equals the squared singular
+    values of ``x``. The Gram matrix is PSD, so its eigenvalues are its singular values: the
+    values-only SVD is used (no eigenvectors in the forward pass; on CPU it is cheaper than
+    ``eigvalsh``, which also computes them), and its gradient stays finite when values repeat.
+    """
+    n, d = x.shape[-2:]
+    xt = jnp.swapaxes(x, -1, -2)
+    gram = jnp.matmul(x, xt, precision=_HIGHEST) if n <= d else jnp.matmul(xt, x, precision=_HIGHEST)
+    return jnp.linalg.svd(gram, compute_uv=False)
+
+
+def _check_positive_int(value, name: str, upper: int | None = None):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be a Python int, got {type(value).__name__}")
+    if value < 1 or (upper is not None and value > upper):
+        bound = f" and <= {upper}" if upper is not None else ""
+        raise ValueError(f"{name} must be >= 1{bound}, got {value}")
+
+
+def _check_positive_float(value, name: str):
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+        raise ValueError(f"{name} must be a positive number, got {value!r}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Spectrum-based measures
+# ----------------------------------------------------------------------------------------------
+@partial(jax.jit, static_argnames=("k", "center"))
+def explained_variance(x, k: int = 1, *, mask=None, center: bool = False):
+    """Explained variance of the top-``k`` singular directions (EV_k).
+
+    EV_k(X) = Σ_{i≤k} σ_i² / Σ_j σ_j²  (softdecay-token-uniformity eq. 5; isotropy-layer eq. 1),
+    σ the singular values of the ``[n, d]`` matrix of real rows, sorted descending. With
+    ``center=True`` the rows are centered first (then σ_i² / (n-1) are the PCA variances and EV_k is
+    the PCA explained-variance ratio). An all-zero matrix has EV_k = 0.
+
+    Args:
+      x: ``[..., n, d]`` float array.
+      k: number of leading directions, ``1 <= k <= min(n, d)`` (static).
+      mask: optional ``[..., n]`` bool, true = real row.
+      center: subtract the mean of the real rows before the decomposition.
+
+    Returns:
+      ``[...]`` values in [0, 1].
+    """
+    x = check_points(x, "x")
+    mask = check_mask(mask, x)
+    _check_positive_int(k, "k", upper=min(x.shape[-2:]))
+    return jnp.sum(_variance_shares(x, mask, center)[..., :k], axis=-1)
+
+
+@partial(jax.jit, static_argnames=("k", "center"))
+def anisotropy(x, *, k: int = 1, mask=None, center: bool = False):
+    """k-th anisotropy score σ_k² / Σ_i σ_i² of an embedding matrix (k = 1: the anisotropy, = EV_1).
+
+    shrink-the-longest-persistent-entropy §2 (after Razzhigaev et al. 2024; its Table 3 lists the
+    first three components), reported both raw (``center=False``) and on centered embeddings
+    (``center=True``: the share of the k-th covariance eigenvalue).
+
+    Args:
+      x: ``[..., n, d]`` float array.
+      k: component, ``1 <= k <= min(n, d)`` (static).
+      mask: optional ``[..., n]`` bool, true = real row.
+      center: subtract the mean of the real rows first.
+
+    Returns:
+      ``[...]`` values in [0, 1].
+    """
+    x = check_points(x, "x")
+    mask = check_mask(mask, x)
+    _check_positive_int(k, "k", upper=min(x.shape[-2:]))
+    return _variance_shares(x, mask, center)[..., k - 1]
+
+
+def _variance_shares(x, mask, center):
+    """σ_i² / Σ_j σ_j², descending, ``[..., min(n, d)]``, of the (centered) real rows; 0 for x = 0."""
+    x, weights, count = _masked(_spectral_dtype(x), mask)
+    if center:
+        x = _center(x, weights, count)
+    return _safe_div(_gram_eigenvalues(x), jnp.sum(x * x, axis=(-2, -1))[..., None])
+
+
+def _covariance_eigenvalues(x, mask):
+    """Eigenvalues (descending, ``[..., d]``) of the sample covariance (ddof=1) of the real rows.
+
+    When n < d the covariance has rank < n, so its eigenvalues are taken from the n×n Gram matrix
+    of the centered rows and padded with zeros (same values, much cheaper for [64, 768] batches).
+    """
+    x, weights, count = _masked(_spectral_dtype(x), mask)
+    xc = _center(x, weights, count)
+    n, d = x.shape[-2:]
+    eigenvalues = _gram_eigenvalues(xc)
+    if n < d:
+        eigenvalues = jnp.concatenate([eigenvalues, jnp.zeros(eigenvalues.shape[:-1] + (d - n,), x.dtype)], -1)
+    return _safe_div(eigenvalues, (count - 1)[..., None])
+
+
+def _isoscore_from_variances(variances):
+    """IsoScore of the principal-component variances ``[..., d]`` (Rudman et al. 2022, Alg. 1).
+
+    v is scaled to norm √d; δ² = ‖v − 1‖² / (2(d − √d)); score = ((d − δ²(d − √d))² − d) / (d(d − 1)).
+    A zero spectrum (all points identical) has score 0, the limit of a one-dimensional cloud.
+    """
+    d = variances.shape[-1]
+    sqrt_d = d ** 0.5
+    total = _safe_norm(variances)
+    v = _safe_div(variances * sqrt_d, total[..., None])
+    defect_sq = jnp.sum((v - 1) ** 2, axis=-1) / (2 * (d - sqrt_d))
+    score = ((d - defect_sq * (d - sqrt_d)) ** 2 - d) / (d * (d - 1))
+    return jnp.where(total > 0, score, 0)
+
+
+def _check_isoscore_dim(x):
+    if x.shape[-1] < 2:
+        raise ValueError(f"x must have at least 2 features (d >= 2) for IsoScore, got shape {x.shape}")
+
+
+@jax.jit
+def isoscore(x, *, mask=None):
+    """IsoScore (Rudman et al. 2022): the fraction of dimensions uniformly used by a point cloud.
+
+    PCA-rotate the real rows; v = the principal-component variances (sample covariance, ddof=1);
+    scale v to norm √d; isotropy defect δ = ‖v − 1‖ / √(2(d − √d));
+    IsoScore = ((d − δ²(d − √d))² − d) / (d(d − 1)) ∈ [0, 1].
+    Closed forms: k isotropic dimensions of R^d give (k − 1)/(d − 1) in the large-sample limit
+    (a line → 0, a disk in R³ → 0.5, a ball → 1). Identical points give 0. Matches the ``isoscore``
+    package (``IsoScore.IsoScore``), which is the same formula on torch ``svdvals(cov)``.
+
+    Args:
+      x: ``[..., n, d]`` float array, n ≥ 2 real rows, d ≥ 2.
+      mask: optional ``[..., n]`` bool, true = real row.
+
+    Returns:
+      ``[...]`` scores.
+    """
+    x = check_points(x, "x", min_n=2)
+    mask = check_mask(mask, x)
+    _check_isoscore_dim(x)
+    return _isoscore_from_variances(_covariance_eigenvalues(x, mask))
+
+
+@partial(jax.jit, static_argnames=("zeta",))
+def isoscore_star(x, *, c0=None, zeta: float = 0.2, mask=None):
+    """IsoScore* (I-STAR): IsoScore of the shrinkage covariance (1 − ζ)·C + ζ·C0.
+
+    C is the sample covariance (ddof=1) of the real rows, C0 a reference covariance (for instance
+    the covariance of a large sample of the same distribution); ``c0=None`` uses the identity, as
+    the ``isoscore`` package recommends when no reference is available. The spectrum of the
+    shrunk covariance is then scored as in :func:`isoscore`. ζ = 0 gives IsoScore.
+
+    Args:
+      x: ``[..., n, d]`` float array (d ≥ 2).
+      c0: optional ``[d, d]`` (or broadcastable ``[..., d, d]``) symmetric PSD reference covariance.
+      zeta: shrinkage weight in [0, 1].
+      mask: optional ``[..., n]`` bool, true = real row.
+
+    Returns:
+      ``[...]`` scores.
+    """
+    x = check_points(x, "x", min_n=2)
+    mask = check_mask(mask, x)
+    _check_isoscore_dim(x)
+    if not isinstance(zeta, (int, float)) or not 0.0 <= zeta <= 1.0:
+        raise ValueError(f"zeta must be a number in [0, 1], got {zeta!r}")
+    if c0 is None:
+        # (1 − ζ)C + ζI has the eigenvalues (1 − ζ)λ + ζ.
+        variances = (1 - zeta) * _covariance_eigenvalues(x, mask) + zeta
+        return _isoscore_from_variances(variances)
+    d = x.shape[-1]
+    c0 = check_float(c0, "c0")
+    if c0.ndim < 2 or c0.shape[-2:] != (d, d):
+        raise ValueError(f"c0 must have shape [..., {d}, {d}] to match x's {d} features, got {c0.shape}")
+    x, weights, count = _masked(_spectral_dtype(x), mask)
+    xc = _center(x, weights, count)
+    cov = _safe_div(jnp.matmul(jnp.swapaxes(xc, -1, -2), xc, precision=_HIGHEST), (count - 1)[..., None, None])
+    shrunk = (1 - zeta) * cov + zeta * _spectral_dtype(c0)
+    variances = jnp.linalg.svd(shrunk, compute_uv=False)  # = |eigenvalues| of the symmetric matrix
+    return _isoscore_from_variances(variances)
+
+
+@partial(jax.jit, static_argnames=("center",))
+def partition_isotropy(w, *, mask=None, center: bool = False):
+    """Partition-function isotropy I1 and I2 of an embedding matrix.
+
+    Z(c) = Σ_i exp(cᵀ w_i) (too-much-in-common eq. 7, Arora et al. 2016) over the unit
+    eigenvectors c of WᵀW (Mu & Viswanath 2018). I1 = min_c Z(c) / max_c Z(c) ∈ (0, 1] (eq. 8);
+    I2 = std_c Z(c) / mean_c Z(c) ≥ 0 with the population std (isotropy-calibration App. A).
+    Larger I1 and smaller I2 mean more isotropic.
+
+    Sign convention: an eigenvector's sign is arbitrary and Z(c) ≠ Z(−c), so the candidate set is
+    {+c_k, −c_k : k = 1..d} (2d directions). The result therefore does not depend on the solver's
+    sign choice; on a cloud shifted along c, Z(−c) is the small value that shows the anisotropy.
+    Z is evaluated in log space (logsumexp), so large embedding norms do not overflow.
+
+    Gradients treat the eigenvectors as constants (``stop_gradient``): eigenvector derivatives are
+    undefined for repeated eigenvalues. The returned gradient is that of Z over fixed directions.
+
+    Args:
+      w: ``[..., V, d]`` float embedding matrix (V rows).
+      mask: optional ``[..., V]`` bool, true = real row (at least one real row).
+      center: subtract the mean of the real rows first (the "centered" column of too-much Table 1).
+
+    Returns:
+      ``(I1, I2)``, each ``[...]``.
+    """
+    w = check_points(w, "w")
+    mask = check_mask(mask, w)
+    w, weights, count = _masked(_spectral_dtype(w), mask)
+    if center:
+        w = _center(w, weights, count)
+    gram = jnp.matmul(jnp.swapaxes(w, -1, -2), w, precision=_HIGHEST)
+    _, directions = jnp.linalg.eigh(jax.lax.stop_gradient(gram))
+    projections = jnp.matmul(w, directions, precision=_HIGHEST)  # [..., V, d]: c_kᵀ w_i
+    logits = jnp.concatenate([projections, -projections], axis=-1)  # both signs: [..., V, 2d]
+    real = (weights > 0)[..., None]
+    log_z = jax.nn.logsumexp(jnp.where(real, logits, -jnp.inf), axis=-2)  # [..., 2d]
+    log_z_max = jnp.max(log_z, axis=-1, keepdims=True)
+    z = jnp.exp(log_z - log_z_max)  # Z / max Z, in (0, 1]
+    i1 = jnp.min(z, axis=-1)
+    z_mean = jnp.mean(z, axis=-1, keepdims=True)
+    i2 = _safe_sqrt(jnp.mean((z - z_mean) ** 2, axis=-1)) / z_mean[..., 0]
+    return i1, i2
+
+
+# ----------------------------------------------------------------------------------------------
+# Similarity-based measures
+# ----------------------------------------------------------------------------------------------
+@partial(jax.jit, static_argnames=("include_diagonal",))
+def token_uniformity(x, *, mask=None, include_diagonal: bool = False):
+    """TokenUni: mean pairwise cosine similarity of the real rows (softdecay eq. 3).
+
+    Without the diagonal: Σ_{i≠j} cos(x_i, x_j) / (N(N − 1)); with it (the authors' code,
+    ``tokenSimi``): Σ_{i,j} cos(x_i, x_j) / N², N the number of real rows. Computed in O(Nd) from
+    ‖Σ_i x̂_i‖² = Σ_{i,j} x̂_iᵀx̂_j with x̂ = x / ‖x‖. A zero row has cosine 0 with every row,
+    itself included. Isotropic unit vectors give ≈ 0 (≈ 1/N with the diagonal).
+
+    Args:
+      x: ``[..., n, d]`` float array (n ≥ 2 without the diagonal).
+      mask: optional ``[..., n]`` bool, true = real row.
+      include_diagonal: include the N self-similarities i = j.
+
+    Returns:
+      ``[...]`` values in [-1, 1].
+    """
+    x = check_points(x, "x", min_n=1 if include_diagonal else 2)
+    mask = check_mask(mask, x)
+    all_pairs, diagonal, count = _cosine_sums(x, mask)
+    if include_diagonal:
+        return _safe_div(all_pairs, count**2)
+    return _safe_div(all_pairs - diagonal, count * (count - 1))
+
+
+def _cosine_sums(x, mask):
+    """``(Σ_{i,j} cos(x_i, x_j), Σ_i cos(x_i, x_i), N)`` over the N real rows, in O(Nd).
+
+    Σ_{i,j} x̂_iᵀx̂_j = ‖Σ_i x̂_i‖²; the diagonal is the number of non-zero real rows.
+    """
+    x, _, count = _masked(_spectral_dtype(x), mask)
+    unit = _unit_rows(x)
+    all_pairs = jnp.sum(jnp.sum(unit, axis=-2) ** 2, axis=-1)
+    diagonal = jnp.sum(unit * unit, axis=(-2, -1))
+    return all_pairs, diagonal, count
+
+
+def _masked_logmeanexp(values, where, axis):
+    """log(mean(exp(values[where]))) along ``axis``; 0 where nothing is selected; finite gradients."""
+    count = jnp.sum(where, axis=axis)
+    peak = jax.lax.stop_gradient(jnp.max(jnp.where(where, values, -jnp.inf), axis=axis, keepdims=True))
+    peak = jnp.where(jnp.isfinite(peak), peak, 0)
+    total = jnp.sum(jnp.where(where, jnp.exp(jnp.where(where, values - peak, 0)), 0), axis=axis)
+    has_any = count > 0
+    log_mean = jnp.log(jnp.where(has_any, total, 1)) + jnp.squeeze(peak, axis) - jnp.log(jnp.maximum(count, 1))
+    return jnp.where(has_any, log_mean, 0)
+
+
+def _pair_mask(weights):
+    """Bool ``[..., n, n]`` mask of the pairs i < j of real rows."""
+    n = weights.shape[-1]
+    real = weights > 0
+    return real[..., :, None] & real[..., None, :] & jnp.triu(jnp.ones((n, n), bool), k=1)
+
+
+def _squared_distances(x):
+    """Pairwise squared Euclidean distances ``[..., n, n]`` via the Gram matrix, clipped at 0."""
+    sq_norms = jnp.sum(x * x, axis=-1)
+    gram = jnp.matmul(x, jnp.swapaxes(x, -1, -2), precision=_HIGHEST)
+    return jnp.maximum(sq_norms[..., :, None] + sq_norms[..., None, :] - 2 * gram, 0)
+
+
+@partial(jax.jit, static_argnames=("t",))
+def rbf_uniformity(x, *, mask=None, t: float = 2.0):
+    """RBF_dis: log of the mean Gaussian potential between unit-normalised rows (softdecay eq. 4).
+
+    RBF_dis = log( mean_{i<j} exp(−t ‖x̂_i − x̂_j‖²) ), x̂ = x / ‖x‖, over pairs of real rows —
+    Wang & Isola's uniformity, as in the authors' code (``rbf_kernel`` with t = 2). The paper's
+    eq. 4 writes exp(−‖·‖²/t); here t multiplies. Values lie in [−4t, 0]; lower = more uniform.
+
+    Args:
+      x: ``[..., n, d]`` float array, n ≥ 2.
+      mask: optional ``[..., n]`` bool, true = real row.
+      t: positive temperature multiplying the squared distance.
+
+    Returns:
+      ``[...]`` values.
+    """
+    x = check_points(x, "x", min_n=2)
+    mask = check_mask(mask, x)
+    _check_positive_float(t, "t")
+    x, weights, _ = _masked(_spectral_dtype(x), mask)
+    sq = _squared_distances(_unit_rows(x))
+    return _masked_logmeanexp(-t * sq, _pair_mask(weights), axis=(-2, -1))
+
+
+def _barycentric_weights(diffs, valid, reg):
+    """LLE barycentric weights (Roweis & Saul 2000; sklearn ``barycenter_weights``).
+
+    ``diffs`` ``[..., n, k, d]`` are neighbour − point; solve (G + R·I) w = 1 with the local Gram
+    G = diffs diffsᵀ, R = reg·trace(G) (reg when the trace is 0), then normalise w to sum 1.
+    Padding neighbours (``valid`` false) get weight 0.
+    """
+    k = diffs.shape[-2]
+    validf = valid.astype(diffs.dtype)
+    gram = jnp.einsum("...id,...jd->...ij", diffs, diffs, precision=_HIGHEST)
+    gram = gram * validf[..., :, None] * validf[..., None, :]
+    trace = jnp.trace(gram, axis1=-2, axis2=-1)
+    ridge = jnp.where(trace > 0, reg * trace, reg)
+    eye = jnp.eye(k, dtype=diffs.dtype)
+    # Padding neighbours: identity row/column and a zero right-hand side, so their weight is 0.
+    system = gram + eye * (ridge[..., None, None] * validf[..., None, :] + (1 - validf)[..., None, :])
+    solution = jnp.linalg.solve(system, validf[..., None])[..., 0]
+    return _safe_div(solution, jnp.sum(solution, axis=-1, keepdims=True))
+
+
+@partial(jax.jit, static_argnames=("k", "t", "weights", "reg"))
+def lsds(x, fx, *, k: int = 12, t: float = 1.0, weights: str = "rbf", reg: float = 1e-3, mask=None):
+    """Local Structure Discrepancy Score (softdecay eq. 6), averaged over the real points.
+
+    LSDS(x_i) = ‖f(x_i) − Σ_{j∈kNN(x_i)} w_ij f(x_j)‖², kNN = the k nearest other real points of
+    x_i in the original space (Euclidean, self excluded). ``weights="rbf"`` (default, the paper):
+    w_ij = exp(−‖x_i − x_j‖² / t), unnormalised. ``weights="barycentric"`` (the authors' code):
+    LLE barycentric weights that best reconstruct x_i from its neighbours, summing to 1, with
+    ridge ``reg``·trace. Lower = the transform f preserved the local neighbourhoods better.
+    Gradients flow through f(x) and through the weights; the neighbour sets are piecewise constant.
+
+    Args:
+      x: ``[..., n, d]`` original points.
+      fx: ``[..., n, d']`` transformed points f(x) (same leading shape and n as x).
+      k: neighbours per point, ``1 <= k <= n - 1`` (static). With a mask, points with fewer than k
+        real neighbours use the ones they have.
+      t: RBF bandwidth (``weights="rbf"``).
+      weights: ``"rbf"`` or ``"barycentric"``.
+      reg: ridge factor for ``"barycentric"``.
+      mask: optional ``[..., n]`` bool, true = real row.
+
+    Returns:
+      ``[...]`` mean LSDS over the real points.
+    """
+    x = check_points(x, "x", min_n=2)
+    fx = check_points(fx, "fx", min_n=2)
+    if fx.shape[:-1] != x.shape[:-1]:
+        raise ValueError(f"fx must have shape {x.shape[:-1]} + (d',) to match x, got {fx.shape}")
+    mask = check_mask(mask, x)
+    _check_positive_int(k, "k", upper=x.shape[-2] - 1)
+    _check_positive_float(t, "t")
+    if weights not in ("rbf", "barycentric"):
+        raise ValueError(f"weights must be 'rbf' or 'barycentric', got {weights!r}")
+    n = x.shape[-2]
+    x, fx = _spectral_dtype(x), _spectral_dtype(fx)
+    _, row_weights, count = _masked(x, mask)
+    real = row_weights > 0
+    candidate = real[..., None, :] & ~jnp.eye(n, dtype=bool)
+    sq = jax.lax.stop_gradient(_squared_distances(x))
+    _, index = jax.lax.top_k(jnp.where(candidate, -sq, -jnp.inf), k)  # [..., n, k]
+    neighbour_valid = jnp.take_along_axis(candidate, index, axis=-1)
+
+    def gather(a):  # a [..., n, e] -> [..., n, k, e]
+        return jnp.take_along_axis(a[..., None, :, :], index[..., None], axis=-2)
+
+    diffs = gather(x) - x[..., :, None, :]
+    if weights == "rbf":
+        w = jnp.where(neighbour_valid, jnp.exp(-jnp.sum(diffs * diffs, axis=-1) / t), 0)
+    else:
+        w = _barycentric_weights(diffs, neighbour_valid, reg)
+    reconstruction = jnp.einsum("...nk,...nke->...ne", w, gather(fx), precision=_HIGHEST)
+    residual = jnp.sum((fx - reconstruction) ** 2, axis=-1)
+    return _safe_div(jnp.sum(residual * row_weights, axis=-1), count)
+
+
+# ----------------------------------------------------------------------------------------------
+# Singular-value distribution (softdecay §3.2)
+# ----------------------------------------------------------------------------------------------
+class SingularValueStats(NamedTuple):
+    """Singular-value distribution of a (padded) matrix; a pytree, so it passes through jit/vmap.
+
+    Attributes:
+      normalized: ``[..., min(n, d)]`` singular values divided by the largest, sorted descending.
+      valid: ``[..., min(n, d)]`` bool; False for the slots that are zero only because of padding
+        rows (the rank bound is min(number of real rows, d)).
+      mean, median, skewness: ``[...]`` statistics of ``normalized`` over the valid slots;
+        skewness is the Fisher-Pearson coefficient m3 / m2^(3/2) (``scipy.stats.skew`` with
+        ``bias=True``), 0 for a constant spectrum.
+    """
+
+    normalized: jax.Array
+    valid: jax.Array
+    mean: jax.Array
+    median: jax.Array
+    skewness: jax.Array
+
+
+@jax.jit
+def singular_value_stats(x, *, mask=None):
+    """Normalised singular values of the real rows of ``x`` and their mean, median and skewness.
+
+    σ = singular values of the ``[n_real, d]`` matrix (rows are not centered, as in softdecay
+    §3.2), σ̃ = σ / σ_1; the softdecay paper reads token uniformity off a small median and a large
+    skewness of σ̃ (Figure 2) and plots its empirical CDF (Figure 1, see :func:`empirical_cdf`).
+    A zero matrix gives σ̃ = 0.
+
+    Args:
+      x: ``[..., n, d]`` float array.
+      mask: optional ``[..., n]`` bool, true = real row.
+
+    Returns:
+      :class:`SingularValueStats`.
+    """
+    x = check_points(x, "x")
+    mask = check_mask(mask, x)
+    x, _, count = _masked(_spectral_dtype(x), mask)
+    sigma = jnp.linalg.svd(x, compute_uv=False)  # descending
+    normalized = _safe_div(sigma, sigma[..., :1])
+    slots = normalized.shape[-1]
+    n_valid = jnp.minimum(count, x.shape[-1])
+    valid = jnp.arange(slots) < n_valid[..., None]
+    validf = valid.astype(normalized.dtype)
+    mean = _safe_div(jnp.sum(normalized * validf, axis=-1), n_valid)
+    centered = (normalized - mean[..., None]) * validf
+    m2 = _safe_div(jnp.sum(centered**2, axis=-1), n_valid)
+    m3 = _safe_div(jnp.sum(centered**3, axis=-1), n_valid)
+    skewness = _safe_div(m3, m2 * _safe_sqrt(m2))
+    # The valid values are the first n_valid entries of a descending array.
+    last = jnp.maximum(n_valid.astype(jnp.int32) - 1, 0)
+    lo = jnp.take_along_axis(normalized, (last // 2)[..., None], axis=-1)[..., 0]
+    hi = jnp.take_along_axis(normalized, ((last + 1) // 2)[..., None], axis=-1)[..., 0]
+    return SingularValueStats(normalized, valid, mean, (lo + hi) / 2, skewness)
+
+
+@jax.jit
+def empirical_cdf(values, grid, *, valid=None):
+    """Empirical CDF F(g) = #{valid v : v ≤ g} / #{valid v} of ``values`` at each grid point.
+
+    For the singular-value CDF plots of softdecay Figure 1: ``values`` = ``normalized`` and
+    ``valid`` from :func:`singular_value_stats`, ``grid`` = e.g. ``jnp.linspace(0, 1, 101)``.
+    The result is a step function of the values (its gradient is zero).
+
+    Args:
+      values: ``[..., m]`` float array.
+      grid: ``[g]`` float array of evaluation points.
+      valid: optional ``[..., m]`` bool, true = value counts.
+
+    Returns:
+      ``[..., g]`` CDF values in [0, 1] (0 where no value is valid).
+    """
+    values = check_float(values, "values")
+    grid = check_float(grid, "grid")
+    if values.ndim < 1:
+        raise ValueError("values must have shape [..., m], got a scalar")
+    if grid.ndim != 1:
+        raise ValueError(f"grid must have shape [g], got {grid.shape}")
+    if valid is None:
+        valid = jnp.ones(values.shape, bool)
+    else:
+        valid = jnp.asarray(valid)
+        if valid.shape != values.shape or valid.dtype != jnp.bool_:
+            raise ValueError(f"valid must be a bool array of shape {values.shape}, got {valid.dtype}{valid.shape}")
+    below = (values[..., None, :] <= grid[:, None]) & valid[..., None, :]
+    return _safe_div(jnp.sum(below, axis=-1), jnp.sum(valid, axis=-1)[..., None]).astype(values.dtype)
