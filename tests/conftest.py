@@ -17,3 +17,22 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import jax  # noqa: E402
 
 jax.config.update("jax_default_matmul_precision", "highest")
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def datasets_cache(tmp_path, monkeypatch):
+    """A fresh ``datasets`` cache per test, so that local files are really read each time."""
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf-datasets"))
+
+
+def require_offline():
+    """Hub paths are exercised as on a machine without the Hub: this file sets HF_DATASETS_OFFLINE=1 before
+    ``datasets`` is imported, so a Hub id fails at once with ConnectionError."""
+    import datasets
+
+    assert datasets.config.HF_HUB_OFFLINE, "run the suite with HF_DATASETS_OFFLINE=1 (tests/conftest.py sets it)"

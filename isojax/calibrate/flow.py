@@ -4,8 +4,13 @@ flow fitted by maximum likelihood on frozen embeddings, then used to map them to
 The flow ``f: x -> z`` is a vector Glow (Kingma & Dhariwal 2018). Each of ``levels`` levels applies ``depth``
 steps of
 
-1. ActNorm ``h = (x + b) * exp(log_scale)``, initialised from the data so that ``h`` has zero mean and unit
-   variance per feature (``log|det| = sum log_scale``);
+1. ActNorm ``h = (x - c) * exp(log_scale) + b`` (``log|det| = sum log_scale``), started from the data so that
+   ``h`` has zero mean and unit variance per feature: ``c`` = the mean (a constant), ``b = 0``,
+   ``log_scale = -log(max(std, 1e-4 * s))`` with ``s`` the root-mean-square std over features. The floor keeps
+   constant features (three of all-MiniLM-L6-v2's 384 dimensions are numerically dead on STS-B) near zero
+   instead of multiplying them by ``1/eps``. The shift ``b`` is trained in output units, so that an Adam step
+   of size ``lr`` moves ``h`` by about ``lr`` on every feature; Glow's ``(x + b) * exp(log_scale)`` moves it by
+   ``lr / std``, which is ``1e3`` on a dead feature;
 2. an invertible linear map ``h = W x`` with ``W = P L (U + diag(sign * exp(log_s)))`` (LU parameterisation:
    fixed permutation ``P`` and signs, unit lower-triangular ``L``, strictly upper ``U``;
    ``log|det| = sum log_s``), initialised at a random rotation;
@@ -30,21 +35,31 @@ from flax import struct
 from isojax._validate import check_float, check_mask, check_points
 from isojax.calibrate.whitening import HIGHEST, compute_dtype, masked_mean
 
+# ActNorm's smallest start std, relative to the root-mean-square std of its input's features.
+_STD_FLOOR = 1e-4
+
 
 class _ActNorm(nn.Module):
-    """``y = (x + bias) * exp(log_scale)``; on first use ``bias = -mean``, ``log_scale = -log(std + 1e-6)``."""
+    """``y = (x - center) * exp(log_scale) + bias``, started from the data (see the module docstring).
+
+    ``center`` (the start's mean) is fixed in the ``constants`` collection; the trainable ``bias`` lives in the
+    standardised output units, so an optimiser step moves ``y`` by the same amount whatever the scale of ``x``.
+    """
 
     @nn.compact
     def __call__(self, x, reverse: bool, init_mask):
         def start():  # data-dependent init (Flax also evaluates it abstractly, for shapes, at apply time)
             mu = masked_mean(x, init_mask)
-            return mu, jnp.sqrt(masked_mean((x - mu) ** 2, init_mask))
+            var = masked_mean((x - mu) ** 2, init_mask)
+            std = jnp.sqrt(jnp.maximum(var, _STD_FLOOR**2 * jnp.mean(var)))
+            return mu, -jnp.log(jnp.where(std > 0, std, 1))  # all features constant: nothing to scale
 
-        bias = self.param("bias", lambda _: -start()[0])
-        log_scale = self.param("log_scale", lambda _: -jnp.log(start()[1] + 1e-6))
+        center = self.variable("constants", "center", lambda: start()[0]).value
+        log_scale = self.param("log_scale", lambda _: start()[1])
+        bias = self.param("bias", nn.initializers.zeros, log_scale.shape, log_scale.dtype)
         if reverse:
-            return x * jnp.exp(-log_scale) - bias
-        return (x + bias) * jnp.exp(log_scale), jnp.sum(log_scale)
+            return (x - bias) * jnp.exp(-log_scale) + center
+        return (x - center) * jnp.exp(log_scale) + bias, jnp.sum(log_scale)
 
 
 def _lu_rotation(key, m: int) -> dict:
@@ -162,9 +177,9 @@ def _level_sizes(d: int, levels: int) -> list[int]:
 
 @struct.dataclass
 class FlowState:
-    """A fitted flow: Linen ``params`` and ``constants`` (permutations, signs), its configuration, and
-    ``log_likelihood [steps]``, the mean log-likelihood per dimension (nats) of each training batch before
-    its update."""
+    """A fitted flow: Linen ``params`` and ``constants`` (permutations, signs, ActNorm centres), its
+    configuration, and ``log_likelihood [steps]``, the mean log-likelihood per dimension (nats) of each training
+    batch before its update."""
 
     params: dict
     constants: dict
