@@ -1,0 +1,138 @@
+"""SoftDecay (softdecay-token-uniformity, §4.3 eq. 2 and Algorithm 1): raise the small singular values of a
+set of representations, keeping the largest one.
+
+    f(σ) = −ln(1 − α(σ + α)) / α,   α ∈ [−1, 0)                                   (eq. 2)
+    X = U diag(σ) Vᵀ  ->  X̃ = U diag(K f(σ)) Vᵀ,   K = max σ / max f(σ)          (Algorithm 1)
+
+Two uses: per sequence over the ``[L, H]`` token states of each example (fine-tuning, learnable α; pass the
+attention mask) and over a whole ``[N, d]`` matrix of sentence embeddings (unsupervised STS, fixed α).
+"""
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from isojax._validate import check_float, check_points
+from isojax.spectral import spectral_map, working_dtype
+
+_THETA_CLIP = 30.0  # |θ| bound of the SoftDecay module's parameter (see alpha_from_param)
+
+
+def decay_curve(s, alpha):
+    """SoftDecay's scalar function (eq. 2), ``f(σ) = −ln(1 − α(σ + α))/α = ln(1 + a(σ − a))/a`` with ``a = −α``.
+
+    Elementwise over ``s`` (any shape, ``s > 0``), ``alpha`` broadcastable. Monotone increasing and concave
+    for α < 0, with ``f(σ) < σ``; note ``f(0) = −ln(1 − α²)/α < 0``, so ``f(σ) < 0`` for ``σ < |α|``.
+    For ``α ∈ [−1, 0)`` and ``σ > 0`` the log argument ``1 + a(σ − a) = (1 − a)(1 + a) + aσ`` is positive,
+    so no epsilon is added (the authors' code adds 1e-7 inside the log, a change of at most 1e-7/(|α|·arg)).
+    It is computed as ``log1p(a(σ − a))`` when that argument is ≥ −1/2 (accurate for small |α|) and as
+    ``log((1 − a)(1 + a) + aσ)`` otherwise (accurate for α → −1, where it becomes ``ln σ``).
+    """
+    a = -alpha
+    arg = a * (s - a)
+    small = arg >= -0.5
+    log_c = jnp.where(small, jnp.log1p(jnp.where(small, arg, 0)),
+                      jnp.log(jnp.where(small, 1, (1 - a) * (1 + a) + a * s)))
+    return log_c / a
+
+
+def _check_alpha(alpha, dtype):
+    """Scalar α as an array of ``dtype``; ValueError for a concrete α outside [−1, 0)."""
+    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool):  # Python numbers, or floating arrays
+        alpha = check_float(alpha, "alpha")
+    alpha = jnp.asarray(alpha)
+    if alpha.ndim != 0:
+        raise ValueError(f"alpha must be a scalar, got shape {alpha.shape} (vmap over alpha for several values)")
+    if not isinstance(alpha, jax.core.Tracer) and not -1.0 <= float(alpha) < 0.0:
+        raise ValueError(f"alpha must satisfy -1 <= alpha < 0, got {float(alpha)}: for alpha >= 0 the log "
+                         "argument 1 - alpha(s + alpha) turns negative for large s, for alpha < -1 it is "
+                         "negative for s < |alpha| - 1/|alpha|")
+    return alpha.astype(dtype)
+
+
+def soft_decay(x, alpha, *, mask=None, rescale: bool = True):
+    """SoftDecay transform of each ``[n, d]`` matrix in ``x`` (Algorithm 1, eq. 2).
+
+    ``X = U diag(σ) Vᵀ -> X̃ = Σ_i K f(σ_i) u_i v_iᵀ`` with ``f`` = :func:`decay_curve` and
+    ``K = σ_max / f(σ_max)`` (``K = 1`` when ``rescale=False``); ``f`` is increasing, so ``K f(σ_max) = σ_max``:
+    the largest singular value is kept and the order of the others too. They rise relative to it,
+    ``K f(σ_i) ≥ σ_i``, wherever ``f(σ)/σ`` decreases, which is ``σ ≥ σ*(α)`` with ``σ*`` between √2 and e
+    (so for all ``σ_i ≥ e`` whatever α); below that the paper's property (2) fails: ``f(0) < 0``, so values
+    ``σ < |α|`` map to ``K f(σ) < 0`` (a sign flip of that singular pair).
+
+    Args:
+      x: ``[..., n, d]`` floating; bf16/float16 inputs are decomposed in float32, the result has ``x.dtype``.
+        ``[B, L, H]`` token states give one transform per sequence; an ``[N, d]`` embedding matrix one transform
+        over all rows.
+      alpha: scalar in ``[−1, 0)`` (the paper uses −0.2 … −1.0). A concrete value outside raises ValueError.
+        A traced value (under ``jit``/``grad``) cannot be checked at trace time: outside ``[−1, 0)`` the whole
+        output is NaN (loud, never a silently clamped α); :class:`SoftDecay` cannot produce such an α.
+      mask: optional ``[..., n]`` boolean, true = real row (token). Masked rows are left out of the SVD and come
+        back as zeros.
+      rescale: apply Algorithm 1's ``K`` (steps 3–4).
+
+    Null space: singular values ``σ ≤ max(n, d)·eps·σ_max`` (zero up to rounding: padding, repeated rows,
+    rank deficiency) contribute nothing, instead of ``K f(0) u vᵀ`` with arbitrary thin-SVD vectors that
+    Algorithm 1 taken literally would add (``f(0) ≠ 0``); see :mod:`isojax.spectral`. On full-rank input this
+    is exactly Algorithm 1. A zero matrix maps to zero.
+
+    Small inputs: Algorithm 1 assumes ``σ_max > |α|``. For ``σ_max < |α|``, ``f(σ_max) < 0`` and K is negative
+    (the literal formula, kept); at ``σ_max = |α|`` K has a pole, and ``|f(σ_max)|`` is bounded below by
+    ``eps·σ_max`` so that the output stays finite.
+
+    Gradients with respect to ``x`` and ``alpha`` are exact where singular values are distinct or repeated
+    (not at a repeated ``σ_max``, where ``max`` has no derivative) and finite everywhere (custom JVP of
+    :func:`isojax.spectral.spectral_map`); works under ``jit``, ``vmap``, ``grad`` and sharding.
+
+    Returns:
+      ``[..., n, d]`` array of ``x.dtype``.
+    """
+    x = check_points(x, "x")
+    work = working_dtype(x.dtype)
+    alpha = _check_alpha(alpha, work)
+    y, s = spectral_map(x.astype(work), decay_curve, alpha, mask=mask)
+    if rescale:
+        s_max = s[..., 0]
+        s_top = jnp.where(s_max > 0, s_max, 1)  # zero matrix: y = 0 whatever K is; keep K and its gradient finite
+        f_top = decay_curve(s_top, alpha)
+        floor = jnp.finfo(work).eps * s_top
+        f_top = jnp.where(jnp.abs(f_top) >= floor, f_top, floor)
+        y = y * (s_top / f_top)[..., None, None]
+    y = jnp.where((alpha >= -1) & (alpha < 0), y, jnp.nan)
+    return y.astype(x.dtype)
+
+
+def alpha_from_param(theta, alpha_init: float):
+    """α of the :class:`SoftDecay` module from its parameter θ (``params["theta"]``).
+
+    ``α = −sigmoid(θ̂ + logit(−α₀))`` with ``θ̂ = clip(θ, −30, 30)``, computed in odds form
+    ``α = α₀ e^θ̂ / ((1 + α₀) − α₀ e^θ̂)`` so that the initial θ = 0 gives exactly ``α₀ = alpha_init``.
+    α lies in ``[−1, 0)`` for every θ: the clip (where the sigmoid is saturated to float32 precision, so no
+    learning signal is lost) keeps ``e^θ̂`` finite and α strictly negative (``|α| ≥ e^−30·|α₀| ≈ 9e-14·|α₀|``).
+    """
+    if not -1.0 < alpha_init < 0.0:
+        raise ValueError(f"alpha_init must satisfy -1 < alpha_init < 0, got {alpha_init}")
+    t = jnp.exp(jnp.clip(theta, -_THETA_CLIP, _THETA_CLIP))
+    return alpha_init * t / ((1 + alpha_init) - alpha_init * t)
+
+
+class SoftDecay(nn.Module):
+    """SoftDecay with a learnable α (Algorithm 1): ``SoftDecay()(x, mask)`` = ``soft_decay(x, α, mask=mask)``.
+
+    Parameter: ``theta`` (float32 scalar, initialised to 0), with ``α = alpha_from_param(theta, alpha_init)``,
+    a logistic map into ``[−1, 0)``, so optimisation can never make α non-negative. ``alpha_init`` is the
+    authors' −0.2 by default.
+
+    Called as ``module(x [..., n, d], mask [..., n] = None)``: with ``x`` = last-layer token states ``[B, L, H]``
+    and the attention mask, one SVD per sequence over its real tokens (padding excluded, returned as zeros);
+    this is the signature :func:`isojax.models.build_encoder` uses for ``last_layer_transform``.
+    """
+
+    alpha_init: float = -0.2
+    rescale: bool = True
+
+    @nn.compact
+    def __call__(self, x, mask=None):
+        theta = self.param("theta", nn.initializers.zeros_init(), (), jnp.float32)
+        return soft_decay(x, alpha_from_param(theta, self.alpha_init), mask=mask, rescale=self.rescale)
