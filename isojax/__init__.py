@@ -1,6 +1,14 @@
-"""isojax: study and correct anisotropy ("token uniformity") in BERT-family encoders, in JAX/Flax."""
+"""isojax: study and correct anisotropy ("token uniformity") in BERT-family encoders, in JAX/Flax.
+
+Public API (see README.md): ``from_pretrained``/``save_pretrained`` (Flax BERT, RoBERTa, ALBERT, DistilBERT from
+Hugging Face checkpoints), ``soft_decay``/``SoftDecay``, and the modules ``metrics``, ``topology``, ``losses``,
+``calibrate``, ``spectral``.
+"""
+from isojax import calibrate, losses, metrics, spectral, topology
 from isojax.models import from_pretrained, save_pretrained
+from isojax.softdecay import SoftDecay, soft_decay
 
 __version__ = "0.1.0"
 
-__all__ = ["from_pretrained", "save_pretrained"]
+__all__ = ["SoftDecay", "calibrate", "from_pretrained", "losses", "metrics", "save_pretrained", "soft_decay",
+           "spectral", "topology"]

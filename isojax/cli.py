@@ -1,71 +1,214 @@
-"""The ``isojax`` command.
+"""The ``isojax`` command: ``analyze``, ``sts``, ``wordsim`` (and ``finetune``, from :mod:`isojax.train.cli`).
 
-    isojax analyze [--model default] [--data stsb] [--split test] [--out outputs/analyze] [--json PATH]
+Every command prints a table and, with ``--json PATH``, writes the same numbers as JSON.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
+
+STS_SETS_HELP = "stsb, sts12, sts13, sts14, sts15, sts16, sickr (stsb works offline; the others need the Hub)"
 
 
 def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="default",
                    help="local Hugging Face model directory, Hub id, or 'default' (all-MiniLM-L6-v2, bundled)")
-    p.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass (default 32)")
+    p.add_argument("--batch-size", type=int, default=64, help="sentences per forward pass (default 64)")
     p.add_argument("--max-length", type=int, default=128, help="truncate sentences to this many tokens (128)")
+    p.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON to PATH")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
-def _texts(args) -> list[str]:
-    from isojax.data.sts import load_sts
+def _csv(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
 
-    data = load_sts(args.data, args.split)
-    texts = list(dict.fromkeys(data.sentences1 + data.sentences2))  # unique, first-seen order
-    return texts[: args.limit] if args.limit else texts
+
+def _write_json(path: str | None, payload) -> None:
+    if path:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(payload, f, indent=1)
+        print(f"json: {path}")
 
 
 def cmd_analyze(args) -> int:
     import isojax
-    from isojax.eval import analysis
+    from isojax.data.sts import load_sts
+    from isojax.eval import analysis, wordsim
 
     module, params, tokenizer = isojax.from_pretrained(args.model)
-    texts = _texts(args)
-    os.makedirs(args.out, exist_ok=True)
+    data = load_sts(args.data, args.split)
+    texts = list(dict.fromkeys(data.sentences1 + data.sentences2))  # unique, first-seen order
+    texts = texts[: args.limit] if args.limit else texts
     result = analysis.analyze_layers(module, params, tokenizer, texts, batch_size=args.batch_size,
-                                     max_length=args.max_length, progress=not args.quiet)
+                                     max_length=args.max_length, tokens_per_text=args.tokens_per_text,
+                                     progress=not args.quiet)
     result.update(model=args.model, data=args.data, split=args.split)
-    print(f"{args.model} on {args.data} {args.split}: {len(texts)} sentences (mean over sentences; "
-          "layer 0 = embedding output)")
+    print(f"{args.model} on {args.data} {args.split}: {len(texts)} sentences; per-sentence measures averaged, "
+          f"IsoScore/anisotropy on {result['num_tokens']} pooled content tokens; layer 0 = embedding output")
     print(analysis.format_table(result))
-    png = analysis.plot_cdf(result, os.path.join(args.out, "sv_cdf.png"),
-                            title=f"{args.model}: singular-value CDF per layer ({args.data} {args.split})")
-    print(f"figure: {png}")
-    if args.json:
-        print(f"json: {analysis.save_json(result, args.json)}")
+    result["input_embeddings"] = wordsim.embedding_isotropy(wordsim.input_embeddings(params))
+    print("input embedding matrix W: " + ", ".join(f"{k} {v:.4f}" for k, v in result["input_embeddings"].items()))
+    os.makedirs(args.out, exist_ok=True)
+    name = f"{args.model} ({args.data} {args.split})"
+    print("figures:", analysis.plot_cdf(result, os.path.join(args.out, "sv_cdf.png"),
+                                        title=f"{name}: singular-value CDF per layer"),
+          analysis.plot_layers(result, os.path.join(args.out, "layers.png"), title=f"{name}: per layer"))
+    _write_json(args.json, result)
+    return 0
+
+
+def cmd_sts(args) -> int:
+    import isojax
+    from isojax.data.sts import load_sts
+    from isojax.eval import sts
+
+    for method in args.methods:  # fail on a bad method before any model work
+        sts.Transform(method)
+    if args.alpha != "search" and not -1 <= float(args.alpha) < 0:
+        raise ValueError(f"--alpha must be 'search' or a number in [-1, 0), got {args.alpha}")
+    module, params, tokenizer = isojax.from_pretrained(args.model)
+    embed = lambda split: sts.embed_pairs(module, params, tokenizer, load_sts(args.data, split),  # noqa: E731
+                                          pooling=args.pooling, max_length=args.max_length,
+                                          batch_size=args.batch_size, progress=not args.quiet)
+    data = load_sts(args.data, args.split)
+    a, b = embed(args.split)
+    payload = {"model": args.model, "data": args.data, "split": args.split, "pooling": args.pooling, "rows": []}
+    alpha = args.alpha
+    if "softdecay" in args.methods and alpha == "search":
+        dev = load_sts(args.data, args.alpha_split)
+        da, db = embed(args.alpha_split)
+        best, scores = sts.search_alpha(da, db, dev.scores)
+        payload["alpha_search"] = {"split": args.alpha_split, "spearman": {str(k): v for k, v in scores.items()},
+                                   "best": best}
+        print(f"SoftDecay alpha search on {args.data} {args.alpha_split}: "
+              + ", ".join(f"{k:g}: {v:.2f}" for k, v in scores.items()) + f" -> alpha = {best:g}")
+        alpha = best
+    rows = []
+    for method in args.methods:
+        transform = sts.Transform(method, whiten_k=args.whiten_k, abtt_D=args.abtt_d, abtt_mode=args.abtt_mode,
+                                  alpha=float(alpha) if method == "softdecay" else -0.6, flow_steps=args.flow_steps,
+                                  seed=args.seed)
+        rows.append(sts.evaluate_pairs(a, b, data.scores, transform, isotropy=not args.no_isotropy))
+    payload["rows"] = rows
+    print(f"{args.model}, {args.pooling} pooling, {args.data} {args.split} ({len(data)} pairs): Spearman/Pearson x100"
+          + ("" if args.no_isotropy else "; isotropy of the 2N transformed sentence embeddings"))
+    print(sts_table(rows))
+    _write_json(args.json, payload)
+    return 0
+
+
+def sts_table(rows: list[dict]) -> str:
+    """Aligned text table of :func:`isojax.eval.sts.evaluate_pairs` rows."""
+    cols = [c for c in ("spearman", "pearson", "token_uni", "rbf_dis", "ev1", "isoscore", "lsds") if c in rows[0]]
+    width = max(len(r["method"]) for r in rows) + 2
+    out = [f"{'method':<{width}}" + "".join(f"{c:>10}" for c in cols)]
+    out += [f"{r['method']:<{width}}" + "".join(f"{r[c]:>10.{2 if c in ('spearman', 'pearson') else 4}f}"
+                                                 for c in cols) for r in rows]
+    return "\n".join(out)
+
+
+def cmd_wordsim(args) -> int:
+    import isojax
+    from isojax.data.wordsim import load_wordsim
+    from isojax.eval import wordsim
+
+    _, params, tokenizer = isojax.from_pretrained(args.model)
+    sets = [load_wordsim(name) for name in args.data] + [load_wordsim(path) for path in args.file]
+    w = wordsim.input_embeddings(params)
+    rows = []
+    for method in args.methods:
+        wt = wordsim.transform_embeddings(w, method)
+        for similarity in args.similarity:
+            for data in sets:
+                rows.append({"method": method, **wordsim.evaluate_wordsim(wt, tokenizer, data,
+                                                                          similarity=similarity)})
+    print(f"{args.model}: word similarity on the input embedding matrix (pairs of single-token words), x100")
+    print(f"{'method':<14}{'sim':<8}{'data':<12}{'pairs':>11}{'pearson':>9}{'spearman':>9}")
+    for r in rows:
+        print(f"{r['method']:<14}{r['similarity']:<8}{r['data']:<12}{r['pairs_used']:>5}/{r['pairs_total']:<5}"
+              f"{r['pearson']:>9.2f}{r['spearman']:>9.2f}")
+    _write_json(args.json, {"model": args.model, "rows": rows})
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from isojax.eval.sts import METHODS
+    from isojax.eval.wordsim import EMBEDDING_METHODS, SIMILARITIES
+
     parser = argparse.ArgumentParser(prog="isojax", description="Isotropy analysis and calibration of "
                                      "BERT-family encoders (JAX/Flax).")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("analyze", help="layer-wise token uniformity: TokenUni, EV_1, singular-value CDF",
-                       description="Per layer (0 = embeddings): mean pairwise cosine of token states (TokenUni), "
-                       "EV_1 = s1^2 / sum s^2, median and skewness of normalised singular values s/s1 of each "
-                       "sentence's token matrix, averaged over sentences; and a PNG of the per-layer CDF of "
-                       "normalised singular values (Figure 1 of the SoftDecay paper).")
+
+    p = sub.add_parser("analyze", help="layer-wise token uniformity and isotropy, singular-value CDF, I(W)",
+                       description="Per layer (0 = embeddings), averaged over sentences: TokenUni (mean pairwise "
+                       "cosine of token states), RBF_dis, EV_1..3, median and skewness of normalised singular "
+                       "values s/s1 of each sentence's token matrix; on pooled content tokens: IsoScore and the "
+                       "anisotropy s1^2/sum s^2, raw and centered. Also I(W) of the input embedding matrix raw, "
+                       "centered and all-but-the-top. Figures: the per-layer CDF of normalised singular values "
+                       "(Figure 1 of the SoftDecay paper) and per-layer curves.")
     _add_model_options(p)
-    p.add_argument("--data", default="stsb", help="STS set whose sentences are analysed: stsb, sts12..sts16, "
-                   "sickr (default stsb)")
+    p.add_argument("--data", default="stsb", help=f"STS set whose sentences are analysed: {STS_SETS_HELP}")
     p.add_argument("--split", default="test", help="split of --data (default test)")
     p.add_argument("--limit", type=int, default=0, help="analyse only the first N unique sentences (0 = all)")
+    p.add_argument("--tokens-per-text", type=int, default=8,
+                   help="content tokens per sentence pooled for IsoScore/anisotropy (default 8)")
     p.add_argument("--out", default="outputs/analyze", help="directory for figures (default outputs/analyze)")
-    p.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON to PATH")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_analyze)
+
+    p = sub.add_parser("sts", help="unsupervised STS with post-hoc transforms (whitening, flow, SoftDecay, ...)",
+                       description="Embed both sides of every pair, fit each transform on all 2N embeddings of "
+                       "the evaluated set (SoftDecay: on each side's [N, d] matrix), score pairs by cosine, report "
+                       "Spearman and Pearson x100 and the isotropy of the transformed embeddings (TokenUni, "
+                       "RBF_dis, EV_1, IsoScore, LSDS against the raw embeddings).")
+    _add_model_options(p)
+    p.add_argument("--data", default="stsb", help=f"STS set: {STS_SETS_HELP}")
+    p.add_argument("--split", default="test", help="evaluated split (default test)")
+    p.add_argument("--pooling", default="mean", choices=("cls", "pooler", "mean", "first_last_avg", "last2avg"),
+                   help="sentence pooling (default mean)")
+    p.add_argument("--methods", type=_csv, default=list(METHODS),
+                   help=f"comma-separated transforms, default all: {','.join(METHODS)}")
+    p.add_argument("--alpha", default="search",
+                   help="SoftDecay alpha < 0, or 'search' (best of -0.2..-1.0 on --alpha-split; default)")
+    p.add_argument("--alpha-split", default="validation", help="split for the alpha search (default validation)")
+    p.add_argument("--whiten-k", type=int, default=None, help="whitening: keep k dimensions (default all)")
+    p.add_argument("--abtt-d", type=int, default=None, help="all-but-the-top: D directions (default ceil(d/100))")
+    p.add_argument("--abtt-mode", default="centered", choices=("centered", "raw"),
+                   help="all-but-the-top: project the centered (eq. 11) or the raw vectors (Mu & Viswanath)")
+    p.add_argument("--flow-steps", type=int, default=300, help="flow: maximum-likelihood steps (default 300)")
+    p.add_argument("--seed", type=int, default=0, help="flow initialisation and batch seed")
+    p.add_argument("--no-isotropy", action="store_true", help="skip the isotropy columns")
+    p.set_defaults(func=cmd_sts)
+
+    p = sub.add_parser("wordsim", help="word similarity on the input embedding matrix (too-much-in-common §5)",
+                       description="Score word pairs by cosine or inner product of their rows of the input "
+                       "embedding matrix, raw and post-processed; pairs with a word split into several tokens "
+                       "are skipped.")
+    _add_model_options(p)
+    p.add_argument("--data", type=_csv, default=["ws353", "simlex999", "men", "rw"],
+                   help="comma-separated sets: ws353, ws353_sim, ws353_rel, simlex999, men, rw, mturk287, rg65 "
+                   "(default ws353,simlex999,men,rw)")
+    p.add_argument("--file", action="append", default=[], metavar="PATH",
+                   help="your own word-pair file ('word1 word2 score', tab or space separated; repeatable)")
+    p.add_argument("--methods", type=_csv, default=list(EMBEDDING_METHODS),
+                   help=f"comma-separated post-processing, default all: {','.join(EMBEDDING_METHODS)}")
+    p.add_argument("--similarity", type=_csv, default=list(SIMILARITIES),
+                   help="comma-separated: cosine, inner (default both)")
+    p.set_defaults(func=cmd_wordsim)
+    _add_finetune(sub)
     return parser
+
+
+def _add_finetune(sub) -> None:
+    try:
+        from isojax.train.cli import add_finetune_parser
+    except ImportError:  # the training engine is optional at this layer
+        return
+    add_finetune_parser(sub)
 
 
 def main(argv=None) -> int:

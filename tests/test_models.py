@@ -271,3 +271,36 @@ def test_distilbert_rejects_token_types():
     params = module.init(jax.random.key(0), jnp.ones((1, 3), jnp.int32))["params"]
     with pytest.raises(ValueError, match="distilbert has no token types"):
         module.apply({"params": params}, jnp.ones((1, 3), jnp.int32), None, jnp.zeros((1, 3), jnp.int32))
+
+
+# ---------------------------------------------------------------- last-layer SoftDecay
+
+def test_softdecay_on_the_last_layer(bert_tiny, tmp_path):
+    """alpha lives in params["last_layer_transform"]; the output is soft_decay of the plain model's last layer
+    per sequence over real tokens; gradients w.r.t. alpha are finite on a padded batch; save/load keeps alpha."""
+    from isojax import SoftDecay, soft_decay
+
+    plain, params, path = bert_tiny
+    module, sd_params, _ = isojax.from_pretrained(str(path), last_layer_transform=SoftDecay(alpha_init=-0.4))
+    assert set(sd_params["last_layer_transform"]) == {"theta"}
+    ids, mask, types = padded_batch(0, 99)
+    out = module.apply({"params": sd_params}, ids, mask, types)
+    ref_hidden = plain.apply({"params": params}, ids, mask, types).last_hidden_state
+    for i, n in enumerate(mask.sum(1)):
+        np.testing.assert_allclose(out.last_hidden_state[i, :n], soft_decay(ref_hidden[i, :n], -0.4), atol=2e-5)
+    np.testing.assert_allclose(out.hidden_states[-2], plain.apply({"params": params}, ids, mask, types)
+                               .hidden_states[-2], atol=1e-6)
+
+    def loss(p):
+        return (module.apply({"params": p}, ids, mask, types).pooler_output ** 2).sum()
+
+    grads = jax.grad(loss)(sd_params)
+    assert all(np.isfinite(g).all() for g in jax.tree.leaves(grads))
+    assert float(grads["last_layer_transform"]["theta"]) != 0.0
+    changed = jax.tree.map(lambda x: x, sd_params)
+    changed["last_layer_transform"]["theta"] = jnp.asarray(0.7)
+    isojax.save_pretrained(module, changed, str(tmp_path))
+    assert (tmp_path / "isojax_extra.safetensors").exists()
+    _, reloaded, _ = isojax.from_pretrained(str(tmp_path), last_layer_transform=SoftDecay(alpha_init=-0.4))
+    assert float(reloaded["last_layer_transform"]["theta"]) == pytest.approx(0.7)
+    transformers.AutoModel.from_pretrained(tmp_path)  # the main file stays loadable by transformers

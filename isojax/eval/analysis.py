@@ -3,11 +3,17 @@
 For every layer l (0 = embedding output) and every sentence s, with ``X`` the ``[n_s, d]`` matrix of its real
 token states and ``σ̃ = σ / σ_1`` its normalised singular values:
 
-    TokenUni   mean cosine over pairs of distinct tokens          (metrics.token_uniformity)
-    EV_1       σ_1^2 / Σ σ_i^2                                     (metrics.explained_variance, uncentered)
+    TokenUni     mean cosine over pairs of distinct tokens          (metrics.token_uniformity)
+    RBF_dis      log mean exp(-2 ||x̂_i - x̂_j||^2), unit rows        (metrics.rbf_uniformity)
+    EV_1..EV_3   Σ_{i<=k} σ_i^2 / Σ σ_i^2                           (metrics.explained_variance, uncentered)
     median σ̃, skewness of σ̃                                       (metrics.singular_value_stats)
 
-Per layer the table reports the mean over sentences; the CDF of Figure 1 pools the σ̃ of all sentences.
+These are averaged over sentences; the CDF of Figure 1 pools the σ̃ of all sentences. Corpus-level measures use
+the token states of up to ``tokens_per_text`` content tokens (positions 1, 2, ...; [CLS]/[SEP] excluded) of every
+sentence, pooled into one ``[T, d]`` matrix per layer:
+
+    IsoScore                                                     (metrics.isoscore)
+    anisotropy   σ_1^2 / Σ σ_i^2 of the pooled matrix, raw and centered   (metrics.anisotropy)
 """
 from __future__ import annotations
 
@@ -21,60 +27,106 @@ from isojax import metrics
 from isojax.eval.encode import encode
 
 CDF_GRID = np.linspace(0.0, 1.0, 201)
-COLUMNS = ("token_uni", "ev1", "sv_median", "sv_skewness")
+SENTENCE_COLUMNS = ("token_uni", "rbf_dis", "ev1", "ev2", "ev3", "sv_median", "sv_skewness")
+CORPUS_COLUMNS = ("isoscore", "anisotropy", "anisotropy_centered")
 
 
-def _per_sentence(output, mask):
-    """``reduce`` for :func:`encode`: per sentence and layer, the statistics above and CDF counts on the grid."""
-    h = jnp.stack(output.hidden_states, axis=1)  # [B, layers, L, H]
+def _per_sentence(output, mask, tokens_per_text: int):
+    """``reduce`` for :func:`encode`: per sentence and layer, the statistics above, CDF counts on the grid, and
+    the states of the first ``tokens_per_text`` content tokens with their validity."""
+    h = jnp.stack(output.hidden_states, axis=1).astype(jnp.float32)  # [B, layers, L, H]
     m = jnp.broadcast_to(mask[:, None, :], h.shape[:-1])
     stats = metrics.singular_value_stats(h, mask=m)
     grid = jnp.asarray(CDF_GRID, stats.normalized.dtype)
     below = (stats.normalized[..., None, :] <= grid[:, None]) & stats.valid[..., None, :]
+    positions = jnp.arange(1, tokens_per_text + 1)
+    content = positions[None, :] < mask.sum(-1, keepdims=True) - 1  # [B, K]: not [CLS], not the final [SEP]
+    width = h.shape[2]
+    samples = h[:, :, jnp.minimum(positions, width - 1)]  # [B, layers, K, H]
     return dict(
         token_uni=metrics.token_uniformity(h, mask=m),
-        ev1=metrics.explained_variance(h, 1, mask=m),
+        rbf_dis=metrics.rbf_uniformity(h, mask=m),
+        **{f"ev{k}": metrics.explained_variance(h, k, mask=m) for k in (1, 2, 3)},
         sv_median=stats.median,
         sv_skewness=stats.skewness,
         cdf_counts=below.sum(-1),  # [B, layers, grid]
         n_valid=stats.valid.sum(-1),  # [B, layers]
+        samples=samples,
+        sample_valid=content,
     )
 
 
 def analyze_layers(module, params, tokenizer, texts: Sequence[str], *, batch_size: int = 32,
-                   max_length: int = 128, progress: bool = False) -> dict:
-    """Per-layer table and pooled singular-value CDF of ``texts``.
+                   max_length: int = 128, tokens_per_text: int = 8, progress: bool = False) -> dict:
+    """Per-layer table and pooled singular-value CDF of ``texts`` (see the module docstring).
 
-    Returns ``{"layers": [...], "token_uni": [...], "ev1": [...], "sv_median": [...], "sv_skewness": [...],
-    "cdf_grid": [...], "cdf": [[...] per layer], "num_texts": N}`` (plain lists, JSON-ready).
+    Returns a JSON-ready dict: ``layers``, one list per column of ``SENTENCE_COLUMNS`` and ``CORPUS_COLUMNS``
+    (one value per layer), ``cdf_grid``, ``cdf`` (one list per layer), ``num_texts``, ``num_tokens``.
     """
-    per = encode(module, params, tokenizer, texts, reduce=_per_sentence, batch_size=batch_size,
-                 max_length=max_length, progress=progress, desc="analyzing layers")
-    result = {"num_texts": len(texts), "layers": list(range(per["ev1"].shape[1]))}
-    for name in COLUMNS:
+    per = encode(module, params, tokenizer, texts, batch_size=batch_size, max_length=max_length,
+                 reduce=lambda out, mask: _per_sentence(out, mask, tokens_per_text), progress=progress,
+                 desc="analyzing layers")
+    layers = per["ev1"].shape[1]
+    result = {"num_texts": len(texts), "layers": list(range(layers))}
+    for name in SENTENCE_COLUMNS:
         result[name] = per[name].astype(np.float64).mean(0).tolist()
+    tokens = np.swapaxes(per["samples"], 1, 2)[per["sample_valid"]]  # [T, layers, H]
+    if len(tokens) < 2:
+        raise ValueError(f"only {len(tokens)} content tokens in the texts; corpus measures need at least 2")
+    result["num_tokens"] = len(tokens)
+    by_layer = jnp.asarray(np.swapaxes(tokens, 0, 1))  # [layers, T, H]
+    result["isoscore"] = np.asarray(metrics.isoscore(by_layer)).tolist()
+    result["anisotropy"] = np.asarray(metrics.anisotropy(by_layer)).tolist()
+    result["anisotropy_centered"] = np.asarray(metrics.anisotropy(by_layer, center=True)).tolist()
     result["cdf_grid"] = CDF_GRID.tolist()
     result["cdf"] = (per["cdf_counts"].sum(0) / per["n_valid"].sum(0)[:, None]).tolist()
     return result
 
 
+_HEADERS = {"token_uni": "TokenUni", "rbf_dis": "RBF_dis", "ev1": "EV_1", "ev2": "EV_2", "ev3": "EV_3",
+            "sv_median": "med σ̃", "sv_skewness": "skew σ̃", "isoscore": "IsoScore", "anisotropy": "aniso",
+            "anisotropy_centered": "aniso_c"}
+
+
 def format_table(result: dict) -> str:
     """The per-layer table as aligned text."""
-    head = f"{'layer':>5} {'TokenUni':>9} {'EV_1':>7} {'median σ̃':>9} {'skew σ̃':>8}"
+    columns = [c for c in (*SENTENCE_COLUMNS, *CORPUS_COLUMNS) if c in result]
+    head = f"{'layer':>5} " + " ".join(f"{_HEADERS[c]:>9}" for c in columns)
     rows = [head, "-" * len(head)]
     for i, layer in enumerate(result["layers"]):
-        rows.append(f"{layer:>5} {result['token_uni'][i]:>9.4f} {result['ev1'][i]:>7.4f} "
-                    f"{result['sv_median'][i]:>9.4f} {result['sv_skewness'][i]:>8.3f}")
+        rows.append(f"{layer:>5} " + " ".join(f"{result[c][i]:>9.4f}" for c in columns))
     return "\n".join(rows)
 
 
-def plot_cdf(result: dict, path: str, *, title: str = "") -> str:
-    """Figure 1 of the SoftDecay paper: per-layer empirical CDF of normalised singular values, saved as PNG."""
+def plot_layers(result: dict, path: str, *, title: str = "") -> str:
+    """Per-layer curves of the uniformity and isotropy measures, saved as PNG."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for c in ("token_uni", "ev1", "sv_median", "isoscore", "anisotropy", "anisotropy_centered"):
+        ax.plot(result["layers"], result[c], marker="o", label=_HEADERS[c])
+    ax.set_xlabel("layer (0 = embeddings)")
+    ax.set_ylabel("value")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title or "Uniformity and isotropy per layer")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def plot_cdf(result: dict, path: str, *, title: str = "") -> str:
+    """Figure 1 of the SoftDecay paper: per-layer empirical CDF of normalised singular values, saved as PNG."""
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 4.5))
     colors = plt.cm.viridis(np.linspace(0, 1, len(result["layers"])))
     for layer, cdf, color in zip(result["layers"], result["cdf"], colors):
@@ -98,4 +150,4 @@ def save_json(result: dict, path: str) -> str:
     return path
 
 
-__all__ = ["analyze_layers", "format_table", "plot_cdf", "save_json"]
+__all__ = ["analyze_layers", "format_table", "plot_cdf", "plot_layers", "save_json"]

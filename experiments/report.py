@@ -1,0 +1,67 @@
+"""Writing experiment results: a Markdown table with the command, commit and machine that made it, plus JSON."""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+
+import jax
+
+RESULTS = os.path.join(os.path.dirname(__file__), "results")
+
+
+def provenance(module: str) -> dict[str, str]:
+    """Command line (``python -m experiments.<module> ...``), git commit (marked if the tree was dirty), machine
+    and date."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True).stdout.strip()
+
+    dirty = " (uncommitted changes)" if git("status", "--porcelain", "--untracked-files=no") else ""
+    dev = jax.devices()[0]
+    return {
+        "command": f"python -m experiments.{module} {shlex.join(sys.argv[1:])}".strip(),
+        "commit": (git("rev-parse", "--short", "HEAD") or "unknown") + dirty,
+        "machine": f"{os.cpu_count()} CPU cores, {platform.machine()}, jax {jax.__version__} on {dev.platform} "
+                   f"({dev.device_kind})",
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+def display_name(model: str) -> str:
+    """The model's Hub name for tables (``default`` -> sentence-transformers/all-MiniLM-L6-v2)."""
+    from isojax.models.hub import DEFAULT_MODEL
+
+    return DEFAULT_MODEL if model == "default" else model
+
+
+def markdown_table(headers: list[str], rows: list[list]) -> str:
+    """A GitHub Markdown table; floats with two decimals unless they are small (then four)."""
+    def cell(v):
+        if isinstance(v, float):
+            return f"{v:.4f}" if abs(v) < 1 else f"{v:.2f}"
+        return "" if v is None else str(v)
+
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def write_result(name: str, title: str, sections: list[str], payload: dict) -> str:
+    """Write ``results/<name>.md`` (title, provenance, sections) and ``results/<name>.json``; return the .md path.
+
+    ``name`` is also the experiment's module name (``python -m experiments.<name>``)."""
+    os.makedirs(RESULTS, exist_ok=True)
+    prov = provenance(name)
+    header = [f"# {title}", "", *(f"- {k}: `{v}`" for k, v in prov.items()), ""]
+    path = os.path.join(RESULTS, f"{name}.md")
+    with open(path, "w") as f:
+        f.write("\n".join(header + [s.rstrip() + "\n" for s in sections]))
+    with open(os.path.join(RESULTS, f"{name}.json"), "w") as f:
+        json.dump({"provenance": prov, **payload}, f, indent=1)
+    return path

@@ -1,0 +1,127 @@
+"""Unsupervised STS evaluation: sentence embeddings, a post-hoc transform, cosine similarity vs gold scores.
+
+Protocol (BERT-flow / BERT-whitening / SoftDecay papers): embed both sides of every pair; fit the transform on
+all ``2N`` sentence embeddings of the evaluated set and apply it to them (``softdecay`` is applied to each side's
+``[N, d]`` matrix separately, as in the SoftDecay authors' code); score each pair by the cosine of its two
+transformed embeddings; report Spearman's and Pearson's correlation with the gold scores, ×100.
+
+Transforms (``METHODS``): ``raw``; ``center``; ``scaled_center``; ``whiten`` (k dims, BERT-whitening);
+``abtt`` (all-but-the-top, D directions, centered or raw projection); ``flow`` (Glow fitted by maximum
+likelihood); ``softdecay`` (fixed α, over the whole matrix).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.stats
+
+from isojax import calibrate, metrics
+from isojax.eval.encode import encode
+from isojax.softdecay import soft_decay
+
+METHODS = ("raw", "center", "scaled_center", "whiten", "abtt", "flow", "softdecay")
+DEFAULT_ALPHAS = (-0.2, -0.4, -0.6, -0.8, -1.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Transform:
+    """A post-hoc transform and its options: ``whiten_k``, ``abtt_D``/``abtt_mode``, ``alpha``, flow settings."""
+
+    method: str = "raw"
+    whiten_k: int | None = None
+    abtt_D: int | None = None
+    abtt_mode: str = "centered"
+    alpha: float = -0.6
+    flow_steps: int = 300
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise ValueError(f"unknown STS method {self.method!r}; expected one of {METHODS}")
+
+    @property
+    def label(self) -> str:
+        extra = {"whiten": f"k={self.whiten_k}" if self.whiten_k else "",
+                 "abtt": f"D={self.abtt_D or 'd/100'}, {self.abtt_mode}",
+                 "softdecay": f"alpha={self.alpha:g}"}.get(self.method, "")
+        return f"{self.method} ({extra})" if extra else self.method
+
+    def __call__(self, a: np.ndarray, b: np.ndarray) -> tuple[jax.Array, jax.Array]:
+        """Transform the two sides ``[N, d]`` of the pairs; returns ``([N, d'], [N, d'])``."""
+        if self.method == "softdecay":
+            return soft_decay(jnp.asarray(a), self.alpha), soft_decay(jnp.asarray(b), self.alpha)
+        both = jnp.concatenate([jnp.asarray(a), jnp.asarray(b)])
+        out = self.apply_joint(both)
+        return out[: len(a)], out[len(a):]
+
+    def apply_joint(self, x: jax.Array) -> jax.Array:
+        """The transform fitted on and applied to the rows of ``x [M, d]`` (not used for softdecay)."""
+        if self.method == "raw":
+            return x
+        if self.method == "center":
+            return calibrate.center(x)
+        if self.method == "scaled_center":
+            return calibrate.scaled_center(x)
+        if self.method == "whiten":
+            return calibrate.whiten(x, calibrate.fit_whitening(x, k=self.whiten_k))
+        if self.method == "abtt":
+            return calibrate.all_but_the_top(x, D=self.abtt_D, mode=self.abtt_mode)
+        if self.method == "flow":
+            state = calibrate.fit_flow(x, jax.random.key(self.seed), steps=self.flow_steps)
+            return calibrate.flow_forward(state, x)[0]
+        return soft_decay(x, self.alpha)
+
+
+def embed_pairs(module, params, tokenizer, data, *, pooling: str = "mean", max_length: int = 128,
+                batch_size: int = 64, progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Sentence embeddings ``([N, d], [N, d])`` of both sides of an :class:`isojax.data.sts.StsData`."""
+    emb = encode(module, params, tokenizer, data.sentences1 + data.sentences2, pooling=pooling,
+                 max_length=max_length, batch_size=batch_size, progress=progress,
+                 desc=f"embedding {data.name} {data.split}")
+    return emb[: len(data)], emb[len(data):]
+
+
+def cosine_scores(a, b) -> np.ndarray:
+    """Row-wise cosine similarity of two ``[N, d]`` arrays (0 where a row is zero)."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    return np.divide((a * b).sum(1), norms, out=np.zeros(len(a)), where=norms > 0)
+
+
+def correlations(predicted, gold) -> dict[str, float]:
+    """Spearman and Pearson correlation ×100."""
+    return {"spearman": 100 * float(scipy.stats.spearmanr(predicted, gold).statistic),
+            "pearson": 100 * float(scipy.stats.pearsonr(predicted, gold).statistic)}
+
+
+def sentence_isotropy(raw: np.ndarray, transformed: np.ndarray, *, lsds_k: int = 12) -> dict[str, float]:
+    """Figure-4 metrics of the SoftDecay paper on sentence embeddings ``[M, d]``: TokenUni (mean cosine of
+    distinct pairs), log RBF_dis (t=2), EV_1, IsoScore, and LSDS of ``raw -> transformed`` (k neighbours)."""
+    x = jnp.asarray(transformed, jnp.float32)
+    return {
+        "token_uni": float(metrics.token_uniformity(x)),
+        "rbf_dis": float(metrics.rbf_uniformity(x)),
+        "ev1": float(metrics.explained_variance(x, 1)),
+        "isoscore": float(metrics.isoscore(x)),
+        "lsds": float(metrics.lsds(jnp.asarray(raw, jnp.float32), x, k=lsds_k)),
+    }
+
+
+def evaluate_pairs(a: np.ndarray, b: np.ndarray, gold, transform: Transform, *, isotropy: bool = False) -> dict:
+    """Spearman/Pearson ×100 of ``transform`` on embedded pairs (and, with ``isotropy``, the Figure-4 metrics
+    of all ``2N`` transformed embeddings)."""
+    ta, tb = transform(a, b)
+    result = {"method": transform.label, **correlations(cosine_scores(ta, tb), gold)}
+    if isotropy:
+        result.update(sentence_isotropy(np.concatenate([a, b]), np.concatenate([np.asarray(ta), np.asarray(tb)])))
+    return result
+
+
+def search_alpha(a, b, gold, alphas: Sequence[float] = DEFAULT_ALPHAS) -> tuple[float, dict[float, float]]:
+    """The SoftDecay α with the best Spearman on a (dev) set; returns ``(best alpha, {alpha: spearman})``."""
+    scores = {alpha: evaluate_pairs(a, b, gold, Transform("softdecay", alpha=alpha))["spearman"] for alpha in alphas}
+    return max(scores, key=scores.get), scores

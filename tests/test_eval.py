@@ -1,0 +1,106 @@
+"""STS and word-similarity evaluation against numpy/scipy references."""
+import numpy as np
+import pytest
+import scipy.stats
+
+from isojax.data.wordsim import WordSimData
+from isojax.eval import sts, wordsim
+
+
+def test_cosine_scores_match_numpy_and_zero_rows():
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=(20, 5)), rng.normal(size=(20, 5))
+    b[3] = 0
+    ref = np.array([x @ y / (np.linalg.norm(x) * np.linalg.norm(y)) if np.any(y) else 0.0 for x, y in zip(a, b)])
+    np.testing.assert_allclose(sts.cosine_scores(a, b), ref, atol=1e-12)
+
+
+def test_evaluate_pairs_each_method_against_reference_transform():
+    """Spearman of every method equals scipy on cosines of the numpy-transformed embeddings."""
+    rng = np.random.default_rng(1)
+    base = rng.normal(size=(60, 8)) @ rng.normal(size=(8, 8)) + 3.0  # shifted, anisotropic
+    a, b = base + 0.3 * rng.normal(size=base.shape), base + 0.3 * rng.normal(size=base.shape)
+    gold = rng.uniform(0, 5, 60)
+    both = np.concatenate([a, b])
+    mu = both.mean(0)
+    cov = np.cov(both.T)
+    s, u = np.linalg.eigh(cov)
+    refs = {
+        "raw": both,
+        "center": both - mu,
+        "whiten": (both - mu) @ (u / np.sqrt(s)),
+        "abtt": (both - mu) - np.outer((both - mu) @ u[:, -1], u[:, -1]),
+    }
+    for method, ref in refs.items():
+        got = sts.evaluate_pairs(a.astype(np.float32), b.astype(np.float32), gold, sts.Transform(method))
+        want = 100 * scipy.stats.spearmanr(sts.cosine_scores(ref[:60], ref[60:]), gold).statistic
+        assert got["spearman"] == pytest.approx(want, abs=0.05), method
+
+
+def test_softdecay_is_applied_to_each_side_separately():
+    rng = np.random.default_rng(2)
+    a, b = rng.normal(size=(30, 6)).astype(np.float32), rng.normal(size=(30, 6)).astype(np.float32)
+    ta, tb = sts.Transform("softdecay", alpha=-0.5)(a, b)
+    from isojax.softdecay import soft_decay
+
+    np.testing.assert_allclose(ta, soft_decay(a, -0.5), atol=1e-6)
+    np.testing.assert_allclose(tb, soft_decay(b, -0.5), atol=1e-6)
+
+
+def test_search_alpha_returns_the_best_scoring_alpha():
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(size=(40, 6)).astype(np.float32), rng.normal(size=(40, 6)).astype(np.float32)
+    gold = sts.cosine_scores(a, b) + 0.1 * rng.normal(size=40)
+    best, scores = sts.search_alpha(a, b, gold)
+    assert set(scores) == set(sts.DEFAULT_ALPHAS) and scores[best] == max(scores.values())
+
+
+def test_unknown_method_is_rejected():
+    with pytest.raises(ValueError, match="unknown STS method 'pca'"):
+        sts.Transform("pca")
+
+
+class WordTokenizer:
+    """A tiny tokenizer: known words are one token, others split into characters."""
+
+    vocab = {w: i for i, w in enumerate(["cat", "dog", "car", "tiger", "bus", "apple", "pear", "x", "y", "z"])}
+
+    def __call__(self, words, add_special_tokens=False):
+        return {"input_ids": [[self.vocab[w]] if w in self.vocab else [0, 1] for w in words]}
+
+
+def test_wordsim_skips_split_words_and_matches_scipy():
+    rng = np.random.default_rng(4)
+    w = rng.normal(size=(10, 4)) + 1.0
+    pairs = [("cat", "tiger"), ("dog", "cat"), ("car", "bus"), ("apple", "pear"), ("cat", "unknownword"),
+             ("car", "apple")]
+    data = WordSimData(pairs, np.array([9.0, 7.0, 6.5, 8.0, 3.0, 1.0]), "toy")
+    tok = WordTokenizer()
+    keep = [0, 1, 2, 3, 5]
+    ids = [(tok.vocab[pairs[i][0]], tok.vocab[pairs[i][1]]) for i in keep]
+    for similarity in ("cosine", "inner"):
+        got = wordsim.evaluate_wordsim(w, tok, data, similarity=similarity)
+        sims = [w[i] @ w[j] / ((np.linalg.norm(w[i]) * np.linalg.norm(w[j])) if similarity == "cosine" else 1)
+                for i, j in ids]
+        assert got["pairs_used"] == 5 and got["pairs_total"] == 6
+        assert got["pearson"] == pytest.approx(100 * scipy.stats.pearsonr(sims, data.scores[keep]).statistic)
+        assert got["spearman"] == pytest.approx(100 * scipy.stats.spearmanr(sims, data.scores[keep]).statistic)
+
+
+def test_embedding_isotropy_against_numpy_partition_function():
+    rng = np.random.default_rng(5)
+    w = (rng.normal(size=(500, 6)) * 0.5 + np.array([1.0, 0, 0, 0, 0, 0])).astype(np.float32)
+
+    def i1(m):
+        _, vecs = np.linalg.eigh(m.T.astype(np.float64) @ m)
+        c = np.concatenate([vecs, -vecs], axis=1)
+        z = np.exp(m.astype(np.float64) @ c).sum(0)
+        return z.min() / z.max()
+
+    mu = w.mean(0)
+    out = wordsim.embedding_isotropy(w)
+    assert out["I(W)"] == pytest.approx(i1(w), rel=1e-4)
+    assert out["I(W_c)"] == pytest.approx(i1(w - mu), rel=1e-4)
+    assert out["I(W_c)"] > out["I(W)"]
+    assert out["mean_norm"] == pytest.approx(np.linalg.norm(mu), rel=1e-5)
+    assert out["mean_norm_ratio"] == pytest.approx(np.linalg.norm(mu) / np.linalg.norm(w, axis=1).mean(), rel=1e-5)
