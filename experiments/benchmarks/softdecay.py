@@ -1,0 +1,145 @@
+"""SoftDecay cost: (a) isojax vs a PyTorch reference, forward+backward; (b) overhead on a BERT-base training step.
+
+    python -m experiments.benchmarks.softdecay [--batch 32 --length 128 --hidden 768 --repeats 10] [--quick]
+                                               [--torch-threads N] [--skip-encoder | --skip-reference]
+
+(a) ``soft_decay`` forward + backward (gradients for x and alpha of ``sum(W * soft_decay(x, alpha))``) on
+``[batch, length, hidden]`` under ``jit``, against PyTorch autograd through ``torch.linalg.svd`` per example (the
+authors' approach, batched). A second PyTorch row decomposes the tall transpose ``xᵀ`` as isojax does (LAPACK's
+SVD is much faster on tall than on wide matrices), so that the two sides differ only in the derivative, the
+runtime and the LAPACK (PyTorch: MKL; jaxlib: scipy's OpenBLAS). Goal on CPU: ratio isojax/PyTorch < 1.
+(b) One jitted training step (forward + backward for all parameters of a random-weight BERT-base, loss = mean
+square of the last hidden state, batch x length tokens with padding) with and without ``SoftDecay`` as
+``last_layer_transform``, timed interleaved; prints both times, the overhead and the cost of ``soft_decay`` alone.
+Goal on GPU: < 15 %.
+Both sides of each comparison run in this process after warm-up (``block_until_ready``), medians in ms.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+# jaxlib's CPU SVD calls scipy's OpenBLAS LAPACK from inside XLA's own thread pool; OpenBLAS threads on top of
+# that oversubscribe the cores (measured 10x slower SVDs on 2 busy cores). Must be set before numpy/jax load.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from experiments.benchmarks.common import machine, median_ms, report  # noqa: E402
+from isojax.softdecay import SoftDecay, soft_decay  # noqa: E402
+
+
+def torch_soft_decay_step(x, w, alpha, transpose: bool):
+    """PyTorch reference: Algorithm 1 with ``torch.linalg.svd`` per example, then autograd for x and alpha."""
+    import torch
+
+    x = x.detach().requires_grad_(True)
+    alpha = alpha.detach().requires_grad_(True)
+    if transpose:
+        v, s, ut = torch.linalg.svd(x.mT, full_matrices=False)
+        u, vt = ut.mT, v.mT
+    else:
+        u, s, vt = torch.linalg.svd(x, full_matrices=False)
+    f = -torch.log(1 - alpha * (s + alpha)) / alpha
+    k = s.amax(-1, keepdim=True) / f.amax(-1, keepdim=True)
+    y = (u * (k * f).unsqueeze(-2)) @ vt
+    loss = (y * w).sum()
+    loss.backward()
+    return loss.detach(), x.grad, alpha.grad
+
+
+def bench_reference(args) -> None:
+    import torch
+
+    torch.set_num_threads(args.torch_threads)
+    print(f"torch {torch.__version__} ({torch.get_num_threads()} threads, LAPACK: MKL); jax LAPACK: scipy OpenBLAS "
+          f"(OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']})")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((args.batch, args.length, args.hidden)).astype(np.float32)
+    w = rng.standard_normal(x.shape).astype(np.float32)
+    alpha = np.float32(args.alpha)
+
+    step = jax.jit(jax.value_and_grad(lambda x, a, w: jnp.sum(soft_decay(x, a) * w), argnums=(0, 1)))
+    xj, wj, aj = jax.device_put(x), jax.device_put(w), jax.device_put(alpha)
+    xt, wt, at = torch.from_numpy(x), torch.from_numpy(w), torch.tensor(alpha)
+
+    (value, (gx, ga)) = step(xj, aj, wj)
+    t_value, t_gx, t_ga = torch_soft_decay_step(xt, wt, at, transpose=False)
+    gx_err = float(np.abs(np.asarray(gx) - t_gx.numpy()).max() / np.abs(t_gx.numpy()).max())
+    print(f"(a) soft_decay forward+backward on [{args.batch}, {args.length}, {args.hidden}], alpha={args.alpha}: "
+          f"loss {float(value):.4f} vs torch {float(t_value):.4f}; max |dx diff|/max|dx| {gx_err:.1e}; "
+          f"d alpha {float(ga):.4f} vs torch {float(t_ga):.4f}")
+    jax_ms = median_ms(lambda: step(xj, aj, wj), repeats=args.repeats)
+    torch_ms = median_ms(lambda: torch_soft_decay_step(xt, wt, at, transpose=False), repeats=args.repeats)
+    torch_t_ms = median_ms(lambda: torch_soft_decay_step(xt, wt, at, transpose=True), repeats=args.repeats)
+    report([("svd of [L, H] (authors' way)", jax_ms, torch_ms),
+            ("svd of [H, L] (both transposed)", jax_ms, torch_t_ms)], "isojax", "pytorch")
+
+
+def bench_encoder(args) -> None:
+    from isojax.models import EncoderConfig, build_encoder
+
+    cfg = EncoderConfig.bert_base(num_hidden_layers=args.layers)
+    rng = np.random.default_rng(0)
+    ids = jnp.asarray(rng.integers(0, cfg.vocab_size, (args.batch, args.length)), jnp.int32)
+    lengths = rng.integers(args.length // 2, args.length + 1, (args.batch, 1))
+    mask = jnp.asarray(np.arange(args.length)[None] < lengths)
+
+    steps = {}
+    for name, transform in [("without SoftDecay", None), ("with SoftDecay", SoftDecay())]:
+        model = build_encoder(cfg, last_layer_transform=transform)
+        params = jax.jit(model.init)(jax.random.key(0), ids, mask)["params"]
+
+        def loss(params, model=model):
+            out = model.apply({"params": params}, ids, mask, deterministic=True).last_hidden_state
+            return jnp.mean(jnp.where(mask[..., None], out, 0) ** 2)
+
+        step = jax.jit(lambda params, loss=loss: jax.value_and_grad(loss)(params))
+        steps[name] = lambda step=step, params=params: step(params)
+        jax.block_until_ready(steps[name]())  # compile + warm-up
+    # Interleaved, so that load drifting on a shared machine hits both sides alike; overhead = median pair ratio.
+    times = {name: [] for name in steps}
+    for _ in range(args.repeats):
+        for name, run in steps.items():
+            times[name].append(median_ms(run, warmup=0, repeats=1))
+    base, with_sd = (np.array(v) for v in times.values())
+    h = cfg.hidden_size
+    x = jax.device_put(rng.standard_normal((args.batch, args.length, h)).astype(np.float32))
+    alone = jax.jit(jax.grad(lambda x, a: jnp.sum(soft_decay(x, a, mask=mask) ** 2), argnums=(0, 1)))
+    alone_ms = median_ms(lambda: alone(x, np.float32(args.alpha)), repeats=args.repeats)
+    print(f"(b) BERT-base ({cfg.num_hidden_layers} layers) training step (forward + backward for all params), batch "
+          f"{args.batch} x {args.length}, {args.repeats} interleaved repeats")
+    print(f"{'without SoftDecay':<34} {np.median(base):>10.1f} ms\n"
+          f"{'with SoftDecay':<34} {np.median(with_sd):>10.1f} ms\n"
+          f"{'overhead (median of pairs)':<34} {100 * np.median(with_sd / base - 1):>10.1f} %  "
+          f"(pairs: {', '.join(f'{100 * r:.1f}' for r in with_sd / base - 1)})\n"
+          f"{'soft_decay alone, fwd+bwd [B,L,H]':<34} {alone_ms:>10.1f} ms = {100 * alone_ms / np.median(base):.1f} % "
+          "of the step without it")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--length", type=int, default=128)
+    ap.add_argument("--hidden", type=int, default=768, help="hidden size for (a); (b) uses BERT-base's 768")
+    ap.add_argument("--layers", type=int, default=12, help="encoder layers for (b)")
+    ap.add_argument("--alpha", type=float, default=-0.2)
+    ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--torch-threads", type=int, default=os.cpu_count())
+    ap.add_argument("--skip-reference", action="store_true", help="skip (a)")
+    ap.add_argument("--skip-encoder", action="store_true", help="skip (b)")
+    ap.add_argument("--quick", action="store_true", help="smoke run: batch 4 x 32, 2 layers, 3 repeats")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.batch, args.length, args.layers, args.repeats = 4, 32, 2, 3
+    print(machine())
+    if not args.skip_reference:
+        bench_reference(args)
+    if not args.skip_encoder:
+        bench_encoder(args)
+
+
+if __name__ == "__main__":
+    main()
