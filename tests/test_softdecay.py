@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 from isojax.softdecay import SoftDecay, alpha_from_param, decay_curve, soft_decay
+from spectral_helpers import central_difference, orthogonal, rel_err, with_spectrum
 
 
 def algorithm1(x, alpha, rescale=True):
@@ -20,25 +21,6 @@ def algorithm1(x, alpha, rescale=True):
     return (u * (k * f)[..., None, :]) @ vt
 
 
-def orthogonal(rng, n):
-    return np.linalg.qr(rng.standard_normal((n, n)))[0]
-
-
-def with_spectrum(rng, n, d, s):
-    return orthogonal(rng, n)[:, : len(s)] @ np.diag(s) @ orthogonal(rng, d)[:, : len(s)].T
-
-
-def central_difference(fun, x, h=1e-6):
-    grad = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        e = np.zeros_like(x)
-        e[i] = h
-        grad[i] = (fun(x + e) - fun(x - e)) / (2 * h)
-    return grad
-
-
-def rel_err(a, b):
-    return np.linalg.norm(np.asarray(a) - b) / np.linalg.norm(b)
 
 
 soft_decay_jit = jax.jit(soft_decay, static_argnames="rescale")

@@ -12,7 +12,7 @@ Parameter names are canonical across architectures (``attention/query``, ``atten
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import flax.linen as nn
 import flax.struct
