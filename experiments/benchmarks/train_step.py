@@ -1,0 +1,134 @@
+"""isojax training steps per second vs a plain PyTorch loop on the same model, batch and sequence length.
+
+    python -m experiments.benchmarks.train_step [--layers 6 --hidden 384 --heads 12 --batch 32 --length 128]
+                                                [--repeats 5] [--quick]
+
+One step = forward, cross-entropy on a 2-class head over [CLS], backward, global-norm clipping and an AdamW
+update, dropout on. isojax: :func:`isojax.train.make_train_step` under ``jit`` (state donated); PyTorch:
+``transformers.BertModel`` + ``nn.Linear`` head with ``torch.optim.AdamW`` in eager mode, the same weights
+(PyTorch's init, converted) and the same threads, both in this process. Defaults are the bundled model's shape
+(all-MiniLM-L6-v2: 6 layers, 384 wide). Prints median ms per step, steps/s and the ratio isojax / PyTorch.
+On a GPU it also times a BERT-base bf16 step and prints its model FLOPs utilisation (3 x forward matmul FLOPs
+per step / time / ``--peak-tflops``; goal above 40%).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from experiments.benchmarks.common import machine, median_ms, report
+from experiments.benchmarks.encoder_forward import forward_flops
+from isojax.models import EncoderConfig, build_encoder
+from isojax.models.bert import BERT_HF_NAMES
+from isojax.models.checkpoint import params_from_state_dict
+from isojax.train.model import TaskModel, init_variables
+from isojax.train.objective import Objective
+from isojax.train.optim import make_optimizer
+from isojax.train.state import create_state
+from isojax.train.step import make_train_step
+
+LR, WD, CLIP = 2e-5, 0.01, 1.0
+
+
+def isojax_step(cfg: EncoderConfig, encoder_params, dtype=jnp.float32):
+    """``(jitted step, state)`` for a 2-class head on [CLS] with AdamW, clipping, dropout."""
+    model = TaskModel(build_encoder(cfg, dtype=dtype), num_labels=2, pooling="cls", dropout_rate=0.1)
+    variables = init_variables(model, encoder_params, jax.random.key(0))
+    optimizer = make_optimizer(variables["params"], learning_rate=LR, transform_learning_rate=LR, weight_decay=WD,
+                               total_updates=10_000, schedule_kind="constant", max_grad_norm=CLIP)
+    step = jax.jit(make_train_step(model, Objective(2), optimizer), donate_argnums=0)
+    return step, create_state(variables, optimizer, seed=0)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--layers", type=int, default=6)
+    ap.add_argument("--hidden", type=int, default=384)
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--length", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak of the GPU (H100 SXM: 989)")
+    ap.add_argument("--quick", action="store_true", help="2 layers, 128 wide, batch 4 x 32, 3 repeats")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.layers, args.hidden, args.heads, args.batch, args.length, args.repeats = 2, 128, 4, 4, 32, 3
+
+    import torch
+    import transformers
+
+    torch.set_num_threads(os.cpu_count())
+    cfg = EncoderConfig(num_hidden_layers=args.layers, hidden_size=args.hidden, num_attention_heads=args.heads,
+                        intermediate_size=4 * args.hidden)
+    torch.manual_seed(0)
+    encoder = transformers.BertModel(transformers.BertConfig(**cfg.to_hf()))
+    head = torch.nn.Linear(args.hidden, 2)
+    dummy = jnp.zeros((1, 2), jnp.int32)
+    template = jax.eval_shape(lambda: build_encoder(cfg).init(jax.random.key(0), dummy)["params"])
+    params = params_from_state_dict({k: v.numpy() for k, v in encoder.state_dict().items()}, BERT_HF_NAMES, template)
+
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, cfg.vocab_size, (args.batch, args.length)).astype(np.int32)
+    batch = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids),
+             "labels": rng.integers(0, 2, args.batch).astype(np.int32)}
+    step, state = isojax_step(cfg, jax.device_put(params))
+    device_batch = jax.device_put(batch)
+    holder = [state]
+
+    def jax_step():
+        holder[0], metrics = step(holder[0], device_batch)
+        return metrics["loss"]
+
+    encoder.train()
+    modules = torch.nn.ModuleList([encoder, head])
+    no_decay = [p for n, p in modules.named_parameters() if p.ndim < 2]
+    decay = [p for n, p in modules.named_parameters() if p.ndim >= 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=LR)
+    t_ids, t_mask = torch.tensor(ids, dtype=torch.long), torch.ones(ids.shape, dtype=torch.long)
+    t_labels = torch.tensor(batch["labels"], dtype=torch.long)
+    dropout = torch.nn.Dropout(0.1)
+
+    def torch_step():
+        opt.zero_grad(set_to_none=True)
+        cls = encoder(input_ids=t_ids, attention_mask=t_mask).last_hidden_state[:, 0]
+        loss = torch.nn.functional.cross_entropy(head(dropout(cls)), t_labels)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(modules.parameters(), CLIP)
+        opt.step()
+        return loss.detach()
+
+    print(machine(), f"| torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(f"BERT {args.layers} layers x {args.hidden} wide, {args.heads} heads; train step on batch {args.batch} x "
+          f"{args.length} (fwd + bwd + clip + AdamW), float32")
+    jax_ms = median_ms(jax_step, repeats=args.repeats)
+    torch_ms = median_ms(torch_step, repeats=args.repeats)
+    report([("train step float32", jax_ms, torch_ms)], "isojax", "pytorch")
+    print(f"steps/s: isojax {1e3 / jax_ms:.2f}, pytorch {1e3 / torch_ms:.2f}")
+
+    if jax.devices()[0].platform == "gpu":
+        base = EncoderConfig.bert_base()
+        base_params = build_encoder(base).init(jax.random.key(0), jnp.zeros((1, 2), jnp.int32))["params"]
+        step16, state16 = isojax_step(base, base_params, dtype=jnp.bfloat16)
+        ids16 = rng.integers(0, base.vocab_size, (args.batch, args.length)).astype(np.int32)
+        batch16 = jax.device_put(dict(batch, input_ids=ids16))
+        holder16 = [state16]
+
+        def bf16_step():
+            holder16[0], metrics = step16(holder16[0], batch16)
+            return metrics["loss"]
+
+        ms = median_ms(bf16_step, repeats=max(args.repeats, 10))
+        flops = 3 * forward_flops(base, args.batch, args.length)
+        tflops = flops / (ms * 1e-3) / 1e12
+        print(f"BERT-base bf16 train step, batch {args.batch} x {args.length}: {ms:.2f} ms, "
+              f"{args.batch * args.length / (ms * 1e-3):,.0f} tokens/s, {tflops:.1f} TFLOP/s = MFU "
+              f"{tflops / args.peak_tflops:.1%} of {args.peak_tflops} peak")
+
+
+if __name__ == "__main__":
+    main()

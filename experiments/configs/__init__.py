@@ -1,0 +1,1 @@
+"""Run configurations of the papers' GLUE fine-tuning experiments (JSON) and their runner (:mod:`.run`)."""

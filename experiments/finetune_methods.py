@@ -1,0 +1,168 @@
+"""Every isotropy method fine-tuned on offline STS-B with the bundled default model, over several seeds: one table
+of task metric and isotropy per method, and curves of the task metric and anisotropy over training.
+
+    python -m experiments.finetune_methods [--methods all] [--seeds 0,1,2] [--train-limit 1000] [--epochs 1]
+                                           [--eval-limit 500] [--quick]
+
+The table has the shape of the papers' tables: task metric (Spearman / Pearson x100, mean ± std over seeds; the
+calibration paper's Table 1 and the SoftDecay paper's Table 2 report one task metric per method), IsoScore of
+the evaluated [CLS] embeddings (isotropy-layer Table 2), EV of the top 1/2/3 principal components (isotropy-layer
+Table 3), anisotropy of the raw and centered embeddings (shrink-the-longest Table 3) and I1/I2 of the word
+embedding matrix (calibration-evaluation Table 4). ``isotropy_layer`` has two rows: after stage 1 (the
+fine-tuned model) and after stage 2 (+ Isotropy Layer), as in isotropy-layer Table 2. The "pretrained" row is
+the untrained start (step 0) of the baseline runs.
+
+Runs live in ``--runs-dir`` (checkpoints, logs; a finished run is not repeated); the table (markdown + JSON) and
+the curves go to ``--out`` with the command, git commit and machine in their header.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from collections import defaultdict
+
+import numpy as np
+
+COLUMNS = (("spearman", "Spearman"), ("pearson", "Pearson"), ("isoscore", "IsoScore"), ("ev1", "EV1"),
+           ("ev2", "EV2"), ("ev3", "EV3"), ("anisotropy", "aniso"), ("anisotropy_centered", "aniso (c)"),
+           ("I1", "I1(W)"), ("I2", "I2(W)"))
+
+
+def _git_commit() -> str:
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True).stdout.strip()
+        return sha + (" (with uncommitted changes)" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _fmt(values, key) -> str:
+    a = np.asarray(values, np.float64)
+    digits = 2 if key in ("spearman", "pearson") else 4
+    return f"{a.mean():.{digits}f} ± {a.std():.{digits}f}" if len(a) > 1 else f"{a.mean():.{digits}f}"
+
+
+def collect(run_dirs: dict) -> tuple[dict, dict]:
+    """Per table row, the evaluations of every seed; per method, the eval records of every seed."""
+    rows, curves = defaultdict(list), defaultdict(list)
+    for (method, seed), path in run_dirs.items():
+        with open(os.path.join(path, "results.json")) as f:
+            stages = json.load(f)["stages"]
+        with open(os.path.join(path, "log.jsonl")) as f:
+            evals = {r["step"]: r for r in map(json.loads, f) if r["kind"] == "eval"}
+        curves[method].append([evals[s] for s in sorted(evals)])
+        if method == "baseline":
+            rows["pretrained (step 0)"].append(evals[0])
+        if method == "isotropy_layer":
+            rows["isotropy_layer: stage 1 (fine-tuned)"].append(stages["finetune"])
+            rows["isotropy_layer: stage 2 (+ Isotropy Layer)"].append(stages["isotropy_layer"])
+        else:
+            rows[method].append(stages["finetune"])
+    return rows, curves
+
+
+def table(rows: dict) -> str:
+    head = "| method | seeds | " + " | ".join(name for _, name in COLUMNS) + " |"
+    lines = [head, "|" + "---|" * (len(COLUMNS) + 2)]
+    for name, evals in rows.items():
+        cells = [_fmt([e[key] for e in evals], key) for key, _ in COLUMNS]
+        lines.append(f"| {name} | {len(evals)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot(curves: dict, path: str, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+    for method, runs in curves.items():
+        steps = [r["step"] for r in runs[0]]
+        for ax, key in zip(axes, ("spearman", "anisotropy", "anisotropy_centered")):
+            values = np.mean([[r[key] for r in run] for run in runs], axis=0)
+            ax.plot(steps, values, marker="o", markersize=3, label=method)
+    for ax, label in zip(axes, ("Spearman ×100 (dev)", "anisotropy σ1²/Σσ² (raw)", "anisotropy (centered)")):
+        ax.set(xlabel="step", title=label)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    from isojax.train import METHODS, TrainConfig, fit
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--methods", default="all", help=f"comma-separated, or 'all': {','.join(METHODS)}")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--model", default="default")
+    ap.add_argument("--train-limit", type=int, default=1000, help="first N STS-B train pairs (0 = all 5749)")
+    ap.add_argument("--eval-limit", type=int, default=500, help="first N STS-B dev pairs (0 = all 1500)")
+    ap.add_argument("--epochs", type=float, default=1.0)
+    ap.add_argument("--stage2-epochs", type=float, default=1.0, help="Isotropy Layer stage")
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--max-length", type=int, default=64)
+    ap.add_argument("--lr", type=float, default=5e-5)
+    ap.add_argument("--pooling", default="cls")
+    ap.add_argument("--eval-points", type=int, default=4, help="evaluations per stage (curve points)")
+    ap.add_argument("--devices", type=int, default=1)
+    ap.add_argument("--runs-dir", default="runs/finetune_methods")
+    ap.add_argument("--out", default="experiments/results")
+    ap.add_argument("--quick", action="store_true", help="3 methods, 1 seed, 32 pairs, 4 steps (smoke run)")
+    args = ap.parse_args(argv)
+    methods = list(METHODS) if args.methods == "all" else args.methods.split(",")
+    seeds = [int(s) for s in args.seeds.split(",")]
+    name = "finetune_methods"
+    if args.quick:
+        methods, seeds, name = ["baseline", "softdecay", "isotropy_layer"], [0], "finetune_methods_quick"
+        args.train_limit, args.eval_limit, args.batch_size, args.epochs, args.stage2_epochs = 32, 32, 8, 1.0, 0.5
+
+    import jax
+
+    from experiments.benchmarks.common import machine
+
+    jax.config.update("jax_compilation_cache_dir", os.path.join(args.runs_dir, "jax_cache"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    per_epoch = args.train_limit // args.batch_size if args.train_limit else 5749 // args.batch_size
+    eval_every = max(1, round(args.epochs * per_epoch / args.eval_points))
+    run_dirs = {}
+    for method in methods:
+        for seed in seeds:
+            path = os.path.join(args.runs_dir, f"{method}_seed{seed}")
+            run_dirs[method, seed] = path
+            if os.path.exists(os.path.join(path, "results.json")):
+                continue
+            print(f"== {method}, seed {seed}", flush=True)
+            fit(TrainConfig(task="stsb", model=args.model, method=method, pooling=args.pooling,
+                            max_length=args.max_length, batch_size=args.batch_size, eval_batch_size=50,
+                            learning_rate=args.lr, epochs=args.epochs, stage2_epochs=args.stage2_epochs, seed=seed,
+                            devices=args.devices, output_dir=path, eval_every=eval_every, log_every=10,
+                            train_limit=args.train_limit, eval_limit=args.eval_limit, progress=False))
+    rows, curves = collect(run_dirs)
+    command = "python -m experiments.finetune_methods " + " ".join(sys.argv[1:] if argv is None else argv)
+    header = (f"command: `{command}`  \ncommit: {_git_commit()}  \nmachine: {machine()}  \n"
+              f"protocol: STS-B (offline package), model {args.model}, first {args.train_limit or 5749} train pairs, "
+              f"{args.epochs:g} epoch(s), batch {args.batch_size}, max length {args.max_length}, lr {args.lr:g} "
+              f"(AdamW, linear warm-up 10% and decay), pooling {args.pooling}; dev = first {args.eval_limit or 1500} "
+              f"pairs; seeds {','.join(map(str, seeds))}; metrics x100 for Spearman/Pearson, mean ± std over seeds")
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, f"{name}.md"), "w") as f:
+        f.write(f"# Fine-tuning with isotropy methods on STS-B\n\n{header}\n\n{table(rows)}\n\n"
+                f"![curves]({name}_curves.png)\n")
+    with open(os.path.join(args.out, f"{name}.json"), "w") as f:
+        json.dump({"command": command, "commit": _git_commit(), "machine": machine(), "rows": rows}, f, indent=1)
+    plot(curves, os.path.join(args.out, f"{name}_curves.png"), title=header.split("\n")[-1][:200])
+    print(header + "\n\n" + table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,21 @@
+"""Fine-tuning with isotropy methods: one pure train step run under ``jit`` on a device mesh or under ``pmap``,
+Orbax checkpoints, evaluation of task metrics and isotropy, and :func:`fit`, the loop behind ``isojax finetune``.
+
+Modules: :mod:`~isojax.train.config` (the run, the methods), :mod:`~isojax.train.model` (encoder + isotropy
+modules + head), :mod:`~isojax.train.objective` (task loss + regularisers / joint loss),
+:mod:`~isojax.train.optim`, :mod:`~isojax.train.state`, :mod:`~isojax.train.step`,
+:mod:`~isojax.train.collectives` and :mod:`~isojax.train.parallel` (mesh and pmap),
+:mod:`~isojax.train.checkpoint`, :mod:`~isojax.train.evaluation`, :mod:`~isojax.train.logs`,
+:mod:`~isojax.train.loop`, :mod:`~isojax.train.cli`.
+"""
+from isojax.train.config import METHODS, Method, TrainConfig, parse_regularizer
+from isojax.train.loop import FitResult, fit
+from isojax.train.model import REPRESENTATIONS, TaskModel
+from isojax.train.objective import REGULARIZERS, Objective, Regularizer
+from isojax.train.state import TrainState
+from isojax.train.step import make_predict_step, make_train_step
+
+__all__ = [
+    "METHODS", "REGULARIZERS", "REPRESENTATIONS", "FitResult", "Method", "Objective", "Regularizer", "TaskModel",
+    "TrainConfig", "TrainState", "fit", "make_predict_step", "make_train_step", "parse_regularizer",
+]

@@ -1,0 +1,108 @@
+"""Orbax checkpoints of a run: the whole :class:`~isojax.train.state.TrainState` and a JSON record.
+
+Each checkpoint ``<output_dir>/checkpoints/<step>/`` holds ``state`` (params, optimiser state, IsoBN
+statistics, balancer, PRNG key, step) and ``meta`` (stage, data position, the run's configuration). Orbax
+writes into a temporary directory and renames it when complete, so a run killed while saving leaves no
+half-written step behind. A step that cannot be read (a truncated or deleted file) is skipped with a warning
+and moved aside to ``<step>.unreadable.<time>`` (so that the resumed run can write that step again), and the
+next older one is restored; ``keep`` checkpoints are kept so that there is one to fall back to.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+import warnings
+from typing import Any, Callable
+
+import jax
+import orbax.checkpoint as ocp
+from jax.experimental import multihost_utils
+
+log = logging.getLogger(__name__)
+
+
+class Checkpoints:
+    """Save and restore the checkpoints of a run in ``directory``.
+
+    ``save_every``: :meth:`due` is true at its multiples (0: never; the loop also saves at the end of each
+    stage); ``keep``: number of most recent checkpoints kept.
+    """
+
+    def __init__(self, directory: str, *, save_every: int = 0, keep: int = 3):
+        self.directory = os.path.abspath(directory)
+        self.save_every = save_every
+        options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True, cleanup_tmp_directories=True,
+                                               save_interval_steps=1)
+        self.manager = ocp.CheckpointManager(self.directory, options=options)
+
+    def steps(self) -> list[int]:
+        """Steps with a finished checkpoint, ascending."""
+        return list(self.manager.all_steps())
+
+    def due(self, step: int) -> bool:
+        """Whether ``step`` is a multiple of ``save_every``."""
+        return bool(self.save_every) and step % self.save_every == 0
+
+    def save(self, step: int, state, meta: dict) -> bool:
+        """Save ``state`` and ``meta`` at ``step`` unless that step is already saved; asynchronous (call
+        :meth:`wait` before reading it back or exiting). Returns whether a save was started."""
+        if step in self.manager.all_steps():
+            return False
+        self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                        meta=ocp.args.JsonSave(meta)), force=True)
+        return True
+
+    def wait(self) -> None:
+        """Block until pending saves are written."""
+        self.manager.wait_until_finished()
+
+    def restore_latest(self, target: Callable[[dict], Any],
+                       check: Callable[[dict], None] | None = None) -> tuple[int, Any, dict] | None:
+        """``(step, state, meta)`` of the newest readable checkpoint, or None when there is none.
+
+        ``check(meta)`` may refuse the checkpoints (its exception propagates: a checkpoint of another run is
+        not "unreadable"); ``target(meta)`` gives the abstract state to restore into (its structure can depend
+        on the stage recorded in ``meta``). Unreadable steps are skipped with a ``UserWarning`` naming the step
+        and error, and moved aside to ``<step>.unreadable.<time>``.
+        """
+        unreadable = []
+        for step in reversed(self.steps()):
+            try:
+                meta = self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+            except Exception as e:  # noqa: BLE001 - any read failure means: try the previous checkpoint
+                unreadable.append(self._unreadable(step, e))
+                continue
+            if check is not None:
+                check(meta)
+            try:
+                state = self.manager.restore(step, args=ocp.args.Composite(
+                    state=ocp.args.StandardRestore(target(meta)))).state
+            except Exception as e:  # noqa: BLE001
+                unreadable.append(self._unreadable(step, e))
+                continue
+            self._set_aside(unreadable)
+            log.info("restored checkpoint step %d from %s", step, self.directory)
+            return step, state, meta
+        self._set_aside(unreadable)
+        return None
+
+    def _unreadable(self, step: int, error: Exception) -> int:
+        warnings.warn(f"checkpoint step {step} in {self.directory} cannot be read ({type(error).__name__}: "
+                      f"{str(error)[:300]}); falling back to an earlier checkpoint (moving this one to "
+                      f"{step}.unreadable.<time>)", stacklevel=3)
+        return step
+
+    def _set_aside(self, steps) -> None:
+        if not steps:
+            return
+        if jax.process_index() == 0:
+            for step in steps:
+                path = os.path.join(self.directory, str(step))
+                os.replace(path, f"{path}.unreadable.{time.strftime('%Y%m%d-%H%M%S')}")
+        multihost_utils.sync_global_devices("isojax: unreadable checkpoints set aside")
+        self.manager.reload()
+
+    def close(self) -> None:
+        self.manager.wait_until_finished()
+        self.manager.close()

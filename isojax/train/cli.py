@@ -1,0 +1,140 @@
+"""``isojax finetune``: fine-tune an encoder on a GLUE task with an isotropy method.
+
+    isojax finetune --task stsb --model default --method softdecay --epochs 3 --out runs/stsb-softdecay
+    isojax finetune --task rte --model bert-base-cased --method isotropy_layer --devices 8 --parallel pmap
+    isojax finetune --task cola --method baseline --reg persistent_entropy=0.1@cls,bars=all --out runs/x
+
+Run again with the same arguments to resume from the latest checkpoint in ``--out``; the same run can be
+repeated on 1 or N devices and under the mesh or pmap (``--devices``, ``--parallel``, ``--model-parallel``).
+Standalone: ``python -m isojax.train.cli finetune ...``.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from isojax.data.glue import GLUE_TASKS
+from isojax.train.config import METHOD_ALIASES, METHODS, TrainConfig, parse_regularizer
+from isojax.train.model import REPRESENTATIONS
+from isojax.train.objective import REGULARIZERS
+
+
+def _methods_help() -> str:
+    lines = [f"  {name:<24} {m.description}"
+             + "".join(f" [+ {r.name}={r.weight:g}@{r.representation}]" for r in m.regularizers)
+             for name, m in METHODS.items()]
+    lines += [f"  {alias:<24} = {target}" for alias, target in METHOD_ALIASES.items()]
+    regs = [f"  {name:<20} {k.description} [default @{k.representation}; options {dict(k.options)}]"
+            for name, k in REGULARIZERS.items()]
+    reps = [f"  {name:<12} {text}" for name, text in REPRESENTATIONS.items()]
+    return ("methods:\n" + "\n".join(lines)
+            + "\n\nregularisers (--reg NAME[=WEIGHT][@REPRESENTATION][,KEY=VALUE...]):\n" + "\n".join(regs)
+            + "\n\nrepresentations:\n" + "\n".join(reps))
+
+
+def add_finetune_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the ``finetune`` command to an argparse ``subparsers`` object; returns its parser."""
+    d = TrainConfig()
+    p = subparsers.add_parser(
+        "finetune", help="fine-tune on a GLUE task with an isotropy method (SoftDecay, regularisers, IsoBN, "
+        "Isotropy Layer); mesh or pmap, checkpoints, resume",
+        description=__doc__, epilog=_methods_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = p.add_argument_group("task and model")
+    g.add_argument("--task", default=d.task, help=f"GLUE task: {', '.join(GLUE_TASKS)} (default {d.task})")
+    g.add_argument("--model", default=d.model, help="model directory, Hub id, or 'default' (all-MiniLM-L6-v2)")
+    g.add_argument("--method", default=d.method, help=f"isotropy method (default {d.method}; list below)")
+    g.add_argument("--reg", action="append", default=[], metavar="SPEC",
+                   help="extra regulariser NAME[=WEIGHT][@REPRESENTATION][,KEY=VALUE...] (repeatable)")
+    g.add_argument("--pooling", default=d.pooling, help=f"sentence representation fed to the head (default "
+                   f"{d.pooling}): cls, pooler, mean, first_last_avg, last2avg")
+    g.add_argument("--combine", default=d.combine, choices=("sum", "balanced", "weighted"),
+                   help="task loss + regularisers: sum, balanced (moving-average balancer), weighted "
+                   "(alpha L1 + (1-alpha) L2); isotropy_layer's second stage is balanced unless 'weighted'")
+    g.add_argument("--joint-alpha", type=float, default=d.joint_alpha, help="alpha of --combine weighted")
+    g.add_argument("--softdecay-alpha", type=float, default=d.softdecay_alpha,
+                   help=f"initial SoftDecay alpha in (-1, 0) (default {d.softdecay_alpha})")
+    g.add_argument("--data-source", default=d.data_source,
+                   help="GLUE source: auto (Hub; STS-B falls back to the offline package), hub, package, or a "
+                   "local directory/file in the Hub's layout")
+    g.add_argument("--train-limit", type=int, default=0, help="use the first N training rows (0 = all)")
+    g.add_argument("--eval-limit", type=int, default=0, help="evaluate on the first N dev rows (0 = all)")
+    g.add_argument("--max-length", type=int, default=d.max_length, help=f"tokens per example (default {d.max_length})")
+    h = p.add_argument_group("optimisation")
+    h.add_argument("--batch-size", type=int, default=d.batch_size, help=f"global batch (default {d.batch_size})")
+    h.add_argument("--eval-batch-size", type=int, default=d.eval_batch_size)
+    h.add_argument("--lr", type=float, default=d.learning_rate, help=f"peak learning rate (default {d.learning_rate})")
+    h.add_argument("--transform-lr", type=float, default=d.transform_learning_rate,
+                   help="learning rate of SoftDecay alpha and the Isotropy Layer "
+                   f"(default {d.transform_learning_rate})")
+    h.add_argument("--weight-decay", type=float, default=d.weight_decay)
+    h.add_argument("--warmup-ratio", type=float, default=d.warmup_ratio)
+    h.add_argument("--schedule", default=d.schedule, choices=("linear", "cosine", "constant"))
+    h.add_argument("--max-grad-norm", type=float, default=d.max_grad_norm, help="clip (0 = off)")
+    h.add_argument("--grad-accumulation", type=int, default=d.grad_accumulation, help="batches per update")
+    h.add_argument("--epochs", type=float, default=d.epochs)
+    h.add_argument("--steps", type=int, default=None, help="train this many batches instead of --epochs")
+    h.add_argument("--stage2-epochs", type=float, default=d.stage2_epochs, help="Isotropy Layer stage length")
+    h.add_argument("--stage2-steps", type=int, default=None)
+    h.add_argument("--no-dropout", action="store_true", help="turn dropout off")
+    h.add_argument("--dtype", default=d.dtype, choices=("float32", "bfloat16"), help="compute dtype")
+    h.add_argument("--seed", type=int, default=d.seed)
+    r = p.add_argument_group("devices, checkpoints, logs")
+    r.add_argument("--devices", type=int, default=None, help="use the first N devices (default all)")
+    r.add_argument("--parallel", default=d.parallel, choices=("mesh", "pmap"), help="jit on a mesh, or pmap")
+    r.add_argument("--model-parallel", type=int, default=d.model_parallel, help="size of the mesh's model axis")
+    r.add_argument("--distributed", default="auto", choices=("auto", "on", "off"),
+                   help="jax.distributed.initialize(): auto = when the environment describes a multi-process job")
+    r.add_argument("--out", default=d.output_dir, help=f"output directory (default {d.output_dir})")
+    r.add_argument("--save-every", type=int, default=d.save_every, help="checkpoint every N steps (0 = stage ends)")
+    r.add_argument("--keep-checkpoints", type=int, default=d.keep_checkpoints)
+    r.add_argument("--eval-every", type=int, default=d.eval_every, help="evaluate every N steps (0 = stage ends)")
+    r.add_argument("--log-every", type=int, default=d.log_every)
+    r.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_finetune)
+    return p
+
+
+def config_from_args(args) -> TrainConfig:
+    """The :class:`TrainConfig` of parsed ``finetune`` arguments."""
+    return TrainConfig(
+        task=args.task, model=args.model, method=args.method,
+        regularizers=tuple(parse_regularizer(s) for s in args.reg), pooling=args.pooling, combine=args.combine,
+        joint_alpha=args.joint_alpha, softdecay_alpha=args.softdecay_alpha, max_length=args.max_length,
+        batch_size=args.batch_size, eval_batch_size=args.eval_batch_size, learning_rate=args.lr,
+        transform_learning_rate=args.transform_lr, weight_decay=args.weight_decay, warmup_ratio=args.warmup_ratio,
+        schedule=args.schedule, max_grad_norm=args.max_grad_norm, grad_accumulation=args.grad_accumulation,
+        epochs=args.epochs, steps=args.steps, stage2_epochs=args.stage2_epochs, stage2_steps=args.stage2_steps,
+        dropout=not args.no_dropout, dtype=args.dtype, seed=args.seed, devices=args.devices,
+        parallel=args.parallel, model_parallel=args.model_parallel, output_dir=args.out,
+        save_every=args.save_every, keep_checkpoints=args.keep_checkpoints, eval_every=args.eval_every,
+        log_every=args.log_every, train_limit=args.train_limit, eval_limit=args.eval_limit,
+        data_source=args.data_source, progress=not args.quiet)
+
+
+def cmd_finetune(args) -> int:
+    """Run ``isojax finetune``: print the final evaluation of every stage (also in ``<out>/results.json``)."""
+    from isojax.train.loop import fit
+    from isojax.train.parallel import initialize_distributed
+
+    initialize_distributed(args.distributed)  # before any JAX computation
+    try:
+        config = config_from_args(args)  # bad settings fail here, before the model or data are loaded
+    except (TypeError, ValueError) as e:
+        print(f"isojax finetune: error: {e}", file=sys.stderr)
+        return 2
+    result = fit(config)
+    for stage, metrics in result.stages.items():
+        print(f"{stage}: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+    print(f"step {result.step}; outputs in {result.output_dir} (results.json, log.jsonl, curves.png, checkpoints/)")
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m isojax.train.cli")
+    add_finetune_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,237 @@
+"""What a fine-tuning run is: task, model, isotropy method, hyperparameters, devices. Checked on construction.
+
+Methods (:data:`METHODS`; extra regularisers can be added to any of them with ``regularizers``):
+
+    baseline              task loss only (alias: none)
+    softdecay             SoftDecay on the last layer's token states, alpha learned (softdecay §5.2, Table 2)
+    cosine                + cosine regularisation of the word embedding matrix (calibration-evaluation Table 1)
+    spectrum_pol          + polynomial spectrum control of the word embedding matrix (Table 1)
+    spectrum_exp          + exponential spectrum control of the word embedding matrix (Table 1)
+    isoscore              + log(1/IsoScore) of the batch's [CLS] vectors
+    istar                 + 1 - IsoScore* of the batch's [CLS] vectors (I-STAR)
+    persistent_entropy    + class-wise persistent entropy of selected 0-dim bars of [CLS] (shrink-the-longest)
+    persistent_entropy_all  the same over all bars (the paper's ablation)
+    isobn                 IsoBN on the pooled representation before the head (Zhou et al. 2021)
+    isotropy_layer        two stages (isotropy-layer-joint-loss §3): fine-tune encoder + head; then freeze
+                          both and train an Isotropy Layer before the head on the balanced joint loss
+                          L1 = task loss, L2 = log(1/IsoScore) of the head input
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from isojax.data.glue import glue_task
+from isojax.models.heads import POOLINGS
+from isojax.train.objective import COMBINATIONS, Regularizer
+from isojax.train.optim import SCHEDULES
+from isojax.train.parallel import PARALLEL_MODES
+
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+    """An isotropy method: model changes and the regularisers it adds to the task loss."""
+
+    description: str
+    regularizers: tuple[Regularizer, ...] = ()
+    softdecay: bool = False
+    isobn: bool = False
+    isotropy_layer: bool = False
+
+
+METHODS: dict[str, Method] = {
+    "baseline": Method("task loss only"),
+    "softdecay": Method("SoftDecay on the last layer, learnable alpha", softdecay=True),
+    "cosine": Method("cosine regularisation of the word embeddings", (Regularizer("cosine", 1.0),)),
+    "spectrum_pol": Method("polynomial spectrum control of the word embeddings",
+                           (Regularizer("spectrum_pol", 1e-3),)),
+    "spectrum_exp": Method("exponential spectrum control of the word embeddings",
+                           (Regularizer("spectrum_exp", 1e-3),)),
+    "isoscore": Method("log(1/IsoScore) of the batch's [CLS] vectors", (Regularizer("isoscore", 0.1),)),
+    "istar": Method("I-STAR: 1 - IsoScore* of the batch's [CLS] vectors", (Regularizer("istar", 1.0),)),
+    "persistent_entropy": Method("class-wise persistent entropy of the selected bars of [CLS]",
+                                 (Regularizer("persistent_entropy", 0.1),)),
+    "persistent_entropy_all": Method("class-wise persistent entropy of all bars of [CLS]",
+                                     (Regularizer("persistent_entropy", 0.1, options=(("bars", "all"),)),)),
+    "isobn": Method("IsoBN on the pooled representation", isobn=True),
+    "isotropy_layer": Method("two-stage Isotropy Layer with the balanced joint loss", isotropy_layer=True),
+}
+METHOD_ALIASES = {"none": "baseline"}
+
+
+def method(name: str) -> Method:
+    """Look a method up by name (or alias); ``ValueError`` listing the choices for an unknown one."""
+    key = METHOD_ALIASES.get(name, name)
+    if key not in METHODS:
+        raise ValueError(f"method: unknown method {name!r}; expected one of {sorted(METHODS) + sorted(METHOD_ALIASES)}")
+    return METHODS[key]
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """One stage of a run: its name, the top-level parameter groups it freezes, its objective's regularisers
+    and how they combine with the task loss, and its length in epochs or steps."""
+
+    name: str
+    frozen: tuple[str, ...]
+    regularizers: tuple[Regularizer, ...]
+    combine: str
+    epochs: float
+    steps: int | None
+
+
+def _positive(value, name: str, *, integer: bool = False, allow_zero: bool = False) -> None:
+    ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok_type or not (value >= 0 if allow_zero else value > 0) or (
+            not integer and not math.isfinite(value)):
+        kind = "integer" if integer else "number"
+        raise ValueError(f"{name} must be a {'non-negative' if allow_zero else 'positive'} {kind}, got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """A fine-tuning run. Every field has a default; see ``isojax finetune --help`` for each one's meaning.
+
+    Lengths: ``steps`` (batches) when given, else ``epochs`` over the training set. With grad_accumulation k a
+    step is one batch and the optimiser updates every k steps. ``stage2_epochs``/``stage2_steps`` size the
+    Isotropy Layer stage. ``save_every``/``eval_every``/``log_every`` count steps (0 = only at the end of each
+    stage). ``train_limit``/``eval_limit`` keep the first N examples (0 = all).
+    """
+
+    task: str = "stsb"
+    model: str = "default"
+    method: str = "baseline"
+    regularizers: tuple[Regularizer, ...] = ()
+    pooling: str = "cls"
+    combine: str = "sum"
+    joint_alpha: float = 0.5
+    balancer_smoothing: float = 0.15
+    softdecay_alpha: float = -0.2
+    max_length: int = 128
+    batch_size: int = 32
+    eval_batch_size: int = 64
+    learning_rate: float = 2e-5
+    transform_learning_rate: float = 1e-3
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    schedule: str = "linear"
+    max_grad_norm: float = 1.0
+    grad_accumulation: int = 1
+    epochs: float = 3.0
+    steps: int | None = None
+    stage2_epochs: float = 1.0
+    stage2_steps: int | None = None
+    dropout: bool = True
+    dtype: str = "float32"
+    seed: int = 0
+    devices: int | None = None
+    parallel: str = "mesh"
+    model_parallel: int = 1
+    output_dir: str = "runs/finetune"
+    save_every: int = 0
+    keep_checkpoints: int = 3
+    eval_every: int = 0
+    log_every: int = 10
+    train_limit: int = 0
+    eval_limit: int = 0
+    data_source: Any = "auto"
+    progress: bool = True
+
+    def __post_init__(self):
+        object.__setattr__(self, "task", glue_task(self.task).name)
+        method(self.method)
+        object.__setattr__(self, "regularizers", tuple(self.regularizers))
+        for reg in self.regularizers:
+            if not isinstance(reg, Regularizer):
+                raise TypeError(f"regularizers must hold Regularizer objects, got {type(reg).__name__}")
+            reg.check()
+        for reg in self.method_spec.regularizers:
+            reg.check()
+        choices = {"pooling": POOLINGS, "combine": COMBINATIONS, "schedule": SCHEDULES, "parallel": PARALLEL_MODES,
+                   "dtype": ("float32", "bfloat16")}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
+        for name in ("max_length", "batch_size", "eval_batch_size", "grad_accumulation", "model_parallel",
+                     "keep_checkpoints"):
+            _positive(getattr(self, name), name, integer=True)
+        for name in ("save_every", "eval_every", "log_every", "train_limit", "eval_limit", "seed"):
+            _positive(getattr(self, name), name, integer=True, allow_zero=True)
+        for name in ("learning_rate", "transform_learning_rate", "epochs", "stage2_epochs"):
+            _positive(getattr(self, name), name)
+        for name in ("weight_decay", "max_grad_norm"):
+            _positive(getattr(self, name), name, allow_zero=True)
+        for name in ("steps", "stage2_steps", "devices"):
+            if getattr(self, name) is not None:
+                _positive(getattr(self, name), name, integer=True)
+        if not 0 <= self.warmup_ratio < 1:
+            raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio!r}")
+        if not 0 <= self.joint_alpha <= 1:
+            raise ValueError(f"joint_alpha must be in [0, 1], got {self.joint_alpha!r}")
+        if not 0 < self.balancer_smoothing <= 1:
+            raise ValueError(f"balancer_smoothing must be in (0, 1], got {self.balancer_smoothing!r}")
+        if not -1 < self.softdecay_alpha < 0:
+            raise ValueError(f"softdecay_alpha must be in (-1, 0), got {self.softdecay_alpha!r}")
+        spec = self.method_spec
+        if self.combine != "sum" and not (self.regularizers or spec.regularizers or spec.isotropy_layer):
+            raise ValueError(f"combine={self.combine!r} needs at least one regulariser")
+        if self.parallel == "pmap" and self.model_parallel != 1:
+            raise ValueError("model_parallel > 1 needs parallel='mesh' (pmap is data-parallel only)")
+
+    @property
+    def method_spec(self) -> Method:
+        return method(self.method)
+
+    @property
+    def num_labels(self) -> int:
+        return glue_task(self.task).num_labels
+
+    def stages(self) -> tuple[Stage, ...]:
+        """The run's stages: fine-tuning (``combine`` joins its task loss and regularisers), then, for
+        isotropy_layer, the Isotropy Layer stage (``combine``: ``"balanced"`` unless ``"weighted"`` is asked
+        for; the fine-tuning stage then sums)."""
+        spec = self.method_spec
+        regs = spec.regularizers + self.regularizers
+        if not spec.isotropy_layer:
+            return (Stage("finetune", (), regs, self.combine, self.epochs, self.steps),)
+        joint = "balanced" if self.combine == "sum" else self.combine
+        return (Stage("finetune", ("isotropy_layer",), regs, "sum", self.epochs, self.steps),
+                Stage("isotropy_layer", ("encoder", "head"), (Regularizer("isoscore", 1.0, "head_input"),), joint,
+                      self.stage2_epochs, self.stage2_steps))
+
+    def to_json(self) -> dict:
+        """A JSON-ready dict of the fields (regularisers as dicts)."""
+        out = dataclasses.asdict(self)
+        out["regularizers"] = [dataclasses.asdict(r) for r in self.regularizers]
+        return out
+
+
+def parse_regularizer(text: str) -> Regularizer:
+    """Parse ``NAME[=WEIGHT][@REPRESENTATION][,KEY=VALUE...]``, e.g. ``isoscore=0.5@cls`` or
+    ``persistent_entropy=0.1@cls,bars=all,classwise=false``. Values parse as bool, int, float or string."""
+    head, *opts = [p.strip() for p in text.split(",")]
+    head, _, rep = head.partition("@")
+    name, _, weight = head.partition("=")
+    options = []
+    for opt in opts:
+        key, sep, value = opt.partition("=")
+        if not sep:
+            raise ValueError(f"regulariser {text!r}: option {opt!r} is not KEY=VALUE")
+        options.append((key.strip(), _parse_value(value.strip())))
+    try:
+        weight_value = float(weight) if weight else 1.0
+    except ValueError:
+        raise ValueError(f"regulariser {text!r}: weight {weight!r} is not a number") from None
+    return Regularizer(name.strip(), weight_value, rep.strip() or None, tuple(options))
+
+
+def _parse_value(value: str):
+    if value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value

@@ -1,0 +1,265 @@
+"""The fine-tuning loop: :func:`fit` runs a :class:`~isojax.train.config.TrainConfig` from start or from its
+latest checkpoint to the end, evaluating, logging and checkpointing on the way.
+
+Order of work: the configuration, devices and model are checked before any data is read or step compiled;
+then each stage (fine-tuning; the Isotropy Layer stage for ``isotropy_layer``) runs its batches. Batch ``k``
+of a stage is batch ``k mod E`` of epoch ``k // E`` (E = batches per epoch, ``drop_last``), shuffled by
+``(seed, epoch)``, so the data position follows from the step and a resumed run sees exactly the batches the
+interrupted one had left. Checkpoints record the position too (``meta``), with the configuration: resuming
+with a configuration that changes the training itself is refused.
+
+Outputs in ``output_dir``: ``checkpoints/``, ``log.jsonl`` (:mod:`isojax.train.logs`), ``curves.png`` (task
+metric and anisotropy over training), ``results.json`` (configuration, final evaluation of every stage).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from tqdm.auto import tqdm
+
+from isojax.data.batching import batches, tokenize
+from isojax.data.glue import glue_task, load_glue
+from isojax.models import build_encoder, from_pretrained
+from isojax.softdecay import SoftDecay
+from isojax.train import evaluation
+from isojax.train.checkpoint import Checkpoints
+from isojax.train.config import Stage, TrainConfig
+from isojax.train.logs import JsonLog, plot_curves
+from isojax.train.model import TaskModel, init_variables, word_embeddings
+from isojax.train.objective import Objective, resolve_auto_options
+from isojax.train.optim import make_optimizer, schedule
+from isojax.train.parallel import make_runner, select_devices
+from isojax.train.state import create_state
+from isojax.train.step import make_predict_step, make_train_step
+
+log = logging.getLogger(__name__)
+
+# Fields that may differ when a run is resumed: where and how it runs, how often it reports.
+RESUMABLE_CHANGES = frozenset({"devices", "parallel", "model_parallel", "progress", "output_dir", "save_every",
+                               "keep_checkpoints", "eval_every", "log_every", "eval_batch_size", "eval_limit"})
+
+
+@dataclasses.dataclass
+class FitResult:
+    """What :func:`fit` returns: ``metrics`` of the last evaluation, ``stages`` (stage name -> its final
+    evaluation), the final ``params`` (host numpy), the global ``step`` and the ``output_dir``."""
+
+    output_dir: str
+    step: int
+    metrics: dict
+    stages: dict
+    params: Any
+
+
+def build_model(config: TrainConfig):
+    """``(TaskModel, pretrained encoder params, tokenizer)`` for the configuration (SoftDecay, dtype, dropout)."""
+    spec = config.method_spec
+    transform = SoftDecay(alpha_init=config.softdecay_alpha) if spec.softdecay else None
+    dtype = jnp.bfloat16 if config.dtype == "bfloat16" else jnp.float32
+    encoder, params, tokenizer = from_pretrained(config.model, dtype=dtype, last_layer_transform=transform)
+    if tokenizer is None:
+        raise ValueError(f"model {config.model!r} has no tokenizer files; fine-tuning needs one")
+    dropout = encoder.config.hidden_dropout_prob if config.dropout else 0.0
+    if not config.dropout:
+        encoder = build_encoder(dataclasses.replace(encoder.config, hidden_dropout_prob=0.0,
+                                                    attention_probs_dropout_prob=0.0),
+                                dtype=dtype, last_layer_transform=transform,
+                                add_pooling_layer=encoder.add_pooling_layer)
+    model = TaskModel(encoder, num_labels=config.num_labels, pooling=config.pooling, dropout_rate=dropout,
+                      use_isobn=spec.isobn, use_isotropy_layer=spec.isotropy_layer)
+    return model, params, tokenizer
+
+
+def check_setup(config: TrainConfig, model: TaskModel) -> None:
+    """What the configuration asks of this model and these devices (raises ``ValueError`` before training)."""
+    wants_pooler = config.pooling == "pooler" or any(
+        r.representation == "pooler" for s in config.stages() for r in s.regularizers)
+    if wants_pooler and not model.has_pooler:
+        raise ValueError(f"model {config.model!r} ({model.encoder.config.model_type}) has no pooler: the "
+                         "'pooler' pooling/representation is not available (use 'cls')")
+    enc = model.encoder.config
+    if config.model_parallel > 1 and (enc.num_attention_heads % config.model_parallel
+                                      or enc.intermediate_size % config.model_parallel):
+        raise ValueError(f"model_parallel={config.model_parallel} must divide the {enc.num_attention_heads} "
+                         f"attention heads and intermediate size {enc.intermediate_size}")
+    num_devices = len(select_devices(config.devices))
+    data_size = num_devices // config.model_parallel if config.parallel == "mesh" else num_devices
+    if num_devices % config.model_parallel:
+        raise ValueError(f"model_parallel={config.model_parallel} must divide the {num_devices} devices")
+    for name in ("batch_size", "eval_batch_size"):
+        if getattr(config, name) % data_size:
+            raise ValueError(f"{name}={getattr(config, name)} does not divide over the {data_size} data-parallel "
+                             f"devices ({num_devices} devices, parallel={config.parallel!r}, "
+                             f"model_parallel={config.model_parallel})")
+
+
+def eval_split(task: str) -> str:
+    """The labelled dev split of a GLUE task (MNLI: the matched one)."""
+    return "validation_matched" if glue_task(task).name == "mnli" else "validation"
+
+
+def load_split(config: TrainConfig, split: str, tokenizer, limit: int) -> dict:
+    """Tokenised rows of a GLUE split with their ``labels`` (the first ``limit`` rows; 0 = all)."""
+    data = load_glue(config.task, split, source=config.data_source)
+    n = min(limit, len(data)) if limit else len(data)
+    texts_b = data.texts_b[:n] if data.texts_b is not None else None
+    out = tokenize(tokenizer, data.texts_a[:n], texts_b, max_length=config.max_length)
+    out["labels"] = data.labels[:n]
+    return out
+
+
+@dataclasses.dataclass
+class _Plan:
+    """A stage ready to run: optimiser, length, first global step, abstract state, runner, logged schedule."""
+
+    index: int
+    stage: Stage
+    optimizer: Any
+    total: int
+    start: int
+    abstract_state: Any
+    runner: Any
+    learning_rate: Any
+
+    def meta(self, step: int, per_epoch: int, config: TrainConfig) -> dict:
+        epoch, batch = divmod(step - self.start, per_epoch)
+        return {"stage": self.index, "stage_name": self.stage.name, "step": step, "epoch": epoch, "batch": batch,
+                "config": config.to_json()}
+
+
+def _plans(config: TrainConfig, model: TaskModel, variables: dict, per_epoch: int) -> list[_Plan]:
+    plans, start = [], 0
+    for index, stage in enumerate(config.stages()):
+        total = stage.steps or max(1, math.ceil(stage.epochs * per_epoch))
+        updates = max(1, total // config.grad_accumulation)
+        warmup = round(config.warmup_ratio * updates)
+        objective = Objective(config.num_labels, resolve_auto_options(stage.regularizers, variables["params"]),
+                              stage.combine, config.joint_alpha, config.balancer_smoothing)
+        optimizer = make_optimizer(variables["params"], learning_rate=config.learning_rate,
+                                   transform_learning_rate=config.transform_learning_rate,
+                                   weight_decay=config.weight_decay, total_updates=updates, warmup_steps=warmup,
+                                   schedule_kind=config.schedule, max_grad_norm=config.max_grad_norm,
+                                   accumulation=config.grad_accumulation, frozen=stage.frozen)
+        abstract = jax.eval_shape(lambda v, o=optimizer: create_state(v, o, config.seed), variables)
+        runner = make_runner(
+            config.parallel, num_devices=config.devices, model_parallel=config.model_parallel,
+            make_step=lambda c, o=optimizer, obj=objective, f=stage.frozen: make_train_step(
+                model, obj, o, frozen=f, collectives=c),
+            predict=make_predict_step(model), abstract_state=abstract)
+        # the logged learning rate: the encoder's, or the transform group's when the encoder is frozen
+        peak = config.transform_learning_rate if "encoder" in stage.frozen else config.learning_rate
+        plans.append(_Plan(index, stage, optimizer, total, start, abstract, runner,
+                           schedule(peak, updates, warmup, config.schedule)))
+        start += total
+    return plans
+
+
+def _check_resumable(config: TrainConfig, meta: dict, directory: str) -> None:
+    saved, now = meta.get("config", {}), json.loads(json.dumps(config.to_json()))
+    changed = sorted(k for k in set(saved) | set(now) if k not in RESUMABLE_CHANGES and saved.get(k) != now.get(k))
+    if changed:
+        diffs = "; ".join(f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in changed)
+        raise ValueError(f"the checkpoints in {directory} were written by a different configuration ({diffs}); "
+                         "resume with the same settings or choose a new output_dir")
+
+
+def fit(config: TrainConfig) -> FitResult:
+    """Run (or resume) the fine-tuning described by ``config``; see the module docstring."""
+    task = glue_task(config.task)
+    model, encoder_params, tokenizer = build_model(config)
+    check_setup(config, model)
+    train = load_split(config, "train", tokenizer, config.train_limit)
+    dev = load_split(config, eval_split(config.task), tokenizer, config.eval_limit)
+    per_epoch = len(train["labels"]) // config.batch_size
+    if per_epoch == 0:
+        raise ValueError(f"the training set ({len(train['labels'])} rows) is smaller than one batch "
+                         f"({config.batch_size})")
+    variables = init_variables(model, encoder_params, jax.random.key(config.seed))
+    plans = _plans(config, model, variables, per_epoch)
+
+    main_process = jax.process_index() == 0
+    os.makedirs(config.output_dir, exist_ok=True)
+    run_log = JsonLog(os.path.join(config.output_dir, "log.jsonl"))
+    checkpoints = Checkpoints(os.path.join(config.output_dir, "checkpoints"), save_every=config.save_every,
+                              keep=config.keep_checkpoints)
+    restored = checkpoints.restore_latest(
+        lambda meta: plans[meta["stage"]].runner.restore_target(plans[meta["stage"]].abstract_state),
+        check=lambda meta: _check_resumable(config, meta, checkpoints.directory))
+    if restored is None:
+        index, step = 0, 0
+        placed = plans[0].runner.place(create_state(variables, plans[0].optimizer, config.seed))
+        _evaluate(config, plans[0], placed, dev, task, 0, run_log, main_process, stage_end=False)
+    else:
+        step, state, meta = restored
+        index, placed = meta["stage"], plans[meta["stage"]].runner.from_checkpoint(state)
+        if main_process:
+            run_log.write({"kind": "resume", "step": step, "stage": meta["stage"], "epoch": meta["epoch"],
+                           "batch": meta["batch"]})
+
+    stage_results, last = {}, {}
+    for plan in plans[index:]:
+        if plan.index > index:  # a new stage starts from the previous stage's parameters and statistics
+            previous = plans[plan.index - 1].runner.host(placed)
+            placed = plan.runner.place(create_state({"params": previous.params, "batch_stats": previous.batch_stats},
+                                                    plan.optimizer, config.seed, step=step))
+        placed, last = _run_stage(config, plan, placed, step - plan.start, train, dev, task, per_epoch, run_log,
+                                  checkpoints, main_process)
+        step = plan.start + plan.total
+        stage_results[plan.stage.name] = last
+    checkpoints.close()
+    params = plans[-1].runner.host(placed.params)
+    if main_process:
+        plot_curves(run_log.read(), os.path.join(config.output_dir, "curves.png"), metrics=task.metrics,
+                    title=f"{config.model} on {task.name}: {config.method}")
+        with open(os.path.join(config.output_dir, "results.json"), "w") as f:
+            json.dump({"config": config.to_json(), "step": step, "stages": stage_results}, f, indent=1)
+    return FitResult(config.output_dir, step, last, stage_results, params)
+
+
+def _run_stage(config, plan: _Plan, placed, done: int, train, dev, task, per_epoch, run_log, checkpoints,
+               main_process):
+    """Run batches ``done, ..., total - 1`` of one stage; evaluate and checkpoint at its end. Returns the placed
+    state and the final evaluation."""
+    runner = plan.runner
+    bar = tqdm(total=plan.total, initial=done, desc=plan.stage.name, disable=not (config.progress and main_process))
+    epoch_batches, epoch = None, None
+    for k in range(done, plan.total):
+        if divmod(k, per_epoch)[0] != epoch:
+            epoch, start = divmod(k, per_epoch)
+            epoch_batches = batches(train, config.batch_size, shuffle=True, seed=config.seed, epoch=epoch,
+                                    start=start, drop_last=True)
+        placed, metrics = runner.train(placed, next(epoch_batches))
+        step = plan.start + k + 1
+        bar.update(1)
+        if config.log_every and (k + 1) % config.log_every == 0 and main_process:
+            values = {n: float(v) for n, v in runner.host(metrics).items()}
+            lr = float(plan.learning_rate((k + 1) // config.grad_accumulation))
+            run_log.write({"kind": "train", "step": step, "stage": plan.stage.name, "epoch": epoch, "lr": lr,
+                           **values})
+            bar.set_postfix(loss=f"{values['loss']:.4f}")
+        if config.eval_every and (k + 1) % config.eval_every == 0 and k + 1 < plan.total:
+            _evaluate(config, plan, placed, dev, task, step, run_log, main_process, stage_end=False)
+        if checkpoints.due(step):
+            checkpoints.save(step, runner.checkpoint_view(placed), plan.meta(step, per_epoch, config))
+    bar.close()
+    step = plan.start + plan.total
+    result = _evaluate(config, plan, placed, dev, task, step, run_log, main_process, stage_end=True)
+    checkpoints.save(step, runner.checkpoint_view(placed), plan.meta(step, per_epoch, config))
+    checkpoints.wait()
+    return placed, result
+
+
+def _evaluate(config, plan: _Plan, placed, dev, task, step, run_log, main_process, *, stage_end: bool) -> dict:
+    w = plan.runner.host(word_embeddings(placed.params))
+    result = evaluation.evaluate(plan.runner, placed, dev, task, w, config.eval_batch_size)
+    if main_process:
+        run_log.write({"kind": "eval", "step": step, "stage": plan.stage.name, "stage_end": stage_end, **result})
+    log.info("step %d (%s): %s", step, plan.stage.name, result)
+    return result

@@ -1,0 +1,108 @@
+"""The fine-tuned model: an encoder, optional isotropy modules, and a classification or regression head.
+
+    h_L, pooler = Encoder(input_ids)                      (optional SoftDecay on the last layer: the encoder's
+                                                           ``last_layer_transform``)
+    sentence    = pool(h_L, method)                       (cls, pooler, mean, first_last_avg, last2avg)
+    head_input  = IsotropyLayer(IsoBN(sentence))          (each optional)
+    logits      = Dense(Dropout(head_input))              ([B, num_labels]; num_labels = 1 is regression)
+
+Parameters: ``params["encoder"]`` is the encoder's own tree (so pretrained weights drop in unchanged),
+``params["isotropy_layer"]``, ``params["head"]``; IsoBN keeps its running statistics in
+``batch_stats["isobn"]``.
+"""
+from __future__ import annotations
+
+import flax.linen as nn
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from isojax.calibrate import IsoBN, IsotropyLayer
+from isojax.models.heads import ClassificationHead, pool
+
+REPRESENTATIONS = {
+    "cls": "last-layer [CLS] state, [B, H]",
+    "pooler": "the encoder's pooler output tanh(W h_[CLS] + b), [B, H] (models with a pooler)",
+    "sentence": "the pooled sentence embedding (--pooling), [B, H]",
+    "head_input": "what the head reads: the sentence embedding after IsoBN / Isotropy Layer, [B, H]",
+    "tokens": "all real last-layer token states of the batch as one cloud, [B*L, H] with the attention mask",
+    "embedding": "the word (= tied output) embedding matrix W, [V, H]",
+}
+
+
+@flax.struct.dataclass
+class TaskOutput:
+    """What :class:`TaskModel` returns: ``logits [B, num_labels]`` (float32) and the representations
+    ``cls``, ``pooler`` (None without a pooler), ``sentence``, ``head_input`` (``[B, H]``), ``tokens [B, L, H]``
+    with their ``mask [B, L]``."""
+
+    logits: jax.Array
+    cls: jax.Array
+    pooler: jax.Array | None
+    sentence: jax.Array
+    head_input: jax.Array
+    tokens: jax.Array
+    mask: jax.Array
+
+
+class TaskModel(nn.Module):
+    """Encoder + pooling + optional IsoBN / Isotropy Layer + :class:`ClassificationHead` (see module docstring).
+
+    Fields: ``encoder`` (an :class:`isojax.models.EncoderModel`, its SoftDecay included as its
+    ``last_layer_transform``), ``num_labels``, ``pooling``, ``dropout_rate`` (head dropout), ``use_isobn``,
+    ``use_isotropy_layer``, ``axis_name`` (the ``pmap`` axis over which IsoBN averages its batch statistics).
+    IsoBN updates its running statistics when ``deterministic=False`` (call with ``mutable=["batch_stats"]``).
+    """
+
+    encoder: nn.Module
+    num_labels: int
+    pooling: str = "cls"
+    dropout_rate: float = 0.1
+    use_isobn: bool = False
+    use_isotropy_layer: bool = False
+    axis_name: str | None = None
+
+    def setup(self):
+        self.isobn = IsoBN(axis_name=self.axis_name) if self.use_isobn else None
+        self.isotropy_layer = IsotropyLayer() if self.use_isotropy_layer else None
+        self.head = ClassificationHead(self.num_labels, self.dropout_rate)
+
+    def heads(self, sentence, deterministic: bool = True):
+        """``(head_input, logits)`` from pooled sentence embeddings ``[B, H]``: the part after the encoder."""
+        h = sentence
+        if self.isobn is not None:
+            h = self.isobn(h, use_running_average=deterministic)
+        if self.isotropy_layer is not None:
+            h = self.isotropy_layer(h)
+        return h, self.head(h, deterministic)
+
+    def __call__(self, input_ids, attention_mask, token_type_ids=None, *, deterministic: bool = True) -> TaskOutput:
+        if not self.encoder.config.type_vocab_size:  # DistilBERT has no segment embeddings
+            token_type_ids = None
+        out = self.encoder(input_ids, attention_mask, token_type_ids, deterministic=deterministic)
+        mask = jnp.asarray(attention_mask).astype(bool)
+        sentence = pool(out, mask, self.pooling)
+        h, logits = self.heads(sentence, deterministic)
+        return TaskOutput(logits=logits, cls=out.last_hidden_state[:, 0], pooler=out.pooler_output,
+                          sentence=sentence, head_input=h, tokens=out.last_hidden_state, mask=mask)
+
+    @property
+    def has_pooler(self) -> bool:
+        return bool(self.encoder.has_pooler and self.encoder.add_pooling_layer)
+
+
+def word_embeddings(params) -> jax.Array:
+    """The word (input = tied output) embedding matrix ``W [V, E]`` of a :class:`TaskModel`'s params."""
+    return params["encoder"]["embeddings"]["word_embeddings"]["embedding"]
+
+
+def init_variables(model: TaskModel, encoder_params, key) -> dict:
+    """Variables of ``model``: the pretrained ``encoder_params`` and freshly initialised heads (IsoBN statistics,
+    Isotropy Layer, head; initialised on their own, without running the encoder).
+
+    Returns ``{"params": ..., "batch_stats": ...}`` (``batch_stats`` is ``{}`` without IsoBN).
+    """
+    sentence = jnp.zeros((1, model.encoder.config.hidden_size), jnp.float32)
+    variables = model.init(key, sentence, method=TaskModel.heads)
+    return {"params": dict(variables["params"], encoder=encoder_params),
+            "batch_stats": variables.get("batch_stats", {})}

@@ -1,0 +1,257 @@
+"""The training objective: task loss plus weighted isotropy regularisers, or the two balanced as a joint loss.
+
+    task loss   L1 = mean_i CE(logits_i, y_i)            (classification)
+                     mean_i (logit_i - y_i)^2             (regression, STS-B)
+    sum         L  = L1 + sum_k lambda_k R_k(representation_k)
+    balanced    L  = (L1 * Lbar/Lbar_1 + L2 * Lbar/Lbar_2) / 2,   L2 = sum_k lambda_k R_k
+                     (moving-average balancing, isotropy-layer-joint-loss §3.3 eq. 3; isojax.losses.balancer_update)
+    weighted    L  = alpha L1 + (1 - alpha) L2                     (isotropy-layer-joint-loss eq. 2)
+
+Regularisers (:data:`REGULARIZERS`; each is minimised, options in brackets with their defaults):
+
+    cosine              Gao et al. cosine regularisation (losses.cosine_regularization)        [embedding]
+    spectrum_pol        sum_k (s_k - c1 k^gamma)^2 (losses.spectrum_polynomial)                [embedding]
+    spectrum_exp        sum_k (s_k - c1 exp(-c2 k^gamma))^2 (losses.spectrum_exponential)      [embedding]
+    isoscore            log(1 / IsoScore) (losses.isoscore_loss)                               [cls]
+    istar               1 - IsoScore*, zeta shrinkage (losses.istar_loss)                      [cls]
+    persistent_entropy  -H(selected or all 0-dim bars), per class (topology.persistent_entropy_loss) [cls]
+
+``c1 = "auto"`` (spectrum control) is the largest singular value of the representation at the start of
+training (:func:`resolve_auto_options`), so the prior starts at the matrix's own top singular value. The
+papers give no values for lambda, c1, c2, gamma; the defaults here are this library's.
+
+Class-wise persistent entropy (shrink-the-longest §4) splits the cloud by label; for the regression task
+(STS-B, scores in [0, 5]) the classes are ``bins`` equal-width score bins. Every batch-level regulariser is
+computed on the *global* batch (see :mod:`isojax.train.collectives`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable, Mapping
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from isojax import losses, topology
+from isojax.train.collectives import Collectives
+from isojax.train.model import REPRESENTATIONS, TaskOutput, word_embeddings
+
+REGRESSION_RANGE = (0.0, 5.0)  # STS-B scores, GLUE's only regression task
+COMBINATIONS = ("sum", "balanced", "weighted")
+_BATCH_REPRESENTATIONS = tuple(r for r in REPRESENTATIONS if r != "embedding")
+
+
+def _cosine(x, mask, labels, num_classes):
+    return losses.cosine_regularization(x, mask=mask)
+
+
+def _masked_rows(x, mask):
+    return x if mask is None else x * mask[..., None].astype(x.dtype)
+
+
+def _spectrum_pol(x, mask, labels, num_classes, *, c1, gamma):
+    return losses.spectrum_polynomial(_masked_rows(x, mask), c1=c1, gamma=gamma)
+
+
+def _spectrum_exp(x, mask, labels, num_classes, *, c1, c2, gamma):
+    return losses.spectrum_exponential(_masked_rows(x, mask), c1=c1, c2=c2, gamma=gamma)
+
+
+def _isoscore(x, mask, labels, num_classes):
+    return losses.isoscore_loss(x, mask=mask)
+
+
+def _istar(x, mask, labels, num_classes, *, zeta):
+    return losses.istar_loss(x, zeta=zeta, mask=mask)
+
+
+def _persistent_entropy(x, mask, labels, num_classes, *, bars, classwise, in_cluster_weight):
+    return topology.persistent_entropy_loss(x, labels if classwise else None, mask=mask,
+                                            num_classes=num_classes if classwise else None, bars=bars,
+                                            in_cluster_weight=in_cluster_weight)
+
+
+@dataclasses.dataclass(frozen=True)
+class RegularizerKind:
+    """A regulariser ``fn(x [n, d], mask [n] | None, labels [n], num_classes, **options) -> scalar``, its
+    default representation, the representations it accepts, and its options with their defaults."""
+
+    fn: Callable[..., jax.Array]
+    representation: str
+    description: str
+    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    representations: tuple[str, ...] = tuple(REPRESENTATIONS)
+
+
+REGULARIZERS: dict[str, RegularizerKind] = {
+    "cosine": RegularizerKind(_cosine, "embedding", "mean pairwise cosine of the rows (Gao et al. 2019)"),
+    "spectrum_pol": RegularizerKind(_spectrum_pol, "embedding", "spectrum control, polynomial prior c1 k^gamma",
+                                    {"c1": "auto", "gamma": -0.5}),
+    "spectrum_exp": RegularizerKind(_spectrum_exp, "embedding",
+                                    "spectrum control, exponential prior c1 exp(-c2 k^gamma)",
+                                    {"c1": "auto", "c2": 0.005, "gamma": 1.0}),
+    "isoscore": RegularizerKind(_isoscore, "cls", "log(1/IsoScore) of the batch", {}, _BATCH_REPRESENTATIONS),
+    "istar": RegularizerKind(_istar, "cls", "1 - IsoScore* (I-STAR) of the batch", {"zeta": 0.2},
+                             _BATCH_REPRESENTATIONS),
+    "persistent_entropy": RegularizerKind(
+        _persistent_entropy, "cls", "minus the persistent entropy of the 0-dim barcode, per class",
+        {"bars": "selected", "classwise": True, "in_cluster_weight": 0.0, "bins": 5}, _BATCH_REPRESENTATIONS),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Regularizer:
+    """One weighted regulariser term: ``weight * REGULARIZERS[name](representation, **options)``.
+
+    ``representation`` None means the regulariser's default; ``options`` is a tuple of ``(name, value)`` pairs
+    (hashable, so objectives can be static under ``jit``) overriding the defaults. Unknown names, options or
+    representations raise ``ValueError`` here, at construction.
+    """
+
+    name: str
+    weight: float = 1.0
+    representation: str | None = None
+    options: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self):
+        kind = REGULARIZERS.get(self.name)
+        if kind is None:
+            raise ValueError(f"unknown regulariser {self.name!r}; expected one of {sorted(REGULARIZERS)}")
+        if isinstance(self.weight, bool) or not isinstance(self.weight, (int, float)):
+            raise ValueError(f"regulariser {self.name}: weight must be a number, got {self.weight!r}")
+        if self.representation is None:
+            object.__setattr__(self, "representation", kind.representation)
+        if self.representation not in kind.representations:
+            raise ValueError(f"regulariser {self.name}: unknown or unsupported representation "
+                             f"{self.representation!r}; expected one of {list(kind.representations)}")
+        options = dict(self.options)
+        unknown = sorted(set(options) - set(kind.options))
+        if unknown:
+            raise ValueError(f"regulariser {self.name}: unknown option(s) {unknown}; it takes {dict(kind.options)}")
+        object.__setattr__(self, "options", tuple(sorted({**kind.options, **options}.items())))
+
+    @property
+    def label(self) -> str:
+        """``name@representation``, the key of this term in the logged metrics."""
+        return f"{self.name}@{self.representation}"
+
+    @property
+    def kwargs(self) -> dict:
+        """Options passed to the regulariser function (``bins`` is used to build class labels instead)."""
+        return {k: v for k, v in self.options if k != "bins"}
+
+    def fn(self) -> Callable:
+        """``fn(x, mask, labels, num_classes)`` with the options bound."""
+        return functools.partial(REGULARIZERS[self.name].fn, **self.kwargs)
+
+    @functools.cache  # noqa: B019 - a frozen, hashable value: its check never changes
+    def check(self) -> None:
+        """Evaluate the term abstractly on a small cloud, so that a bad option value raises ``ValueError`` now
+        (naming the term) rather than when the training step is compiled."""
+        kwargs = {k: (1.0 if v == "auto" else v) for k, v in self.kwargs.items()}
+        fn = functools.partial(REGULARIZERS[self.name].fn, **kwargs)
+        try:
+            jax.eval_shape(lambda x, y: fn(x, None, y, 2), jax.ShapeDtypeStruct((8, 4), jnp.float32),
+                           jax.ShapeDtypeStruct((8,), jnp.int32))
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"regulariser {self.label}: {e}") from e
+
+
+def resolve_auto_options(regularizers, params) -> tuple[Regularizer, ...]:
+    """Replace ``c1="auto"`` by the largest singular value of the word embedding matrix in ``params``.
+
+    Only the ``embedding`` representation can be resolved before training (a batch representation changes
+    with every batch): ``"auto"`` elsewhere raises ``ValueError``.
+    """
+    out = []
+    for reg in regularizers:
+        opts = dict(reg.options)
+        if opts.get("c1") == "auto":
+            if reg.representation != "embedding":
+                raise ValueError(f"regulariser {reg.label}: c1='auto' needs representation 'embedding'; "
+                                 "give c1=<number> for a batch representation")
+            w = jnp.asarray(word_embeddings(params), jnp.float32)
+            opts["c1"] = float(jnp.linalg.svd(w, compute_uv=False)[0])
+            reg = dataclasses.replace(reg, options=tuple(opts.items()))
+        out.append(reg)
+    return tuple(out)
+
+
+def task_losses(logits, labels, num_labels: int):
+    """Per-example task loss ``[B]``: cross-entropy over ``num_labels`` classes, or squared error when 1."""
+    if num_labels == 1:
+        return (logits[:, 0] - labels.astype(logits.dtype)) ** 2
+    return optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+
+
+def class_ids(labels, num_labels: int, bins: int):
+    """Class of each example for class-wise regularisers: the label, or its score bin for regression."""
+    if num_labels > 1:
+        return labels, num_labels
+    low, high = REGRESSION_RANGE
+    ids = jnp.floor((labels - low) / (high - low) * bins).astype(jnp.int32)
+    return jnp.clip(ids, 0, bins - 1), bins
+
+
+def _cloud(reg: Regularizer, output: TaskOutput, params, labels, collectives: Collectives):
+    """``(x [n, d], mask [n] | None, labels [n] | None)`` of a regulariser's representation (global batch)."""
+    if reg.representation == "embedding":
+        return word_embeddings(params), None, None
+    if reg.representation == "tokens":
+        tokens, mask = collectives.gather(output.tokens), collectives.gather(output.mask)
+        per_token = jnp.broadcast_to(collectives.gather(labels)[:, None], mask.shape)
+        return tokens.reshape(-1, tokens.shape[-1]), mask.reshape(-1), per_token.reshape(-1)
+    return collectives.gather(getattr(output, reg.representation)), None, collectives.gather(labels)
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+    """Task loss and regularisers combined by ``combine`` (see the module docstring).
+
+    Fields: ``num_labels`` (1 = regression), ``regularizers`` (with resolved options), ``combine`` (``"sum"``,
+    ``"balanced"`` or ``"weighted"``), ``alpha`` (for ``"weighted"``), ``smoothing`` (s of the balancer).
+    """
+
+    num_labels: int
+    regularizers: tuple[Regularizer, ...] = ()
+    combine: str = "sum"
+    alpha: float = 0.5
+    smoothing: float = 0.15
+
+    def __post_init__(self):
+        if self.combine not in COMBINATIONS:
+            raise ValueError(f"combine must be one of {COMBINATIONS}, got {self.combine!r}")
+        if self.combine != "sum" and not self.regularizers:
+            raise ValueError(f"combine={self.combine!r} joins the task loss with regularisers; none were given")
+        if not 0.0 <= self.alpha <= 1.0:
+            raise ValueError(f"alpha must be in [0, 1], got {self.alpha!r}")
+
+    def regularizer_value(self, reg: Regularizer, output: TaskOutput, params, labels, collectives: Collectives):
+        """Unweighted value of one regulariser on the global batch (or on the parameters)."""
+        x, mask, per_row = _cloud(reg, output, params, labels, collectives)
+        classes = num_classes = None
+        if per_row is not None:
+            classes, num_classes = class_ids(per_row, self.num_labels, dict(reg.options).get("bins", 1))
+        value = reg.fn()(x, mask, classes, num_classes)
+        return collectives.replicated(value) if reg.representation == "embedding" else value
+
+    def __call__(self, output: TaskOutput, params, labels, balancer: losses.BalancerState,
+                 collectives: Collectives):
+        """``(loss, terms, balancer)``: the scalar objective, a dict of its parts (``task`` and each
+        regulariser's unweighted value under its :attr:`Regularizer.label`), and the updated balancer state."""
+        per_example = task_losses(output.logits, labels, self.num_labels)
+        task = collectives.total(jnp.sum(per_example)) / (per_example.shape[0] * collectives.size)
+        terms = {"task": task}
+        reg_total = jnp.zeros((), task.dtype)
+        for reg in self.regularizers:
+            terms[reg.label] = self.regularizer_value(reg, output, params, labels, collectives)
+            reg_total = reg_total + reg.weight * terms[reg.label]
+        if self.combine == "sum":
+            return task + reg_total, terms, balancer
+        if self.combine == "weighted":
+            return self.alpha * task + (1 - self.alpha) * reg_total, terms, balancer
+        loss, balancer = losses.balancer_update(balancer, jnp.stack([task, reg_total]), smoothing=self.smoothing)
+        return loss, terms, balancer
+

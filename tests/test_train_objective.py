@@ -1,0 +1,192 @@
+"""The training objective and the optimiser.
+
+References: numpy log-softmax cross-entropy and squared error; numpy pairwise cosines on the real rows;
+the ``isoscore`` package (Rudman et al.) for IsoScore; ``ripser`` 0-dim barcodes for persistent entropy;
+numpy SVD for c1="auto"; closed forms of the balancer's first steps, of Adam's first update
+(``-lr * sign(g)``) and of the warm-up/decay schedule.
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+import ripser
+from IsoScore import IsoScore as isoscore_pkg
+
+from isojax import losses
+from isojax.train.collectives import GLOBAL
+from isojax.train.config import TrainConfig, parse_regularizer
+from isojax.train.model import TaskOutput
+from isojax.train.objective import Objective, Regularizer, class_ids, resolve_auto_options, task_losses
+from isojax.train.optim import make_optimizer, param_labels, schedule
+
+RNG = np.random.default_rng(0)
+N, H, V = 14, 6, 40
+
+
+def _output(num_labels=3, seq=5):
+    mask = np.arange(seq) < RNG.integers(2, seq + 1, N)[:, None]
+    f = lambda *s: jnp.asarray(RNG.normal(size=s), jnp.float32)  # noqa: E731
+    return TaskOutput(logits=f(N, num_labels), cls=f(N, H), pooler=None, sentence=f(N, H), head_input=f(N, H),
+                      tokens=f(N, seq, H), mask=jnp.asarray(mask))
+
+
+PARAMS = {"encoder": {"embeddings": {"word_embeddings": {"embedding": jnp.asarray(RNG.normal(size=(V, H)) + 0.5,
+                                                                                   jnp.float32)}}}}
+
+
+def _mean_offdiag_cosine(x):
+    u = x / np.linalg.norm(x, axis=1, keepdims=True)
+    c = u @ u.T
+    n = len(x)
+    return (c.sum() - np.trace(c)) / n**2  # Gao et al.: 1/|V|^2 sum_{i != j}
+
+
+def _entropy_of_bars(points):
+    bars = ripser.ripser(points, maxdim=0)["dgms"][0][:, 1]
+    bars = bars[np.isfinite(bars)]
+    p = bars / bars.sum()
+    return -np.sum(p * np.log(p))
+
+
+def test_task_losses_match_numpy():
+    out = _output()
+    labels = RNG.integers(0, 3, N)
+    logits = np.asarray(out.logits, np.float64)
+    log_softmax = logits - np.log(np.exp(logits).sum(1, keepdims=True))
+    np.testing.assert_allclose(task_losses(out.logits, jnp.asarray(labels), 3), -log_softmax[np.arange(N), labels],
+                               rtol=1e-5)
+    scores = RNG.uniform(0, 5, N).astype(np.float32)
+    np.testing.assert_allclose(task_losses(out.logits[:, :1], jnp.asarray(scores), 1), (logits[:, 0] - scores) ** 2,
+                               rtol=1e-5)
+
+
+def test_sum_objective_terms_and_weights():
+    out = _output()
+    labels = jnp.asarray(RNG.integers(0, 3, N))
+    obj = Objective(3, (Regularizer("cosine", 2.0), Regularizer("isoscore", 0.5, "head_input"),
+                        Regularizer("cosine", 1.5, "tokens")))
+    loss, terms, _ = obj(out, PARAMS, labels, losses.balancer_init(2), GLOBAL)
+    w = np.asarray(PARAMS["encoder"]["embeddings"]["word_embeddings"]["embedding"], np.float64)
+    np.testing.assert_allclose(terms["cosine@embedding"], _mean_offdiag_cosine(w), rtol=1e-5)
+    iso = float(isoscore_pkg.IsoScore(np.asarray(out.head_input, np.float64)))
+    np.testing.assert_allclose(terms["isoscore@head_input"], -np.log(iso + 1e-6), rtol=1e-4)
+    real_tokens = np.asarray(out.tokens)[np.asarray(out.mask)]  # padding tokens are left out of the cloud
+    np.testing.assert_allclose(terms["cosine@tokens"], _mean_offdiag_cosine(real_tokens.astype(np.float64)),
+                               rtol=1e-4, atol=1e-6)
+    ce = np.mean(np.asarray(task_losses(out.logits, labels, 3)))
+    np.testing.assert_allclose(terms["task"], ce, rtol=1e-6)
+    want = ce + 2.0 * terms["cosine@embedding"] + 0.5 * terms["isoscore@head_input"] + 1.5 * terms["cosine@tokens"]
+    np.testing.assert_allclose(loss, want, rtol=1e-6)
+
+
+def test_classwise_persistent_entropy_all_bars_matches_ripser():
+    out = _output(num_labels=2)
+    labels = np.array([0, 1] * (N // 2))
+    obj = Objective(2, (Regularizer("persistent_entropy", 1.0, "cls", (("bars", "all"),)),))
+    _, terms, _ = obj(out, PARAMS, jnp.asarray(labels), losses.balancer_init(2), GLOBAL)
+    cls = np.asarray(out.cls, np.float64)
+    want = -sum(_entropy_of_bars(cls[labels == c]) for c in (0, 1))
+    np.testing.assert_allclose(terms["persistent_entropy@cls"], want, rtol=1e-4)
+
+
+def test_regression_classes_are_score_bins():
+    scores = jnp.asarray([0.0, 0.99, 1.0, 2.5, 4.99, 5.0])
+    ids, n = class_ids(scores, 1, 5)
+    assert n == 5
+    np.testing.assert_array_equal(ids, np.clip(np.digitize(np.asarray(scores), [1, 2, 3, 4]), 0, 4))
+
+
+def test_balanced_and_weighted_joint_losses():
+    out = _output()
+    labels = jnp.asarray(RNG.integers(0, 3, N))
+    reg = (Regularizer("isoscore", 1.0, "head_input"),)
+    state = losses.balancer_init(2)
+    loss1, terms, state = Objective(3, reg, "balanced")(out, PARAMS, labels, state, GLOBAL)
+    l1, l2 = float(terms["task"]), float(terms["isoscore@head_input"])
+    np.testing.assert_allclose(loss1, (l1 + l2) / 2, rtol=1e-6)  # first step: means := losses, so L^_i = mean
+    out2 = _output()
+    loss2, terms2, state = Objective(3, reg, "balanced")(out2, PARAMS, labels, state, GLOBAL)
+    m1, m2 = l1, l2  # after step k = 0 the means equal the first losses (rate s / (1 + 0) on equal values)
+    a, b = float(terms2["task"]), float(terms2["isoscore@head_input"])
+    lbar = (m1 + m2) / 2
+    np.testing.assert_allclose(loss2, (a * lbar / m1 + b * lbar / m2) / 2, rtol=1e-5)
+    assert int(state.step) == 2
+    weighted, terms3, _ = Objective(3, reg, "weighted", alpha=0.3)(out, PARAMS, labels, state, GLOBAL)
+    np.testing.assert_allclose(weighted, 0.3 * terms3["task"] + 0.7 * terms3["isoscore@head_input"], rtol=1e-6)
+
+
+def test_spectrum_c1_auto_is_the_top_singular_value_of_the_embeddings():
+    (reg,) = resolve_auto_options((Regularizer("spectrum_pol", 1.0),), PARAMS)
+    w = np.asarray(PARAMS["encoder"]["embeddings"]["word_embeddings"]["embedding"], np.float64)
+    np.testing.assert_allclose(dict(reg.options)["c1"], np.linalg.svd(w, compute_uv=False)[0], rtol=1e-5)
+    with pytest.raises(ValueError, match="c1='auto' needs representation 'embedding'"):
+        resolve_auto_options((Regularizer("spectrum_pol", 1.0, "cls"),), PARAMS)
+
+
+def test_parse_regularizer():
+    reg = parse_regularizer("persistent_entropy=0.25@tokens,bars=all,classwise=false,bins=3")
+    assert (reg.name, reg.weight, reg.representation) == ("persistent_entropy", 0.25, "tokens")
+    assert dict(reg.options) == {"bars": "all", "classwise": False, "bins": 3, "in_cluster_weight": 0.0}
+    assert parse_regularizer("isoscore") == Regularizer("isoscore", 1.0, "cls")
+    with pytest.raises(ValueError, match="weight 'x' is not a number"):
+        parse_regularizer("isoscore=x")
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: Regularizer("whitening"), "unknown regulariser 'whitening'"),
+    (lambda: Regularizer("isoscore", representation="embedding"), "unsupported representation 'embedding'"),
+    (lambda: Regularizer("cosine", representation="logits"), "unknown or unsupported representation 'logits'"),
+    (lambda: Regularizer("istar", options=(("gamma", 1.0),)), r"unknown option\(s\) \['gamma'\]"),
+    (lambda: TrainConfig(regularizers=(Regularizer("persistent_entropy", options=(("bars", "some"),)),)),
+     "persistent_entropy@cls: bars must be 'selected' or 'all'"),
+    (lambda: TrainConfig(regularizers=(Regularizer("istar", options=(("zeta", 2.0),)),)), "zeta must be"),
+])
+def test_bad_regularizers_raise(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def _tree(kernel, bias, theta):
+    return {"encoder": {"layer": {"kernel": kernel, "bias": bias}, "last_layer_transform": {"theta": theta}},
+            "isotropy_layer": {"dense": {"kernel": kernel}}}
+
+
+def test_param_groups_learning_rates_and_freezing():
+    params = _tree(jnp.ones((3, 2)), jnp.ones(2), jnp.zeros(()))
+    labels = param_labels(params, frozen=("isotropy_layer",))
+    assert labels["encoder"]["layer"]["kernel"] == "model" and labels["encoder"]["last_layer_transform"]["theta"] \
+        == "transform" and labels["isotropy_layer"]["dense"]["kernel"] == "frozen"
+    tx = make_optimizer(params, learning_rate=0.01, transform_learning_rate=0.5, weight_decay=0.0,
+                        total_updates=10, warmup_steps=0, schedule_kind="constant", max_grad_norm=None,
+                        frozen=("isotropy_layer",))
+    grads = _tree(jnp.full((3, 2), -2.0), jnp.full(2, 3.0), jnp.asarray(0.7))
+    updates, _ = tx.update(grads, tx.init(params), params)
+    # Adam's first update is -lr * g / |g| (bias-corrected moments), up to eps
+    np.testing.assert_allclose(updates["encoder"]["layer"]["kernel"], 0.01, rtol=1e-5)
+    np.testing.assert_allclose(updates["encoder"]["layer"]["bias"], -0.01, rtol=1e-5)
+    np.testing.assert_allclose(updates["encoder"]["last_layer_transform"]["theta"], -0.5, rtol=1e-5)
+    np.testing.assert_array_equal(updates["isotropy_layer"]["dense"]["kernel"], 0.0)
+
+
+def test_gradient_accumulation_averages_batches():
+    params = {"w": jnp.asarray([1.0, -2.0, 0.5])}
+    g1, g2 = {"w": jnp.asarray([1.0, 2.0, -3.0])}, {"w": jnp.asarray([3.0, -1.0, 1.0])}
+    kwargs = dict(learning_rate=0.1, transform_learning_rate=0.1, weight_decay=0.0, total_updates=5,
+                  schedule_kind="constant", max_grad_norm=1.0)
+    acc = make_optimizer(params, accumulation=2, **kwargs)
+    state = acc.init(params)
+    u1, state = acc.update(g1, state, params)
+    np.testing.assert_array_equal(u1["w"], 0.0)  # no update until the second batch
+    u2, _ = acc.update(g2, state, params)
+    plain = make_optimizer(params, **kwargs)
+    want, _ = plain.update(jax.tree.map(lambda a, b: (a + b) / 2, g1, g2), plain.init(params), params)
+    np.testing.assert_allclose(u2["w"], want["w"], rtol=1e-6)
+
+
+def test_schedule_warmup_then_linear_decay():
+    lr = schedule(1.0, total_updates=10, warmup_steps=4)
+    got = [float(lr(k)) for k in range(11)]
+    want = [k / 4 for k in range(4)] + [1 - (k - 4) / 6 for k in range(4, 11)]
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    assert float(optax.cosine_decay_schedule(1.0, 6)(3)) == pytest.approx(float(schedule(1.0, 10, 4, "cosine")(7)))
