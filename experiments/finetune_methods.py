@@ -22,13 +22,14 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections import defaultdict
 
 import numpy as np
 
 COLUMNS = (("spearman", "Spearman"), ("pearson", "Pearson"), ("isoscore", "IsoScore"), ("ev1", "EV1"),
            ("ev2", "EV2"), ("ev3", "EV3"), ("anisotropy", "aniso"), ("anisotropy_centered", "aniso (c)"),
-           ("I1", "I1(W)"), ("I2", "I2(W)"))
+           ("I1", "I1(W)"), ("I2", "I2(W)"), ("seconds", "run time (s)"))
 
 
 def _git_commit() -> str:
@@ -42,8 +43,10 @@ def _git_commit() -> str:
 
 
 def _fmt(values, key) -> str:
-    a = np.asarray(values, np.float64)
-    digits = 2 if key in ("spearman", "pearson") else 4
+    a = np.asarray([v for v in values if v is not None], np.float64)
+    if not len(a):
+        return "–"
+    digits = 0 if key == "seconds" else 2 if key in ("spearman", "pearson") else 4
     return f"{a.mean():.{digits}f} ± {a.std():.{digits}f}" if len(a) > 1 else f"{a.mean():.{digits}f}"
 
 
@@ -56,13 +59,15 @@ def collect(run_dirs: dict) -> tuple[dict, dict]:
         with open(os.path.join(path, "log.jsonl")) as f:
             evals = {r["step"]: r for r in map(json.loads, f) if r["kind"] == "eval"}
         curves[method].append([evals[s] for s in sorted(evals)])
+        timing = os.path.join(path, "seconds.json")
+        seconds = json.load(open(timing))["seconds"] if os.path.exists(timing) else None
         if method == "baseline":
-            rows["pretrained (step 0)"].append(evals[0])
+            rows["pretrained (step 0)"].append(dict(evals[0], seconds=None))
         if method == "isotropy_layer":
-            rows["isotropy_layer: stage 1 (fine-tuned)"].append(stages["finetune"])
-            rows["isotropy_layer: stage 2 (+ Isotropy Layer)"].append(stages["isotropy_layer"])
+            rows["isotropy_layer: stage 1 (fine-tuned)"].append(dict(stages["finetune"], seconds=None))
+            rows["isotropy_layer: stage 2 (+ Isotropy Layer)"].append(dict(stages["isotropy_layer"], seconds=seconds))
         else:
-            rows[method].append(stages["finetune"])
+            rows[method].append(dict(stages["finetune"], seconds=seconds))
     return rows, curves
 
 
@@ -133,6 +138,7 @@ def main(argv=None) -> int:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     per_epoch = args.train_limit // args.batch_size if args.train_limit else 5749 // args.batch_size
     eval_every = max(1, round(args.epochs * per_epoch / args.eval_points))
+    commit = _git_commit()  # of the code that runs, recorded before it runs
     run_dirs = {}
     for method in methods:
         for seed in seeds:
@@ -141,14 +147,17 @@ def main(argv=None) -> int:
             if os.path.exists(os.path.join(path, "results.json")):
                 continue
             print(f"== {method}, seed {seed}", flush=True)
+            started = time.perf_counter()
             fit(TrainConfig(task="stsb", model=args.model, method=method, pooling=args.pooling,
                             max_length=args.max_length, batch_size=args.batch_size, eval_batch_size=50,
                             learning_rate=args.lr, epochs=args.epochs, stage2_epochs=args.stage2_epochs, seed=seed,
                             devices=args.devices, output_dir=path, eval_every=eval_every, log_every=10,
                             train_limit=args.train_limit, eval_limit=args.eval_limit, progress=False))
+            with open(os.path.join(path, "seconds.json"), "w") as f:
+                json.dump({"seconds": time.perf_counter() - started, "commit": commit}, f)
     rows, curves = collect(run_dirs)
     command = "python -m experiments.finetune_methods " + " ".join(sys.argv[1:] if argv is None else argv)
-    header = (f"command: `{command}`  \ncommit: {_git_commit()}  \nmachine: {machine()}  \n"
+    header = (f"command: `{command}`  \ncommit: {commit}  \nmachine: {machine()}  \n"
               f"protocol: STS-B (offline package), model {args.model}, first {args.train_limit or 5749} train pairs, "
               f"{args.epochs:g} epoch(s), batch {args.batch_size}, max length {args.max_length}, lr {args.lr:g} "
               f"(AdamW, linear warm-up 10% and decay), pooling {args.pooling}; dev = first {args.eval_limit or 1500} "
@@ -158,7 +167,7 @@ def main(argv=None) -> int:
         f.write(f"# Fine-tuning with isotropy methods on STS-B\n\n{header}\n\n{table(rows)}\n\n"
                 f"![curves]({name}_curves.png)\n")
     with open(os.path.join(args.out, f"{name}.json"), "w") as f:
-        json.dump({"command": command, "commit": _git_commit(), "machine": machine(), "rows": rows}, f, indent=1)
+        json.dump({"command": command, "commit": commit, "machine": machine(), "rows": rows}, f, indent=1)
     plot(curves, os.path.join(args.out, f"{name}_curves.png"), title=header.split("\n")[-1][:200])
     print(header + "\n\n" + table(rows))
     return 0

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from typing import Any
 
 from isojax.data.glue import glue_task
@@ -140,6 +141,8 @@ class TrainConfig:
 
     def __post_init__(self):
         object.__setattr__(self, "task", glue_task(self.task).name)
+        if isinstance(self.data_source, os.PathLike):
+            object.__setattr__(self, "data_source", os.fspath(self.data_source))
         method(self.method)
         object.__setattr__(self, "regularizers", tuple(self.regularizers))
         for reg in self.regularizers:
