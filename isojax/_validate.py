@@ -36,3 +36,14 @@ def check_mask(mask, x, name: str = "mask"):
     if not (mask.dtype == jnp.bool_ or jnp.issubdtype(mask.dtype, jnp.integer)):
         raise TypeError(f"{name} must be boolean or integer 0/1, got {mask.dtype}")
     return mask.astype(bool)
+
+
+def check_positive_int(value, name: str, upper: int | None = None) -> int:
+    """Check a Python int ``1 <= value (<= upper)``: ``TypeError`` for any other type (bool and float
+    included), ``ValueError`` out of range; both name the argument."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be a Python int, got {type(value).__name__} {value!r}")
+    if value < 1 or (upper is not None and value > upper):
+        bound = f" and <= {upper}" if upper is not None else ""
+        raise ValueError(f"{name} must be >= 1{bound}, got {value}")
+    return value

@@ -23,8 +23,9 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from isojax._numeric import promote_float32, safe_div
 from isojax._validate import check_float, check_mask, check_points
-from isojax.metrics import _cosine_sums, _safe_div, _spectral_dtype, isoscore, isoscore_star
+from isojax.metrics import _cosine_sums, isoscore, isoscore_star
 
 __all__ = [
     "cosine_regularization",
@@ -58,7 +59,7 @@ def cosine_regularization(w, *, mask=None, weight: float = 1.0):
     w = check_points(w, "w", min_n=2)
     mask = check_mask(mask, w)
     all_pairs, diagonal, count = _cosine_sums(w, mask)
-    return weight * _safe_div(all_pairs - diagonal, count**2)
+    return weight * safe_div(all_pairs - diagonal, count**2)
 
 
 def _singular_values(w):
@@ -67,7 +68,7 @@ def _singular_values(w):
     ``svd(compute_uv=False)`` has finite gradients even where singular values repeat or vanish.
     """
     w = check_points(w, "w")
-    return jnp.linalg.svd(_spectral_dtype(w), compute_uv=False)
+    return jnp.linalg.svd(promote_float32(w), compute_uv=False)
 
 
 def _spectrum_penalty(sigma, prior, weight):

@@ -28,7 +28,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from isojax._validate import check_float, check_mask, check_points
+from isojax._numeric import HIGHEST, promote_float32, safe_div, safe_norm, safe_sqrt
+from isojax._validate import check_float, check_mask, check_points, check_positive_int
 
 __all__ = [
     "explained_variance",
@@ -44,37 +45,13 @@ __all__ = [
     "empirical_cdf",
 ]
 
-_HIGHEST = jax.lax.Precision.HIGHEST
-
 
 # ----------------------------------------------------------------------------------------------
-# Numerically safe building blocks (also used by isojax.losses and isojax.topology)
+# Building blocks (also used by isojax.losses and isojax.topology)
 # ----------------------------------------------------------------------------------------------
-def _spectral_dtype(x):
-    """``x`` cast to at least float32 (bf16/fp16 inputs are promoted; float64 is kept)."""
-    return x.astype(jnp.promote_types(x.dtype, jnp.float32))
-
-
-def _safe_div(num, den):
-    """``num / den`` where ``den != 0``, else 0, with finite gradients in both branches."""
-    nonzero = den != 0
-    return jnp.where(nonzero, num / jnp.where(nonzero, den, 1), 0)
-
-
-def _safe_sqrt(v):
-    """``sqrt(v)`` for ``v >= 0`` whose gradient at 0 is 0 instead of inf (double-where)."""
-    positive = v > 0
-    return jnp.where(positive, jnp.sqrt(jnp.where(positive, v, 1)), 0)
-
-
-def _safe_norm(v, axis=-1, keepdims=False):
-    """Euclidean norm along ``axis`` with a finite (zero) gradient at the zero vector."""
-    return _safe_sqrt(jnp.sum(v * v, axis=axis, keepdims=keepdims))
-
-
 def _unit_rows(x):
     """Rows scaled to unit norm; zero rows stay zero (so they have cosine 0 with every row)."""
-    return _safe_div(x, _safe_norm(x, keepdims=True))
+    return safe_div(x, safe_norm(x, keepdims=True))
 
 
 def _masked(x, mask):
@@ -89,7 +66,7 @@ def _masked(x, mask):
 
 def _center(x, weights, count):
     """Subtract the mean of the real rows from the real rows (padding rows stay zero)."""
-    mean = _safe_div(jnp.sum(x, axis=-2), count[..., None])
+    mean = safe_div(jnp.sum(x, axis=-2), count[..., None])
     return (x - mean[..., None, :]) * weights[..., None]
 
 
@@ -103,16 +80,8 @@ def _gram_eigenvalues(x):
     """
     n, d = x.shape[-2:]
     xt = jnp.swapaxes(x, -1, -2)
-    gram = jnp.matmul(x, xt, precision=_HIGHEST) if n <= d else jnp.matmul(xt, x, precision=_HIGHEST)
+    gram = jnp.matmul(x, xt, precision=HIGHEST) if n <= d else jnp.matmul(xt, x, precision=HIGHEST)
     return jnp.linalg.svd(gram, compute_uv=False)
-
-
-def _check_positive_int(value, name: str, upper: int | None = None):
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be a Python int, got {type(value).__name__}")
-    if value < 1 or (upper is not None and value > upper):
-        bound = f" and <= {upper}" if upper is not None else ""
-        raise ValueError(f"{name} must be >= 1{bound}, got {value}")
 
 
 def _check_positive_float(value, name: str):
@@ -143,7 +112,7 @@ def explained_variance(x, k: int = 1, *, mask=None, center: bool = False):
     """
     x = check_points(x, "x")
     mask = check_mask(mask, x)
-    _check_positive_int(k, "k", upper=min(x.shape[-2:]))
+    check_positive_int(k, "k", upper=min(x.shape[-2:]))
     return jnp.sum(_variance_shares(x, mask, center)[..., :k], axis=-1)
 
 
@@ -166,16 +135,16 @@ def anisotropy(x, *, k: int = 1, mask=None, center: bool = False):
     """
     x = check_points(x, "x")
     mask = check_mask(mask, x)
-    _check_positive_int(k, "k", upper=min(x.shape[-2:]))
+    check_positive_int(k, "k", upper=min(x.shape[-2:]))
     return _variance_shares(x, mask, center)[..., k - 1]
 
 
 def _variance_shares(x, mask, center):
     """σ_i² / Σ_j σ_j², descending, ``[..., min(n, d)]``, of the (centered) real rows; 0 for x = 0."""
-    x, weights, count = _masked(_spectral_dtype(x), mask)
+    x, weights, count = _masked(promote_float32(x), mask)
     if center:
         x = _center(x, weights, count)
-    return _safe_div(_gram_eigenvalues(x), jnp.sum(x * x, axis=(-2, -1))[..., None])
+    return safe_div(_gram_eigenvalues(x), jnp.sum(x * x, axis=(-2, -1))[..., None])
 
 
 def _covariance_eigenvalues(x, mask):
@@ -184,13 +153,13 @@ def _covariance_eigenvalues(x, mask):
     When n < d the covariance has rank < n, so its eigenvalues are taken from the n×n Gram matrix
     of the centered rows and padded with zeros (same values, much cheaper for [64, 768] batches).
     """
-    x, weights, count = _masked(_spectral_dtype(x), mask)
+    x, weights, count = _masked(promote_float32(x), mask)
     xc = _center(x, weights, count)
     n, d = x.shape[-2:]
     eigenvalues = _gram_eigenvalues(xc)
     if n < d:
         eigenvalues = jnp.concatenate([eigenvalues, jnp.zeros(eigenvalues.shape[:-1] + (d - n,), x.dtype)], -1)
-    return _safe_div(eigenvalues, (count - 1)[..., None])
+    return safe_div(eigenvalues, (count - 1)[..., None])
 
 
 def _isoscore_from_variances(variances):
@@ -201,8 +170,8 @@ def _isoscore_from_variances(variances):
     """
     d = variances.shape[-1]
     sqrt_d = d ** 0.5
-    total = _safe_norm(variances)
-    v = _safe_div(variances * sqrt_d, total[..., None])
+    total = safe_norm(variances)
+    v = safe_div(variances * sqrt_d, total[..., None])
     defect_sq = jnp.sum((v - 1) ** 2, axis=-1) / (2 * (d - sqrt_d))
     score = ((d - defect_sq * (d - sqrt_d)) ** 2 - d) / (d * (d - 1))
     return jnp.where(total > 0, score, 0)
@@ -268,10 +237,10 @@ def isoscore_star(x, *, c0=None, zeta: float = 0.2, mask=None):
     c0 = check_float(c0, "c0")
     if c0.ndim < 2 or c0.shape[-2:] != (d, d):
         raise ValueError(f"c0 must have shape [..., {d}, {d}] to match x's {d} features, got {c0.shape}")
-    x, weights, count = _masked(_spectral_dtype(x), mask)
+    x, weights, count = _masked(promote_float32(x), mask)
     xc = _center(x, weights, count)
-    cov = _safe_div(jnp.matmul(jnp.swapaxes(xc, -1, -2), xc, precision=_HIGHEST), (count - 1)[..., None, None])
-    shrunk = (1 - zeta) * cov + zeta * _spectral_dtype(c0)
+    cov = safe_div(jnp.matmul(jnp.swapaxes(xc, -1, -2), xc, precision=HIGHEST), (count - 1)[..., None, None])
+    shrunk = (1 - zeta) * cov + zeta * promote_float32(c0)
     variances = jnp.linalg.svd(shrunk, compute_uv=False)  # = |eigenvalues| of the symmetric matrix
     return _isoscore_from_variances(variances)
 
@@ -303,12 +272,12 @@ def partition_isotropy(w, *, mask=None, center: bool = False):
     """
     w = check_points(w, "w")
     mask = check_mask(mask, w)
-    w, weights, count = _masked(_spectral_dtype(w), mask)
+    w, weights, count = _masked(promote_float32(w), mask)
     if center:
         w = _center(w, weights, count)
-    gram = jnp.matmul(jnp.swapaxes(w, -1, -2), w, precision=_HIGHEST)
+    gram = jnp.matmul(jnp.swapaxes(w, -1, -2), w, precision=HIGHEST)
     _, directions = jnp.linalg.eigh(jax.lax.stop_gradient(gram))
-    projections = jnp.matmul(w, directions, precision=_HIGHEST)  # [..., V, d]: c_kᵀ w_i
+    projections = jnp.matmul(w, directions, precision=HIGHEST)  # [..., V, d]: c_kᵀ w_i
     logits = jnp.concatenate([projections, -projections], axis=-1)  # both signs: [..., V, 2d]
     real = (weights > 0)[..., None]
     log_z = jax.nn.logsumexp(jnp.where(real, logits, -jnp.inf), axis=-2)  # [..., 2d]
@@ -316,7 +285,7 @@ def partition_isotropy(w, *, mask=None, center: bool = False):
     z = jnp.exp(log_z - log_z_max)  # Z / max Z, in (0, 1]
     i1 = jnp.min(z, axis=-1)
     z_mean = jnp.mean(z, axis=-1, keepdims=True)
-    i2 = _safe_sqrt(jnp.mean((z - z_mean) ** 2, axis=-1)) / z_mean[..., 0]
+    i2 = safe_sqrt(jnp.mean((z - z_mean) ** 2, axis=-1)) / z_mean[..., 0]
     return i1, i2
 
 
@@ -344,8 +313,8 @@ def token_uniformity(x, *, mask=None, include_diagonal: bool = False):
     mask = check_mask(mask, x)
     all_pairs, diagonal, count = _cosine_sums(x, mask)
     if include_diagonal:
-        return _safe_div(all_pairs, count**2)
-    return _safe_div(all_pairs - diagonal, count * (count - 1))
+        return safe_div(all_pairs, count**2)
+    return safe_div(all_pairs - diagonal, count * (count - 1))
 
 
 def _cosine_sums(x, mask):
@@ -353,7 +322,7 @@ def _cosine_sums(x, mask):
 
     Σ_{i,j} x̂_iᵀx̂_j = ‖Σ_i x̂_i‖²; the diagonal is the number of non-zero real rows.
     """
-    x, _, count = _masked(_spectral_dtype(x), mask)
+    x, _, count = _masked(promote_float32(x), mask)
     unit = _unit_rows(x)
     all_pairs = jnp.sum(jnp.sum(unit, axis=-2) ** 2, axis=-1)
     diagonal = jnp.sum(unit * unit, axis=(-2, -1))
@@ -381,7 +350,7 @@ def _pair_mask(weights):
 def _squared_distances(x):
     """Pairwise squared Euclidean distances ``[..., n, n]`` via the Gram matrix, clipped at 0."""
     sq_norms = jnp.sum(x * x, axis=-1)
-    gram = jnp.matmul(x, jnp.swapaxes(x, -1, -2), precision=_HIGHEST)
+    gram = jnp.matmul(x, jnp.swapaxes(x, -1, -2), precision=HIGHEST)
     return jnp.maximum(sq_norms[..., :, None] + sq_norms[..., None, :] - 2 * gram, 0)
 
 
@@ -404,7 +373,7 @@ def rbf_uniformity(x, *, mask=None, t: float = 2.0):
     x = check_points(x, "x", min_n=2)
     mask = check_mask(mask, x)
     _check_positive_float(t, "t")
-    x, weights, _ = _masked(_spectral_dtype(x), mask)
+    x, weights, _ = _masked(promote_float32(x), mask)
     sq = _squared_distances(_unit_rows(x))
     return _masked_logmeanexp(-t * sq, _pair_mask(weights), axis=(-2, -1))
 
@@ -418,7 +387,7 @@ def _barycentric_weights(diffs, valid, reg):
     """
     k = diffs.shape[-2]
     validf = valid.astype(diffs.dtype)
-    gram = jnp.einsum("...id,...jd->...ij", diffs, diffs, precision=_HIGHEST)
+    gram = jnp.einsum("...id,...jd->...ij", diffs, diffs, precision=HIGHEST)
     gram = gram * validf[..., :, None] * validf[..., None, :]
     trace = jnp.trace(gram, axis1=-2, axis2=-1)
     ridge = jnp.where(trace > 0, reg * trace, reg)
@@ -426,7 +395,7 @@ def _barycentric_weights(diffs, valid, reg):
     # Padding neighbours: identity row/column and a zero right-hand side, so their weight is 0.
     system = gram + eye * (ridge[..., None, None] * validf[..., None, :] + (1 - validf)[..., None, :])
     solution = jnp.linalg.solve(system, validf[..., None])[..., 0]
-    return _safe_div(solution, jnp.sum(solution, axis=-1, keepdims=True))
+    return safe_div(solution, jnp.sum(solution, axis=-1, keepdims=True))
 
 
 @partial(jax.jit, static_argnames=("k", "t", "weights", "reg"))
@@ -458,12 +427,12 @@ def lsds(x, fx, *, k: int = 12, t: float = 1.0, weights: str = "rbf", reg: float
     if fx.shape[:-1] != x.shape[:-1]:
         raise ValueError(f"fx must have shape {x.shape[:-1]} + (d',) to match x, got {fx.shape}")
     mask = check_mask(mask, x)
-    _check_positive_int(k, "k", upper=x.shape[-2] - 1)
+    check_positive_int(k, "k", upper=x.shape[-2] - 1)
     _check_positive_float(t, "t")
     if weights not in ("rbf", "barycentric"):
         raise ValueError(f"weights must be 'rbf' or 'barycentric', got {weights!r}")
     n = x.shape[-2]
-    x, fx = _spectral_dtype(x), _spectral_dtype(fx)
+    x, fx = promote_float32(x), promote_float32(fx)
     _, row_weights, count = _masked(x, mask)
     real = row_weights > 0
     candidate = real[..., None, :] & ~jnp.eye(n, dtype=bool)
@@ -479,9 +448,9 @@ def lsds(x, fx, *, k: int = 12, t: float = 1.0, weights: str = "rbf", reg: float
         w = jnp.where(neighbour_valid, jnp.exp(-jnp.sum(diffs * diffs, axis=-1) / t), 0)
     else:
         w = _barycentric_weights(diffs, neighbour_valid, reg)
-    reconstruction = jnp.einsum("...nk,...nke->...ne", w, gather(fx), precision=_HIGHEST)
+    reconstruction = jnp.einsum("...nk,...nke->...ne", w, gather(fx), precision=HIGHEST)
     residual = jnp.sum((fx - reconstruction) ** 2, axis=-1)
-    return _safe_div(jnp.sum(residual * row_weights, axis=-1), count)
+    return safe_div(jnp.sum(residual * row_weights, axis=-1), count)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -524,18 +493,18 @@ def singular_value_stats(x, *, mask=None):
     """
     x = check_points(x, "x")
     mask = check_mask(mask, x)
-    x, _, count = _masked(_spectral_dtype(x), mask)
+    x, _, count = _masked(promote_float32(x), mask)
     sigma = jnp.linalg.svd(x, compute_uv=False)  # descending
-    normalized = _safe_div(sigma, sigma[..., :1])
+    normalized = safe_div(sigma, sigma[..., :1])
     slots = normalized.shape[-1]
     n_valid = jnp.minimum(count, x.shape[-1])
     valid = jnp.arange(slots) < n_valid[..., None]
     validf = valid.astype(normalized.dtype)
-    mean = _safe_div(jnp.sum(normalized * validf, axis=-1), n_valid)
+    mean = safe_div(jnp.sum(normalized * validf, axis=-1), n_valid)
     centered = (normalized - mean[..., None]) * validf
-    m2 = _safe_div(jnp.sum(centered**2, axis=-1), n_valid)
-    m3 = _safe_div(jnp.sum(centered**3, axis=-1), n_valid)
-    skewness = _safe_div(m3, m2 * _safe_sqrt(m2))
+    m2 = safe_div(jnp.sum(centered**2, axis=-1), n_valid)
+    m3 = safe_div(jnp.sum(centered**3, axis=-1), n_valid)
+    skewness = safe_div(m3, m2 * safe_sqrt(m2))
     # The valid values are the first n_valid entries of a descending array.
     last = jnp.maximum(n_valid.astype(jnp.int32) - 1, 0)
     lo = jnp.take_along_axis(normalized, (last // 2)[..., None], axis=-1)[..., 0]
@@ -572,4 +541,4 @@ def empirical_cdf(values, grid, *, valid=None):
         if valid.shape != values.shape or valid.dtype != jnp.bool_:
             raise ValueError(f"valid must be a bool array of shape {values.shape}, got {valid.dtype}{valid.shape}")
     below = (values[..., None, :] <= grid[:, None]) & valid[..., None, :]
-    return _safe_div(jnp.sum(below, axis=-1), jnp.sum(valid, axis=-1)[..., None]).astype(values.dtype)
+    return safe_div(jnp.sum(below, axis=-1), jnp.sum(valid, axis=-1)[..., None]).astype(values.dtype)

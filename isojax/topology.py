@@ -20,8 +20,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from isojax._numeric import promote_float32, safe_div, safe_norm
 from isojax._validate import check_float, check_mask, check_points
-from isojax.metrics import _safe_div, _safe_norm, _spectral_dtype, _squared_distances
+from isojax.metrics import _squared_distances
 
 __all__ = [
     "zero_dim_barcode",
@@ -65,11 +66,11 @@ def _barcode(x, real):
     # Distances only choose the edges: translate to the real points' mean (less cancellation in the
     # Gram-matrix formula) and stop gradients; the chosen lengths are recomputed exactly below.
     realf = real.astype(x.dtype)[..., None]
-    mean = _safe_div(jnp.sum(x * realf, axis=-2, keepdims=True), jnp.sum(realf, axis=-2, keepdims=True))
+    mean = safe_div(jnp.sum(x * realf, axis=-2, keepdims=True), jnp.sum(realf, axis=-2, keepdims=True))
     sq = jax.lax.stop_gradient(_squared_distances((x - mean) * realf))
     parent, is_edge = jnp.vectorize(_mst_parents, signature="(n,n),(n)->(n),(n)")(sq, real)
     partner = jnp.take_along_axis(x, parent[..., None], axis=-2)
-    lengths = jnp.where(is_edge, _safe_norm(x - partner), 0)
+    lengths = jnp.where(is_edge, safe_norm(x - partner), 0)
     # n − 1 real edges at most; the dropped slot is a zero (the root's or a padding point's).
     return -jnp.sort(-lengths, axis=-1)[..., : n - 1]
 
@@ -92,7 +93,7 @@ def zero_dim_barcode(x, *, mask=None):
     """
     x = check_points(x, "x", min_n=2)
     mask = check_mask(mask, x)
-    x = _spectral_dtype(x)
+    x = promote_float32(x)
     real = jnp.ones(x.shape[:-1], bool) if mask is None else mask
     return _barcode(x, real)
 
@@ -127,7 +128,7 @@ def _check_bars(bars, mask):
 
 def _entropy(bars, valid):
     lengths = jnp.where(valid, bars, 0)
-    p = _safe_div(lengths, jnp.sum(lengths, axis=-1, keepdims=True))
+    p = safe_div(lengths, jnp.sum(lengths, axis=-1, keepdims=True))
     positive = p > 0
     return -jnp.sum(jnp.where(positive, p * jnp.log(jnp.where(positive, p, 1)), 0), axis=-1)
 
@@ -172,7 +173,7 @@ def _prominent(bars, valid):
     # R_i / exp(H_rest) = exp(Σ_rest l log l / R_i), so S_i = R_i + i·exp(Σ_rest l log l / R_i).
     rest_total = lengths[..., :1] + after(lengths)
     rest_plogp = plogp[..., :1] + after(plogp)
-    geometric = jnp.where(rest_total > 0, jnp.exp(_safe_div(rest_plogp, rest_total)), 0)
+    geometric = jnp.where(rest_total > 0, jnp.exp(safe_div(rest_plogp, rest_total)), 0)
     index = jnp.arange(m)
     total = rest_total + index * geometric
     tie = 64 * jnp.finfo(total.dtype).eps * total[..., :-1]  # rounding noise, e.g. for equal bars
@@ -279,7 +280,7 @@ def persistent_entropy_loss(
 @partial(jax.jit, static_argnames=("num_classes", "bars", "in_cluster_weight"))
 def _entropy_loss(x, mask, labels, *, num_classes, bars, in_cluster_weight):
     """Unvalidated core of :func:`persistent_entropy_loss`."""
-    x = _spectral_dtype(x)
+    x = promote_float32(x)
     real = jnp.ones(x.shape[:-1], bool) if mask is None else mask
     if labels is not None:
         real = real[..., None, :] & (labels[..., None, :] == jnp.arange(num_classes)[:, None])  # [..., C, n]
@@ -291,6 +292,6 @@ def _entropy_loss(x, mask, labels, *, num_classes, bars, in_cluster_weight):
     else:
         selected = _prominent(barcode, valid)
         in_cluster = valid & ~selected
-        mean_in_cluster = _safe_div(jnp.sum(jnp.where(in_cluster, barcode, 0), axis=-1), jnp.sum(in_cluster, axis=-1))
+        mean_in_cluster = safe_div(jnp.sum(jnp.where(in_cluster, barcode, 0), axis=-1), jnp.sum(in_cluster, axis=-1))
         loss = -_entropy(barcode, selected) + in_cluster_weight * mean_in_cluster
     return loss if labels is None else jnp.sum(loss, axis=-1)

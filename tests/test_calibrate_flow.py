@@ -120,9 +120,9 @@ def test_bad_input_raises(gaussian_data, fitted):
     key = jax.random.key(0)
     with pytest.raises(ValueError, match="too few for levels=3"):
         fit_flow(x[:, :4], key, levels=3)
-    with pytest.raises(ValueError, match="steps must be a positive int"):
+    with pytest.raises(ValueError, match="steps must be >= 1"):
         fit_flow(x, key, steps=0)
-    with pytest.raises(ValueError, match="hidden must be a positive int"):
+    with pytest.raises(TypeError, match="hidden must be a Python int"):
         fit_flow(x, key, hidden=2.5)
     with pytest.raises(ValueError, match="learning_rate"):
         fit_flow(x, key, learning_rate=0.0)

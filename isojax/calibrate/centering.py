@@ -11,8 +11,9 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from isojax._numeric import HIGHEST, masked_mean, promote_float32, safe_norm
 from isojax._validate import check_float, check_mask, check_points
-from isojax.calibrate.whitening import HIGHEST, compute_dtype, eigh_descending, masked_covariance, masked_mean
+from isojax.calibrate.whitening import eigh_descending, masked_covariance
 
 
 def _check_stat(value, name: str, x, *, extra_dims: int = 0):
@@ -32,7 +33,7 @@ def center(x, *, mask=None, mean=None):
     """
     x = check_points(x, "x")
     mask = check_mask(mask, x)
-    x = x.astype(compute_dtype(x))
+    x = promote_float32(x)
     if mean is None:
         mean = masked_mean(x, mask)
     elif mask is not None:
@@ -40,13 +41,6 @@ def center(x, *, mask=None, mean=None):
     else:
         mean = _check_stat(mean, "mean", x)
     return x - mean[..., None, :]
-
-
-def _safe_norm(x):
-    """``||x||`` over the last axis, ``[..., 1]``, with a finite (zero) gradient at ``x = 0``."""
-    sq = jnp.sum(x * x, axis=-1, keepdims=True)
-    pos = sq > 0
-    return jnp.where(pos, jnp.sqrt(jnp.where(pos, sq, 1)), 0)
 
 
 def scaled_center(x, *, mask=None):
@@ -58,8 +52,8 @@ def scaled_center(x, *, mask=None):
     """
     x = check_points(x, "x")
     mask = check_mask(mask, x)
-    x = x.astype(compute_dtype(x))
-    norm = _safe_norm(x)
+    x = promote_float32(x)
+    norm = safe_norm(x, keepdims=True)
     unit = x / jnp.where(norm > 0, norm, 1)
     return x - norm * masked_mean(unit, mask)[..., None, :]
 
@@ -90,7 +84,7 @@ def fit_all_but_the_top(x, *, D: int | None = None, mask=None) -> TopDirections:
     x = check_points(x, "x")
     mask = check_mask(mask, x)
     D = _default_D(x.shape[-1], D)
-    mu, cov = masked_covariance(x.astype(compute_dtype(x)), mask, ddof=1)
+    mu, cov = masked_covariance(promote_float32(x), mask, ddof=1)
     _, u = eigh_descending(cov)
     return TopDirections(mean=mu, directions=u[..., :D])
 
@@ -117,7 +111,7 @@ def all_but_the_top(x, *, D: int | None = None, mode: str = "centered", mask=Non
             raise ValueError("D and mask configure the fit; pass them to fit_all_but_the_top, not with state")
         _check_stat(state.mean, "state.mean", x)
         _check_stat(state.directions, "state.directions", x, extra_dims=1)
-    x = x.astype(compute_dtype(x))
+    x = promote_float32(x)
     x_tilde = x - state.mean[..., None, :]
     source = x_tilde if mode == "centered" else x
     u = state.directions

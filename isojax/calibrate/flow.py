@@ -32,8 +32,8 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from isojax._validate import check_float, check_mask, check_points
-from isojax.calibrate.whitening import HIGHEST, compute_dtype, masked_mean
+from isojax._numeric import HIGHEST, masked_mean, promote_float32
+from isojax._validate import check_float, check_mask, check_points, check_positive_int
 
 # ActNorm's smallest start std, relative to the root-mean-square std of its input's features.
 _STD_FLOOR = 1e-4
@@ -201,11 +201,6 @@ def _gaussian_log_density(z):
     return -0.5 * jnp.sum(z * z, axis=-1) - 0.5 * z.shape[-1] * math.log(2 * math.pi)
 
 
-def _check_positive_int(value, name: str):
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-
-
 def fit_flow(
     x,
     key,
@@ -232,13 +227,13 @@ def fit_flow(
     mask = check_mask(mask, x)
     for name, value in (("levels", levels), ("depth", depth), ("hidden", hidden), ("steps", steps),
                         ("batch_size", batch_size)):
-        _check_positive_int(value, name)
+        check_positive_int(value, name)
     if not learning_rate > 0:
         raise ValueError(f"learning_rate must be > 0, got {learning_rate!r}")
     d = x.shape[-1]
     if _level_sizes(d, levels)[-1] < 2:  # level inputs shrink, so the last one is the smallest
         raise ValueError(f"x has d={d} features, too few for levels={levels}: need d > 2**(levels-1)")
-    rows = x.reshape(-1, d).astype(compute_dtype(x))
+    rows = promote_float32(x.reshape(-1, d))
     row_mask = jnp.ones(rows.shape[:1], bool) if mask is None else mask.reshape(-1)
     module = _Glow(levels, depth, hidden)
     variables, log_likelihood = _fit(module, key, rows, row_mask, learning_rate, steps=steps, batch_size=batch_size)
@@ -298,4 +293,4 @@ def _check_rows(x, state: FlowState, name: str):
     d = state.params["level0_step0"]["actnorm"]["bias"].shape[-1]
     if x.ndim < 1 or x.shape[-1] != d:
         raise ValueError(f"{name} must have shape [..., d] with d={d} (the fitted flow's), got shape {x.shape}")
-    return x.astype(compute_dtype(x))
+    return promote_float32(x)

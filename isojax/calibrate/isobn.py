@@ -18,8 +18,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from isojax._numeric import HIGHEST, promote_float32
 from isojax._validate import check_mask, check_points
-from isojax.calibrate.whitening import HIGHEST, compute_dtype
 
 
 def isobn_scale(cov, std, *, eps: float = 1e-3):
@@ -82,7 +82,7 @@ class IsoBN(nn.Module):
 
     def _batch_covariance(self, x, mask):
         """Biased covariance ``[d, d]`` of the real rows of ``stop_gradient(x)`` and their number."""
-        rows = jax.lax.stop_gradient(x).reshape(-1, x.shape[-1]).astype(compute_dtype(x))
+        rows = promote_float32(jax.lax.stop_gradient(x).reshape(-1, x.shape[-1]))
         weight = jnp.ones(rows.shape[:1], rows.dtype) if mask is None else mask.reshape(-1).astype(rows.dtype)
         count = self._total(jnp.sum(weight))
         mean = self._total(jnp.matmul(weight, rows, precision=HIGHEST)) / jnp.maximum(count, 1)

@@ -11,27 +11,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from isojax._numeric import HIGHEST, masked_mean, promote_float32, safe_div, safe_norm
 from isojax._validate import check_mask, check_points
-
-
-# Statistics and eigenvector products are always computed in full float32 (never TF32/bf16 passes on GPU/TPU).
-HIGHEST = jax.lax.Precision.HIGHEST
-
-
-def compute_dtype(x):
-    """The dtype statistics are computed in: at least float32 (bf16/f16 inputs are promoted), f64 kept."""
-    return jnp.promote_types(x.dtype, jnp.float32)
-
-
-def masked_mean(x, mask):
-    """Mean over axis -2 of ``x [..., n, d]`` restricted to rows where ``mask [..., n]`` is true -> ``[..., d]``.
-
-    With ``mask=None`` every row counts. A mask with no true row gives a zero mean (never NaN).
-    """
-    if mask is None:
-        return jnp.mean(x, axis=-2)
-    w = mask.astype(x.dtype)[..., None]
-    return jnp.sum(w * x, axis=-2) / jnp.maximum(jnp.sum(w, axis=-2), 1)
 
 
 def masked_covariance(x, mask, *, ddof: int = 1):
@@ -115,11 +96,10 @@ def fit_whitening(x, *, k: int | None = None, mask=None, eps: float | None = Non
     k = d if k is None else k
     if not isinstance(k, int) or not 1 <= k <= d:
         raise ValueError(f"k must be an int in [1, d={d}], got {k!r}")
-    dtype = compute_dtype(x)
-    eps = float(jnp.finfo(dtype).eps) if eps is None else eps
+    x = promote_float32(x)
+    eps = float(jnp.finfo(x.dtype).eps) if eps is None else eps
     if not eps >= 0:
         raise ValueError(f"eps must be >= 0, got {eps!r}")
-    x = x.astype(dtype)
     mu, cov = masked_covariance(x, mask, ddof=1)
     s, u = eigh_descending(cov)
     s_max = jnp.max(s, axis=-1, keepdims=True)
@@ -141,9 +121,7 @@ def whiten(x, state: WhiteningState, *, normalize: bool = False):
             f"x has d={x.shape[-1]} features but the whitening state was fitted on "
             f"mean {state.mean.shape}, W {state.W.shape}"
         )
-    y = jnp.matmul(x.astype(compute_dtype(x)) - state.mean[..., None, :], state.W, precision=HIGHEST)
+    y = jnp.matmul(promote_float32(x) - state.mean[..., None, :], state.W, precision=HIGHEST)
     if normalize:
-        sq = jnp.sum(y * y, axis=-1, keepdims=True)
-        pos = sq > 0
-        y = jnp.where(pos, y * jax.lax.rsqrt(jnp.where(pos, sq, 1)), 0)
+        y = safe_div(y, safe_norm(y, keepdims=True))
     return y

@@ -16,15 +16,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from isojax._numeric import masked_mean
 from isojax.models.layers import EncoderOutput
 
 POOLINGS = ("cls", "pooler", "mean", "first_last_avg", "last2avg")
-
-
-def masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
-    """Mean over real tokens: ``sum_t m_t x_t / max(sum_t m_t, 1)``; ``[B, L, H], [B, L] -> [B, H]``."""
-    m = mask.astype(x.dtype)[..., None]
-    return (x * m).sum(-2) / jnp.maximum(m.sum(-2), 1)
 
 
 def pool(output: EncoderOutput, mask: jax.Array, method: str = "mean") -> jax.Array:

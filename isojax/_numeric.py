@@ -1,0 +1,46 @@
+"""Numerical building blocks shared by the metrics, losses, topology, calibration and pooling code.
+
+Each is safe where the naive formula is not: finite values *and* finite gradients at zero denominators,
+zero norms and empty masks (the double-``where`` trick keeps the untaken branch's gradient finite).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+# Statistics and eigenvector products are computed in full float32 (never TF32/bf16 passes on GPU/TPU).
+HIGHEST = jax.lax.Precision.HIGHEST
+
+
+def promote_float32(x):
+    """``x`` cast to at least float32 (bf16/f16 inputs are promoted; float64 is kept)."""
+    return x.astype(jnp.promote_types(x.dtype, jnp.float32))
+
+
+def safe_div(num, den):
+    """``num / den`` where ``den != 0``, else 0, with finite gradients in both branches."""
+    nonzero = den != 0
+    return jnp.where(nonzero, num / jnp.where(nonzero, den, 1), 0)
+
+
+def safe_sqrt(v):
+    """``sqrt(v)`` for ``v >= 0`` whose gradient at 0 is 0 instead of inf."""
+    positive = v > 0
+    return jnp.where(positive, jnp.sqrt(jnp.where(positive, v, 1)), 0)
+
+
+def safe_norm(v, axis=-1, keepdims: bool = False):
+    """Euclidean norm ``sqrt(sum v^2)`` along ``axis``, with a finite (zero) gradient at the zero vector."""
+    return safe_sqrt(jnp.sum(v * v, axis=axis, keepdims=keepdims))
+
+
+def masked_mean(x, mask=None):
+    """Mean over axis -2 of the rows selected by ``mask``: ``sum_i m_i x_i / max(sum_i m_i, 1)``.
+
+    ``x [..., n, d]``, ``mask [..., n]`` (bool or 0/1; None = every row) -> ``[..., d]``. A mask with no true
+    row gives a zero mean (never NaN).
+    """
+    if mask is None:
+        return jnp.mean(x, axis=-2)
+    w = mask.astype(x.dtype)[..., None]
+    return jnp.sum(w * x, axis=-2) / jnp.maximum(jnp.sum(w, axis=-2), 1)
