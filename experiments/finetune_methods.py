@@ -20,39 +20,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from collections import defaultdict
 
 import numpy as np
 
-COLUMNS = (("spearman", "Spearman"), ("pearson", "Pearson"), ("isoscore", "IsoScore"), ("ev1", "EV1"),
-           ("ev2", "EV2"), ("ev3", "EV3"), ("anisotropy", "aniso"), ("anisotropy_centered", "aniso (c)"),
-           ("I1", "I1(W)"), ("I2", "I2(W)"), ("seconds", "run time (s)"))
+from experiments.report import ISOTROPY_COLUMNS, RESULTS, provenance, seeds_table, write_result
+
+COLUMNS = (("spearman", "Spearman", 2), ("pearson", "Pearson", 2), *ISOTROPY_COLUMNS, ("seconds", "run time (s)", 0))
 
 
-def _git_commit() -> str:
-    try:
-        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                             check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True).stdout.strip()
-        return sha + (" (with uncommitted changes)" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-def _fmt(values, key) -> str:
-    a = np.asarray([v for v in values if v is not None], np.float64)
-    if not len(a):
-        return "–"
-    digits = 0 if key == "seconds" else 2 if key in ("spearman", "pearson") else 4
-    return f"{a.mean():.{digits}f} ± {a.std():.{digits}f}" if len(a) > 1 else f"{a.mean():.{digits}f}"
-
-
-def collect(run_dirs: dict) -> tuple[dict, dict]:
-    """Per table row, the evaluations of every seed; per method, the eval records of every seed."""
-    rows, curves = defaultdict(list), defaultdict(list)
+def collect(run_dirs: dict) -> tuple[dict, dict, set]:
+    """Per table row, the evaluations of every seed; per method, the eval records of every seed; the commits
+    the runs were made at."""
+    rows, curves, commits = defaultdict(list), defaultdict(list), set()
     for (method, seed), path in run_dirs.items():
         with open(os.path.join(path, "results.json")) as f:
             stages = json.load(f)["stages"]
@@ -60,24 +42,17 @@ def collect(run_dirs: dict) -> tuple[dict, dict]:
             evals = {r["step"]: r for r in map(json.loads, f) if r["kind"] == "eval"}
         curves[method].append([evals[s] for s in sorted(evals)])
         timing = os.path.join(path, "seconds.json")
-        seconds = json.load(open(timing))["seconds"] if os.path.exists(timing) else None
+        run = json.load(open(timing)) if os.path.exists(timing) else {"seconds": None, "commit": "unknown"}
+        commits.add(run["commit"])
         if method == "baseline":
             rows["pretrained (step 0)"].append(dict(evals[0], seconds=None))
         if method == "isotropy_layer":
             rows["isotropy_layer: stage 1 (fine-tuned)"].append(dict(stages["finetune"], seconds=None))
-            rows["isotropy_layer: stage 2 (+ Isotropy Layer)"].append(dict(stages["isotropy_layer"], seconds=seconds))
+            rows["isotropy_layer: stage 2 (+ Isotropy Layer)"].append(dict(stages["isotropy_layer"],
+                                                                          seconds=run["seconds"]))
         else:
-            rows[method].append(dict(stages["finetune"], seconds=seconds))
-    return rows, curves
-
-
-def table(rows: dict) -> str:
-    head = "| method | seeds | " + " | ".join(name for _, name in COLUMNS) + " |"
-    lines = [head, "|" + "---|" * (len(COLUMNS) + 2)]
-    for name, evals in rows.items():
-        cells = [_fmt([e[key] for e in evals], key) for key, _ in COLUMNS]
-        lines.append(f"| {name} | {len(evals)} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+            rows[method].append(dict(stages["finetune"], seconds=run["seconds"]))
+    return rows, curves, commits
 
 
 def plot(curves: dict, path: str, title: str) -> None:
@@ -120,7 +95,7 @@ def main(argv=None) -> int:
     ap.add_argument("--eval-points", type=int, default=4, help="evaluations per stage (curve points)")
     ap.add_argument("--devices", type=int, default=1)
     ap.add_argument("--runs-dir", default="runs/finetune_methods")
-    ap.add_argument("--out", default="experiments/results")
+    ap.add_argument("--out", default=RESULTS, help="where the table and curves go")
     ap.add_argument("--quick", action="store_true", help="3 methods, 1 seed, 32 pairs, 4 steps (smoke run)")
     args = ap.parse_args(argv)
     methods = list(METHODS) if args.methods == "all" else args.methods.split(",")
@@ -132,13 +107,11 @@ def main(argv=None) -> int:
 
     import jax
 
-    from experiments.benchmarks.common import machine
-
     jax.config.update("jax_compilation_cache_dir", os.path.join(args.runs_dir, "jax_cache"))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    prov = provenance("finetune_methods")  # of the code that runs, taken before it runs
     per_epoch = args.train_limit // args.batch_size if args.train_limit else 5749 // args.batch_size
     eval_every = max(1, round(args.epochs * per_epoch / args.eval_points))
-    commit = _git_commit()  # of the code that runs, recorded before it runs
     run_dirs = {}
     for method in methods:
         for seed in seeds:
@@ -154,22 +127,21 @@ def main(argv=None) -> int:
                             devices=args.devices, output_dir=path, eval_every=eval_every, log_every=10,
                             train_limit=args.train_limit, eval_limit=args.eval_limit, progress=False))
             with open(os.path.join(path, "seconds.json"), "w") as f:
-                json.dump({"seconds": time.perf_counter() - started, "commit": commit}, f)
-    rows, curves = collect(run_dirs)
-    command = "python -m experiments.finetune_methods " + " ".join(sys.argv[1:] if argv is None else argv)
-    header = (f"command: `{command}`  \ncommit: {commit}  \nmachine: {machine()}  \n"
-              f"protocol: STS-B (offline package), model {args.model}, first {args.train_limit or 5749} train pairs, "
-              f"{args.epochs:g} epoch(s), batch {args.batch_size}, max length {args.max_length}, lr {args.lr:g} "
-              f"(AdamW, linear warm-up 10% and decay), pooling {args.pooling}; dev = first {args.eval_limit or 1500} "
-              f"pairs; seeds {','.join(map(str, seeds))}; metrics x100 for Spearman/Pearson, mean ± std over seeds")
+                json.dump({"seconds": time.perf_counter() - started, "commit": prov["commit"]}, f)
+    rows, curves, commits = collect(run_dirs)
+    protocol = (f"Protocol: STS-B (offline package), model {args.model}, first {args.train_limit or 5749} train "
+                f"pairs, {args.epochs:g} epoch(s) (Isotropy Layer stage: {args.stage2_epochs:g}), batch "
+                f"{args.batch_size}, max length {args.max_length}, lr {args.lr:g} (AdamW, linear warm-up 10% and "
+                f"decay), pooling {args.pooling}; dev = first {args.eval_limit or 1500} pairs; seeds "
+                f"{','.join(map(str, seeds))}. Spearman/Pearson ×100; mean ± std over seeds. Runs made at commit(s) "
+                f"{', '.join(sorted(commits))}; run time is the wall time of one run (both stages for "
+                "isotropy_layer) on the machine above.")
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, f"{name}.md"), "w") as f:
-        f.write(f"# Fine-tuning with isotropy methods on STS-B\n\n{header}\n\n{table(rows)}\n\n"
-                f"![curves]({name}_curves.png)\n")
-    with open(os.path.join(args.out, f"{name}.json"), "w") as f:
-        json.dump({"command": command, "commit": commit, "machine": machine(), "rows": rows}, f, indent=1)
-    plot(curves, os.path.join(args.out, f"{name}_curves.png"), title=header.split("\n")[-1][:200])
-    print(header + "\n\n" + table(rows))
+    plot(curves, os.path.join(args.out, f"{name}_curves.png"), title=protocol[:180])
+    path = write_result(name, "Fine-tuning with isotropy methods on STS-B", [
+        protocol, seeds_table(rows, COLUMNS), f"![curves]({name}_curves.png)"],
+        {"protocol": protocol, "run_commits": sorted(commits), "rows": rows}, prov=prov, directory=args.out)
+    print(open(path).read())
     return 0
 
 

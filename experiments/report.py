@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import jax
+import numpy as np
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
 
@@ -52,16 +53,42 @@ def markdown_table(headers: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
-def write_result(name: str, title: str, sections: list[str], payload: dict) -> str:
-    """Write ``results/<name>.md`` (title, provenance, sections) and ``results/<name>.json``; return the .md path.
+# Isotropy columns of the fine-tuning tables: keys of isojax.train.evaluation's records, headers, decimals.
+ISOTROPY_COLUMNS = (("isoscore", "IsoScore", 4), ("ev1", "EV1", 4), ("ev2", "EV2", 4), ("ev3", "EV3", 4),
+                    ("anisotropy", "aniso", 4), ("anisotropy_centered", "aniso (c)", 4), ("I1", "I1(W)", 4),
+                    ("I2", "I2(W)", 4))
 
-    ``name`` is also the experiment's module name (``python -m experiments.<name>``)."""
-    os.makedirs(RESULTS, exist_ok=True)
-    prov = provenance(name)
+
+def mean_std(values, digits: int) -> str:
+    """``mean ± std`` (population std over seeds) of the values that are not None; one value alone has no
+    ``±``; none at all gives ``–``."""
+    a = np.asarray([v for v in values if v is not None], np.float64)
+    if not len(a):
+        return "–"
+    return f"{a.mean():.{digits}f} ± {a.std():.{digits}f}" if len(a) > 1 else f"{a.mean():.{digits}f}"
+
+
+def seeds_table(rows: dict[str, list[dict]], columns) -> str:
+    """A Markdown table with one line per ``rows`` entry (name -> one record per seed) and the column
+    ``(key, header, decimals)`` of each record as mean ± std over the seeds."""
+    return markdown_table(["method", "seeds", *(header for _, header, _ in columns)],
+                          [[name, len(records), *(mean_std([r.get(key) for r in records], digits)
+                                                  for key, _, digits in columns)]
+                           for name, records in rows.items()])
+
+
+def write_result(name: str, title: str, sections: list[str], payload: dict, prov: dict | None = None,
+                 directory: str = RESULTS) -> str:
+    """Write ``<directory>/<name>.md`` (title, provenance, sections) and ``<name>.json``; return the .md path.
+
+    ``name`` is also the experiment's module name (``python -m experiments.<name>``). ``prov``: the provenance
+    to record (default: :func:`provenance` now; an experiment that runs long takes it before it runs)."""
+    os.makedirs(directory, exist_ok=True)
+    prov = provenance(name) if prov is None else prov
     header = [f"# {title}", "", *(f"- {k}: `{v}`" for k, v in prov.items()), ""]
-    path = os.path.join(RESULTS, f"{name}.md")
+    path = os.path.join(directory, f"{name}.md")
     with open(path, "w") as f:
         f.write("\n".join(header + [s.rstrip() + "\n" for s in sections]))
-    with open(os.path.join(RESULTS, f"{name}.json"), "w") as f:
+    with open(os.path.join(directory, f"{name}.json"), "w") as f:
         json.dump({"provenance": prov, **payload}, f, indent=1)
     return path

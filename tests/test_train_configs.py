@@ -9,6 +9,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from isojax.train.cli import add_finetune_parser, config_from_args
@@ -55,3 +56,38 @@ def test_shrink_settings_follow_its_table_1():
     for r in _runs("shrink_glue.json"):
         assert (r.batch_size, r.epochs) == (64, 10)
         assert (r.learning_rate, r.weight_decay) == ((8e-5, 8e-6) if r.task == "mrpc" else (5e-5, 5e-6))
+
+
+def _write_run(out, stages):
+    out.mkdir(parents=True)
+    (out / "results.json").write_text(json.dumps({"config": {}, "step": 1, "stages": stages}))
+
+
+def test_summary_tabulates_mean_and_std_over_seeds(tmp_path):
+    """Reference: numpy mean and population std of the per-seed values written into fake runs."""
+    config = {"defaults": {"epochs": 1}, "grid": {"model": ["m"], "task": ["mrpc"],
+                                                   "method": ["baseline", "isotropy_layer"], "seed": [0, 1, 2]}}
+    runs = _run.expand_runs(config, "cfg", str(tmp_path))
+    rng = np.random.default_rng(0)
+    values = {}
+    for run in runs[:-1]:  # the last run (isotropy_layer, seed 2) has not finished
+        evaluation = {"accuracy": float(rng.uniform(60, 90)), "f1": float(rng.uniform(60, 90)),
+                      "isoscore": float(rng.uniform(0, 0.1))}
+        stages = {"finetune": evaluation}
+        if run["method"] == "isotropy_layer":
+            stages["isotropy_layer"] = dict(evaluation, isoscore=evaluation["isoscore"] + 0.5)
+        _write_run(Path(run["out"]), stages)
+        for stage, e in stages.items():
+            values.setdefault((run["method"], stage), []).append(e)
+    text = _run.summary(runs, "t")
+    assert "## mrpc, m\n\n1 run(s) missing" in text
+    lines = {line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in text.splitlines() if line.startswith("| ")}
+    for (method, stage), evals in values.items():
+        label = method if method == "baseline" else f"{method}: {stage}"
+        cells = lines[label]
+        assert cells[1] == str(len(evals))
+        acc = np.array([e["accuracy"] for e in evals])
+        iso = np.array([e["isoscore"] for e in evals])
+        assert cells[2] == f"{acc.mean():.2f} ± {acc.std():.2f}"
+        assert cells[4] == f"{iso.mean():.4f} ± {iso.std():.4f}"
+        assert cells[5] == "–"  # ev1 was not recorded in these runs
