@@ -7,8 +7,8 @@ of task metric and isotropy per method, and curves of the task metric and anisot
 The table has the shape of the papers' tables: task metric (Spearman / Pearson x100, mean ± std over seeds; the
 calibration paper's Table 1 and the SoftDecay paper's Table 2 report one task metric per method), IsoScore of
 the evaluated [CLS] embeddings (isotropy-layer Table 2), EV of the top 1/2/3 principal components (isotropy-layer
-Table 3), anisotropy of the raw and centered embeddings (shrink-the-longest Table 3) and I1/I2 of the word
-embedding matrix (calibration-evaluation Table 4). ``isotropy_layer`` has two rows: after stage 1 (the
+Table 3; EV1 is also the shrink paper's centered anisotropy), the raw anisotropy (shrink-the-longest Table 3)
+and I1/I2 of the word embedding matrix (calibration-evaluation Table 4). ``isotropy_layer`` has two rows: after stage 1 (the
 fine-tuned model) and after stage 2 (+ Isotropy Layer), as in isotropy-layer Table 2. The "pretrained" row is
 the untrained start (step 0) of the baseline runs.
 
@@ -64,10 +64,10 @@ def plot(curves: dict, path: str, title: str) -> None:
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
     for method, runs in curves.items():
         steps = [r["step"] for r in runs[0]]
-        for ax, key in zip(axes, ("spearman", "anisotropy", "anisotropy_centered")):
+        for ax, key in zip(axes, ("spearman", "anisotropy", "isoscore")):
             values = np.mean([[r[key] for r in run] for run in runs], axis=0)
             ax.plot(steps, values, marker="o", markersize=3, label=method)
-    for ax, label in zip(axes, ("Spearman ×100 (dev)", "anisotropy σ1²/Σσ² (raw)", "anisotropy (centered)")):
+    for ax, label in zip(axes, ("Spearman ×100 (dev)", "anisotropy σ1²/Σσ² (raw)", "IsoScore")):
         ax.set(xlabel="step", title=label)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
@@ -133,7 +133,8 @@ def main(argv=None) -> int:
                 f"pairs, {args.epochs:g} epoch(s) (Isotropy Layer stage: {args.stage2_epochs:g}), batch "
                 f"{args.batch_size}, max length {args.max_length}, lr {args.lr:g} (AdamW, linear warm-up 10% and "
                 f"decay), pooling {args.pooling}; dev = first {args.eval_limit or 1500} pairs; seeds "
-                f"{','.join(map(str, seeds))}. Spearman/Pearson ×100; mean ± std over seeds. Runs made at commit(s) "
+                f"{','.join(map(str, seeds))} (paired: a seed fixes the head's initialisation, dropout and batch order "
+                f"for every method). Spearman/Pearson ×100; mean ± std over seeds. Runs made at commit(s) "
                 f"{', '.join(sorted(commits))}; run time is the wall time of one run (both stages for "
                 "isotropy_layer) on the machine above.")
     os.makedirs(args.out, exist_ok=True)

@@ -54,9 +54,10 @@ def markdown_table(headers: list[str], rows: list[list]) -> str:
 
 
 # Isotropy columns of the fine-tuning tables: keys of isojax.train.evaluation's records, headers, decimals.
-ISOTROPY_COLUMNS = (("isoscore", "IsoScore", 4), ("ev1", "EV1", 4), ("ev2", "EV2", 4), ("ev3", "EV3", 4),
-                    ("anisotropy", "aniso", 4), ("anisotropy_centered", "aniso (c)", 4), ("I1", "I1(W)", 4),
-                    ("I2", "I2(W)", 4))
+# The shrink paper's centered anisotropy sigma_1^2 / sum sigma_i^2 of the centered embeddings is EV1 by
+# definition, so it has no column of its own.
+ISOTROPY_COLUMNS = (("isoscore", "IsoScore", 4), ("ev1", "EV1 (= aniso c)", 4), ("ev2", "EV2", 4),
+                    ("ev3", "EV3", 4), ("anisotropy", "aniso (raw)", 4), ("I1", "I1(W)", 4), ("I2", "I2(W)", 4))
 
 
 def mean_std(values, digits: int) -> str:
