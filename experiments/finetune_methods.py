@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -61,12 +62,14 @@ def plot(curves: dict, path: str, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
-    for method, runs in curves.items():
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
+    colors = plt.get_cmap("tab20").colors
+    for i, (method, runs) in enumerate(curves.items()):
         steps = [r["step"] for r in runs[0]]
+        style = dict(marker="os^Dv"[i % 5], markersize=3, color=colors[(2 * i) % 20 + (2 * i) // 20], label=method,
+                     linestyle="-" if i % 2 == 0 else "--")
         for ax, key in zip(axes, ("spearman", "anisotropy", "isoscore")):
-            values = np.mean([[r[key] for r in run] for run in runs], axis=0)
-            ax.plot(steps, values, marker="o", markersize=3, label=method)
+            ax.plot(steps, np.mean([[r[key] for r in run] for run in runs], axis=0), **style)
     for ax, label in zip(axes, ("Spearman ×100 (dev)", "anisotropy σ1²/Σσ² (raw)", "IsoScore")):
         ax.set(xlabel="step", title=label)
         ax.grid(alpha=0.3)
@@ -138,7 +141,9 @@ def main(argv=None) -> int:
                 f"{', '.join(sorted(commits))}; run time is the wall time of one run (both stages for "
                 "isotropy_layer) on the machine above.")
     os.makedirs(args.out, exist_ok=True)
-    plot(curves, os.path.join(args.out, f"{name}_curves.png"), title=protocol[:180])
+    plot(curves, os.path.join(args.out, f"{name}_curves.png"),
+         title=f"STS-B fine-tuning of {args.model}: dev metrics at each evaluation, mean over seeds {args.seeds} "
+               f"(isotropy_layer: stage 2 after step {max(1, math.ceil(args.epochs * per_epoch))})")
     path = write_result(name, "Fine-tuning with isotropy methods on STS-B", [
         protocol, seeds_table(rows, COLUMNS), f"![curves]({name}_curves.png)"],
         {"protocol": protocol, "run_commits": sorted(commits), "rows": rows}, prov=prov, directory=args.out)
