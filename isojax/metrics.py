@@ -177,9 +177,12 @@ def _isoscore_from_variances(variances):
     return jnp.where(total > 0, score, 0)
 
 
-def _check_isoscore_dim(x):
+def _isoscore_inputs(x, mask):
+    """``(x, mask)`` checked for IsoScore: ``[..., n, d]`` floats with n >= 2 and d >= 2, mask ``[..., n]``."""
+    x = check_points(x, "x", min_n=2)
     if x.shape[-1] < 2:
         raise ValueError(f"x must have at least 2 features (d >= 2) for IsoScore, got shape {x.shape}")
+    return x, check_mask(mask, x)
 
 
 @jax.jit
@@ -200,9 +203,7 @@ def isoscore(x, *, mask=None):
     Returns:
       ``[...]`` scores.
     """
-    x = check_points(x, "x", min_n=2)
-    mask = check_mask(mask, x)
-    _check_isoscore_dim(x)
+    x, mask = _isoscore_inputs(x, mask)
     return _isoscore_from_variances(_covariance_eigenvalues(x, mask))
 
 
@@ -224,9 +225,7 @@ def isoscore_star(x, *, c0=None, zeta: float = 0.2, mask=None):
     Returns:
       ``[...]`` scores.
     """
-    x = check_points(x, "x", min_n=2)
-    mask = check_mask(mask, x)
-    _check_isoscore_dim(x)
+    x, mask = _isoscore_inputs(x, mask)
     if not isinstance(zeta, (int, float)) or not 0.0 <= zeta <= 1.0:
         raise ValueError(f"zeta must be a number in [0, 1], got {zeta!r}")
     if c0 is None:
