@@ -152,7 +152,7 @@ def _plans(config: TrainConfig, model: TaskModel, variables: dict, per_epoch: in
             config.parallel, num_devices=config.devices, model_parallel=config.model_parallel,
             make_step=lambda c, o=optimizer, obj=objective, f=stage.frozen: make_train_step(
                 model, obj, o, frozen=f, collectives=c),
-            predict=make_predict_step(model), abstract_state=abstract)
+            predict=make_predict_step(model), abstract_state=abstract, partition_rules=model.partition_rules())
         # the logged learning rate: the encoder's, or the transform group's when the encoder is frozen
         peak = config.transform_learning_rate if "encoder" in stage.frozen else config.learning_rate
         plans.append(_Plan(index, stage, optimizer, total, start, abstract, runner,
