@@ -1,9 +1,10 @@
-"""One configuration for every BERT-family encoder, under BERT's names.
+"""One configuration for every isojax transformer (BERT-family encoders, GPT-2, BART, mBART), under BERT's names.
 
 Each architecture names the same quantities differently in its Hugging Face ``config.json`` (DistilBERT's
-``dim``/``n_layers``, ALBERT's ``embedding_size``); the translation lives in the architecture's own file
-(``config_from_hf`` / ``config_to_hf``, reached through :mod:`isojax.models.registry`). :class:`EncoderConfig`
-holds the quantities under BERT's names plus the few switches that say where the architectures really differ.
+``dim``/``n_layers``, ALBERT's ``embedding_size``, GPT-2's ``n_embd``, BART's ``d_model``/``encoder_layers``); the
+translation lives in the architecture's own file (``config_from_hf`` / ``config_to_hf``, reached through
+:mod:`isojax.models.registry`). :class:`EncoderConfig` holds the quantities under BERT's names plus the few switches
+that say where the architectures really differ.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ _BERT_FIELDS = {
 
 @dataclasses.dataclass(frozen=True)
 class EncoderConfig:
-    """Hyper-parameters of a BERT-family encoder, under BERT's names.
+    """Hyper-parameters of a transformer, under BERT's names (the name is historical: GPT-2 and BART use it too).
 
     Attributes beyond Hugging Face's:
       embedding_size: width of the token embeddings (ALBERT factorises them; elsewhere = hidden_size).
@@ -37,6 +38,14 @@ class EncoderConfig:
         ``max_position_embeddings - position_offset``.
       relative_attention_num_buckets: rows of MPNet's relative-position bias table shared by every layer
         (0 = no relative position bias).
+      pre_norm: pre-LayerNorm blocks, ``x + f(LayerNorm(x))`` per sublayer, and a LayerNorm ``final_norm`` at the
+        end of every stack (GPT-2, mBART); False: post-LayerNorm, ``LayerNorm(x + f(x))`` (BERT, BART).
+      embedding_norm: whether a LayerNorm follows the sum of the embeddings (all but GPT-2).
+      scale_embedding: token embeddings are multiplied by ``sqrt(hidden_size)`` (BART's option).
+      activation_dropout: dropout rate after the feed-forward activation (BART; 0 elsewhere).
+      decoder_layers, decoder_attention_heads, decoder_ffn_dim: the decoder stack of an encoder-decoder
+        (``decoder_layers = 0``: no separate decoder); :meth:`decoder_config` is the decoder's own config.
+      bos_token_id, eos_token_id, decoder_start_token_id: special token ids (generation; teacher forcing).
       hf_config: the original ``config.json`` dictionary, written back by ``save_pretrained``.
     """
 
@@ -52,7 +61,7 @@ class EncoderConfig:
     max_position_embeddings: int = 512
     type_vocab_size: int = 2
     layer_norm_eps: float = 1e-12
-    pad_token_id: int = 0
+    pad_token_id: int | None = 0
     initializer_range: float = 0.02
     embedding_size: int | None = None
     num_hidden_groups: int = 1
@@ -63,14 +72,26 @@ class EncoderConfig:
     ffn_output_dropout: bool = True
     position_offset: int = 0
     relative_attention_num_buckets: int = 0
+    pre_norm: bool = False
+    embedding_norm: bool = True
+    scale_embedding: bool = False
+    activation_dropout: float = 0.0
+    decoder_layers: int = 0
+    decoder_attention_heads: int = 0
+    decoder_ffn_dim: int = 0
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
+    decoder_start_token_id: int | None = None
     hf_config: Mapping[str, Any] | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
-        if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
-                f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
-                f"({self.num_attention_heads})"
-            )
+        for heads in ("num_attention_heads", "decoder_attention_heads"):
+            if getattr(self, heads) and self.hidden_size % getattr(self, heads):
+                raise ValueError(f"hidden_size ({self.hidden_size}) must be divisible by {heads} "
+                                 f"({getattr(self, heads)})")
+        if self.decoder_layers and not (self.decoder_attention_heads and self.decoder_ffn_dim):
+            raise ValueError(f"decoder_layers={self.decoder_layers} needs decoder_attention_heads and decoder_ffn_dim "
+                             f"(got {self.decoder_attention_heads} and {self.decoder_ffn_dim})")
         if self.hidden_act not in _ACTIVATIONS:
             raise ValueError(f"unsupported hidden_act {self.hidden_act!r}; expected one of {_ACTIVATIONS}")
         if self.num_hidden_layers % self.num_hidden_groups:
@@ -88,6 +109,14 @@ class EncoderConfig:
     def max_sequence_length(self) -> int:
         """Longest input the position embeddings cover."""
         return self.max_position_embeddings - self.position_offset
+
+    def decoder_config(self) -> "EncoderConfig":
+        """The config of an encoder-decoder's decoder stack: its depth, heads and feed-forward width."""
+        if not self.decoder_layers:
+            raise ValueError(f"{self.model_type} has no separate decoder (decoder_layers = 0)")
+        return dataclasses.replace(self, num_hidden_layers=self.decoder_layers,
+                                   num_attention_heads=self.decoder_attention_heads,
+                                   intermediate_size=self.decoder_ffn_dim)
 
     @classmethod
     def bert_base(cls, **overrides) -> "EncoderConfig":

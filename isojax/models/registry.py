@@ -23,7 +23,7 @@ from jax.sharding import PartitionSpec
 from isojax.models import albert, bert, distilbert, mpnet, roberta
 from isojax.models.checkpoint import HFNames
 from isojax.models.config import EncoderConfig
-from isojax.models.layers import PARTITION_RULES, TRANSFORM, WORD_EMBEDDINGS, EncoderModel
+from isojax.models.layers import PARTITION_RULES, TRANSFORM, EncoderModel, word_embeddings
 
 PartitionRules = tuple[tuple[str, PartitionSpec], ...]
 
@@ -81,13 +81,6 @@ def build_encoder(config: EncoderConfig, *, dtype: Any = jnp.float32, last_layer
     return architecture(config.model_type).module_cls(
         config, dtype=dtype, last_layer_transform=last_layer_transform, add_pooling_layer=add_pooling_layer,
         transform_placement=transform_placement)
-
-
-def word_embeddings(params):
-    """The word (input = tied output) embedding matrix ``[vocab_size, embedding_size]`` of an encoder's params."""
-    for key in WORD_EMBEDDINGS:
-        params = params[key]
-    return params
 
 
 def uses_token_types(config: EncoderConfig) -> bool:
