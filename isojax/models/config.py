@@ -13,10 +13,13 @@ from typing import Any, Mapping
 
 _ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "silu", "swish", "tanh")
 
+REQUIRED = object()
+"""Marks a ``config.json`` key without a default: a file that lacks it is rejected."""
+
 # BERT's config.json names of the fields every BERT-style config carries, with BERT's defaults
 _BERT_FIELDS = {
-    "vocab_size": None, "hidden_size": None, "num_hidden_layers": None, "num_attention_heads": None,
-    "intermediate_size": None, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
+    "vocab_size": REQUIRED, "hidden_size": REQUIRED, "num_hidden_layers": REQUIRED, "num_attention_heads": REQUIRED,
+    "intermediate_size": REQUIRED, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
     "attention_probs_dropout_prob": 0.1, "max_position_embeddings": 512, "type_vocab_size": 2,
     "layer_norm_eps": 1e-12, "pad_token_id": 0, "initializer_range": 0.02,
 }
@@ -124,27 +127,40 @@ class EncoderConfig:
         return cls(**overrides)
 
 
+def renamed_fields(hf: Mapping[str, Any], names: Mapping[str, str], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """:class:`EncoderConfig` fields from a ``config.json`` that uses its own names.
+
+    ``names`` maps a ``config.json`` key to its field; a key the file lacks takes ``defaults[key]`` (the default of
+    the transformers config class); a :data:`REQUIRED` key that is missing raises ``ValueError`` naming it.
+    ``model_type`` and ``hf_config`` (the whole file) are included.
+    """
+    out = {}
+    for key, field in names.items():
+        value = hf.get(key, defaults.get(key, REQUIRED))
+        if value is REQUIRED:
+            raise ValueError(f"config.json of model_type {hf.get('model_type')!r} has no {key!r}")
+        out[field] = value
+    return dict(out, model_type=hf["model_type"], hf_config=dict(hf))
+
+
+def renamed_hf(config: EncoderConfig, names: Mapping[str, str], architecture: str, **extra) -> dict[str, Any]:
+    """Inverse of :func:`renamed_fields` for a config made in code: the ``config.json`` keys plus ``extra``."""
+    return dict({key: getattr(config, field) for key, field in names.items()}, model_type=config.model_type,
+                architectures=[architecture], **extra)
+
+
 def bert_style_fields(hf: Mapping[str, Any], **defaults) -> dict[str, Any]:
     """The :class:`EncoderConfig` fields a config.json written under BERT's names carries.
 
     ``defaults`` override BERT's defaults for keys the file may omit (RoBERTa's ``pad_token_id=1``); a required
     key (sizes, vocabulary) that is missing raises ``ValueError`` naming it. ``hf_config`` keeps the file.
     """
-    out = {}
-    for name, default in {**_BERT_FIELDS, **defaults}.items():
-        if name in hf:
-            out[name] = hf[name]
-        elif default is None:
-            raise ValueError(f"config.json of model_type {hf.get('model_type')!r} has no {name!r}")
-        else:
-            out[name] = default
-    return dict(out, model_type=hf["model_type"], hf_config=dict(hf))
+    return renamed_fields(hf, {name: name for name in _BERT_FIELDS}, {**_BERT_FIELDS, **defaults})
 
 
 def bert_style_hf(config: EncoderConfig, architecture: str, **extra) -> dict[str, Any]:
     """Inverse of :func:`bert_style_fields` for a config made in code: BERT's names plus ``extra``."""
-    return dict({name: getattr(config, name) for name in _BERT_FIELDS}, model_type=config.model_type,
-                architectures=[architecture], **extra)
+    return renamed_hf(config, {name: name for name in _BERT_FIELDS}, architecture, **extra)
 
 
 def check_absolute_positions(hf: Mapping[str, Any]) -> None:
@@ -152,3 +168,11 @@ def check_absolute_positions(hf: Mapping[str, Any]) -> None:
     kind = hf.get("position_embedding_type", "absolute")
     if kind != "absolute":
         raise ValueError(f"position_embedding_type {kind!r} is not supported (only 'absolute')")
+
+
+def check_supported(hf: Mapping[str, Any], fixed: Mapping[str, Any]) -> None:
+    """``fixed`` maps ``config.json`` options isojax does not implement to the one value it accepts (transformers'
+    default, also when the file omits the key); any other value raises ``ValueError`` naming the option."""
+    for key, value in fixed.items():
+        if hf.get(key, value) != value:
+            raise ValueError(f"{hf.get('model_type')} with {key}={hf[key]!r} is not supported (only {value!r})")
