@@ -104,13 +104,14 @@ _NAMES = {"vocab_size": "vocab_size", "d_model": "hidden_size", "encoder_layers"
           "attention_dropout": "attention_probs_dropout_prob", "activation_dropout": "activation_dropout",
           "max_position_embeddings": "max_position_embeddings", "init_std": "initializer_range",
           "scale_embedding": "scale_embedding", "pad_token_id": "pad_token_id", "bos_token_id": "bos_token_id",
-          "eos_token_id": "eos_token_id", "decoder_start_token_id": "decoder_start_token_id"}
+          "eos_token_id": "eos_token_id", "decoder_start_token_id": "decoder_start_token_id",
+          "forced_bos_token_id": "forced_bos_token_id", "forced_eos_token_id": "forced_eos_token_id"}
 _DEFAULTS = {"vocab_size": REQUIRED, "d_model": REQUIRED, "encoder_layers": REQUIRED,
              "encoder_attention_heads": REQUIRED, "encoder_ffn_dim": REQUIRED, "decoder_layers": REQUIRED,
              "decoder_attention_heads": REQUIRED, "decoder_ffn_dim": REQUIRED, "activation_function": "gelu",
              "dropout": 0.1, "attention_dropout": 0.0, "activation_dropout": 0.0, "max_position_embeddings": 1024,
              "init_std": 0.02, "scale_embedding": False, "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2,
-             "decoder_start_token_id": 2}
+             "decoder_start_token_id": 2, "forced_bos_token_id": None, "forced_eos_token_id": 2}
 _FIXED = {"encoder_layerdrop": 0.0, "decoder_layerdrop": 0.0, "tie_word_embeddings": True}
 _ARCHITECTURES = {"bart": "BartForConditionalGeneration", "mbart": "MBartForConditionalGeneration"}
 

@@ -48,7 +48,10 @@ class EncoderConfig:
       activation_dropout: dropout rate after the feed-forward activation (BART; 0 elsewhere).
       decoder_layers, decoder_attention_heads, decoder_ffn_dim: the decoder stack of an encoder-decoder
         (``decoder_layers = 0``: no separate decoder); :meth:`decoder_config` is the decoder's own config.
-      bos_token_id, eos_token_id, decoder_start_token_id: special token ids (generation; teacher forcing).
+      bos_token_id, eos_token_id, decoder_start_token_id: special token ids (decoding; teacher forcing).
+      forced_bos_token_id, forced_eos_token_id: tokens decoding forces as the first generated token (mBART's target
+        language) and as the last one at ``max_length`` (BART's default ``forced_eos_token_id=2``), as
+        ``config.json`` gives them to transformers' ``generate``.
       hf_config: the original ``config.json`` dictionary, written back by ``save_pretrained``.
     """
 
@@ -85,6 +88,8 @@ class EncoderConfig:
     bos_token_id: int | None = None
     eos_token_id: int | None = None
     decoder_start_token_id: int | None = None
+    forced_bos_token_id: int | None = None
+    forced_eos_token_id: int | None = None
     hf_config: Mapping[str, Any] | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
