@@ -212,8 +212,8 @@ def test_dropout_is_active_when_not_deterministic(bert_tiny):
 # ---------------------------------------------------------------- clear errors
 
 def test_unknown_model_type(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "vocab_size": 10}))
-    with pytest.raises(ValueError, match="unknown model_type 'gpt2'"):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5", "vocab_size": 10}))
+    with pytest.raises(ValueError, match="unknown model_type 't5'"):
         isojax.from_pretrained(str(tmp_path))
 
 

@@ -21,6 +21,7 @@ import scipy.stats
 
 from isojax import calibrate, metrics
 from isojax.eval.encode import encode
+from isojax.models import require_kind
 from isojax.softdecay import soft_decay
 
 METHODS = ("raw", "center", "scaled_center", "whiten", "abtt", "flow", "softdecay")
@@ -78,7 +79,9 @@ class Transform:
 
 def embed_pairs(module, params, tokenizer, data, *, pooling: str = "mean", max_length: int = 128,
                 batch_size: int = 64, progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Sentence embeddings ``([N, d], [N, d])`` of both sides of an :class:`isojax.data.sts.StsData`."""
+    """Sentence embeddings ``([N, d], [N, d])`` of both sides of an :class:`isojax.data.sts.StsData`
+    (``ValueError`` for a model that is not an encoder)."""
+    require_kind(module.config, ("encoder",), "STS sentence embeddings (isojax sts)")
     emb = encode(module, params, tokenizer, data.sentences1 + data.sentences2, pooling=pooling,
                  max_length=max_length, batch_size=batch_size, progress=progress,
                  desc=f"embedding {data.name} {data.split}")

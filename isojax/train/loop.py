@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 
 from isojax.data.batching import batches, tokenize
 from isojax.data.glue import glue_task, load_glue
-from isojax.models import build_encoder, from_pretrained
+from isojax.models import build_encoder, from_pretrained, require_kind
 from isojax.softdecay import SoftDecay
 from isojax.train import evaluation
 from isojax.train.checkpoint import Checkpoints
@@ -64,6 +64,7 @@ def build_model(config: TrainConfig):
     transform = SoftDecay(alpha_init=config.softdecay_alpha) if spec.softdecay else None
     dtype = jnp.bfloat16 if config.dtype == "bfloat16" else jnp.float32
     encoder, params, tokenizer = from_pretrained(config.model, dtype=dtype, last_layer_transform=transform)
+    require_kind(encoder.config, ("encoder",), "fine-tuning a classifier (isojax finetune)")
     if tokenizer is None:
         raise ValueError(f"model {config.model!r} has no tokenizer files; fine-tuning needs one")
     dropout = encoder.config.hidden_dropout_prob if config.dropout else 0.0
