@@ -3,6 +3,8 @@
 Reference: transformers' PyTorch LM-head classes (float32, eager attention) with informative random LayerNorm,
 bias and final_logits_bias values; hidden states compared on real tokens of padded batches.
 """
+import json
+
 import jax
 import numpy as np
 import pytest
@@ -223,3 +225,83 @@ def test_dropout_is_active_when_not_deterministic(saved):
     assert not np.allclose(run(0), run(1))
     np.testing.assert_array_equal(run(2), run(2))
 
+
+
+# ---------------------------------------------------------------- analyses on GPT-2 (too-much-in-common's rows)
+
+WORDS = ["cat", "dog", "car", "bus", "apple", "pear", "king", "queen"]
+
+
+@pytest.fixture(scope="module")
+def gpt2_with_tokenizer(tmp_path_factory):
+    """A tiny GPT-2 and a byte-level BPE tokenizer (GPT-2's kind, no padding token) trained here on STS-B test
+    sentences and a few words, saved together as a model directory."""
+    from tokenizers import ByteLevelBPETokenizer
+
+    from isojax.data.sts import load_sts
+
+    data = load_sts("stsb", "test")
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(data.sentences1[:300] + WORDS * 20, vocab_size=400, min_frequency=1,
+                            special_tokens=["<|endoftext|>"])
+    tokenizer = transformers.GPT2TokenizerFast(tokenizer_object=bpe._tokenizer, bos_token="<|endoftext|>",
+                                               eos_token="<|endoftext|>", unk_token="<|endoftext|>")
+    assert tokenizer.pad_token is None
+    torch.manual_seed(3)
+    cfg = transformers.GPT2Config(vocab_size=len(tokenizer), n_embd=32, n_layer=2, n_head=4, n_positions=64,
+                                  bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id)
+    model = transformers.GPT2LMHeadModel(cfg).eval()
+    path = tmp_path_factory.mktemp("gpt2-tok")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path, model, tokenizer
+
+
+def test_analyze_on_gpt2_equals_the_pytorch_hidden_states(gpt2_with_tokenizer, tmp_path):
+    """``isojax analyze`` runs on GPT-2 (causal attention, padding token = end-of-text); its per-layer TokenUni
+    equals the mean pairwise cosine of transformers' hidden states, sentence by sentence."""
+    from isojax.cli import main
+    from isojax.data.sts import load_sts
+
+    path, model, tokenizer = gpt2_with_tokenizer
+    assert main(["analyze", "--model", str(path), "--limit", "10", "--max-length", "32", "--out", str(tmp_path),
+                 "--json", str(tmp_path / "a.json"), "--quiet"]) == 0
+    result = json.loads((tmp_path / "a.json").read_text())
+    assert result["layers"] == [0, 1, 2] and result["num_texts"] == 10
+    data = load_sts("stsb", "test")
+    texts = list(dict.fromkeys(data.sentences1 + data.sentences2))[:10]
+    per_layer = []
+    for text in texts:
+        ids = tokenizer(text, truncation=True, max_length=32, return_tensors="pt")["input_ids"]
+        with torch.no_grad():
+            hidden = model(input_ids=ids, output_hidden_states=True).hidden_states
+        unit = [torch.nn.functional.normalize(h[0], dim=-1) for h in hidden]
+        n = ids.shape[1]
+        per_layer.append([((u @ u.T).sum() - n).item() / (n * (n - 1)) for u in unit])
+    np.testing.assert_allclose(result["token_uni"], np.mean(per_layer, axis=0), atol=1e-4)
+    assert "input_embeddings" in result and result["input_embeddings"]["I(W)"] > 0
+
+
+def test_wordsim_on_gpt2_equals_a_numpy_computation(gpt2_with_tokenizer, tmp_path):
+    """``isojax wordsim`` reads GPT-2's token embedding matrix: its cosine correlations equal scipy's on the rows
+    of transformers' ``wte`` for the same pairs."""
+    import scipy.stats
+
+    from isojax.cli import main
+
+    path, model, tokenizer = gpt2_with_tokenizer
+    pairs = [("cat", "dog", 8.0), ("car", "bus", 6.5), ("apple", "pear", 7.0), ("cat", "car", 1.5),
+             ("king", "queen", 8.5), ("dog", "pear", 0.5)]
+    (tmp_path / "pairs.txt").write_text("".join(f"{a} {b} {s}\n" for a, b, s in pairs))
+    assert main(["wordsim", "--model", str(path), "--data", "", "--file", str(tmp_path / "pairs.txt"),
+                 "--methods", "raw", "--similarity", "cosine", "--json", str(tmp_path / "w.json")]) == 0
+    (row,) = json.loads((tmp_path / "w.json").read_text())["rows"]
+    assert row["pairs_used"] == len(pairs)
+    wte = model.transformer.wte.weight.detach().numpy().astype(np.float64)
+    ids = {w: tokenizer(w, add_special_tokens=False)["input_ids"] for w in WORDS}
+    assert all(len(i) == 1 for i in ids.values())
+    cos = [wte[ids[a][0]] @ wte[ids[b][0]] / np.linalg.norm(wte[ids[a][0]]) / np.linalg.norm(wte[ids[b][0]])
+           for a, b, _ in pairs]
+    gold = [s for _, _, s in pairs]
+    assert row["pearson"] == pytest.approx(100 * scipy.stats.pearsonr(cos, gold).statistic, abs=1e-6)
+    assert row["spearman"] == pytest.approx(100 * scipy.stats.spearmanr(cos, gold).statistic, abs=1e-6)
