@@ -145,9 +145,9 @@ def _decode(module, gen: GenerationConfig, params, ids, mask) -> GenerateOutput:
     apply = functools.partial(module.apply, {"params": params})
     batch, length = ids.shape[0], gen.max_length
     if model_kind(module.config) == "causal_lm":
-        ids, mask = left_align(ids, mask)
-        out = apply(ids, mask, cache=init_cache(module.config, batch, length, module.dtype))
-        prompt = ids
+        prompt, mask = left_align(ids, mask)
+        out = apply(prompt, mask, cache=init_cache(module.config, batch, length, module.dtype))
+        context = (None, None)
 
         def step(tokens, cache, memory, memory_mask):
             return apply(tokens[:, None], cache=cache)
@@ -156,10 +156,10 @@ def _decode(module, gen: GenerationConfig, params, ids, mask) -> GenerateOutput:
         prompt = jnp.full((batch, 1), gen.decoder_start_token_id, jnp.int32)
         cache = init_cache(module.config.decoder_config(), batch, length, module.dtype)
         out = apply(prompt, memory, mask, cache=cache, method="decode")
+        context = (memory, mask)
 
         def step(tokens, cache, memory, memory_mask):
             return apply(tokens[:, None], memory, memory_mask, cache=cache, method="decode")
-    context = (memory, mask) if model_kind(module.config) == "encoder_decoder" else (None, None)
     search = _greedy if gen.num_beams == 1 else _beam_search
     return search(gen, step, prompt, out.logits[:, -1], out.cache, context)
 

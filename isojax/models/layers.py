@@ -158,11 +158,6 @@ class Cache:
     mask: Array
     index: Array
 
-    @property
-    def length(self) -> int:
-        """``T``, the number of slots."""
-        return self.mask.shape[1]
-
 
 def init_cache(config: EncoderConfig, batch_size: int, length: int, dtype: Any = jnp.float32) -> Cache:
     """An empty :class:`Cache` of ``length`` slots for the stack of ``config`` (keys/values in ``dtype``, the
