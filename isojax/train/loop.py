@@ -107,7 +107,7 @@ def eval_split(task: str) -> str:
 
 def load_split(config: TrainConfig, split: str, tokenizer, limit: int) -> dict:
     """Tokenised rows of a GLUE split with their ``labels`` (the first ``limit`` rows; 0 = all)."""
-    data = load_glue(config.task, split, source=config.data_source)
+    data = load_glue(config.task, split, source=config.data_source, data_dir=config.data_dir)
     n = min(limit, len(data)) if limit else len(data)
     texts_b = data.texts_b[:n] if data.texts_b is not None else None
     out = tokenize(tokenizer, data.texts_a[:n], texts_b, max_length=config.max_length)
