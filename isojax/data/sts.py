@@ -186,7 +186,7 @@ def load_stsb(split: str = "test", *, data_dir=None, source="auto", cache_dir=No
     in the Hub layout.
     """
     split = _split("stsb", split)
-    if source == "package" or resolve_data_dir(source, data_dir) is not None:
+    if resolve_data_dir(source, data_dir) is not None or source == "package":
         return _package(split, cache_dir)
     if source in ("auto", None, "hub"):
         try:

@@ -8,6 +8,10 @@ transformed embeddings; report Spearman's and Pearson's correlation with the gol
 Transforms (``METHODS``): ``raw``; ``center``; ``scaled_center``; ``whiten`` (k dims, BERT-whitening);
 ``abtt`` (all-but-the-top, D directions, centered or raw projection); ``flow`` (Glow fitted by maximum
 likelihood); ``softdecay`` (fixed α, over the whole matrix).
+
+Several sets at once (the SoftDecay paper's Table 1): :func:`embed_sets` encodes each distinct sentence of all
+the sets once, and :func:`evaluate_sets` applies every transform to every set, with one SoftDecay α chosen on
+a dev set, and averages over the sets.
 """
 from __future__ import annotations
 
@@ -87,7 +91,7 @@ def embed_sets(module, params, tokenizer, sets: Sequence, *, poolings: Sequence[
     texts = list(dict.fromkeys(t for data in sets for t in (*data.sentences1, *data.sentences2)))
     emb = encode(module, params, tokenizer, texts, reduce=lambda out, mask: {p: pool(out, mask, p) for p in poolings},
                  max_length=max_length, batch_size=batch_size, progress=progress,
-                 desc=f"embedding {len(texts)} sentences of " + ", ".join(f"{d.name} {d.split}" for d in sets))
+                 desc=f"embedding {len(texts)} sentences of {len(sets)} set(s)")
     row = {t: i for i, t in enumerate(texts)}
     index = [([row[t] for t in data.sentences1], [row[t] for t in data.sentences2]) for data in sets]
     return {p: [(emb[p][i1], emb[p][i2]) for i1, i2 in index] for p in poolings}
