@@ -327,7 +327,9 @@ def main(argv=None) -> int:
         from isojax.data.glue import load_glue
 
         sizes = {task: len(load_glue(task, "train", data_dir=args.data_dir).labels) for task in {r.task for r in todo}}
-        methods = {m: i for i, m in enumerate(m for p in config["protocols"].values() for m in p["methods"])}
+        methods = {}
+        for method in (m for p in config["protocols"].values() for m in p["methods"]):
+            methods.setdefault(method, len(methods))
         todo.sort(key=lambda r: (r.seed, sizes[r.task], methods.get(r.method, len(methods))))  # seed by seed
         for run in todo:
             every = evals_every(run, sizes[run.task], config["evals_per_epoch"])
