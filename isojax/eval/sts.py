@@ -25,7 +25,6 @@ import scipy.stats
 
 from isojax import calibrate, metrics
 from isojax.eval.encode import encode
-from isojax.models import require_kind
 from isojax.models.heads import pool
 from isojax.softdecay import soft_decay
 
@@ -87,10 +86,8 @@ def embed_sets(module, params, tokenizer, sets: Sequence, *, poolings: Sequence[
     """Sentence embeddings of both sides of several :class:`isojax.data.sts.StsData` in one pass.
 
     Every distinct sentence of all the sets is encoded once, and every pooling in ``poolings`` comes from that
-    same forward pass. Returns ``{pooling: [(a [N_k, d], b [N_k, d]) for each set k]}``. ``ValueError`` for a model
-    that is not an encoder.
+    same forward pass. Returns ``{pooling: [(a [N_k, d], b [N_k, d]) for each set k]}``.
     """
-    require_kind(module.config, ("encoder",), "STS sentence embeddings (isojax sts)")
     texts = list(dict.fromkeys(t for data in sets for t in (*data.sentences1, *data.sentences2)))
     emb = encode(module, params, tokenizer, texts, reduce=lambda out, mask: {p: pool(out, mask, p) for p in poolings},
                  max_length=max_length, batch_size=batch_size, progress=progress,

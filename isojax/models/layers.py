@@ -430,8 +430,9 @@ class Encoder(nn.Module):
                  last_block_transform: Callable | None = None, *, memory: Array | None = None,
                  memory_mask: Array | None = None, cache: Cache | None = None) -> StackOutput:
         """``x [B, L, H]``, ``mask [B, L]``; ``last_block_transform`` is passed to the last block that runs as its
-        ``output_transform``; ``memory [B, S, H]`` / ``memory_mask [B, S]``: what cross-attention reads; ``cache``:
-        the decoding :class:`Cache`, to which the ``L`` tokens are appended (a causal stack only)."""
+        ``output_transform``; ``memory [B, S, H]`` / ``memory_mask [B, S]`` (default all real): what
+        cross-attention reads; ``cache``: the decoding :class:`Cache`, to which the ``L`` tokens are appended (a
+        causal stack only)."""
         if self.cross_attention != (memory is not None):
             raise ValueError("memory (the encoder output) must be given exactly when the stack has cross-attention")
         if cache is not None and not self.causal:
@@ -445,8 +446,10 @@ class Encoder(nn.Module):
         if self.causal:  # query i (at slot first + i) sees slots t <= first + i
             slots = jnp.arange(key_mask.shape[1])
             allowed = allowed & (slots[None, :] <= first + jnp.arange(length)[:, None])
+        if memory is not None and memory_mask is None:
+            memory_mask = jnp.ones(memory.shape[:2], bool)
         context = AttentionContext(mask, allowed, self.attention_bias(length), memory,
-                                   None if memory_mask is None else memory_mask[:, None, None, :],
+                                   None if memory is None else memory_mask[:, None, None, :],
                                    None if cache is None else cache.index)
         hidden, attentions, cross_attentions, layer_caches = [x], [], [], []
         for step, index in enumerate(order):
