@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import zlib
 from typing import Callable
 
 import jax
@@ -153,10 +154,14 @@ class MeshRunner:
 
     def place(self, state):
         """Put a host or single-device state onto the mesh: each process puts the shards its devices hold, from its
-        own copy (every process computes the same state; ``device_put`` would also compare the copies across the
-        processes, one all-gather per array)."""
-        return jax.tree.map(lambda x, s: jax.make_array_from_callback(x.shape, s, x.__getitem__),
-                            jax.tree.map(np.asarray, jax.device_get(state)), self.state_sharding)
+        own copy. Every process must hold the same state: in a multi-process run the CRC-32 of each array's bytes
+        is compared across the processes (``device_put`` would all-gather every whole array to compare them)."""
+        host = jax.tree.map(np.asarray, jax.device_get(state))
+        if jax.process_count() > 1:
+            crcs = np.array([zlib.crc32(np.ascontiguousarray(x).tobytes()) for x in jax.tree.leaves(host)], np.uint32)
+            multihost_utils.assert_equal(crcs, "the processes' copies of the state to place differ")
+        return jax.tree.map(lambda x, s: jax.make_array_from_callback(x.shape, s, x.__getitem__), host,
+                            self.state_sharding)
 
     def checkpoint_view(self, placed):
         """What a checkpoint stores: the global arrays themselves (Orbax writes shards in parallel)."""
