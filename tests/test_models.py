@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import isojax
-from isojax.models import EncoderConfig, build_encoder
+from isojax.models import EncoderConfig, build_encoder, config_from_hf, config_to_hf, token_types
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -37,6 +37,10 @@ def tiny_hf_model(arch: str):
         cfg = transformers.DistilBertConfig(vocab_size=99, dim=32, n_layers=3, n_heads=4, hidden_dim=37,
                                             max_position_embeddings=40)
         model = transformers.DistilBertModel(cfg)
+    elif arch == "mpnet":  # max_position_embeddings 42: positions run after pad_token_id 1, up to length 40
+        cfg = transformers.MPNetConfig(**{**TINY, "max_position_embeddings": 42}, pad_token_id=1,
+                                       relative_attention_num_buckets=32)
+        model = transformers.MPNetModel(cfg)
     else:
         raise AssertionError(arch)
     model.config._attn_implementation = "eager"
@@ -62,7 +66,7 @@ def padded_batch(pad_id: int, vocab: int, lengths=(9, 4, 7, 1), seed=0, n_types=
 def torch_outputs(model, ids, mask, types):
     kwargs = dict(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask), output_hidden_states=True,
                   output_attentions=True)
-    if model.config.model_type != "distilbert":
+    if getattr(model.config, "type_vocab_size", 0):  # DistilBERT and MPNet take no token types
         kwargs["token_type_ids"] = torch.tensor(types)
     with torch.no_grad():
         return model(**kwargs)
@@ -74,7 +78,7 @@ def assert_close_on_real(a, b, mask, atol):
     np.testing.assert_allclose(a[real], b[real], atol=atol, rtol=0)
 
 
-ARCHS = ["bert", "roberta", "albert", "distilbert"]
+ARCHS = ["bert", "roberta", "albert", "distilbert", "mpnet"]
 
 
 @pytest.fixture(scope="module", params=ARCHS)
@@ -92,8 +96,7 @@ def test_hidden_states_match_pytorch(saved):
     ids, mask, types = padded_batch(model.config.pad_token_id, model.config.vocab_size,
                                     n_types=module.config.type_vocab_size)
     ref = torch_outputs(model, ids, mask, types)
-    out = module.apply({"params": params}, ids, mask, None if arch == "distilbert" else types,
-                       output_attentions=True)
+    out = module.apply({"params": params}, ids, mask, token_types(module.config, types), output_attentions=True)
     assert len(out.hidden_states) == len(ref.hidden_states)
     for mine, theirs in zip(out.hidden_states, ref.hidden_states):
         assert_close_on_real(mine, theirs.numpy(), mask, 1e-5)
@@ -118,7 +121,7 @@ def test_round_trip_back_to_pytorch(saved, tmp_path):
     ids, mask, types = padded_batch(model.config.pad_token_id, model.config.vocab_size, seed=1,
                                     n_types=module.config.type_vocab_size)
     ref = torch_outputs(reloaded, ids, mask, types)
-    out = module.apply({"params": params}, ids, mask, None if arch == "distilbert" else types)
+    out = module.apply({"params": params}, ids, mask, token_types(module.config, types))
     for mine, theirs in zip(out.hidden_states, ref.hidden_states):
         assert_close_on_real(mine, theirs.numpy(), mask, 1e-5)
 
@@ -265,8 +268,8 @@ def test_out_of_vocabulary_ids_under_jit_are_nan_not_clamped(bert_tiny):
 
 
 def test_distilbert_rejects_token_types():
-    cfg = EncoderConfig.from_hf(dict(model_type="distilbert", vocab_size=20, dim=8, n_layers=1, n_heads=2,
-                                     hidden_dim=8, max_position_embeddings=16))
+    cfg = config_from_hf(dict(model_type="distilbert", vocab_size=20, dim=8, n_layers=1, n_heads=2,
+                              hidden_dim=8, max_position_embeddings=16))
     module = build_encoder(cfg)
     params = module.init(jax.random.key(0), jnp.ones((1, 3), jnp.int32))["params"]
     with pytest.raises(ValueError, match="distilbert has no token types"):
@@ -304,3 +307,42 @@ def test_softdecay_on_the_last_layer(bert_tiny, tmp_path):
     _, reloaded, _ = isojax.from_pretrained(str(tmp_path), last_layer_transform=SoftDecay(alpha_init=-0.4))
     assert float(reloaded["last_layer_transform"]["theta"]) == pytest.approx(0.7)
     transformers.AutoModel.from_pretrained(tmp_path)  # the main file stays loadable by transformers
+
+
+def _authors_soft_decay(x, alpha):
+    """The SoftDecay authors' transform, transcribed in PyTorch: per-sample SVD of the [L, H] token matrix (no
+    padding mask), f(s) = -log(1 - alpha (s + alpha) + 1e-7) / alpha, rescaled so that the largest value stays."""
+    u, s, vh = torch.linalg.svd(x, full_matrices=False)
+    new = -torch.log(1 - alpha * (s + alpha) + 1e-7) / alpha
+    new = new * (s.max(-1, keepdim=True).values / new.max(-1, keepdim=True).values)
+    return u @ torch.diag_embed(new) @ vh
+
+
+def test_softdecay_authors_placement_equals_a_pytorch_transcription_of_their_block(tmp_path):
+    """transform_placement="block": LayerNorm(SoftDecay(dropout(dense(h)) + x) + x) in the last block, as the
+    authors' modified BertOutput computes it (the residual added twice), against that block written in PyTorch."""
+    from isojax import SoftDecay
+
+    model = tiny_hf_model("bert")
+    model.save_pretrained(tmp_path)
+    module, params, _ = isojax.from_pretrained(str(tmp_path), last_layer_transform=SoftDecay(alpha_init=-0.6),
+                                               transform_placement="block")
+    last = model.encoder.layer[-1].output
+
+    def authors_forward(hidden_states, input_tensor):
+        hidden_states = last.dropout(last.dense(hidden_states))
+        hidden_states = _authors_soft_decay(hidden_states + input_tensor, -0.6)
+        return last.LayerNorm(hidden_states + input_tensor)
+
+    last.forward = authors_forward
+    ids, mask, types = padded_batch(0, 99, lengths=(9, 9, 9))  # unpadded: the authors' SVD has no mask
+    ref = torch_outputs(model, ids, mask, types)
+    out = module.apply({"params": params}, ids, mask, types)
+    for mine, theirs in zip(out.hidden_states, ref.hidden_states):
+        np.testing.assert_allclose(mine, theirs.numpy(), atol=2e-5)
+    np.testing.assert_allclose(out.pooler_output, ref.pooler_output.numpy(), atol=2e-5)
+    plain, _, _ = isojax.from_pretrained(str(tmp_path), last_layer_transform=SoftDecay(alpha_init=-0.6))
+    assert np.abs(np.asarray(plain.apply({"params": params}, ids, mask, types).last_hidden_state)
+                  - np.asarray(out.last_hidden_state)).max() > 1e-2  # the two placements differ
+    with pytest.raises(ValueError, match="transform_placement must be one of"):
+        build_encoder(module.config, transform_placement="inside").init(jax.random.key(0), ids)

@@ -225,3 +225,40 @@ def test_short_stsb_finetune_of_the_default_model_beats_its_untrained_start(tmp_
     assert (untrained["step"], trained["step"]) == (0, 30)
     assert trained["spearman"] > untrained["spearman"] + 20, (untrained["spearman"], trained["spearman"])
     assert result.metrics["spearman"] == trained["spearman"]
+
+
+def test_representation_covariance_streams_the_numpy_covariance(tiny, tokenizer):
+    """The C0 of I-STAR with c0='data': batch-streamed covariance == numpy's over all rows (tokens: real ones)."""
+    from isojax.data.batching import tokenize
+    from isojax.models import from_pretrained
+    from isojax.train.loop import representation_covariance
+    from isojax.train.model import TaskModel, init_variables
+
+    encoder, params, _ = from_pretrained(tiny)
+    model = TaskModel(encoder, num_labels=2)
+    variables = init_variables(model, params, jax.random.key(0))
+    texts = ["a man plays a guitar", "two dogs run", "isotropy of embeddings", "the cat sleeps on a mat",
+             "rain", "a long sentence about nothing in particular at all"]
+    data = tokenize(tokenizer, texts, None, max_length=16)
+    data["labels"] = np.zeros(len(texts), np.int32)
+    covariance = representation_covariance(model, variables, data, batch_size=4)
+    out = model.apply(variables, data["input_ids"], data["attention_mask"], data["token_type_ids"])
+    np.testing.assert_allclose(covariance("cls"), np.cov(np.asarray(out.cls, np.float64), rowvar=False),
+                               rtol=1e-5, atol=1e-7)
+    tokens = np.asarray(out.tokens, np.float64)[np.asarray(out.mask)]
+    np.testing.assert_allclose(covariance("tokens"), np.cov(tokens, rowvar=False), rtol=1e-5, atol=1e-7)
+
+
+def test_epoch_seconds_leaves_out_each_sessions_first_interval():
+    from isojax.train.loop import epoch_seconds
+
+    records = [{"kind": "train", "stage": "finetune", "step": 2, "seconds": 30.0},   # compile + 2 steps
+               {"kind": "train", "stage": "finetune", "step": 4, "seconds": 2.0},
+               {"kind": "resume", "step": 4, "stage": 0},
+               {"kind": "train", "stage": "finetune", "step": 6, "seconds": 25.0},   # compile again after resume
+               {"kind": "train", "stage": "finetune", "step": 10, "seconds": 6.0},
+               {"kind": "train", "stage": "isotropy_layer", "step": 12, "seconds": 9.0}]
+    got = epoch_seconds(records, "finetune", per_epoch=5)
+    assert got == {"seconds_per_epoch": pytest.approx((2.0 + 6.0) / 6 * 5, abs=1e-3), "compile_and_first_seconds": 55.0}
+    assert epoch_seconds(records, "isotropy_layer", 5) == {"seconds_per_epoch": None,
+                                                           "compile_and_first_seconds": 9.0}

@@ -190,3 +190,24 @@ def test_schedule_warmup_then_linear_decay():
     want = [k / 4 for k in range(4)] + [1 - (k - 4) / 6 for k in range(4, 11)]
     np.testing.assert_allclose(got, want, atol=1e-6)
     assert float(optax.cosine_decay_schedule(1.0, 6)(3)) == pytest.approx(float(schedule(1.0, 10, 4, "cosine")(7)))
+
+
+def test_istar_with_a_data_reference_equals_the_isoscore_package():
+    """I-STAR with c0='data': 1 - IsoScore*(batch; C0, zeta) with C0 the covariance of training-set embeddings,
+    against the isoscore package's IsoScore_star on the same covariance."""
+    train = RNG.normal(size=(200, H)) * np.linspace(0.3, 2.0, H) + 1.0
+    c0 = np.cov(train, rowvar=False)
+    reg = parse_regularizer("istar=1.0@cls,c0=data")
+    assert reg.needs_reference
+    with pytest.raises(ValueError, match=r"need a reference statistic"):
+        Objective(3, (reg,))
+    objective = Objective(3, (reg,), references={reg.label: jnp.asarray(c0, jnp.float32)})
+    out = _output()
+    value = objective.regularizer_value(reg, out, PARAMS, jnp.zeros(N, jnp.int32), GLOBAL)
+    want = isoscore_pkg.IsoScore_star(np.asarray(out.cls, np.float64), c0, 0.2)
+    np.testing.assert_allclose(float(value), 1 - float(want), rtol=1e-4)
+    identity = Objective(3, (parse_regularizer("istar=1.0@cls"),))
+    assert abs(float(identity.regularizer_value(parse_regularizer("istar=1.0@cls"), out, PARAMS,
+                                                jnp.zeros(N, jnp.int32), GLOBAL)) - float(value)) > 1e-3
+    with pytest.raises(ValueError, match="c0 must be 'identity' or 'data'"):
+        parse_regularizer("istar@cls,c0=batch").check()

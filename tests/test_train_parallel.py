@@ -12,9 +12,9 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from isojax import losses
-from isojax.models import EncoderConfig, build_encoder
+from isojax.models import EncoderConfig, build_encoder, partition_rules
 from isojax.train.collectives import GLOBAL, AxisCollectives
-from isojax.train.model import TaskModel, init_variables
+from isojax.train.model import HEAD_PARTITION_RULES, TaskModel, init_variables
 from isojax.train.objective import Objective, Regularizer
 from isojax.train.optim import make_optimizer
 from isojax.train.parallel import make_runner, partition_spec
@@ -55,7 +55,8 @@ def _run(setup, mode, devices, model_parallel=1):
     model, objective, optimizer, state = setup
     runner = make_runner(mode, num_devices=devices, model_parallel=model_parallel,
                          make_step=lambda c: make_train_step(model, objective, optimizer, collectives=c),
-                         predict=make_predict_step(model), abstract_state=jax.eval_shape(lambda: state))
+                         predict=make_predict_step(model), abstract_state=jax.eval_shape(lambda: state),
+                         partition_rules=model.partition_rules())
     placed = runner.place(state)
     history = []
     for i in range(STEPS):
@@ -103,11 +104,21 @@ def test_model_axis_shards_params_and_optimizer_moments_megatron_style(no_dropou
     assert runner.mesh.shape == {"data": 4, "model": 2}
 
 
-def test_partition_spec_replicates_when_the_model_axis_does_not_divide():
-    assert partition_spec("encoder/layer_0/attention/key/kernel", (16, 16), 2) == P(None, "model")
-    assert partition_spec("encoder/layer_0/attention/key/kernel", (16, 15), 2) == P()
-    assert partition_spec("encoder/layer_0/attention/key/kernel", (16, 16), 1) == P()
-    assert partition_spec("head/classifier/kernel", (16, 3), 2) == P()
+def test_partition_spec_replicates_when_the_model_axis_does_not_divide(caplog):
+    rules = partition_rules(EncoderConfig()) + HEAD_PARTITION_RULES
+    assert partition_spec("encoder/layer_0/attention/key/kernel", (16, 16), 2, rules) == P(None, "model")
+    assert partition_spec("encoder/layer_0/attention/key/kernel", (16, 16), 1, rules) == P()
+    assert partition_spec("head/classifier/kernel", (16, 3), 2, rules) == P()
+    assert not caplog.records
+    assert partition_spec("encoder/layer_0/attention/key/kernel", (16, 15), 2, rules) == P()
+    assert "does not divide" in caplog.text and "attention/key/kernel" in caplog.text
+
+
+def test_a_parameter_without_a_partition_rule_is_an_error():
+    rules = partition_rules(EncoderConfig())
+    with pytest.raises(ValueError, match="no partition rule names parameter 'encoder/layer_0/adapter/kernel'"):
+        partition_spec("encoder/layer_0/adapter/kernel", (16, 16), 2, rules)
+    assert partition_spec("opt_state/0/count", (), 2, rules, strict=False) == P()
 
 
 def test_dropout_mesh_matches_single_device_and_pmap_runs():

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments.benchmarks.common import machine, median_ms, report
-from isojax.models import EncoderConfig, build_encoder
+from isojax.models import EncoderConfig, build_encoder, config_to_hf
 from isojax.models.bert import BERT_HF_NAMES
 from isojax.models.checkpoint import params_from_state_dict
 
@@ -48,7 +48,7 @@ def main(argv=None):
     torch.set_num_threads(threads)
     cfg = EncoderConfig.bert_base(num_hidden_layers=args.layers)
     torch.manual_seed(0)
-    ref = transformers.BertModel(transformers.BertConfig(**cfg.to_hf())).eval()
+    ref = transformers.BertModel(transformers.BertConfig(**config_to_hf(cfg))).eval()
     state = {k: v.numpy() for k, v in ref.state_dict().items()}
     module = build_encoder(cfg)
     template = jax.eval_shape(lambda: module.init(jax.random.key(0), jnp.zeros((1, 2), jnp.int32))["params"])

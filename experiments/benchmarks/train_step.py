@@ -22,7 +22,7 @@ import numpy as np
 
 from experiments.benchmarks.common import machine, median_ms, report
 from experiments.benchmarks.encoder_forward import forward_flops
-from isojax.models import EncoderConfig, build_encoder
+from isojax.models import EncoderConfig, build_encoder, config_to_hf
 from isojax.models.bert import BERT_HF_NAMES
 from isojax.models.checkpoint import params_from_state_dict
 from isojax.train.model import TaskModel, init_variables
@@ -65,7 +65,7 @@ def main(argv=None):
     cfg = EncoderConfig(num_hidden_layers=args.layers, hidden_size=args.hidden, num_attention_heads=args.heads,
                         intermediate_size=4 * args.hidden)
     torch.manual_seed(0)
-    encoder = transformers.BertModel(transformers.BertConfig(**cfg.to_hf()))
+    encoder = transformers.BertModel(transformers.BertConfig(**config_to_hf(cfg)))
     head = torch.nn.Linear(args.hidden, 2)
     dummy = jnp.zeros((1, 2), jnp.int32)
     template = jax.eval_shape(lambda: build_encoder(cfg).init(jax.random.key(0), dummy)["params"])

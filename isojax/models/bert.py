@@ -1,10 +1,21 @@
 """BERT (Devlin et al. 2019): the shared encoder as it is, and its Hugging Face parameter names."""
 from isojax.models.checkpoint import HFNames
+from isojax.models.config import EncoderConfig, bert_style_fields, bert_style_hf, check_absolute_positions
 from isojax.models.layers import EncoderModel
 
 
 class BertModel(EncoderModel):
     """BERT encoder with pooler; see :class:`isojax.models.layers.EncoderModel` for inputs and outputs."""
+
+
+def config_from_hf(hf) -> EncoderConfig:
+    """:class:`EncoderConfig` of a BERT ``config.json``."""
+    check_absolute_positions(hf)
+    return EncoderConfig(**bert_style_fields(hf))
+
+
+def config_to_hf(config: EncoderConfig) -> dict:
+    return bert_style_hf(config, "BertModel")
 
 
 BERT_BLOCK_NAMES = {

@@ -1,17 +1,24 @@
-"""One configuration for every BERT-family encoder, read from (and written back to) Hugging Face ``config.json``.
+"""One configuration for every BERT-family encoder, under BERT's names.
 
-Each architecture names the same quantities differently (DistilBERT's ``dim``/``n_layers``, ALBERT's
-``embedding_size``); :class:`EncoderConfig` holds them under BERT's names, plus the few switches that
-say where the architectures really differ.
+Each architecture names the same quantities differently in its Hugging Face ``config.json`` (DistilBERT's
+``dim``/``n_layers``, ALBERT's ``embedding_size``); the translation lives in the architecture's own file
+(``config_from_hf`` / ``config_to_hf``, reached through :mod:`isojax.models.registry`). :class:`EncoderConfig`
+holds the quantities under BERT's names plus the few switches that say where the architectures really differ.
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import Any, Mapping
 
-SUPPORTED_MODEL_TYPES = ("bert", "roberta", "albert", "distilbert")
-
 _ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "silu", "swish", "tanh")
+
+# BERT's config.json names of the fields every BERT-style config carries, with BERT's defaults
+_BERT_FIELDS = {
+    "vocab_size": None, "hidden_size": None, "num_hidden_layers": None, "num_attention_heads": None,
+    "intermediate_size": None, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
+    "attention_probs_dropout_prob": 0.1, "max_position_embeddings": 512, "type_vocab_size": 2,
+    "layer_norm_eps": 1e-12, "pad_token_id": 0, "initializer_range": 0.02,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,6 +32,11 @@ class EncoderConfig:
       embedding_projection: whether a dense layer maps the embeddings to hidden_size (ALBERT).
       attention_output_dropout, ffn_output_dropout: whether dropout follows the attention output
         projection / the feed-forward output (DistilBERT omits the first, ALBERT the second).
+      position_offset: index of the first position embedding a real token uses (RoBERTa and MPNet count
+        positions after the padding index: ``pad_token_id + 1``), so the longest input is
+        ``max_position_embeddings - position_offset``.
+      relative_attention_num_buckets: rows of MPNet's relative-position bias table shared by every layer
+        (0 = no relative position bias).
       hf_config: the original ``config.json`` dictionary, written back by ``save_pretrained``.
     """
 
@@ -49,13 +61,11 @@ class EncoderConfig:
     embedding_projection: bool = False
     attention_output_dropout: bool = True
     ffn_output_dropout: bool = True
+    position_offset: int = 0
+    relative_attention_num_buckets: int = 0
     hf_config: Mapping[str, Any] | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
-        if self.model_type not in SUPPORTED_MODEL_TYPES:
-            raise ValueError(
-                f"unknown model_type {self.model_type!r}; isojax supports {', '.join(SUPPORTED_MODEL_TYPES)}"
-            )
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
                 f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
@@ -68,106 +78,48 @@ class EncoderConfig:
                 f"num_hidden_layers ({self.num_hidden_layers}) must be divisible by num_hidden_groups "
                 f"({self.num_hidden_groups})"
             )
+        if not 0 <= self.position_offset < self.max_position_embeddings:
+            raise ValueError(f"position_offset ({self.position_offset}) must lie in [0, max_position_embeddings="
+                             f"{self.max_position_embeddings})")
         if self.embedding_size is None:
             object.__setattr__(self, "embedding_size", self.hidden_size)
 
     @property
     def max_sequence_length(self) -> int:
-        """Longest input the position embeddings cover (RoBERTa's positions start after ``pad_token_id``)."""
-        if self.model_type == "roberta":
-            return self.max_position_embeddings - self.pad_token_id - 1
-        return self.max_position_embeddings
+        """Longest input the position embeddings cover."""
+        return self.max_position_embeddings - self.position_offset
 
     @classmethod
     def bert_base(cls, **overrides) -> "EncoderConfig":
         """BERT-base (12 layers, 768 wide, 12 heads) with random weights, for benchmarks and tests."""
         return cls(**overrides)
 
-    @classmethod
-    def from_hf(cls, hf: Mapping[str, Any]) -> "EncoderConfig":
-        """Read a Hugging Face ``config.json`` dictionary.
 
-        Raises ``ValueError`` for an unknown ``model_type`` or a feature isojax does not implement
-        (relative position embeddings).
-        """
-        hf = dict(hf)
-        model_type = hf.get("model_type")
-        if model_type not in SUPPORTED_MODEL_TYPES:
-            raise ValueError(
-                f"unknown model_type {model_type!r} in config.json; isojax supports "
-                f"{', '.join(SUPPORTED_MODEL_TYPES)}"
-            )
-        pos_type = hf.get("position_embedding_type", "absolute")
-        if pos_type != "absolute":
-            raise ValueError(f"position_embedding_type {pos_type!r} is not supported (only 'absolute')")
-        if model_type == "distilbert":
-            return cls(
-                model_type=model_type,
-                vocab_size=hf["vocab_size"],
-                hidden_size=hf["dim"],
-                num_hidden_layers=hf["n_layers"],
-                num_attention_heads=hf["n_heads"],
-                intermediate_size=hf["hidden_dim"],
-                hidden_act=hf.get("activation", "gelu"),
-                hidden_dropout_prob=hf.get("dropout", 0.1),
-                attention_probs_dropout_prob=hf.get("attention_dropout", 0.1),
-                max_position_embeddings=hf["max_position_embeddings"],
-                type_vocab_size=0,
-                layer_norm_eps=1e-12,
-                pad_token_id=hf.get("pad_token_id", 0),
-                initializer_range=hf.get("initializer_range", 0.02),
-                sinusoidal_pos_embds=hf.get("sinusoidal_pos_embds", False),
-                attention_output_dropout=False,
-                hf_config=hf,
-            )
-        common = dict(
-            model_type=model_type,
-            vocab_size=hf["vocab_size"],
-            hidden_size=hf["hidden_size"],
-            num_hidden_layers=hf["num_hidden_layers"],
-            num_attention_heads=hf["num_attention_heads"],
-            intermediate_size=hf["intermediate_size"],
-            hidden_act=hf.get("hidden_act", "gelu_new" if model_type == "albert" else "gelu"),
-            hidden_dropout_prob=hf.get("hidden_dropout_prob", 0.1),
-            attention_probs_dropout_prob=hf.get("attention_probs_dropout_prob", 0.1),
-            max_position_embeddings=hf.get("max_position_embeddings", 512),
-            type_vocab_size=hf.get("type_vocab_size", 2),
-            layer_norm_eps=hf.get("layer_norm_eps", 1e-12),
-            pad_token_id=hf.get("pad_token_id", 1 if model_type == "roberta" else 0),
-            initializer_range=hf.get("initializer_range", 0.02),
-            hf_config=hf,
-        )
-        if model_type == "albert":
-            return cls(
-                **common,
-                embedding_size=hf.get("embedding_size", 128),
-                num_hidden_groups=hf.get("num_hidden_groups", 1),
-                inner_group_num=hf.get("inner_group_num", 1),
-                embedding_projection=True,
-                ffn_output_dropout=False,
-            )
-        return cls(**common)
+def bert_style_fields(hf: Mapping[str, Any], **defaults) -> dict[str, Any]:
+    """The :class:`EncoderConfig` fields a config.json written under BERT's names carries.
 
-    def to_hf(self) -> dict[str, Any]:
-        """The ``config.json`` dictionary: the original one when there is one, else built from the fields."""
-        if self.hf_config is not None:
-            return dict(self.hf_config)
-        if self.model_type == "distilbert":
-            return dict(
-                model_type="distilbert", architectures=["DistilBertModel"], vocab_size=self.vocab_size,
-                dim=self.hidden_size, n_layers=self.num_hidden_layers, n_heads=self.num_attention_heads,
-                hidden_dim=self.intermediate_size, activation=self.hidden_act, dropout=self.hidden_dropout_prob,
-                attention_dropout=self.attention_probs_dropout_prob,
-                max_position_embeddings=self.max_position_embeddings, pad_token_id=self.pad_token_id,
-                initializer_range=self.initializer_range, sinusoidal_pos_embds=self.sinusoidal_pos_embds,
-            )
-        names = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                 "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",
-                 "type_vocab_size", "layer_norm_eps", "pad_token_id", "initializer_range")
-        out = {n: getattr(self, n) for n in names}
-        arch = {"bert": "BertModel", "roberta": "RobertaModel", "albert": "AlbertModel"}[self.model_type]
-        out.update(model_type=self.model_type, architectures=[arch])
-        if self.model_type == "albert":
-            out.update(embedding_size=self.embedding_size, num_hidden_groups=self.num_hidden_groups,
-                       inner_group_num=self.inner_group_num)
-        return out
+    ``defaults`` override BERT's defaults for keys the file may omit (RoBERTa's ``pad_token_id=1``); a required
+    key (sizes, vocabulary) that is missing raises ``ValueError`` naming it. ``hf_config`` keeps the file.
+    """
+    out = {}
+    for name, default in {**_BERT_FIELDS, **defaults}.items():
+        if name in hf:
+            out[name] = hf[name]
+        elif default is None:
+            raise ValueError(f"config.json of model_type {hf.get('model_type')!r} has no {name!r}")
+        else:
+            out[name] = default
+    return dict(out, model_type=hf["model_type"], hf_config=dict(hf))
+
+
+def bert_style_hf(config: EncoderConfig, architecture: str, **extra) -> dict[str, Any]:
+    """Inverse of :func:`bert_style_fields` for a config made in code: BERT's names plus ``extra``."""
+    return dict({name: getattr(config, name) for name in _BERT_FIELDS}, model_type=config.model_type,
+                architectures=[architecture], **extra)
+
+
+def check_absolute_positions(hf: Mapping[str, Any]) -> None:
+    """BERT-style configs may ask for relative position embeddings (Shaw / Huang); isojax has only absolute."""
+    kind = hf.get("position_embedding_type", "absolute")
+    if kind != "absolute":
+        raise ValueError(f"position_embedding_type {kind!r} is not supported (only 'absolute')")

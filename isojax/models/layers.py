@@ -8,6 +8,7 @@ Post-LayerNorm block (Devlin et al. 2019), for hidden states ``x`` of shape ``[B
 
 Parameter names are canonical across architectures (``attention/query``, ``attention_norm``,
 ``intermediate``, ``output``, ``output_norm``); each architecture file maps them to its Hugging Face names.
+:data:`PARTITION_RULES` says how each of these parameters is laid out over a ``("data", "model")`` mesh.
 """
 from __future__ import annotations
 
@@ -19,10 +20,39 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import PartitionSpec as P
 
 from isojax.models.config import EncoderConfig
 
 Array = jax.Array
+
+WORD_EMBEDDINGS = ("embeddings", "word_embeddings", "embedding")
+"""Path of the word (input, and tied output) embedding matrix ``[vocab_size, embedding_size]`` in the params."""
+
+TRANSFORM = "last_layer_transform"
+"""Params key of the optional last-layer transform (e.g. SoftDecay's ``theta``)."""
+
+TRANSFORM_PLACEMENTS = ("output", "block")
+"""Where the last-layer transform acts: on the last layer's output, or inside the last block (see EncoderModel)."""
+
+# Megatron-style tensor parallelism over the mesh axis "model": query/key/value and the feed-forward input
+# projection split by output features (whole heads per device), the two output projections by input
+# features (each device adds its partial product; XLA inserts the reduction); everything else replicated.
+# (regex searched in the "/"-joined parameter path, PartitionSpec); every parameter of these modules matches.
+PARTITION_RULES: tuple[tuple[str, P], ...] = (
+    (r"attention/(query|key|value)/kernel$", P(None, "model")),
+    (r"attention/(query|key|value)/bias$", P("model")),
+    (r"attention/output/kernel$", P("model", None)),
+    (r"intermediate/kernel$", P(None, "model")),
+    (r"intermediate/bias$", P("model")),
+    (r"(?<!attention/)output/kernel$", P("model", None)),
+    (r"(^|/)output/bias$", P()),
+    (r"(attention_norm|output_norm|embeddings/norm)/(scale|bias)$", P()),
+    (r"embeddings/\w+_embeddings/embedding$", P()),
+    (r"embeddings/projection/(kernel|bias)$", P()),
+    (r"pooler/dense/(kernel|bias)$", P()),
+    (rf"(^|/){TRANSFORM}/", P()),
+)
 
 ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
     "gelu": functools.partial(jax.nn.gelu, approximate=False),
@@ -114,14 +144,16 @@ class Embeddings(nn.Module):
 class SelfAttention(nn.Module):
     """Multi-head scaled dot-product self-attention with output projection.
 
-    ``x [B, L, H]``, ``mask [B, L]`` (true = real token) -> ``([B, L, H], probs [B, heads, L, L] or None)``.
+    ``softmax(q kᵀ / sqrt(H/heads) + bias + mask) v``: ``x [B, L, H]``, ``mask [B, L]`` (true = real token),
+    optional additive ``bias`` broadcastable to ``[B, heads, L, L]`` (MPNet's relative position bias)
+    -> ``([B, L, H], probs [B, heads, L, L] or None)``.
     """
 
     config: EncoderConfig
     dtype: Any = jnp.float32
 
     @nn.compact
-    def __call__(self, x: Array, mask: Array, deterministic: bool, output_attentions: bool):
+    def __call__(self, x: Array, mask: Array, deterministic: bool, output_attentions: bool, bias=None):
         cfg = self.config
         heads = cfg.num_attention_heads
         head_dim = cfg.hidden_size // heads
@@ -131,28 +163,37 @@ class SelfAttention(nn.Module):
         needs_probs = output_attentions or (not deterministic and cfg.attention_probs_dropout_prob > 0)
         if needs_probs:
             scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) / np.sqrt(head_dim)
+            if bias is not None:
+                scores = scores + bias
             scores = jnp.where(key_mask, scores, jnp.finfo(jnp.float32).min)
             probs = jax.nn.softmax(scores, axis=-1).astype(self.dtype)
             dropped = nn.Dropout(cfg.attention_probs_dropout_prob)(probs, deterministic=deterministic)
             context = jnp.einsum("bhqk,bkhd->bqhd", dropped, v)
         else:
             probs = None
-            context = jax.nn.dot_product_attention(q, k, v, mask=key_mask)
+            context = jax.nn.dot_product_attention(q, k, v, bias=None if bias is None else bias.astype(q.dtype),
+                                                   mask=key_mask)
         out = dense(cfg.hidden_size, cfg, self.dtype, "output")(context.reshape(x.shape))
         return out, (probs if output_attentions else None)
 
 
 class TransformerBlock(nn.Module):
-    """One post-LayerNorm transformer block (see the module docstring)."""
+    """One post-LayerNorm transformer block (see the module docstring).
+
+    ``output_transform(y, mask)``, when given, replaces the block's last sum ``y = x + h`` by
+    ``output_transform(x + h, mask) + x`` before ``output_norm`` (the SoftDecay authors' placement, which adds
+    the residual a second time); it is a callable bound to the module that owns the transform's parameters.
+    """
 
     config: EncoderConfig
     dtype: Any = jnp.float32
 
     @nn.compact
-    def __call__(self, x: Array, mask: Array, deterministic: bool = True, output_attentions: bool = False):
+    def __call__(self, x: Array, mask: Array, deterministic: bool = True, output_attentions: bool = False,
+                 bias=None, output_transform: Callable | None = None):
         cfg = self.config
         drop = nn.Dropout(cfg.hidden_dropout_prob)
-        a, probs = SelfAttention(cfg, self.dtype, name="attention")(x, mask, deterministic, output_attentions)
+        a, probs = SelfAttention(cfg, self.dtype, name="attention")(x, mask, deterministic, output_attentions, bias)
         if cfg.attention_output_dropout:
             a = drop(a, deterministic=deterministic)
         x = layer_norm(cfg, self.dtype, "attention_norm")(x + a)
@@ -160,14 +201,18 @@ class TransformerBlock(nn.Module):
         h = dense(cfg.hidden_size, cfg, self.dtype, "output")(h)
         if cfg.ffn_output_dropout:
             h = drop(h, deterministic=deterministic)
-        return layer_norm(cfg, self.dtype, "output_norm")(x + h), probs
+        y = x + h
+        if output_transform is not None:
+            y = output_transform(y, mask).astype(y.dtype) + x
+        return layer_norm(cfg, self.dtype, "output_norm")(y), probs
 
 
 class Encoder(nn.Module):
     """The stack of blocks. ``layout`` says which blocks exist and the order in which they run.
 
-    BERT-style: block ``layer_i`` runs i-th. ALBERT overrides ``layout`` to run shared blocks repeatedly.
-    A hidden state is recorded after every block that runs.
+    BERT-style: block ``layer_i`` runs i-th. ALBERT overrides ``layout`` to run shared blocks repeatedly;
+    MPNet overrides ``attention_bias`` to add one relative-position bias, shared by every block, to the
+    attention scores. A hidden state is recorded after every block that runs.
     """
 
     config: EncoderConfig
@@ -178,13 +223,22 @@ class Encoder(nn.Module):
         n = self.config.num_hidden_layers
         return [f"layer_{i}" for i in range(n)], list(range(n))
 
+    def attention_bias(self, length: int) -> Array | None:
+        """Additive attention bias ``[1, heads, L, L]`` shared by every block, or None (called inside
+        ``__call__``, so it may create parameters)."""
+        return None
+
     @nn.compact
-    def __call__(self, x: Array, mask: Array, deterministic: bool = True, output_attentions: bool = False):
+    def __call__(self, x: Array, mask: Array, deterministic: bool = True, output_attentions: bool = False,
+                 last_block_transform: Callable | None = None):
+        """``last_block_transform`` is passed to the last block that runs as its ``output_transform``."""
         names, order = self.layout()
         blocks = [TransformerBlock(self.config, self.dtype, name=name) for name in names]
+        bias = self.attention_bias(x.shape[1])
         hidden, attentions = [x], []
-        for index in order:
-            x, probs = blocks[index](x, mask, deterministic, output_attentions)
+        for step, index in enumerate(order):
+            transform = last_block_transform if step == len(order) - 1 else None
+            x, probs = blocks[index](x, mask, deterministic, output_attentions, bias, transform)
             hidden.append(x)
             attentions.append(probs)
         return hidden, (tuple(attentions) if output_attentions else None)
@@ -254,15 +308,24 @@ class EncoderModel(nn.Module):
     token_type_ids ``[B, L]`` (default zeros; must be None for DistilBERT); deterministic (False turns on dropout,
     which needs a ``"dropout"`` PRNG key in ``apply(..., rngs=...)``); output_attentions.
 
-    ``last_layer_transform``: an optional Linen module called as ``transform(h [B, L, H], mask [B, L])`` on the last
-    layer's output (e.g. :class:`isojax.SoftDecay`); its parameters appear under ``params["last_layer_transform"]``.
-    The transformed states are ``last_hidden_state`` and ``hidden_states[-1]``; the pooler reads them.
+    ``last_layer_transform``: an optional Linen module called as ``transform(h [B, L, H], mask [B, L])``
+    (e.g. :class:`isojax.SoftDecay`); its parameters appear under ``params["last_layer_transform"]``. Where it
+    acts is ``transform_placement``:
+
+    - ``"output"`` (the SoftDecay paper): on the last layer's output, ``h_L <- T(h_L)``;
+    - ``"block"`` (the SoftDecay authors' code): inside the last block, on the feed-forward output plus its
+      residual before the final LayerNorm, with the residual added a second time:
+      ``h_L = LayerNorm(T(x + Dropout(W_out act(W_in x))) + x)`` (``x``: the block's attention output). The
+      authors' code runs T without a padding mask; here T still receives the attention mask.
+
+    Either way the transformed states are ``last_hidden_state`` and ``hidden_states[-1]``; the pooler reads them.
     """
 
     config: EncoderConfig
     dtype: Any = jnp.float32
     last_layer_transform: nn.Module | None = None
     add_pooling_layer: bool = True
+    transform_placement: str = "output"
 
     embeddings_cls = Embeddings
     encoder_cls = Encoder
@@ -271,11 +334,15 @@ class EncoderModel(nn.Module):
     @nn.compact
     def __call__(self, input_ids, attention_mask=None, token_type_ids=None, *, deterministic: bool = True,
                  output_attentions: bool = False) -> EncoderOutput:
+        if self.transform_placement not in TRANSFORM_PLACEMENTS:
+            raise ValueError(f"transform_placement must be one of {TRANSFORM_PLACEMENTS}, "
+                             f"got {self.transform_placement!r}")
         ids, mask, types = validate_inputs(self.config, input_ids, attention_mask, token_type_ids)
         x = self.embeddings_cls(self.config, self.dtype, name="embeddings")(ids, types, deterministic)
+        in_block = self.last_layer_transform is not None and self.transform_placement == "block"
         hidden, attentions = self.encoder_cls(self.config, self.dtype, name="encoder")(
-            x, mask, deterministic, output_attentions)
-        if self.last_layer_transform is not None:
+            x, mask, deterministic, output_attentions, self.last_layer_transform if in_block else None)
+        if self.last_layer_transform is not None and not in_block:
             hidden[-1] = self.last_layer_transform(hidden[-1], mask).astype(hidden[-1].dtype)
         pooled = None
         if self.has_pooler and self.add_pooling_layer:

@@ -4,6 +4,7 @@ import dataclasses
 import jax.numpy as jnp
 
 from isojax.models.bert import BERT_HF_NAMES
+from isojax.models.config import EncoderConfig, bert_style_fields, bert_style_hf, check_absolute_positions
 from isojax.models.layers import Embeddings, EncoderModel
 
 
@@ -20,6 +21,17 @@ class RobertaModel(EncoderModel):
     """RoBERTa encoder with pooler; see :class:`isojax.models.layers.EncoderModel` for inputs and outputs."""
 
     embeddings_cls = RobertaEmbeddings
+
+
+def config_from_hf(hf) -> EncoderConfig:
+    """:class:`EncoderConfig` of a RoBERTa ``config.json`` (positions start after ``pad_token_id``)."""
+    check_absolute_positions(hf)
+    fields = bert_style_fields(hf, pad_token_id=1)
+    return EncoderConfig(**fields, position_offset=fields["pad_token_id"] + 1)
+
+
+def config_to_hf(config: EncoderConfig) -> dict:
+    return bert_style_hf(config, "RobertaModel")
 
 
 ROBERTA_HF_NAMES = dataclasses.replace(BERT_HF_NAMES, prefix="roberta")

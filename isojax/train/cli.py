@@ -65,6 +65,9 @@ def add_finetune_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--joint-alpha", type=float, default=d.joint_alpha, help="alpha of --combine weighted")
     g.add_argument("--softdecay-alpha", type=float, default=d.softdecay_alpha,
                    help=f"initial SoftDecay alpha in (-1, 0) (default {d.softdecay_alpha})")
+    g.add_argument("--softdecay-placement", default=d.softdecay_placement, choices=("output", "block"),
+                   help="SoftDecay on the last layer's output (the paper; default) or inside the last block before "
+                   "its LayerNorm with the residual added twice (the authors' code)")
     g.add_argument("--data-source", default=d.data_source,
                    help="GLUE source: auto (Hub; STS-B falls back to the offline package), hub, package, or a "
                    "local directory/file in the Hub's layout")
@@ -117,7 +120,8 @@ def config_from_args(args) -> TrainConfig:
     return TrainConfig(
         task=args.task, model=args.model, method=args.method,
         regularizers=tuple(parse_regularizer(s) for s in args.reg), pooling=args.pooling, combine=args.combine,
-        joint_alpha=args.joint_alpha, softdecay_alpha=args.softdecay_alpha, max_length=args.max_length,
+        joint_alpha=args.joint_alpha, softdecay_alpha=args.softdecay_alpha,
+        softdecay_placement=args.softdecay_placement, max_length=args.max_length,
         batch_size=args.batch_size, eval_batch_size=args.eval_batch_size, learning_rate=args.lr,
         transform_learning_rate=args.transform_lr, weight_decay=args.weight_decay, warmup_ratio=args.warmup_ratio,
         schedule=args.schedule, max_grad_norm=args.max_grad_norm, grad_accumulation=args.grad_accumulation,

@@ -3,7 +3,9 @@
 Methods (:data:`METHODS`; extra regularisers can be added to any of them with ``regularizers``):
 
     baseline              task loss only (alias: none)
-    softdecay             SoftDecay on the last layer's token states, alpha learned (softdecay §5.2, Table 2)
+    softdecay             SoftDecay on the last layer's token states, alpha learned (softdecay §5.2, Table 2);
+                          softdecay_placement "output" (the paper) or "block" (the authors' code: inside the last
+                          block before its LayerNorm, residual added twice)
     cosine                + cosine regularisation of the word embedding matrix (calibration-evaluation Table 1)
     spectrum_pol          + polynomial spectrum control of the word embedding matrix (Table 1)
     spectrum_exp          + exponential spectrum control of the word embedding matrix (Table 1)
@@ -25,6 +27,7 @@ from typing import Any
 
 from isojax.data.glue import glue_task
 from isojax.models.heads import POOLINGS
+from isojax.models.layers import TRANSFORM_PLACEMENTS
 from isojax.train.objective import COMBINATIONS, Regularizer
 from isojax.train.optim import SCHEDULES
 from isojax.train.parallel import PARALLEL_MODES
@@ -109,6 +112,7 @@ class TrainConfig:
     joint_alpha: float = 0.5
     balancer_smoothing: float = 0.15
     softdecay_alpha: float = -0.2
+    softdecay_placement: str = "output"
     max_length: int = 128
     batch_size: int = 32
     eval_batch_size: int = 64
@@ -152,7 +156,7 @@ class TrainConfig:
         for reg in self.method_spec.regularizers:
             reg.check()
         choices = {"pooling": POOLINGS, "combine": COMBINATIONS, "schedule": SCHEDULES, "parallel": PARALLEL_MODES,
-                   "dtype": ("float32", "bfloat16")}
+                   "dtype": ("float32", "bfloat16"), "softdecay_placement": TRANSFORM_PLACEMENTS}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")

@@ -1,7 +1,8 @@
 """Run logs: one JSON object per line (``log.jsonl``), and PNG curves of the task metric and anisotropy.
 
-Records carry ``"kind"`` and ``"time"`` (wall clock): ``"train"`` (step, stage, epoch, learning rate, loss and its terms, gradient
-norm), ``"eval"`` (step, stage, task metrics, isotropy metrics), ``"resume"`` (step restored, checkpoint).
+Records carry ``"kind"`` and ``"time"`` (wall clock): ``"train"`` (step, stage, epoch, learning rate, ``seconds`` of
+training since the previous train record, loss and its terms, gradient norm), ``"eval"`` (step, stage, task
+metrics, isotropy metrics), ``"resume"`` (step restored, checkpoint).
 """
 from __future__ import annotations
 

@@ -22,10 +22,12 @@ import json
 import logging
 import math
 import os
+import time
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from tqdm.auto import tqdm
 
 from isojax.data.glue import glue_task, load_glue
@@ -37,7 +39,7 @@ from isojax.train.config import Stage, TrainConfig
 from isojax.train.feed import Split, batch_indices, process_batches
 from isojax.train.logs import JsonLog, plot_curves
 from isojax.train.model import TaskModel, init_variables, word_embeddings
-from isojax.train.objective import Objective, resolve_auto_options
+from isojax.train.objective import Objective, data_references, resolve_auto_options
 from isojax.train.optim import make_optimizer, schedule
 from isojax.train.parallel import make_runner, select_devices
 from isojax.train.state import create_state
@@ -67,7 +69,8 @@ def build_model(config: TrainConfig):
     spec = config.method_spec
     transform = SoftDecay(alpha_init=config.softdecay_alpha) if spec.softdecay else None
     dtype = jnp.bfloat16 if config.dtype == "bfloat16" else jnp.float32
-    encoder, params, tokenizer = from_pretrained(config.model, dtype=dtype, last_layer_transform=transform)
+    encoder, params, tokenizer = from_pretrained(config.model, dtype=dtype, last_layer_transform=transform,
+                                                 transform_placement=config.softdecay_placement)
     if tokenizer is None:
         raise ValueError(f"model {config.model!r} has no tokenizer files; fine-tuning needs one")
     dropout = encoder.config.hidden_dropout_prob if config.dropout else 0.0
@@ -75,7 +78,8 @@ def build_model(config: TrainConfig):
         encoder = build_encoder(dataclasses.replace(encoder.config, hidden_dropout_prob=0.0,
                                                     attention_probs_dropout_prob=0.0),
                                 dtype=dtype, last_layer_transform=transform,
-                                add_pooling_layer=encoder.add_pooling_layer)
+                                add_pooling_layer=encoder.add_pooling_layer,
+                                transform_placement=config.softdecay_placement)
     model = TaskModel(encoder, num_labels=config.num_labels, pooling=config.pooling, dropout_rate=dropout,
                       use_isobn=spec.isobn, use_isotropy_layer=spec.isotropy_layer)
     return model, params, tokenizer
@@ -137,14 +141,35 @@ class _Plan:
                 "config": config.to_json()}
 
 
-def _plans(config: TrainConfig, model: TaskModel, variables: dict, per_epoch: int) -> list[_Plan]:
+def representation_covariance(model: TaskModel, variables: dict, data: dict, batch_size: int):
+    """``covariance(name) -> [d, d]``: covariance (ddof 1, float64 sums over real rows) of a representation of
+    :data:`~isojax.train.model.REPRESENTATIONS` computed by ``model`` (deterministic) over every row of ``data``."""
+    forward = jax.jit(lambda v, b: model.apply(v, b["input_ids"], b["attention_mask"], b["token_type_ids"]))
+
+    def covariance(name: str):
+        total, outer, count = 0.0, 0.0, 0
+        for batch in batches(data, batch_size):
+            out = forward(variables, batch)
+            x = np.asarray(out.tokens if name == "tokens" else getattr(out, name), np.float64)
+            if name == "tokens":
+                x = x[np.asarray(out.mask)]
+            total, outer, count = total + x.sum(0), outer + x.T @ x, count + len(x)
+        if count < 2:
+            raise ValueError(f"the covariance of {name!r} needs at least 2 rows, got {count}")
+        mean = total / count
+        return (outer - count * np.outer(mean, mean)) / (count - 1)
+
+    return covariance
+
+
+def _plans(config: TrainConfig, model: TaskModel, variables: dict, per_epoch: int, references: dict) -> list[_Plan]:
     plans, start = [], 0
     for index, stage in enumerate(config.stages()):
         total = stage.steps or max(1, math.ceil(stage.epochs * per_epoch))
         updates = max(1, total // config.grad_accumulation)
         warmup = round(config.warmup_ratio * updates)
         objective = Objective(config.num_labels, resolve_auto_options(stage.regularizers, variables["params"]),
-                              stage.combine, config.joint_alpha, config.balancer_smoothing)
+                              stage.combine, config.joint_alpha, config.balancer_smoothing, references)
         optimizer = make_optimizer(variables["params"], learning_rate=config.learning_rate,
                                    transform_learning_rate=config.transform_learning_rate,
                                    weight_decay=config.weight_decay, total_updates=updates, warmup_steps=warmup,
@@ -155,7 +180,7 @@ def _plans(config: TrainConfig, model: TaskModel, variables: dict, per_epoch: in
             config.parallel, num_devices=config.devices, model_parallel=config.model_parallel,
             make_step=lambda c, o=optimizer, obj=objective, f=stage.frozen: make_train_step(
                 model, obj, o, frozen=f, collectives=c),
-            predict=make_predict_step(model), abstract_state=abstract)
+            predict=make_predict_step(model), abstract_state=abstract, partition_rules=model.partition_rules())
         # the logged learning rate: the encoder's, or the transform group's when the encoder is frozen
         peak = config.transform_learning_rate if "encoder" in stage.frozen else config.learning_rate
         plans.append(_Plan(index, stage, optimizer, total, start, abstract, runner,
@@ -185,7 +210,10 @@ def fit(config: TrainConfig) -> FitResult:
         raise ValueError(f"the training set ({len(train)} rows) is smaller than one batch "
                          f"({config.batch_size})")
     variables = init_variables(model, encoder_params, jax.random.key(config.seed))
-    plans = _plans(config, model, variables, per_epoch)
+    regularizers = [reg for stage in config.stages() for reg in stage.regularizers]
+    references = data_references(regularizers, representation_covariance(model, variables, train,
+                                                                          config.eval_batch_size))
+    plans = _plans(config, model, variables, per_epoch, references)
 
     main_process = jax.process_index() == 0
     os.makedirs(config.output_dir, exist_ok=True)
@@ -219,11 +247,37 @@ def fit(config: TrainConfig) -> FitResult:
     checkpoints.close()
     params = plans[-1].runner.host(placed.params)
     if main_process:
-        plot_curves(run_log.read(), os.path.join(config.output_dir, "curves.png"), metrics=task.metrics,
+        records = run_log.read()
+        plot_curves(records, os.path.join(config.output_dir, "curves.png"), metrics=task.metrics,
                     title=f"{config.model} on {task.name}: {config.method}")
+        timing = {plan.stage.name: epoch_seconds(records, plan.stage.name, per_epoch) for plan in plans}
         with open(os.path.join(config.output_dir, "results.json"), "w") as f:
-            json.dump({"config": config.to_json(), "step": step, "stages": stage_results}, f, indent=1)
+            json.dump({"config": config.to_json(), "step": step, "stages": stage_results, "timing": timing}, f,
+                      indent=1)
     return FitResult(config.output_dir, step, last, stage_results, params)
+
+
+def epoch_seconds(records: list[dict], stage: str, per_epoch: int) -> dict:
+    """Training wall time of ``stage`` from the ``train`` records of a run's log: ``seconds_per_epoch`` is the mean
+    seconds per step times the steps of an epoch, leaving out the first interval of each session (it holds the
+    step's compilation); ``compile_and_first_seconds`` sums those first intervals. None without records."""
+    train = [r for r in records if r.get("kind") == "resume" or (r.get("kind") == "train" and r["stage"] == stage)]
+    steady, first, steps, last_step = 0.0, 0.0, 0, None
+    for record in train:
+        if record["kind"] == "resume":
+            last_step = None
+            continue
+        if "seconds" not in record:
+            continue
+        if last_step is None:  # the first interval after a (re)start holds the compilation
+            first += record["seconds"]
+        else:
+            steady += record["seconds"]
+            steps += record["step"] - last_step
+        last_step = record["step"]
+    if steps == 0:
+        return {"seconds_per_epoch": None, "compile_and_first_seconds": round(first, 3) if first else None}
+    return {"seconds_per_epoch": round(steady / steps * per_epoch, 3), "compile_and_first_seconds": round(first, 3)}
 
 
 def _run_stage(config, plan: _Plan, placed, done: int, train, dev, task, per_epoch, run_log, checkpoints,
@@ -233,6 +287,7 @@ def _run_stage(config, plan: _Plan, placed, done: int, train, dev, task, per_epo
     runner = plan.runner
     bar = tqdm(total=plan.total, initial=done, desc=plan.stage.name, disable=not (config.progress and main_process))
     epoch_batches, epoch = None, None
+    clock = time.perf_counter()  # training time between log records (evaluation and checkpoints excluded)
     for k in range(done, plan.total):
         if divmod(k, per_epoch)[0] != epoch:
             epoch, start = divmod(k, per_epoch)
@@ -245,13 +300,17 @@ def _run_stage(config, plan: _Plan, placed, done: int, train, dev, task, per_epo
         if config.log_every and (k + 1) % config.log_every == 0 and main_process:
             values = {n: float(v) for n, v in runner.host(metrics).items()}
             lr = float(plan.learning_rate((k + 1) // config.grad_accumulation))
+            now = time.perf_counter()
             run_log.write({"kind": "train", "step": step, "stage": plan.stage.name, "epoch": epoch, "lr": lr,
-                           **values})
+                           "seconds": round(now - clock, 4), **values})
+            clock = now
             bar.set_postfix(loss=f"{values['loss']:.4f}")
         if config.eval_every and (k + 1) % config.eval_every == 0 and k + 1 < plan.total:
             _evaluate(config, plan, placed, dev, task, step, run_log, main_process, stage_end=False)
+            clock = time.perf_counter()
         if checkpoints.due(step):
             checkpoints.save(step, runner.checkpoint_view(placed), plan.meta(step, per_epoch, config))
+            clock = time.perf_counter()
     bar.close()
     step = plan.start + plan.total
     result = _evaluate(config, plan, placed, dev, task, step, run_log, main_process, stage_end=True)

@@ -17,7 +17,10 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
+from jax.sharding import PartitionSpec as P
+
 from isojax.calibrate import IsoBN, IsotropyLayer
+from isojax.models import registry
 from isojax.models.heads import ClassificationHead, pool
 
 REPRESENTATIONS = {
@@ -77,8 +80,7 @@ class TaskModel(nn.Module):
         return h, self.head(h, deterministic)
 
     def __call__(self, input_ids, attention_mask, token_type_ids=None, *, deterministic: bool = True) -> TaskOutput:
-        if not self.encoder.config.type_vocab_size:  # DistilBERT has no segment embeddings
-            token_type_ids = None
+        token_type_ids = registry.token_types(self.encoder.config, token_type_ids)
         out = self.encoder(input_ids, attention_mask, token_type_ids, deterministic=deterministic)
         mask = jnp.asarray(attention_mask).astype(bool)
         sentence = pool(out, mask, self.pooling)
@@ -88,12 +90,20 @@ class TaskModel(nn.Module):
 
     @property
     def has_pooler(self) -> bool:
-        return bool(self.encoder.has_pooler and self.encoder.add_pooling_layer)
+        return registry.has_pooler(self.encoder)
+
+    def partition_rules(self):
+        """Partition rules of every parameter: the encoder's (:func:`isojax.models.registry.partition_rules`)
+        and the task layers' (replicated: they are small)."""
+        return registry.partition_rules(self.encoder.config) + HEAD_PARTITION_RULES
+
+
+HEAD_PARTITION_RULES = ((r"(^|/)(head|isotropy_layer)/", P()),)
 
 
 def word_embeddings(params) -> jax.Array:
     """The word (input = tied output) embedding matrix ``W [V, E]`` of a :class:`TaskModel`'s params."""
-    return params["encoder"]["embeddings"]["word_embeddings"]["embedding"]
+    return registry.word_embeddings(params["encoder"])
 
 
 def init_variables(model: TaskModel, encoder_params, key) -> dict:

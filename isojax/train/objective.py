@@ -20,6 +20,11 @@ Regularisers (:data:`REGULARIZERS`; each is minimised, options in brackets with 
 training (:func:`resolve_auto_options`), so the prior starts at the matrix's own top singular value. The
 papers give no values for lambda, c1, c2, gamma; the defaults here are this library's.
 
+I-STAR's reference covariance ``c0`` is ``"identity"`` (the I-STAR authors' fallback when no larger sample of
+points is at hand) or ``"data"``: the covariance (ddof 1) of the representation computed by the model at the
+start of training over the training set (:func:`data_references`), which the objective holds in
+``references`` under the term's label.
+
 Class-wise persistent entropy (shrink-the-longest §4) splits the cloud by label; for the regression task
 (STS-B, scores in [0, 5]) the classes are ``bins`` equal-width score bins. Every batch-level regulariser is
 computed on the *global* batch (see :mod:`isojax.train.collectives`).
@@ -63,8 +68,8 @@ def _isoscore(x, mask, labels, num_classes):
     return losses.isoscore_loss(x, mask=mask)
 
 
-def _istar(x, mask, labels, num_classes, *, zeta):
-    return losses.istar_loss(x, zeta=zeta, mask=mask)
+def _istar(x, mask, labels, num_classes, *, zeta, c0="identity", reference=None):
+    return losses.istar_loss(x, zeta=zeta, mask=mask, c0=reference)
 
 
 def _persistent_entropy(x, mask, labels, num_classes, *, bars, classwise, in_cluster_weight):
@@ -93,8 +98,9 @@ REGULARIZERS: dict[str, RegularizerKind] = {
                                     "spectrum control, exponential prior c1 exp(-c2 k^gamma)",
                                     {"c1": "auto", "c2": 0.005, "gamma": 1.0}),
     "isoscore": RegularizerKind(_isoscore, "cls", "log(1/IsoScore) of the batch", {}, _BATCH_REPRESENTATIONS),
-    "istar": RegularizerKind(_istar, "cls", "1 - IsoScore* (I-STAR) of the batch", {"zeta": 0.2},
-                             _BATCH_REPRESENTATIONS),
+    "istar": RegularizerKind(_istar, "cls", "1 - IsoScore* (I-STAR) of the batch; c0 = identity or data "
+                             "(covariance of the representation over the training set at the start)",
+                             {"zeta": 0.2, "c0": "identity"}, _BATCH_REPRESENTATIONS),
     "persistent_entropy": RegularizerKind(
         _persistent_entropy, "cls", "minus the persistent entropy of the 0-dim barcode, per class",
         {"bars": "selected", "classwise": True, "in_cluster_weight": 0.0, "bins": 5}, _BATCH_REPRESENTATIONS),
@@ -146,10 +152,18 @@ class Regularizer:
         """``fn(x, mask, labels, num_classes)`` with the options bound."""
         return functools.partial(REGULARIZERS[self.name].fn, **self.kwargs)
 
+    @property
+    def needs_reference(self) -> bool:
+        """Whether the term needs a reference statistic of the training data (I-STAR with ``c0="data"``)."""
+        return dict(self.options).get("c0") == "data"
+
     @functools.cache  # noqa: B019 - a frozen, hashable value: its check never changes
     def check(self) -> None:
         """Evaluate the term abstractly on a small cloud, so that a bad option value raises ``ValueError`` now
         (naming the term) rather than when the training step is compiled."""
+        if self.name == "istar" and dict(self.options)["c0"] not in ("identity", "data"):
+            raise ValueError(f"regulariser {self.label}: c0 must be 'identity' or 'data', "
+                             f"got {dict(self.options)['c0']!r}")
         kwargs = {k: (1.0 if v == "auto" else v) for k, v in self.kwargs.items()}
         fn = functools.partial(REGULARIZERS[self.name].fn, **kwargs)
         try:
@@ -177,6 +191,17 @@ def resolve_auto_options(regularizers, params) -> tuple[Regularizer, ...]:
             reg = dataclasses.replace(reg, options=tuple(opts.items()))
         out.append(reg)
     return tuple(out)
+
+
+def data_references(regularizers, covariance) -> dict[str, jax.Array]:
+    """Reference covariances of the terms that need one (:attr:`Regularizer.needs_reference`).
+
+    ``covariance(name) -> C0 [d, d]``: the covariance (ddof 1, over real rows) of representation ``name``
+    computed over the training set by the model at the start of training (``isojax.train.loop`` streams it
+    batch by batch). Returns ``{term label: C0}``, as :func:`isojax.metrics.isoscore_star` takes it.
+    """
+    return {reg.label: jnp.asarray(covariance(reg.representation), jnp.float32)
+            for reg in regularizers if reg.needs_reference}
 
 
 def task_losses(logits, labels, num_labels: int):
@@ -211,7 +236,8 @@ class Objective:
     """Task loss and regularisers combined by ``combine`` (see the module docstring).
 
     Fields: ``num_labels`` (1 = regression), ``regularizers`` (with resolved options), ``combine`` (``"sum"``,
-    ``"balanced"`` or ``"weighted"``), ``alpha`` (for ``"weighted"``), ``smoothing`` (s of the balancer).
+    ``"balanced"`` or ``"weighted"``), ``alpha`` (for ``"weighted"``), ``smoothing`` (s of the balancer),
+    ``references`` (term label -> reference statistic, :func:`data_references`).
     """
 
     num_labels: int
@@ -219,6 +245,7 @@ class Objective:
     combine: str = "sum"
     alpha: float = 0.5
     smoothing: float = 0.15
+    references: Mapping[str, jax.Array] = dataclasses.field(default_factory=dict, compare=False)
 
     def __post_init__(self):
         if self.combine not in COMBINATIONS:
@@ -227,6 +254,10 @@ class Objective:
             raise ValueError(f"combine={self.combine!r} joins the task loss with regularisers; none were given")
         if not 0.0 <= self.alpha <= 1.0:
             raise ValueError(f"alpha must be in [0, 1], got {self.alpha!r}")
+        missing = [r.label for r in self.regularizers if r.needs_reference and r.label not in self.references]
+        if missing:
+            raise ValueError(f"regulariser(s) {missing} need a reference statistic (c0='data'): pass references "
+                             "from data_references()")
 
     def regularizer_value(self, reg: Regularizer, output: TaskOutput, params, labels, collectives: Collectives):
         """Unweighted value of one regulariser on the global batch (or on the parameters)."""
@@ -234,7 +265,8 @@ class Objective:
         classes = num_classes = None
         if per_row is not None:
             classes, num_classes = class_ids(per_row, self.num_labels, dict(reg.options).get("bins", 1))
-        value = reg.fn()(x, mask, classes, num_classes)
+        extra = {"reference": self.references[reg.label]} if reg.needs_reference else {}
+        value = reg.fn()(x, mask, classes, num_classes, **extra)
         return collectives.replicated(value) if reg.representation == "embedding" else value
 
     def __call__(self, output: TaskOutput, params, labels, balancer: losses.BalancerState,

@@ -18,8 +18,10 @@ from typing import Sequence
 import jax
 import optax
 
+from isojax.models import TRANSFORM
+
 SCHEDULES = ("linear", "cosine", "constant")
-TRANSFORM_PREFIXES = (("encoder", "last_layer_transform"), ("isotropy_layer",))
+TRANSFORM_PREFIXES = (("encoder", TRANSFORM), ("isotropy_layer",))
 
 
 def param_labels(params, frozen: Sequence[str] = ()):

@@ -2,12 +2,17 @@
 
 **Mesh** (:class:`MeshRunner`). ``jax.make_mesh((n_data, n_model), ("data", "model"))`` with *Auto* axis types:
 the model code carries no sharding annotations, so shardings are given on the inputs (batch rows over
-``data``; parameters and optimiser state by :data:`PARTITION_RULES`) and XLA's GSPMD propagation partitions
+``data``; parameters and optimiser state by the model's partition rules) and XLA's GSPMD propagation partitions
 the rest. (JAX's default *Explicit* axes would instead require every op to state its output sharding.)
 The model axis is Megatron-style: query/key/value and the feed-forward input projection are split by output
 features (whole attention heads per device), the attention output and feed-forward output projections by
-input features; every other array is replicated. The step sees the global batch, so whole-batch
-regularisers and IsoBN statistics are global without collectives.
+input features; every other array is replicated. The rules come from the model
+(:func:`isojax.models.registry.partition_rules`, next to the layers they name, plus the task model's own):
+every parameter must match one (a parameter no rule names is an error, not silently replicated), and a rule
+whose sharded dimension does not divide by the model axis falls back to replicated with a logged warning.
+Optimiser moments follow their parameter's rule; other state (step, counts, IsoBN statistics) is replicated.
+The step sees the global batch, so whole-batch regularisers and IsoBN statistics are global without
+collectives.
 
 **pmap** (:class:`PmapRunner`). ``jax.pmap(step, axis_name="data")`` over the devices, the state replicated on
 each, the batch split in equal row blocks; :class:`~isojax.train.collectives.AxisCollectives` makes the
@@ -43,16 +48,6 @@ from isojax.train.collectives import GLOBAL, AxisCollectives, Collectives
 log = logging.getLogger(__name__)
 
 PARALLEL_MODES = ("mesh", "pmap")
-
-# (regex on the "/"-joined parameter path, PartitionSpec over (data, model)), first match wins.
-PARTITION_RULES: tuple[tuple[str, P], ...] = (
-    (r"attention/(query|key|value)/kernel$", P(None, "model")),
-    (r"attention/(query|key|value)/bias$", P("model")),
-    (r"attention/output/kernel$", P("model", None)),
-    (r"intermediate/kernel$", P(None, "model")),
-    (r"intermediate/bias$", P("model")),
-    (r"(?<!attention/)output/kernel$", P("model", None)),
-)
 
 _TASK_COUNT_ENV = ("SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE")
 
@@ -111,22 +106,40 @@ def _path(path) -> str:
     return "/".join(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path)
 
 
-def partition_spec(path: str, shape: tuple[int, ...], model_size: int) -> P:
-    """PartitionSpec of an array at ``path`` (any pytree holding parameter paths: params, optimiser moments,
-    accumulated gradients): the first matching rule, if its sharded dimensions divide by ``model_size``."""
-    if model_size > 1:
-        for pattern, spec in PARTITION_RULES:
-            if re.search(pattern, path) and len(spec) == len(shape) and all(
-                    axis is None or shape[i] % model_size == 0 for i, axis in enumerate(spec)):
+def partition_spec(path: str, shape: tuple[int, ...], model_size: int, rules, *, strict: bool = True) -> P:
+    """PartitionSpec of an array at ``path`` (the "/"-joined path of a parameter, or of an optimiser moment,
+    which contains its parameter's path) by the first rule whose regex is found in ``path``.
+
+    No matching rule: ``ValueError`` naming the path when ``strict`` (parameters), else replicated. A rule
+    whose sharded dimensions do not divide by ``model_size`` gives replicated, with a warning.
+    """
+    for pattern, spec in rules:
+        if re.search(pattern, path):
+            if model_size == 1 or all(axis is None for axis in spec):
+                return P()
+            if len(spec) == len(shape) and all(axis is None or shape[i] % model_size == 0
+                                               for i, axis in enumerate(spec)):
                 return spec
+            log.warning("%s: shape %s does not divide as %s over %d model devices; replicated", path, shape, spec,
+                        model_size)
+            return P()
+    if strict:
+        raise ValueError(f"no partition rule names parameter {path!r} (shape {shape}); add one next to the layer "
+                         "that defines it (see isojax.models.registry.partition_rules)")
     return P()
 
 
-def state_shardings(state, mesh: Mesh):
-    """NamedSharding of every leaf of ``state`` (arrays or ShapeDtypeStructs) by :func:`partition_spec`."""
+def state_shardings(state, mesh: Mesh, rules):
+    """NamedSharding of every leaf of a train ``state`` (arrays or ShapeDtypeStructs) by :func:`partition_spec`:
+    strictly for ``state.params``, by the same rules where they match elsewhere (optimiser moments)."""
     model_size = mesh.shape["model"]
-    return jax.tree_util.tree_map_with_path(
-        lambda path, x: NamedSharding(mesh, partition_spec(_path(path), np.shape(x), model_size)), state)
+
+    def sharding(path, x):
+        keys = _path(path)
+        strict = keys.split("/", 1)[0] == "params"
+        return NamedSharding(mesh, partition_spec(keys, np.shape(x), model_size, rules, strict=strict))
+
+    return jax.tree_util.tree_map_with_path(sharding, state)
 
 
 def _to_host(x) -> np.ndarray:
@@ -142,9 +155,9 @@ class MeshRunner:
     step; ``predict`` is the prediction step; ``abstract_state`` fixes the state's shardings."""
 
     def __init__(self, mesh: Mesh, make_step: Callable[[Collectives], Callable], predict: Callable,
-                 abstract_state):
+                 abstract_state, partition_rules):
         self.mesh = mesh
-        self.state_sharding = state_shardings(abstract_state, mesh)
+        self.state_sharding = state_shardings(abstract_state, mesh, partition_rules)
         self.batch_sharding = NamedSharding(mesh, P("data"))
         replicated = NamedSharding(mesh, P())
         self._train = jax.jit(make_step(GLOBAL), in_shardings=(self.state_sharding, self.batch_sharding),
@@ -251,16 +264,18 @@ class PmapRunner:
 
 
 
-def make_runner(mode: str, *, num_devices: int | None, model_parallel: int, make_step, predict, abstract_state):
-    """A :class:`MeshRunner` or :class:`PmapRunner` over the first ``num_devices`` devices."""
+def make_runner(mode: str, *, num_devices: int | None, model_parallel: int, make_step, predict, abstract_state,
+                partition_rules):
+    """A :class:`MeshRunner` or :class:`PmapRunner` over the first ``num_devices`` devices (``partition_rules``:
+    the model's, e.g. :meth:`isojax.train.model.TaskModel.partition_rules`; the mesh path needs them)."""
     if mode not in PARALLEL_MODES:
         raise ValueError(f"parallel must be one of {PARALLEL_MODES}, got {mode!r}")
     if mode == "pmap":
         if model_parallel != 1:
             raise ValueError("model_parallel > 1 needs parallel='mesh' (pmap is data-parallel only)")
         return PmapRunner(select_devices(num_devices), make_step, predict)
-    return MeshRunner(make_mesh(num_devices, model_parallel), make_step, predict, abstract_state)
+    return MeshRunner(make_mesh(num_devices, model_parallel), make_step, predict, abstract_state, partition_rules)
 
 
-__all__ = ["PARALLEL_MODES", "PARTITION_RULES", "MeshRunner", "PmapRunner", "initialize_distributed", "make_mesh",
+__all__ = ["PARALLEL_MODES", "MeshRunner", "PmapRunner", "initialize_distributed", "make_mesh",
            "make_runner", "partition_spec", "select_devices", "state_shardings"]

