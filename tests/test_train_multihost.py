@@ -36,7 +36,7 @@ from isojax.train.parallel import select_devices
 
 WORKER = Path(__file__).with_name("multihost_worker.py")
 REPO = Path(__file__).resolve().parents[1]  # the workers import this checkout's isojax
-DEADLINE_S = 300  # for the whole run; about a minute on two quiet cores
+DEADLINE_S = 420  # for the whole run: 1.5 min on two quiet cores, 3.5 min when other jobs load them (load 8)
 SEED, BATCH, STEPS, STALL, N_TRAIN, N_DEV = 3, 8, 6, 4, 24, 12
 WORDS = "the a cat dog sat on mat ran far away quickly under old tree river bank green small house near".split()
 

@@ -42,6 +42,13 @@ class Split:
     def __len__(self) -> int:
         return len(self.labels)
 
+    def tokens(self, rows=None) -> dict[str, np.ndarray]:
+        """Rows ``rows`` (all when None) tokenised (:func:`~isojax.data.batching.tokenize`: ``input_ids``,
+        ``attention_mask``, ``token_type_ids`` ``[len(rows), W]``, right-padded to their longest row)."""
+        rows = range(len(self)) if rows is None else rows
+        return tokenize(self.tokenizer, [self.texts_a[i] for i in rows],
+                        None if self.texts_b is None else [self.texts_b[i] for i in rows], max_length=self.max_length)
+
 
 def batch_indices(n: int, batch_size: int, **order) -> list[np.ndarray]:
     """Row indices ``[batch_size]`` (the last one may be shorter) of the batches of one epoch of ``n`` rows;
@@ -73,9 +80,7 @@ def process_batches(split: Split, index_batches: Sequence[np.ndarray], rows: np.
     if any(len(b) != len(index_batches[0]) for b in index_batches):
         raise ValueError(f"index_batches must all have the same length, got {sorted({len(b) for b in index_batches})}")
     local = np.stack([b[rows] for b in index_batches])  # [K, len(rows)] split row indices fed here
-    flat = local.ravel().tolist()
-    tokens = tokenize(split.tokenizer, [split.texts_a[i] for i in flat],
-                      None if split.texts_b is None else [split.texts_b[i] for i in flat], max_length=split.max_length)
+    tokens = split.tokens(local.ravel().tolist())
     longest = tokens["attention_mask"].sum(1).reshape(local.shape).max(1)
     if jax.process_count() > 1:
         longest = multihost_utils.process_allgather(longest).max(0)

@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
+from isojax.data.batching import batches
 from isojax.data.glue import glue_task, load_glue
 from isojax.models import build_encoder, from_pretrained
 from isojax.softdecay import SoftDecay
@@ -141,14 +142,15 @@ class _Plan:
                 "config": config.to_json()}
 
 
-def representation_covariance(model: TaskModel, variables: dict, data: dict, batch_size: int):
+def representation_covariance(model: TaskModel, variables: dict, data: Split, batch_size: int):
     """``covariance(name) -> [d, d]``: covariance (ddof 1, float64 sums over real rows) of a representation of
-    :data:`~isojax.train.model.REPRESENTATIONS` computed by ``model`` (deterministic) over every row of ``data``."""
+    :data:`~isojax.train.model.REPRESENTATIONS` computed by ``model`` (deterministic) over every row of ``data``
+    (tokenised here; in a multi-process run, by every process)."""
     forward = jax.jit(lambda v, b: model.apply(v, b["input_ids"], b["attention_mask"], b["token_type_ids"]))
 
     def covariance(name: str):
         total, outer, count = 0.0, 0.0, 0
-        for batch in batches(data, batch_size):
+        for batch in batches(data.tokens(), batch_size):
             out = forward(variables, batch)
             x = np.asarray(out.tokens if name == "tokens" else getattr(out, name), np.float64)
             if name == "tokens":
