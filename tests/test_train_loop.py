@@ -231,6 +231,7 @@ def test_representation_covariance_streams_the_numpy_covariance(tiny, tokenizer)
     """The C0 of I-STAR with c0='data': batch-streamed covariance == numpy's over all rows (tokens: real ones)."""
     from isojax.data.batching import tokenize
     from isojax.models import from_pretrained
+    from isojax.train.feed import Split
     from isojax.train.loop import representation_covariance
     from isojax.train.model import TaskModel, init_variables
 
@@ -239,9 +240,9 @@ def test_representation_covariance_streams_the_numpy_covariance(tiny, tokenizer)
     variables = init_variables(model, params, jax.random.key(0))
     texts = ["a man plays a guitar", "two dogs run", "isotropy of embeddings", "the cat sleeps on a mat",
              "rain", "a long sentence about nothing in particular at all"]
+    covariance = representation_covariance(model, variables, Split(texts, None, np.zeros(len(texts), np.int32),
+                                                                   tokenizer, 16), batch_size=4)
     data = tokenize(tokenizer, texts, None, max_length=16)
-    data["labels"] = np.zeros(len(texts), np.int32)
-    covariance = representation_covariance(model, variables, data, batch_size=4)
     out = model.apply(variables, data["input_ids"], data["attention_mask"], data["token_type_ids"])
     np.testing.assert_allclose(covariance("cls"), np.cov(np.asarray(out.cls, np.float64), rowvar=False),
                                rtol=1e-5, atol=1e-7)
