@@ -8,7 +8,7 @@ its documented rule (``numpy.random.default_rng([seed, epoch]).permutation``, ro
 for the rows each process must have tokenised; :func:`isojax.data.batching.batches` over the whole tokenised split
 for the batches that the processes' rows must make up.
 
-Every run is a ``tests/multihost_worker.py`` subprocess (``python -m isojax.train.cli finetune`` with probes) in
+Every run is a ``tests/train_worker.py`` subprocess (``python -m isojax.train.cli finetune`` with probes) in
 its own process group, killed in a ``finally``; each wait has a deadline.
 """
 import json
@@ -16,7 +16,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -29,13 +28,13 @@ import transformers
 from jax.experimental import multihost_utils
 
 from isojax.data.batching import batches, tokenize
+from isojax.data.glue import GlueData, glue_task
 from isojax.models import EncoderConfig, build_encoder, save_pretrained
 from isojax.train.cli import main
 from isojax.train.feed import Split, batch_indices, process_batches
 from isojax.train.parallel import select_devices
+import train_worker
 
-WORKER = Path(__file__).with_name("multihost_worker.py")
-REPO = Path(__file__).resolve().parents[1]  # the workers import this checkout's isojax
 DEADLINE_S = 420  # for the whole run: 1.5 min on two quiet cores, 3.5 min when other jobs load them (load 8)
 SEED, BATCH, STEPS, STALL, N_TRAIN, N_DEV = 3, 8, 6, 4, 24, 12
 WORDS = "the a cat dog sat on mat ran far away quickly under old tree river bank green small house near".split()
@@ -80,9 +79,10 @@ def test_two_processes_rows_make_up_the_single_process_batches(tokenizer, monkey
     """process_batches for each half of every batch, the exchange of lengths played by a stand-in all-gather;
     reference: batches() over the whole split tokenised at once (whose width, the longest row, is max_length)."""
     rows, max_length = _rows("train", N_TRAIN), 40
-    split = Split([r["sentence1"] for r in rows], [r["sentence2"] for r in rows],
-                  np.array([r["label"] for r in rows], np.float32), tokenizer, max_length)
-    whole = {**tokenize(tokenizer, split.texts_a, split.texts_b, max_length=max_length), "labels": split.labels}
+    data = GlueData([r["sentence1"] for r in rows], [r["sentence2"] for r in rows],
+                    np.array([r["label"] for r in rows], np.float32), glue_task("stsb"), "train")
+    split = Split(data, tokenizer, max_length)
+    whole = {**tokenize(tokenizer, data.texts_a, data.texts_b, max_length=max_length), "labels": data.labels}
     assert whole["input_ids"].shape[1] == max_length  # a row is truncated, so batches() also caps at max_length
     position = dict(shuffle=True, seed=SEED, epoch=0, start=1, drop_last=True)  # batches 1 and 2 of epoch 0
     want = list(batches(whole, BATCH, **position))
@@ -149,15 +149,11 @@ class Job:
         self.root, self.procs = root, []
 
     def start(self, name, argv, *, devices, stall=0, records):
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-                   JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-                   HF_DATASETS_CACHE=str(self.root / "hf-datasets"), JAX_COMPILATION_CACHE_DIR=str(self.root / "jit"),
-                   JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
-        records.mkdir(exist_ok=True)
         with open(self.root / f"{name}.log", "w") as log:
-            self.procs.append((name, subprocess.Popen([sys.executable, str(WORKER), str(stall), str(records), *argv],
-                                                      stdout=log, stderr=subprocess.STDOUT, env=env,
-                                                      start_new_session=True)))
+            self.procs.append((name, train_worker.launch(
+                stall, records, argv, stdout=log, cache=self.root / "jit", JAX_PLATFORMS="cpu",
+                XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+                HF_DATASETS_CACHE=str(self.root / "hf-datasets"))))
 
     def output(self, name) -> str:
         return (self.root / f"{name}.log").read_text()

@@ -1,6 +1,6 @@
 """What each process feeds: its own rows of every global batch, tokenised by that process alone.
 
-A split is kept as read (:class:`Split`: texts and labels; every process reads the split's file). The order
+A split is kept as read (:class:`Split`: its texts and labels; every process reads the split's file). The order
 of the batches is computed from row indices alone (:func:`batch_indices`: :func:`isojax.data.batching.batches`
 over ``arange(N)``, so batch ``k`` of epoch ``e`` holds the rows it would hold over the data, under the
 ``(seed, e)`` permutation), so every process knows every global batch without touching a text. Each process
@@ -24,30 +24,34 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from isojax.data.batching import batches, bucket_length, tokenize
+from isojax.data.glue import GlueData
 
 __all__ = ["Split", "batch_indices", "process_batches"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Split:
-    """Rows of a split as read: ``texts_a[i]`` (and ``texts_b[i]`` for pairs), ``labels[i]``, and how they are
-    tokenised (``tokenizer``, ``max_length`` tokens per row)."""
+    """The rows of a split as read (``data``: texts and labels) and how they are tokenised (``tokenizer``,
+    ``max_length`` tokens per row)."""
 
-    texts_a: list[str]
-    texts_b: list[str] | None
-    labels: np.ndarray
+    data: GlueData
     tokenizer: Any
     max_length: int
 
     def __len__(self) -> int:
-        return len(self.labels)
+        return len(self.data)
+
+    @property
+    def labels(self) -> np.ndarray:
+        return self.data.labels
 
     def tokens(self, rows=None) -> dict[str, np.ndarray]:
         """Rows ``rows`` (all when None) tokenised (:func:`~isojax.data.batching.tokenize`: ``input_ids``,
         ``attention_mask``, ``token_type_ids`` ``[len(rows), W]``, right-padded to their longest row)."""
-        rows = range(len(self)) if rows is None else rows
-        return tokenize(self.tokenizer, [self.texts_a[i] for i in rows],
-                        None if self.texts_b is None else [self.texts_b[i] for i in rows], max_length=self.max_length)
+        a, b = self.data.texts_a, self.data.texts_b
+        rows = range(len(a)) if rows is None else rows
+        return tokenize(self.tokenizer, [a[i] for i in rows], None if b is None else [b[i] for i in rows],
+                        max_length=self.max_length)
 
 
 def batch_indices(n: int, batch_size: int, **order) -> list[np.ndarray]:

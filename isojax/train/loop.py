@@ -120,7 +120,8 @@ def load_split(config: TrainConfig, split: str, tokenizer, limit: int) -> Split:
     data = load_glue(config.task, split, source=config.data_source)
     n = min(limit, len(data)) if limit else len(data)
     texts_b = data.texts_b[:n] if data.texts_b is not None else None
-    return Split(data.texts_a[:n], texts_b, data.labels[:n], tokenizer, config.max_length)
+    data = dataclasses.replace(data, texts_a=data.texts_a[:n], texts_b=texts_b, labels=data.labels[:n])
+    return Split(data, tokenizer, config.max_length)
 
 
 @dataclasses.dataclass
