@@ -13,6 +13,8 @@ import jax
 import numpy as np
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
+# The original data releases (STS12-16, SICK, GLUE) beside the repository, where CI and these machines keep them.
+SHARED_DATA = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
 
 
 def provenance(module: str) -> dict[str, str]:

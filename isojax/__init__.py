@@ -4,9 +4,13 @@ Public API (see README.md): ``from_pretrained``/``save_pretrained`` (Flax BERT, 
 Hugging Face checkpoints), ``soft_decay``/``SoftDecay``, and the modules ``metrics``, ``topology``, ``losses``,
 ``calibrate``, ``spectral``.
 """
-from isojax import calibrate, losses, metrics, spectral, topology
-from isojax.models import from_pretrained, save_pretrained
-from isojax.softdecay import SoftDecay, soft_decay
+from isojax._transformers_notice import drop_torch_notice
+
+drop_torch_notice()  # before anything imports transformers
+
+from isojax import calibrate, losses, metrics, spectral, topology  # noqa: E402
+from isojax.models import from_pretrained, save_pretrained  # noqa: E402
+from isojax.softdecay import SoftDecay, soft_decay  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -10,7 +10,9 @@ import logging
 import os
 import sys
 
-STS_SETS_HELP = "stsb, sts12, sts13, sts14, sts15, sts16, sickr (stsb works offline; the others need the Hub)"
+STS_SETS_HELP = ("stsb, sts12, sts13, sts14, sts15, sts16, sickr, or a SemEval sub-corpus such as sts12/MSRpar; "
+                 "NAME:SPLIT picks a split (sickr:all = MTEB's 9927 pairs); stsb works offline, the others need "
+                 "--data-dir or the Hub")
 
 
 def _add_model_options(p: argparse.ArgumentParser) -> None:
@@ -20,6 +22,12 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-length", type=int, default=128, help="truncate sentences to this many tokens (128)")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON to PATH")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def _add_data_dir(p: argparse.ArgumentParser) -> None:
+    from isojax.data.datadir import DATA_DIR_HELP
+
+    p.add_argument("--data-dir", default=None, metavar="DIR", help=DATA_DIR_HELP)
 
 
 def _csv(text: str) -> list[str]:
@@ -40,7 +48,7 @@ def cmd_analyze(args) -> int:
     from isojax.eval import analysis, wordsim
 
     module, params, tokenizer = isojax.from_pretrained(args.model)
-    data = load_sts(args.data, args.split)
+    data = load_sts(args.data, args.split, data_dir=args.data_dir)
     texts = list(dict.fromkeys(data.sentences1 + data.sentences2))  # unique, first-seen order
     texts = texts[: args.limit] if args.limit else texts
     result = analysis.analyze_layers(module, params, tokenizer, texts, batch_size=args.batch_size,
@@ -61,44 +69,70 @@ def cmd_analyze(args) -> int:
     return 0
 
 
+def _sts_spec(text: str, split: str) -> tuple[str, str]:
+    """``"sickr:all"`` -> ``("sickr", "all")``; ``"sts12"`` -> ``("sts12", split)``."""
+    name, _, own = text.partition(":")
+    return name, own or split
+
+
 def cmd_sts(args) -> int:
     import isojax
     from isojax.data.sts import load_sts
     from isojax.eval import sts
 
-    for method in args.methods:  # fail on a bad method before any model work
-        sts.Transform(method)
-    if args.alpha != "search" and not -1 <= float(args.alpha) < 0:
+    search = args.alpha == "search"
+    if not search and not -1 <= float(args.alpha) < 0:
         raise ValueError(f"--alpha must be 'search' or a number in [-1, 0), got {args.alpha}")
+    transforms = [sts.Transform(method, whiten_k=args.whiten_k, abtt_D=args.abtt_d, abtt_mode=args.abtt_mode,
+                                alpha=-0.6 if search else float(args.alpha), flow_steps=args.flow_steps,
+                                seed=args.seed) for method in args.methods]  # a bad method fails before model work
+
+    def load(spec):
+        data = load_sts(*_sts_spec(spec, args.split), data_dir=args.data_dir)
+        return data.head(args.limit) if args.limit else data
+
+    sets = {}
+    for spec in args.data:
+        data = load(spec)
+        sets[data.name if data.split == "test" else f"{data.name}:{data.split}"] = data
+    dev = load(args.alpha_data) if search and "softdecay" in args.methods else None
     module, params, tokenizer = isojax.from_pretrained(args.model)
-    embed = lambda split: sts.embed_pairs(module, params, tokenizer, load_sts(args.data, split),  # noqa: E731
-                                          pooling=args.pooling, max_length=args.max_length,
-                                          batch_size=args.batch_size, progress=not args.quiet)
-    data = load_sts(args.data, args.split)
-    a, b = embed(args.split)
-    payload = {"model": args.model, "data": args.data, "split": args.split, "pooling": args.pooling, "rows": []}
-    alpha = args.alpha
-    if "softdecay" in args.methods and alpha == "search":
-        dev = load_sts(args.data, args.alpha_split)
-        da, db = embed(args.alpha_split)
-        best, scores = sts.search_alpha(da, db, dev.scores)
-        payload["alpha_search"] = {"split": args.alpha_split, "spearman": {str(k): v for k, v in scores.items()},
-                                   "best": best}
-        print(f"SoftDecay alpha search on {args.data} {args.alpha_split}: "
-              + ", ".join(f"{k:g}: {v:.2f}" for k, v in scores.items()) + f" -> alpha = {best:g}")
-        alpha = best
-    rows = []
-    for method in args.methods:
-        transform = sts.Transform(method, whiten_k=args.whiten_k, abtt_D=args.abtt_d, abtt_mode=args.abtt_mode,
-                                  alpha=float(alpha) if method == "softdecay" else -0.6, flow_steps=args.flow_steps,
-                                  seed=args.seed)
-        rows.append(sts.evaluate_pairs(a, b, data.scores, transform, isotropy=not args.no_isotropy))
-    payload["rows"] = rows
-    print(f"{args.model}, {args.pooling} pooling, {args.data} {args.split} ({len(data)} pairs): Spearman/Pearson x100"
-          + ("" if args.no_isotropy else "; isotropy of the 2N transformed sentence embeddings"))
-    print(sts_table(rows))
-    _write_json(args.json, payload)
+    embedded = sts.embed_sets(module, params, tokenizer, [*sets.values(), *([dev] if dev else [])],
+                              poolings=(args.pooling,), max_length=args.max_length, batch_size=args.batch_size,
+                              progress=not args.quiet)[args.pooling]
+    pairs = {label: (a, b, data.scores) for (label, data), (a, b) in zip(sets.items(), embedded)}
+    result = sts.evaluate_sets(pairs, transforms, dev=(*embedded[-1], dev.scores) if dev else None,
+                               isotropy=not args.no_isotropy)
+    print(f"{args.model}, {args.pooling} pooling: Spearman x100 of the cosine of each pair's embeddings; pairs: "
+          + ", ".join(f"{label} {len(data)}" for label, data in sets.items()))
+    if dev:
+        found = result["alpha_search"]
+        print(f"SoftDecay alpha search on {dev.name} {dev.split} ({len(dev)} pairs): "
+              + ", ".join(f"{k}: {v:.2f}" for k, v in found["spearman"].items()) + f" -> alpha = {found['best']:g}")
+    print(sets_table(result))
+    if not args.no_isotropy:
+        print("\nPer set: Spearman/Pearson x100 and the isotropy of the 2N transformed sentence embeddings")
+        for label, rows in result["sets"].items():
+            print(f"[{label}]\n{sts_table(rows)}")
+    result["sets"] = {label: {"name": data.name, "split": data.split, "pairs": len(data), "rows": result["sets"][label]}
+                      for label, data in sets.items()}
+    _write_json(args.json, {"model": args.model, "pooling": args.pooling, "data_dir": args.data_dir, **result})
     return 0
+
+
+def sets_table(result: dict) -> str:
+    """Aligned text table of :func:`isojax.eval.sts.evaluate_sets`: Spearman x100, a row per transform, a column
+    per set and the average over the sets."""
+    labels = list(result["sets"])
+    methods = list(result["average"])
+    width = max(len(m) for m in methods) + 2
+    cols = [max(9, len(label) + 2) for label in labels]
+    out = [f"{'method':<{width}}" + "".join(f"{label:>{w}}" for label, w in zip(labels, cols)) + f"{'avg':>9}"]
+    for i, method in enumerate(methods):
+        out.append(f"{method:<{width}}" + "".join(f"{result['sets'][label][i]['spearman']:>{w}.2f}"
+                                                  for label, w in zip(labels, cols))
+                   + f"{result['average'][method]:>9.2f}")
+    return "\n".join(out)
 
 
 def sts_table(rows: list[dict]) -> str:
@@ -154,6 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_options(p)
     p.add_argument("--data", default="stsb", help=f"STS set whose sentences are analysed: {STS_SETS_HELP}")
     p.add_argument("--split", default="test", help="split of --data (default test)")
+    _add_data_dir(p)
     p.add_argument("--limit", type=int, default=0, help="analyse only the first N unique sentences (0 = all)")
     p.add_argument("--tokens-per-text", type=int, default=8,
                    help="content tokens per sentence pooled for IsoScore/anisotropy (default 8)")
@@ -161,20 +196,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_analyze)
 
     p = sub.add_parser("sts", help="unsupervised STS with post-hoc transforms (whitening, flow, SoftDecay, ...)",
-                       description="Embed both sides of every pair, fit each transform on all 2N embeddings of "
-                       "the evaluated set (SoftDecay: on each side's [N, d] matrix), score pairs by cosine, report "
-                       "Spearman and Pearson x100 and the isotropy of the transformed embeddings (TokenUni, "
-                       "RBF_dis, EV_1, IsoScore, LSDS against the raw embeddings).")
+                       description="Embed both sides of every pair of every set (each distinct sentence once), fit "
+                       "each transform on all 2N embeddings of a set (SoftDecay: on each side's [N, d] matrix, with "
+                       "one alpha for all sets, chosen on --alpha-data), score pairs by cosine. Prints Spearman x100 "
+                       "with a row per transform and a column per set plus their average (the SoftDecay paper's "
+                       "Table 1), then per set Spearman and Pearson x100 and the isotropy of the transformed "
+                       "embeddings (TokenUni, RBF_dis, EV_1, IsoScore, LSDS against the raw embeddings: Figure 4).")
     _add_model_options(p)
-    p.add_argument("--data", default="stsb", help=f"STS set: {STS_SETS_HELP}")
-    p.add_argument("--split", default="test", help="evaluated split (default test)")
+    p.add_argument("--data", type=_csv, default=["stsb"],
+                   help=f"comma-separated STS sets (default stsb): {STS_SETS_HELP}; e.g. "
+                   "stsb,sts12,sts13,sts14,sts15,sts16,sickr for the SoftDecay paper's Table 1")
+    p.add_argument("--split", default="test", help="split of the --data sets that name none (default test)")
+    _add_data_dir(p)
+    p.add_argument("--limit", type=int, default=0, help="use only the first N pairs of each set (0 = all)")
     p.add_argument("--pooling", default="mean", choices=("cls", "pooler", "mean", "first_last_avg", "last2avg"),
                    help="sentence pooling (default mean)")
     p.add_argument("--methods", type=_csv, default=list(METHODS),
                    help=f"comma-separated transforms, default all: {','.join(METHODS)}")
     p.add_argument("--alpha", default="search",
-                   help="SoftDecay alpha < 0, or 'search' (best of -0.2..-1.0 on --alpha-split; default)")
-    p.add_argument("--alpha-split", default="validation", help="split for the alpha search (default validation)")
+                   help="SoftDecay alpha < 0, or 'search' (best of -0.2..-1.0 on --alpha-data; default)")
+    p.add_argument("--alpha-data", default="stsb:validation",
+                   help="NAME:SPLIT of the set on which alpha is searched (default stsb:validation, as the paper)")
     p.add_argument("--whiten-k", type=int, default=None, help="whitening: keep k dimensions (default all)")
     p.add_argument("--abtt-d", type=int, default=None, help="all-but-the-top: D directions (default ceil(d/100))")
     p.add_argument("--abtt-mode", default="centered", choices=("centered", "raw"),

@@ -1,9 +1,17 @@
 """The isojax command end to end on the bundled default model (small inputs)."""
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
+import numpy as np
 import pytest
+import scipy.stats
 
 from isojax.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_analyze_writes_table_figures_and_json(tmp_path, capsys):
@@ -37,3 +45,72 @@ def test_help_explains_every_command(capsys):
     with pytest.raises(SystemExit):
         main(["sts", "--help"])
     assert "--alpha" in capsys.readouterr().out
+
+
+# Hides an installed PyTorch from transformers' availability check, as on a machine without it (isojax needs none).
+HIDE_TORCH = '''
+import sys
+
+
+class _HideTorch:
+    def __init__(self, inner):
+        self.inner = inner
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            return None
+        return self.inner.find_spec(name, path, target)
+
+    def __getattr__(self, attr):
+        return getattr(self.inner, attr)
+
+
+sys.meta_path[:] = [_HideTorch(f) for f in sys.meta_path]
+'''
+
+
+def _run(args, tmp_path):
+    (tmp_path / "site").mkdir(exist_ok=True)
+    (tmp_path / "site" / "sitecustomize.py").write_text(HIDE_TORCH)
+    env = dict(os.environ, PYTHONPATH=str(tmp_path / "site"))
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_sts_over_several_sets_end_to_end_without_the_pytorch_notice(shared_data_dir, tmp_path):
+    control = _run(["-c", "import transformers"], tmp_path)
+    assert "PyTorch was not found" in control.stderr  # transformers alone prints it here
+    done = _run(["-m", "isojax.cli", "sts", "--data", "stsb,sts12,sickr:all", "--data-dir", str(shared_data_dir),
+                 "--limit", "40", "--methods", "raw,softdecay", "--quiet", "--json", str(tmp_path / "s.json")],
+                tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""  # nothing but what was asked for: no PyTorch notice, no progress bars
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("default, mean pooling") and "pairs: stsb 40, sts12 40, sickr:all 40" in lines[0]
+    assert lines[1].startswith("SoftDecay alpha search on stsb validation (40 pairs)")
+    assert lines[2].split() == ["method", "stsb", "sts12", "sickr:all", "avg"]
+    result = json.loads((tmp_path / "s.json").read_text())
+    assert list(result["sets"]) == ["stsb", "sts12", "sickr:all"]
+    assert [(s["name"], s["split"], s["pairs"]) for s in result["sets"].values()] == [
+        ("stsb", "test", 40), ("sts12", "test", 40), ("sickr", "all", 40)]
+    alpha = result["alpha_search"]["best"]
+    for label, values in zip(result["sets"], zip(*(line.split()[-4:-1] for line in lines[3:5]))):
+        rows = result["sets"][label]["rows"]
+        assert [r["method"] for r in rows] == ["raw", f"softdecay (alpha={alpha:g})"]
+        assert [f"{r['spearman']:.2f}" for r in rows] == list(values)  # the table shows the JSON's numbers
+        assert {"token_uni", "rbf_dis", "ev1", "isoscore", "lsds", "pearson"} <= set(rows[0])
+    raw = [s["rows"][0]["spearman"] for s in result["sets"].values()]
+    assert result["average"]["raw"] == pytest.approx(np.mean(raw))
+    # The same first 40 STS12 pairs, embedded and scored in this process, give the same raw Spearman.
+    import isojax
+    from isojax.data import load_sts
+    from isojax.eval import sts
+
+    data = load_sts("sts12", data_dir=shared_data_dir).head(40)
+    a, b = sts.embed_pairs(*isojax.from_pretrained("default"), data)
+    assert raw[1] == pytest.approx(100 * scipy.stats.spearmanr(sts.cosine_scores(a, b), data.scores).statistic,
+                                   abs=1e-6)
+
+
+def test_sts_rejects_unknown_sets_before_loading_the_model():
+    with pytest.raises(ValueError, match="unknown STS data set 'sts17'"):
+        main(["sts", "--data", "stsb,sts17", "--quiet"])

@@ -146,3 +146,131 @@ def test_missing_column_and_missing_split(tmp_path):
     text.write_text('{"sentence": "fine", "label": 1}\n{"sentence": null, "label": 0}\n', encoding="utf-8")
     with pytest.raises(ValueError, match=re.escape(f"{text}: line 2: column 'sentence' must be text, got None")):
         load_glue("cola", source=text)
+
+
+# GLUE's download-script format, described independently of isojax: the fields of train/dev and of test files,
+# the fields holding the Hub's text columns and label, whether labels are written as names (else class ids), and
+# the Hub's ClassLabel names in id order. CoLA's train/dev files have no header row.
+HUB_CLASSES = {"cola": ["unacceptable", "acceptable"], "sst2": ["negative", "positive"],
+               "mrpc": ["not_equivalent", "equivalent"], "qqp": ["not_duplicate", "duplicate"],
+               "mnli": ["entailment", "neutral", "contradiction"], "qnli": ["entailment", "not_entailment"],
+               "rte": ["entailment", "not_entailment"], "wnli": ["not_entailment", "entailment"]}
+_MNLI = ["index", "promptID", "pairID", "genre", "sentence1_binary_parse", "sentence2_binary_parse",
+         "sentence1_parse", "sentence2_parse", "sentence1", "sentence2"]
+HEADERLESS = {"cola"}
+SCRIPT = {  # task: (folder, fields of train/dev, fields of test, {hub column: file field}, label field, named)
+    "cola": ("CoLA", ["source", "label", "mark", "sentence"], ["index", "sentence"], {"sentence": "sentence"}, "label",
+             False),
+    "sst2": ("SST-2", ["sentence", "label"], ["index", "sentence"], {"sentence": "sentence"}, "label", False),
+    "mrpc": ("MRPC", ["\ufeffQuality", "#1 ID", "#2 ID", "#1 String", "#2 String"],
+             ["index", "#1 ID", "#2 ID", "#1 String", "#2 String"],
+             {"sentence1": "#1 String", "sentence2": "#2 String"}, "\ufeffQuality", False),
+    "qqp": ("QQP", ["id", "qid1", "qid2", "question1", "question2", "is_duplicate"], ["id", "question1", "question2"],
+            {"question1": "question1", "question2": "question2"}, "is_duplicate", False),
+    "stsb": ("STS-B", ["index", "genre", "filename", "year", "old_index", "source1", "source2", "sentence1",
+                       "sentence2", "score"], ["index", "genre", "filename", "year", "old_index", "source1",
+                                               "source2", "sentence1", "sentence2"],
+             {"sentence1": "sentence1", "sentence2": "sentence2"}, "score", False),
+    "mnli": ("MNLI", [*_MNLI, "label1", "gold_label"], _MNLI, {"premise": "sentence1", "hypothesis": "sentence2"},
+             "gold_label", True),
+    "qnli": ("QNLI", ["index", "question", "sentence", "label"], ["index", "question", "sentence"],
+             {"question": "question", "sentence": "sentence"}, "label", True),
+    "rte": ("RTE", ["index", "sentence1", "sentence2", "label"], ["index", "sentence1", "sentence2"],
+            {"sentence1": "sentence1", "sentence2": "sentence2"}, "label", True),
+    "wnli": ("WNLI", ["index", "sentence1", "sentence2", "label"], ["index", "sentence1", "sentence2"],
+             {"sentence1": "sentence1", "sentence2": "sentence2"}, "label", False),
+}
+FILES = {"train": "train.tsv", "validation": "dev.tsv", "test": "test.tsv", "validation_matched": "dev_matched.tsv",
+         "validation_mismatched": "dev_mismatched.tsv", "test_matched": "test_matched.tsv",
+         "test_mismatched": "test_mismatched.tsv"}
+
+
+def _script_file(task, split, path, texts, labels):
+    """Write ``texts`` ({hub column: values}) and ``labels`` as GLUE's download script lays the file out."""
+    _, header, test_header, columns, label, named = SCRIPT[task]
+    test = split.startswith("test")
+    fields = test_header if test else header
+    lines = [] if task in HEADERLESS and not test else ["\t".join(fields)]
+    for i in range(len(labels)):
+        row = {f: f"{f} {i}" for f in fields}
+        row.update({columns[col]: values[i] for col, values in texts.items()})
+        if not test:
+            row[label] = HUB_CLASSES[task][labels[i]] if named else str(labels[i])
+        lines.append("\t".join(row[f] for f in fields))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + ("" if task == "cola" else "\n"), encoding="utf-8")  # CoLA: no final newline
+
+
+@pytest.mark.parametrize("task", sorted(COLUMNS))
+def test_download_script_files_agree_with_hub_layout(tmp_path, task):
+    """The same rows as GLUE's TSV files and as the Hub's parquet files (read by ``datasets``) load equal."""
+    spec = GLUE_TASKS[task]
+    for split in spec.splits:
+        labels = [-1, -1] if split.startswith("test") else LABELS[task]
+        texts = {c: [f'{task} "{split}" {c} {i}\'s' for i in range(len(labels))] for c in COLUMNS[task]}
+        _script_file(task, split, tmp_path / "data" / "glue" / SCRIPT[task][0] / FILES[split], texts, labels)
+        hub = tmp_path / "hub" / task / f"{split}-00000-of-00001.parquet"
+        hub.parent.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame({**texts, "label": labels, "idx": np.arange(len(labels), dtype=np.int32)}).to_parquet(hub)
+        ours = load_glue(task, split, data_dir=tmp_path / "data")
+        theirs = load_glue(task, split, source=tmp_path / "hub")
+        assert ours.texts_a == theirs.texts_a == texts[COLUMNS[task][0]]
+        assert ours.texts_b == theirs.texts_b
+        assert ours.labels.dtype == theirs.labels.dtype and ours.split == theirs.split == split
+        np.testing.assert_allclose(ours.labels, theirs.labels, rtol=1e-6)
+
+
+@pytest.mark.parametrize("task,lines,message", [
+    ("rte", ["index\tsentence1\tsentence2\tlabel", "0\ta\tb\tentailment", "1\tc\td\tmaybe"],
+     r"line 3: column 'label' must be one of \['entailment', 'not_entailment'\] or a class id, got 'maybe'"),
+    ("sst2", ["sentence\tlabel", "good\t1", "bad\t2"], r"line 3: column 'label' must lie in \[0, 1\]"),
+    ("cola", ["gj04\t1\t\tFine.", "gj04\t0\tBroken"], r"line 2: expected 4 tab-separated fields"),
+    ("mrpc", ["\ufeffQuality\t#1 ID\t#2 ID\t#1 String", "1\t1\t2\tone"],
+     r"missing column\(s\) \['#2 String'\]"),
+    ("wnli", ["index\tsentence1\tsentence2\tlabel", "0\ta\tb\t"], r"line 2: column 'label' must be one of"),
+])
+def test_malformed_script_files_name_file_and_line(tmp_path, task, lines, message):
+    path = tmp_path / "glue" / SCRIPT[task][0] / "train.tsv"
+    path.parent.mkdir(parents=True)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=re.escape(f"{path}") + ".*" + message):
+        load_glue(task, "train", data_dir=tmp_path)
+
+
+def test_missing_script_files_and_stsb_fallback(tmp_path):
+    (tmp_path / "glue" / "RTE").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match=re.escape(f"{tmp_path / 'glue/RTE/dev.tsv'}: not found; the data "
+                                                          "directory") + ".*GLUE rte validation file"):
+        load_glue("rte", "dev", data_dir=tmp_path)
+    with pytest.raises(FileNotFoundError, match=re.escape(f"{tmp_path / 'glue/QNLI/train.tsv'}: not found")):
+        load_glue("qnli", data_dir=tmp_path)
+    cache = assets.fetch(["stsb"])  # no glue/STS-B/ in the data directory: the package, as without one
+    package = load_glue("stsb", "validation", source="package", cache_dir=cache)
+    local = load_glue("stsb", "validation", data_dir=tmp_path, cache_dir=cache)
+    assert local.texts_a == package.texts_a and len(local) == 1500
+    with pytest.raises(ValueError, match=r"data_dir: the original release files are read with source='auto'"):
+        load_glue("rte", source="hub", data_dir=tmp_path)
+
+
+# The real files: row counts from ../shared/data/README.md, rows against pandas and the Hub's class names.
+COUNTS = {"cola": (8551, 1043), "sst2": (67349, 872), "mrpc": (3668, 408), "rte": (2490, 277), "wnli": (635, 71)}
+
+
+@pytest.mark.parametrize("task", sorted(COUNTS))
+def test_real_files_match_readme_and_pandas(shared_data_dir, task):
+    folder, header, _, columns, label, named = SCRIPT[task]
+    for split, count in zip(("train", "validation"), COUNTS[task]):
+        data = load_glue(task, split, data_dir=shared_data_dir)
+        frame = pd.read_csv(shared_data_dir / "glue" / folder / FILES[split], sep="\t", quoting=3, dtype=str,
+                            keep_default_na=False, header=None if task in HEADERLESS else 0,
+                            names=header if task in HEADERLESS else None, encoding="utf-8-sig")
+        assert len(data) == len(frame) == count
+        texts = [list(frame[c]) for c in columns.values()]
+        assert data.texts_a == texts[0] and data.texts_b == (texts[1] if len(texts) > 1 else None)
+        raw = frame[label.lstrip("\ufeff")]
+        want = [HUB_CLASSES[task].index(v) for v in raw] if named else raw.astype(int).to_list()
+        np.testing.assert_array_equal(data.labels, want)
+    # The Hub's nyu-mll/glue rte: train[0] is "No Weapons of Mass Destruction Found in Iraq Yet." / not_entailment
+    if task == "rte":
+        train = load_glue("rte", "train", data_dir=shared_data_dir)
+        assert (train.texts_a[0], int(train.labels[0])) == ("No Weapons of Mass Destruction Found in Iraq Yet.", 1)

@@ -62,7 +62,8 @@ def test_auto_falls_back_to_package_offline(cache):
     np.testing.assert_array_equal(auto.scores, package.scores)
     with pytest.raises(ConnectionError):
         load_stsb("test", source="hub", cache_dir=cache)
-    with pytest.raises(ConnectionError, match=r"mteb/sts13-sts.*source=<local directory"):
+    with pytest.raises(ConnectionError, match=r"mteb/sts13-sts.*pass data_dir=DIR \(command line: --data-dir DIR\) "
+                                              r"or set ISOJAX_DATA_DIR=DIR.*source=<local directory"):
         load_sts("sts13")
 
 
@@ -76,12 +77,13 @@ ROWS = [{"sentence1": "A cat sits.", "sentence2": "A cat is sitting.", "score": 
         {"sentence1": "Dogs bark.", "sentence2": "A dog barks.", "score": 4.0}]
 
 
-@pytest.mark.parametrize("name", ["sts12", "sts13", "sts14", "sts15", "sts16", "sickr"])
-def test_mteb_layout_directory(tmp_path, name):
+@pytest.mark.parametrize("name,split", [("sts12", "test"), ("sts13", "test"), ("sts14", "test"), ("sts15", "test"),
+                                        ("sts16", "test"), ("sickr", "all")])
+def test_mteb_layout_directory(tmp_path, name, split):
     rows = [dict(r, score=max(r["score"], 1.0)) for r in ROWS]  # SICK-R scores lie in [1, 5]
     (tmp_path / name).mkdir()
-    _write_jsonl_gz(tmp_path / name / "test.jsonl.gz", rows)
-    data = load_sts(name.upper(), "test", source=tmp_path / name)
+    _write_jsonl_gz(tmp_path / name / "test.jsonl.gz", rows)  # MTEB's SICK-R: all 9927 pairs in its test split
+    data = load_sts(name.upper(), split, source=tmp_path / name)
     assert data.sentences1 == [r["sentence1"] for r in rows]
     assert data.sentences2 == [r["sentence2"] for r in rows]
     np.testing.assert_array_equal(data.scores, [r["score"] for r in rows])
@@ -117,9 +119,9 @@ GOOD = "main-captions\tMSRvid\t2012test\t0001\t5.000\tA plane is taking off.\tAn
 
 
 @pytest.mark.parametrize("bad,message", [
-    ("main-captions\tMSRvid\t2012test\t0002\t3.8\tonly one sentence", r"line 2: expected 7 \(or 9\)"),
-    ("main-captions\tMSRvid\t2012test\t0002\tfive\ts1\ts2", r"line 2: score \(field 5\) must be a number"),
-    ("main-captions\tMSRvid\t2012test\t0002\t5.5\ts1\ts2", r"line 2: score \(field 5\) must lie in \[0, 5\]"),
+    ("main-captions\tMSRvid\t2012test\t0002\t3.8\tonly one sentence", r"line 2: expected 7 or 9 tab-separated"),
+    ("main-captions\tMSRvid\t2012test\t0002\tfive\ts1\ts2", r"line 2: column 'score' must be a finite number"),
+    ("main-captions\tMSRvid\t2012test\t0002\t5.5\ts1\ts2", r"line 2: column 'score' must lie in \[0.0, 5.0\]"),
 ])
 def test_stsb_file_malformed(tmp_path, bad, message):
     path = _stsb_lines(tmp_path, [GOOD, bad, GOOD])
@@ -149,7 +151,7 @@ def test_hub_format_malformed_names_file_and_line(tmp_path):
     sick = tmp_path / "sick.jsonl"
     sick.write_text("".join(json.dumps(r) + "\n" for r in ROWS), encoding="utf-8")  # 0.4 < 1
     with pytest.raises(ValueError, match=re.escape(f"{sick}: line 2: column 'score' must lie in [1.0, 5.0]")):
-        load_sts("sickr", source=sick)
+        load_sts("sickr", "all", source=sick)
 
     missing = tmp_path / "missing.parquet"
     pd.DataFrame({"sentence1": ["a"], "text": ["b"], "score": [1.0]}).to_parquet(missing)
@@ -160,6 +162,42 @@ def test_hub_format_malformed_names_file_and_line(tmp_path):
     ragged.write_text("sentence1,sentence2,score\na,b,1\nc,d,2,extra\n", encoding="utf-8")
     with pytest.raises(ValueError, match=re.escape(f"{ragged}: cannot read as csv") + ".*line 3"):
         load_sts("sts14", source=ragged)
+
+
+def test_data_dir_argument_environment_and_source(tmp_path, monkeypatch, cache):
+    require_offline()
+    folder = tmp_path / "data" / "sts" / "STS13"
+    folder.mkdir(parents=True)
+    for name in STS_SETS["sts13"].subsets:
+        (folder / f"STS.input.{name}.txt").write_text(f"{name} one\tb\n{name} two\td\n", encoding="utf-8")
+        (folder / f"STS.gs.{name}.txt").write_text("1\n2.5\n", encoding="utf-8")
+    want = [f"{name} {k}" for name in STS_SETS["sts13"].subsets for k in ("one", "two")]
+    assert load_sts("sts13", data_dir=tmp_path / "data").sentences1 == want
+    monkeypatch.setenv("ISOJAX_DATA_DIR", str(tmp_path / "data"))
+    assert load_sts("sts13").sentences1 == want  # the environment variable, when no data_dir is passed
+    with pytest.raises(ConnectionError, match="mteb/sts13-sts"):
+        load_sts("sts13", source="hub")  # an explicit source is read as asked
+    jsonl = tmp_path / "rows.jsonl"
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in ROWS), encoding="utf-8")
+    assert len(load_sts("sts13", source=jsonl)) == 3
+    with pytest.raises(ValueError, match=r"data_dir: the original release files are read with source='auto'"):
+        load_sts("sts13", source=jsonl, data_dir=tmp_path / "data")
+    # STS-B's original files come from the PyPI package, with or without a data directory
+    np.testing.assert_array_equal(load_sts("stsb", data_dir=tmp_path / "data", cache_dir=cache).scores,
+                                  load_stsb("test", source="package", cache_dir=cache).scores)
+    monkeypatch.setenv("ISOJAX_DATA_DIR", str(tmp_path / "missing"))
+    with pytest.raises(FileNotFoundError, match=re.escape(f"$ISOJAX_DATA_DIR: {tmp_path / 'missing'} is not a dir")):
+        load_sts("sts13")
+
+
+def test_sick_test_split_is_not_the_hub_copy(tmp_path):
+    """The Hub's SICK-R holds all 9927 pairs; the 4927-pair test split exists only in the original release."""
+    require_offline()
+    with pytest.raises(ValueError, match=r"split: the Hub copy of sickr \(mteb/sickr-sts\) has splits \['all'\]; "
+                                         r"'test' is read from the original release files: pass data_dir=DIR"):
+        load_sts("sickr")
+    with pytest.raises(ValueError, match=r"sub-corpus 'sts12/MSRpar' is read from the original release files"):
+        load_sts("sts12/MSRpar")
 
 
 def test_bad_names_and_splits(tmp_path):

@@ -104,3 +104,50 @@ def test_embedding_isotropy_against_numpy_partition_function():
     assert out["I(W_c)"] > out["I(W)"]
     assert out["mean_norm"] == pytest.approx(np.linalg.norm(mu), rel=1e-5)
     assert out["mean_norm_ratio"] == pytest.approx(np.linalg.norm(mu) / np.linalg.norm(w, axis=1).mean(), rel=1e-5)
+
+
+def test_embed_sets_encodes_each_distinct_sentence_once(monkeypatch):
+    """All sets and poolings come from one encode call over the distinct sentences, mapped back to each side."""
+    from isojax.data.sts import StsData
+
+    calls = []
+
+    def fake_encode(module, params, tokenizer, texts, *, reduce, **kwargs):
+        calls.append(list(texts))
+        out = np.array([[len(t), sum(map(ord, t)) % 97] for t in texts], np.float32)
+        return {"mean": out, "cls": -out}  # stands in for reduce's {pooling: [N, d]}
+
+    monkeypatch.setattr(sts, "encode", fake_encode)
+    one = StsData(["a b", "c", "a b"], ["c", "dd", "e"], np.array([1.0, 2, 3]), "one", "test")
+    two = StsData(["dd", "f"], ["a b", "c"], np.array([0.5, 4]), "two", "test")
+    got = sts.embed_sets(None, None, None, [one, two], poolings=("mean", "cls"))
+    assert len(calls) == 1 and calls[0] == ["a b", "c", "dd", "e", "f"]
+    for k, data in enumerate([one, two]):
+        for pooling, sign in (("mean", 1), ("cls", -1)):
+            a, b = got[pooling][k]
+            want = [[sign * len(t), sign * (sum(map(ord, t)) % 97)] for t in data.sentences1]
+            np.testing.assert_array_equal(a, want)
+            assert b.shape == (len(data), 2)
+
+
+def test_evaluate_sets_one_alpha_from_dev_and_the_average():
+    rng = np.random.default_rng(6)
+
+    def pairs(n):
+        base = rng.normal(size=(n, 6)) + 2.0
+        a, b = base + 0.5 * rng.normal(size=base.shape), base + 0.5 * rng.normal(size=base.shape)
+        gold = -np.linalg.norm(a - b, axis=1) + 0.1 * rng.normal(size=n)
+        return a.astype(np.float32), b.astype(np.float32), gold
+
+    sets, dev = {"x": pairs(40), "y": pairs(30)}, pairs(50)
+    out = sts.evaluate_sets(sets, [sts.Transform("raw"), sts.Transform("softdecay", alpha=-0.9)], dev=dev,
+                            alphas=(-0.2, -0.5, -0.9))
+    best, scores = sts.search_alpha(*dev, alphas=(-0.2, -0.5, -0.9))
+    assert out["alpha_search"] == {"spearman": {str(k): v for k, v in scores.items()}, "best": best}
+    raw = {k: 100 * scipy.stats.spearmanr(sts.cosine_scores(a, b), g).statistic for k, (a, b, g) in sets.items()}
+    assert [rows[0]["spearman"] for rows in out["sets"].values()] == pytest.approx(list(raw.values()))
+    assert out["sets"]["x"][1]["method"] == f"softdecay (alpha={best:g})"
+    assert out["average"]["raw"] == pytest.approx(np.mean(list(raw.values())))
+    assert set(out["average"]) == {"raw", f"softdecay (alpha={best:g})"}
+    fixed = sts.evaluate_sets(sets, [sts.Transform("softdecay", alpha=-0.9)])
+    assert "alpha_search" not in fixed and fixed["sets"]["y"][0]["method"] == "softdecay (alpha=-0.9)"

@@ -233,3 +233,21 @@ def test_epoch_seconds_leaves_out_each_sessions_first_interval():
     assert got == {"seconds_per_epoch": pytest.approx((2.0 + 6.0) / 6 * 5, abs=1e-3), "compile_and_first_seconds": 55.0}
     assert epoch_seconds(records, "isotropy_layer", 5) == {"seconds_per_epoch": None,
                                                            "compile_and_first_seconds": 9.0}
+
+
+def test_finetune_reads_glue_from_the_data_dir(tiny, tokenizer, shared_data_dir, tmp_path):
+    """``--data-dir`` reaches the GLUE loader: RTE's download-script files train a classifier for two steps."""
+    from isojax.data import load_glue
+    from isojax.train.loop import load_split
+
+    config = _config(["finetune", "--task", "rte", "--model", tiny, "--data-dir", str(shared_data_dir), "--out",
+                      str(tmp_path), "--max-length", "32", "--batch-size", "8", "--eval-batch-size", "8",
+                      "--train-limit", "16", "--eval-limit", "16", "--steps", "2", "--devices", "1", "--quiet"])
+    assert config.data_dir == str(shared_data_dir)
+    rows = load_split(config, "validation", tokenizer, 16)
+    np.testing.assert_array_equal(rows.labels, load_glue("rte", "dev", data_dir=shared_data_dir).labels[:16])
+    result = fit(config)
+    correct = result.metrics["accuracy"] / 100 * 16  # accuracy x100 over the 16 dev rows
+    assert result.step == 2 and correct == pytest.approx(round(correct)) and 0 <= correct <= 16
+    with pytest.raises(ValueError, match="data_dir is read with data_source='auto'"):
+        TrainConfig(task="rte", data_dir=str(shared_data_dir), data_source="hub")

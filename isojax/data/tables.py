@@ -20,6 +20,7 @@ import socket
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
@@ -53,11 +54,11 @@ class _Part:
     name: str
     start: int
     stop: int
-    first_line: int | None  # line of the block's first row, or None to count rows
+    lines: Sequence[int] | None  # 1-based line of each row of the block, or None to count rows
 
     def where(self, i: int) -> str:
         k = i - self.start
-        return f"{self.name}: line {self.first_line + k}" if self.first_line else f"{self.name}: row {k + 1}"
+        return f"{self.name}: line {self.lines[k]}" if self.lines is not None else f"{self.name}: row {k + 1}"
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,16 @@ class Table:
 
     columns: dict[str, list]
     parts: tuple[_Part, ...]
+
+    @classmethod
+    def from_file(cls, name: str, columns: dict[str, list], lines: Sequence[int]) -> Table:
+        """The rows of one file: row ``i`` of every column came from line ``lines[i]`` (1-based) of ``name``."""
+        return cls(columns, (_Part(name, 0, len(lines), lines),))
+
+    def rename(self, names: dict[str, str]) -> Table:
+        """The columns ``names.values()`` under the new names ``names.keys()`` (missing ones: ``ValueError``)."""
+        self.require(list(names.values()))
+        return Table({new: self.columns[old] for new, old in names.items()}, self.parts)
 
     def __len__(self) -> int:
         return self.parts[-1].stop if self.parts else 0
@@ -93,11 +104,15 @@ class Table:
                 raise ValueError(f"{self.where(i)}: column {name!r} must be text, got {v!r}")
         return list(values)
 
-    def number(self, name: str, *, low=None, high=None, integer=False, allowed=()) -> np.ndarray:
+    def number(self, name: str, *, low=None, high=None, integer=False, allowed=(), classes=()) -> np.ndarray:
         """Column ``name`` as float64; each value must be finite, within ``[low, high]`` (and an integer
-        when ``integer``) unless it is one of ``allowed`` (e.g. GLUE's ``-1`` for an unlabelled test row)."""
+        when ``integer``) unless it is one of ``allowed`` (e.g. GLUE's ``-1`` for an unlabelled test row).
+        Text values are parsed as numbers; a value equal to ``classes[k]`` (a label name) reads as ``k``."""
         self.require([name])
         values = self.columns[name]
+        ids = {c: k for k, c in enumerate(classes)}
+        if ids:
+            values = [ids.get(v, v) if isinstance(v, str) else v for v in values]
         try:
             out = np.asarray(values, dtype=np.float64)
         except (TypeError, ValueError):
@@ -114,7 +129,8 @@ class Table:
             i = int(np.argmin(ok))
             where, v = f"{self.where(i)}: column {name!r}", values[i]
             if not np.isfinite(out[i]):
-                raise ValueError(f"{where} must be a finite number, got {v!r}")
+                what = f"one of {list(classes)} or a class id" if classes else "a finite number"
+                raise ValueError(f"{where} must be {what}, got {v!r}")
             if integer and out[i] != round(out[i]):
                 raise ValueError(f"{where} must be an integer, got {v!r}")
             extra = f" or one of {list(allowed)}" if allowed else ""
@@ -224,6 +240,7 @@ def load_table(source, split: str, *, config: str | None = None) -> Table:
                              f"in {parts[0].name}")
         for col, values in ds.to_dict().items():  # one Arrow conversion; ds[col] iterates row by row
             columns.setdefault(col, []).extend(values)
-        parts.append(_Part(name, start, start + len(ds), first_line))
+        lines = range(first_line, first_line + len(ds)) if first_line else None
+        parts.append(_Part(name, start, start + len(ds), lines))
         start += len(ds)
     return Table(columns, tuple(parts))

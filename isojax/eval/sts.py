@@ -8,6 +8,10 @@ transformed embeddings; report Spearman's and Pearson's correlation with the gol
 Transforms (``METHODS``): ``raw``; ``center``; ``scaled_center``; ``whiten`` (k dims, BERT-whitening);
 ``abtt`` (all-but-the-top, D directions, centered or raw projection); ``flow`` (Glow fitted by maximum
 likelihood); ``softdecay`` (fixed α, over the whole matrix).
+
+Several sets at once (the SoftDecay paper's Table 1): :func:`embed_sets` encodes each distinct sentence of all
+the sets once, and :func:`evaluate_sets` applies every transform to every set, with one SoftDecay α chosen on
+a dev set, and averages over the sets.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ import scipy.stats
 
 from isojax import calibrate, metrics
 from isojax.eval.encode import encode
+from isojax.models.heads import pool
 from isojax.softdecay import soft_decay
 
 METHODS = ("raw", "center", "scaled_center", "whiten", "abtt", "flow", "softdecay")
@@ -76,13 +81,27 @@ class Transform:
         return soft_decay(x, self.alpha)
 
 
+def embed_sets(module, params, tokenizer, sets: Sequence, *, poolings: Sequence[str] = ("mean",),
+               max_length: int = 128, batch_size: int = 64, progress: bool = False) -> dict[str, list]:
+    """Sentence embeddings of both sides of several :class:`isojax.data.sts.StsData` in one pass.
+
+    Every distinct sentence of all the sets is encoded once, and every pooling in ``poolings`` comes from that
+    same forward pass. Returns ``{pooling: [(a [N_k, d], b [N_k, d]) for each set k]}``.
+    """
+    texts = list(dict.fromkeys(t for data in sets for t in (*data.sentences1, *data.sentences2)))
+    emb = encode(module, params, tokenizer, texts, reduce=lambda out, mask: {p: pool(out, mask, p) for p in poolings},
+                 max_length=max_length, batch_size=batch_size, progress=progress,
+                 desc=f"embedding {len(texts)} sentences of {len(sets)} set(s)")
+    row = {t: i for i, t in enumerate(texts)}
+    index = [([row[t] for t in data.sentences1], [row[t] for t in data.sentences2]) for data in sets]
+    return {p: [(emb[p][i1], emb[p][i2]) for i1, i2 in index] for p in poolings}
+
+
 def embed_pairs(module, params, tokenizer, data, *, pooling: str = "mean", max_length: int = 128,
                 batch_size: int = 64, progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Sentence embeddings ``([N, d], [N, d])`` of both sides of an :class:`isojax.data.sts.StsData`."""
-    emb = encode(module, params, tokenizer, data.sentences1 + data.sentences2, pooling=pooling,
-                 max_length=max_length, batch_size=batch_size, progress=progress,
-                 desc=f"embedding {data.name} {data.split}")
-    return emb[: len(data)], emb[len(data):]
+    return embed_sets(module, params, tokenizer, [data], poolings=(pooling,), max_length=max_length,
+                      batch_size=batch_size, progress=progress)[pooling][0]
 
 
 def cosine_scores(a, b) -> np.ndarray:
@@ -125,3 +144,30 @@ def search_alpha(a, b, gold, alphas: Sequence[float] = DEFAULT_ALPHAS) -> tuple[
     """The SoftDecay α with the best Spearman on a (dev) set; returns ``(best alpha, {alpha: spearman})``."""
     scores = {alpha: evaluate_pairs(a, b, gold, Transform("softdecay", alpha=alpha))["spearman"] for alpha in alphas}
     return max(scores, key=scores.get), scores
+
+
+def evaluate_sets(pairs: dict[str, tuple], transforms: Sequence[Transform], *, dev: tuple | None = None,
+                  alphas: Sequence[float] = DEFAULT_ALPHAS, isotropy: bool = False) -> dict:
+    """Every transform on every set, as the SoftDecay paper's Table 1 (one α for all sets, chosen on a dev set).
+
+    Args:
+      pairs: ``{set label: (a [N, d], b [N, d], gold [N])}``, the embedded pairs of each set.
+      transforms: the transforms to apply (a table row each).
+      dev: ``(a, b, gold)`` of the set on which SoftDecay's α is searched over ``alphas`` (the paper: STS-B
+        dev); the best α then replaces the ``alpha`` of every ``softdecay`` transform. ``None``: keep them.
+      isotropy: add the Figure-4 measures of each set's transformed embeddings to its rows.
+
+    Returns:
+      ``{"sets": {label: [evaluate_pairs row per transform]}, "average": {transform label: mean Spearman over
+      the sets}, "alpha_search": {"spearman": {α: Spearman on dev}, "best": α}}`` (the last only with ``dev``).
+    """
+    out = {}
+    if dev is not None and any(t.method == "softdecay" for t in transforms):
+        best, scores = search_alpha(*dev, alphas)
+        transforms = [dataclasses.replace(t, alpha=best) if t.method == "softdecay" else t for t in transforms]
+        out["alpha_search"] = {"spearman": {str(k): v for k, v in scores.items()}, "best": best}
+    out["sets"] = {label: [evaluate_pairs(a, b, gold, t, isotropy=isotropy) for t in transforms]
+                   for label, (a, b, gold) in pairs.items()}
+    out["average"] = {t.label: float(np.mean([rows[i]["spearman"] for rows in out["sets"].values()]))
+                      for i, t in enumerate(transforms)}
+    return out

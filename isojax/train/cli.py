@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from isojax.data.datadir import DATA_DIR_HELP
 from isojax.data.glue import GLUE_TASKS
 from isojax.train.config import METHOD_ALIASES, METHODS, TrainConfig, parse_regularizer
 from isojax.train.model import REPRESENTATIONS
@@ -68,9 +69,10 @@ def add_finetune_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--softdecay-placement", default=d.softdecay_placement, choices=("output", "block"),
                    help="SoftDecay on the last layer's output (the paper; default) or inside the last block before "
                    "its LayerNorm with the residual added twice (the authors' code)")
+    g.add_argument("--data-dir", default=d.data_dir, metavar="DIR", help=DATA_DIR_HELP)
     g.add_argument("--data-source", default=d.data_source,
-                   help="GLUE source: auto (Hub; STS-B falls back to the offline package), hub, package, or a "
-                   "local directory/file in the Hub's layout")
+                   help="GLUE source: auto (--data-dir, else $ISOJAX_DATA_DIR, else the Hub; STS-B falls back to "
+                   "the offline package), hub, package, or a local directory/file in the Hub's layout")
     g.add_argument("--train-limit", type=int, default=0, help="use the first N training rows (0 = all)")
     g.add_argument("--eval-limit", type=int, default=0, help="evaluate on the first N dev rows (0 = all)")
     g.add_argument("--max-length", type=int, default=d.max_length, help=f"tokens per example (default {d.max_length})")
@@ -130,7 +132,7 @@ def config_from_args(args) -> TrainConfig:
         parallel=args.parallel, model_parallel=args.model_parallel, output_dir=args.out,
         save_every=args.save_every, keep_checkpoints=args.keep_checkpoints, eval_every=args.eval_every,
         log_every=args.log_every, train_limit=args.train_limit, eval_limit=args.eval_limit,
-        data_source=args.data_source, progress=not args.quiet)
+        data_source=args.data_source, data_dir=args.data_dir, progress=not args.quiet)
 
 
 def cmd_finetune(args) -> int:

@@ -141,12 +141,17 @@ class TrainConfig:
     train_limit: int = 0
     eval_limit: int = 0
     data_source: Any = "auto"
+    data_dir: Any = None
     progress: bool = True
 
     def __post_init__(self):
         object.__setattr__(self, "task", glue_task(self.task).name)
-        if isinstance(self.data_source, os.PathLike):
-            object.__setattr__(self, "data_source", os.fspath(self.data_source))
+        for name in ("data_source", "data_dir"):
+            if isinstance(getattr(self, name), os.PathLike):
+                object.__setattr__(self, name, os.fspath(getattr(self, name)))
+        if self.data_dir is not None and self.data_source != "auto":
+            raise ValueError(f"data_dir is read with data_source='auto', got data_source={self.data_source!r}; "
+                             "pass one of the two")
         method(self.method)
         object.__setattr__(self, "regularizers", tuple(self.regularizers))
         for reg in self.regularizers:

