@@ -9,8 +9,9 @@ The configuration (committed) names the model, tasks, seeds and *protocols*: eac
 hyperparameters (``defaults`` and ``overrides`` in ``isojax finetune`` option names) with its own baseline and
 its methods (a method = the ``isojax finetune`` options that make it: ``--method``, ``--reg``, ...). A run is one
 (protocol, method, task, seed); it lives in ``<runs-dir>/<protocol>/<task>/<method>/seed<seed>/`` and is done when
-its ``results.json`` exists. Running the command again skips done runs and resumes an interrupted one from its
-last checkpoint, so a campaign can be finished in several sittings. Each run is a separate
+its ``results.json`` exists there or in the committed run records (below). Running the command again skips
+done runs and resumes an interrupted one from its last checkpoint, so a campaign can be finished in several
+sittings, also from a fresh checkout. Runs go seed by seed (every method's seed 0 first), smallest task first. Each run is a separate
 ``python -m isojax.cli finetune`` process (a killed campaign loses at most the steps since that run's last
 checkpoint); JAX's persistent compilation cache is shared by the runs.
 
@@ -20,8 +21,8 @@ baseline (``scipy.stats.ttest_ind``, equal variances, as isotropy-calibration-ev
 p < 0.05), the isotropy of the evaluated representation (IsoScore, EV1-3 and the raw anisotropy of the [CLS] /
 head input, I1 and I2 of the word embedding matrix) and the training seconds per epoch (isotropy-calibration-
 evaluation reports time per epoch). The Isotropy Layer has two lines (stage 1, the fine-tuned model, and stage 2).
-Every finished run's ``results.json`` and ``log.jsonl`` are copied to ``<out>/glue_methods_runs/``, so every number
-of the report can be traced to a run's own record.
+Every finished run's ``results.json``, ``log.jsonl`` and ``campaign.json`` (wall time, commit, machine) are copied
+to ``<out>/glue_methods_runs/``, so every number of the report can be traced to a run's own record.
 
 ``--sweep`` runs the regulariser-weight sweeps of the configuration (``sweeps``) instead, and reports them in
 ``<out>/glue_methods_sweep.md``.
@@ -138,8 +139,13 @@ def run_one(run: Run, runs_dir: str, data_dir: str | None, eval_every: int, env:
     return time.perf_counter() - started
 
 
-def done(run: Run, runs_dir: str) -> bool:
-    return os.path.exists(os.path.join(run.directory(runs_dir), "results.json"))
+def finished_record(run: Run, runs_dir: str, records_dir: str) -> str | None:
+    """Directory holding the run's ``results.json`` and ``log.jsonl``: its run directory, else the committed copy
+    in ``records_dir`` (so a campaign continues in a fresh checkout); None while the run is not finished."""
+    for directory in (run.directory(runs_dir), run.directory(records_dir)):
+        if os.path.exists(os.path.join(directory, "results.json")):
+            return directory
+    return None
 
 
 def ttest(a, b) -> float | None:
@@ -160,15 +166,15 @@ def _stage_rows(method: str, results: dict) -> dict[str, tuple[dict, dict]]:
     return {f"{method}: {stage}": (evaluation, timing.get(stage, {})) for stage, evaluation in stages.items()}
 
 
-def collect(runs: list[Run], runs_dir: str) -> dict:
+def collect(runs: list[Run], runs_dir: str, records_dir: str) -> dict:
     """``{(task, protocol): {line: [per-seed record]}}`` of the finished runs; a record is the evaluation plus
     ``seconds_per_epoch`` and ``seed``."""
     table = defaultdict(lambda: defaultdict(list))
     for run in runs:
-        path = os.path.join(run.directory(runs_dir), "results.json")
-        if not os.path.exists(path):
+        directory = finished_record(run, runs_dir, records_dir)
+        if directory is None:
             continue
-        with open(path) as f:
+        with open(os.path.join(directory, "results.json")) as f:
             results = json.load(f)
         for line, (evaluation, timing) in _stage_rows(run.method, results).items():
             table[run.task, run.protocol][line].append(
@@ -202,7 +208,7 @@ def task_table(task: str, lines: dict[str, list[dict]], baseline: str) -> tuple[
     return markdown_table(headers, rows), payload
 
 
-def curves(runs: list[Run], runs_dir: str, path: str, title: str) -> str | None:
+def curves(runs: list[Run], runs_dir: str, records_dir: str, path: str, title: str) -> str | None:
     """One panel per task: the first task metric on dev over training steps, mean over seeds, one line per
     protocol/method (from the runs' ``log.jsonl`` eval records)."""
     import matplotlib
@@ -215,9 +221,10 @@ def curves(runs: list[Run], runs_dir: str, path: str, title: str) -> str | None:
 
     series = defaultdict(lambda: defaultdict(list))
     for run in runs:
-        log = os.path.join(run.directory(runs_dir), "log.jsonl")
-        if done(run, runs_dir) and os.path.exists(log):
-            series[run.task][f"{run.protocol}: {run.method}"].append(latest_evaluations(JsonLog(log).read()))
+        directory = finished_record(run, runs_dir, records_dir)
+        if directory is not None:
+            evaluations = latest_evaluations(JsonLog(os.path.join(directory, "log.jsonl")).read())
+            series[run.task][f"{run.protocol}: {run.method}"].append(evaluations)
     if not series:
         return None
     tasks = sorted(series)
@@ -239,35 +246,38 @@ def curves(runs: list[Run], runs_dir: str, path: str, title: str) -> str | None:
     return path
 
 
-def copy_records(runs: list[Run], runs_dir: str, target: str) -> None:
-    """Copy each finished run's ``results.json`` and ``log.jsonl`` to ``target`` (same relative layout)."""
+def copy_records(runs: list[Run], runs_dir: str, records_dir: str) -> None:
+    """Copy the ``results.json``, ``log.jsonl`` and ``campaign.json`` of each run finished in ``runs_dir`` to
+    ``records_dir`` (same layout)."""
     for run in runs:
-        if not done(run, runs_dir):
+        source, target = run.directory(runs_dir), run.directory(records_dir)
+        if not os.path.exists(os.path.join(source, "results.json")):
             continue
-        relative = os.path.relpath(run.directory(runs_dir), runs_dir)
-        os.makedirs(os.path.join(target, relative), exist_ok=True)
-        for name in ("results.json", "log.jsonl"):
-            shutil.copyfile(os.path.join(run.directory(runs_dir), name), os.path.join(target, relative, name))
+        os.makedirs(target, exist_ok=True)
+        for name in ("results.json", "log.jsonl", "campaign.json"):
+            if os.path.exists(os.path.join(source, name)):
+                shutil.copyfile(os.path.join(source, name), os.path.join(target, name))
 
 
 def report(config: dict, runs: list[Run], runs_dir: str, out: str, name: str, prov: dict, header: str) -> str:
     """Write the tables, the curves and the run records (module docstring); return the Markdown path."""
-    table = collect(runs, runs_dir)
+    records_dir = os.path.join(out, f"{name}_runs")
+    copy_records(runs, runs_dir, records_dir)
+    table = collect(runs, runs_dir, records_dir)
     sections, payload = [header], []
     for task in config["tasks"]:
         for protocol, spec in config["protocols"].items():
             if (task, protocol) not in table:
                 continue
-            missing = sum(1 for r in runs if (r.task, r.protocol) == (task, protocol) and not done(r, runs_dir))
+            missing = sum(1 for r in runs if (r.task, r.protocol) == (task, protocol)
+                          and finished_record(r, runs_dir, records_dir) is None)
             text, rows = task_table(task, table[task, protocol], spec["baseline"])
             sections.append(f"## {task}, protocol {protocol} ({missing} run(s) of this selection not finished)\n\n"
                             + text)
             payload.append({"task": task, "protocol": protocol, "rows": rows})
     if not payload:
         sections.append("No finished runs yet.")
-    records_dir = os.path.join(out, f"{name}_runs")
-    copy_records(runs, runs_dir, records_dir)
-    picture = curves(runs, runs_dir, os.path.join(out, f"{name}_curves.png"),
+    picture = curves(runs, runs_dir, records_dir, os.path.join(out, f"{name}_curves.png"),
                      title=f"{config['title']}: dev metric over training, mean over seeds")
     if picture:
         sections.append(f"![curves]({os.path.basename(picture)})")
@@ -309,16 +319,19 @@ def main(argv=None) -> int:
     runs = select(expand(config, sweep=args.sweep), only)
     name = args.name or ("glue_methods_sweep" if args.sweep else "glue_methods")
     prov = provenance("glue_methods")  # of the code that runs, taken before it runs
-    todo = [r for r in runs if not done(r, args.runs_dir)]
+    records_dir = os.path.join(args.out, f"{name}_runs")
+    todo = [r for r in runs if finished_record(r, args.runs_dir, records_dir) is None]
     print(f"{len(runs)} runs selected, {len(runs) - len(todo)} done, {len(todo)} to run", flush=True)
     env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=os.path.abspath(os.path.join(args.runs_dir, "jax_cache")))
     if not args.report_only:
         from isojax.data.glue import load_glue
 
-        sizes = {}
+        sizes = {task: len(load_glue(task, "train", data_dir=args.data_dir).labels) for task in {r.task for r in todo}}
+        methods = {}
+        for method in (m for p in config["protocols"].values() for m in p["methods"]):
+            methods.setdefault(method, len(methods))
+        todo.sort(key=lambda r: (r.seed, sizes[r.task], methods.get(r.method, len(methods))))  # seed by seed
         for run in todo:
-            if run.task not in sizes:
-                sizes[run.task] = len(load_glue(run.task, "train", data_dir=args.data_dir).labels)
             every = evals_every(run, sizes[run.task], config["evals_per_epoch"])
             command = "python -m isojax.cli " + " ".join(run.arguments(args.runs_dir, args.data_dir))
             print(f"== {run.key}: {command} --eval-every {every}", flush=True)
@@ -327,10 +340,12 @@ def main(argv=None) -> int:
             seconds = run_one(run, args.runs_dir, args.data_dir, every, env)
             with open(os.path.join(run.directory(args.runs_dir), "campaign.json"), "w") as f:
                 json.dump({"wall_seconds": seconds, "commit": prov["commit"], "machine": prov["machine"]}, f)
+            copy_records([run], args.runs_dir, records_dir)  # kept as soon as it is done
     if args.dry_run:
         return 0
-    commits = sorted({json.load(open(p))["commit"] for r in runs
-                      if os.path.exists(p := os.path.join(r.directory(args.runs_dir), "campaign.json"))})
+    commits = sorted({json.load(open(p))["commit"] for r in runs for d in (r.directory(args.runs_dir),
+                                                                            r.directory(records_dir))
+                      if os.path.exists(p := os.path.join(d, "campaign.json"))})
     header = (f"Model `{config['model']}`; dev sets; mean ± std over seeds (population std); in brackets the "
               "two-sample t-test p-value against the protocol's baseline (scipy.stats.ttest_ind, equal variances; "
               "* p < 0.05). Protocols:\n\n" + "\n".join(f"- **{k}**: {v['source']}"
