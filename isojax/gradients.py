@@ -257,9 +257,7 @@ def softmax_gradient_split(w, h, targets, *, bias=None, weights=None) -> Softmax
     Returns:
       :class:`SoftmaxGradients`.
     """
-    w = check_points(w, "w", min_n=2)
-    if w.ndim != 2:
-        raise ValueError(f"w must have shape [V, d], got {w.shape}")
+    w = _check_matrix(w)
     h = check_float(h, "h")
     if h.ndim != 2 or h.shape[1] != w.shape[1]:
         raise ValueError(f"h must have shape [N, {w.shape[1]}] (d of w), got {h.shape}")
@@ -280,6 +278,14 @@ def softmax_gradient_split(w, h, targets, *, bias=None, weights=None) -> Softmax
     target = jnp.zeros_like(w).at[targets].add(-jnp.sum(pushes, axis=1)[:, None] * h)  # ω_n (1 − p_t) = Σ_{j≠t}
     loss = -jnp.sum(omega * jnp.sum(jnp.where(is_target, log_p, 0), axis=1))
     return SoftmaxGradients(loss=loss, target=target, non_target=non_target)
+
+
+def _check_matrix(w):
+    """An embedding matrix ``[V, d]`` (V >= 2, no batch axes)."""
+    w = check_points(w, "w", min_n=2)
+    if w.ndim != 2:
+        raise ValueError(f"w must have shape [V, d], got {w.shape}")
+    return w
 
 
 def _check_targets(targets, n: int, vocab: int):
@@ -351,9 +357,7 @@ def common_enemies_alignment(w, grad, *, mask=None) -> CommonEnemiesAlignment:
     Returns:
       :class:`CommonEnemiesAlignment`.
     """
-    w = check_points(w, "w", min_n=2)
-    if w.ndim != 2:
-        raise ValueError(f"w must have shape [V, d], got {w.shape}")
+    w = _check_matrix(w)
     grad = check_float(grad, "grad")
     if grad.shape != w.shape:
         raise ValueError(f"grad must have the shape of w {w.shape}, got {grad.shape}")
