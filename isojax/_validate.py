@@ -58,6 +58,9 @@ def check_square(c, name: str, d: int):
 def check_positive_int(value, name: str, upper: int | None = None) -> int:
     """Check a Python int ``1 <= value (<= upper)``: ``TypeError`` for any other type (bool and float
     included), ``ValueError`` out of range; both name the argument."""
+    if isinstance(value, jax.core.Tracer):
+        raise TypeError(f"{name} is shape-like and must be static under jit (static_argnames or a closure), "
+                        "got a traced value")
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be a Python int, got {type(value).__name__} {value!r}")
     if value < 1 or (upper is not None and value > upper):

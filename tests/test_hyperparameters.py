@@ -132,3 +132,5 @@ def test_hyperparameter_type_and_shape_errors():
         metrics.rbf_uniformity(x, t=True)
     with pytest.raises(ValueError, match="weight must be a scalar"):
         losses.cosine_regularization(x, weight=jnp.ones(2))
+    with pytest.raises(TypeError, match="k is shape-like and must be static under jit"):
+        jax.jit(metrics.explained_variance)(x, 2)
