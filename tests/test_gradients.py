@@ -150,7 +150,8 @@ def entropy_clouds():
     centers = 5.0 * rng.normal(size=(3, 3))
     clustered = centers[np.arange(15) % 3] + 0.4 * rng.normal(size=(15, 3))
     labels = np.arange(15) % 2
-    grid = np.stack(np.meshgrid(np.arange(3.0), np.arange(3.0)), -1).reshape(-1, 2) @ np.array([[1.0, 0, 0.5], [0, 1.0, 0]])
+    square = np.stack(np.meshgrid(np.arange(3.0), np.arange(3.0)), -1).reshape(-1, 2)
+    grid = np.concatenate([square, np.zeros((9, 1))], axis=1)  # a unit 3 x 3 grid in R^3: all 8 bars are 1
     repeated = np.repeat(clustered[:5], 2, axis=0)
     padded = np.concatenate([clustered, 9 * np.ones((4, 3))])
     return [
@@ -158,7 +159,7 @@ def entropy_clouds():
         ("clusters labels", clustered, labels, None),
         ("padding labels", padded, np.concatenate([labels, np.zeros(4, int)]), np.arange(19) < 15),
         ("repeated points", repeated, None, None),
-        ("tied bars", grid + 0.0, None, None),
+        ("tied bars", grid, None, None),
         ("batch", np.stack([clustered, clustered[::-1] * 1.3]), np.tile(labels, (2, 1)), None),
     ]
 

@@ -2,9 +2,10 @@
 
     python -m experiments.benchmarks.metrics [--points 20000 --dim 768 --sizes 64 256 1024 --repeats 5] [--quick]
 
-(a) ``isojax.metrics.isoscore`` (jitted by the caller, ``jax.jit(isoscore)``, as isojax's metrics expect) against ``IsoScore.IsoScore`` of the ``isoscore`` package (torch:
-``torch.cov`` + ``svdvals``) on a float32 ``[points, dim]`` cloud. The package's time includes its
-``torch.tensor`` copy of the input, which is part of its API.
+(a) ``isojax.metrics.isoscore`` (jitted by the caller, ``jax.jit(isoscore)``, as isojax's metrics expect) against
+``IsoScore.IsoScore`` of the ``isoscore`` package (torch: ``torch.cov`` + ``svdvals``) on a float32
+``[points, dim]`` cloud. The package's time includes its ``torch.tensor`` copy of the input, which is part of its
+API.
 (b) ``isojax.topology.zero_dim_barcode`` (``jax.jit``: Gram-matrix distances + Prim's ``fori_loop``) against
 scipy (``pdist`` + ``minimum_spanning_tree``) and ripser (``ripser(x, maxdim=0)``, H0 only), each from the
 ``[n, dim]`` points to the finite bars, for each n in ``--sizes``.
