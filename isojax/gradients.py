@@ -73,8 +73,9 @@ def cosine_regularization_grad(w, *, mask=None, weight=1.0):
 
         ∂R/∂w_i = 2λ / (N² ‖w_i‖) · (I − ŵ_iŵ_iᵀ) s,
 
-    the component of the summed direction s orthogonal to w_i: every row is pulled away from the mean
-    direction, more strongly the shorter it is. Zero rows and padding rows get 0.
+    the component of the summed direction s orthogonal to w_i: a descent step rotates every row away from the
+    mean direction (its norm does not change to first order), more strongly the shorter the row. Zero rows
+    and padding rows get 0.
 
     Returns:
       ``[..., N, d]`` gradient, in ``w``'s dtype.

@@ -16,6 +16,8 @@ per cloud, leading axes never reduced; everything works under ``jit``, ``vmap`` 
 """
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -62,6 +64,10 @@ def _mst_parents(sq, real):
     return parent, is_edge
 
 
+# The unvalidated cores below are jitted internally (all arrays traced, only the ``bars`` mode static): an eager
+# call then compiles Prim's loop and the selection once per shape instead of re-tracing them op by op on every
+# call; under the caller's jit they are simply inlined. The public functions stay plain, as everywhere.
+@jax.jit
 def _edges(x, real):
     """Unvalidated core of :func:`barcode_edges` for ``x`` ``[..., n, d]`` and ``real`` ``[..., n]``."""
     n = x.shape[-2]
@@ -175,6 +181,7 @@ def persistent_entropy(bars, *, mask=None):
     return _entropy(bars, mask)
 
 
+@jax.jit
 def _prominent(bars, valid):
     """Unvalidated core of :func:`select_prominent` (no gradient)."""
     m = bars.shape[-1]
@@ -295,11 +302,17 @@ def persistent_entropy_loss(x, labels=None, *, mask=None, num_classes: int | Non
       ``[...]`` loss values.
     """
     clouds, real, weight, in_range = _loss_inputs(x, labels, mask, num_classes, bars, in_cluster_weight)
+    loss = _cloud_losses(clouds, real, weight, bars=bars)
+    return nan_unless(in_range, loss if labels is None else jnp.sum(loss, axis=-1))
+
+
+@functools.partial(jax.jit, static_argnames="bars")
+def _cloud_losses(clouds, real, weight, *, bars):
+    """R = −H(entropy bars) + w · mean(in-cluster bars) of each cloud, ``[..., (C)]``."""
     barcode = _edges(clouds, real)[1]
     entropy_bars, in_cluster = _entropy_and_in_cluster_bars(barcode, barcode_mask(real), bars)
     mean_in_cluster = safe_div(jnp.sum(jnp.where(in_cluster, barcode, 0), axis=-1), jnp.sum(in_cluster, axis=-1))
-    loss = -_entropy(barcode, entropy_bars) + weight * mean_in_cluster
-    return nan_unless(in_range, loss if labels is None else jnp.sum(loss, axis=-1))
+    return -_entropy(barcode, entropy_bars) + weight * mean_in_cluster
 
 
 def persistent_entropy_loss_grad(x, labels=None, *, mask=None, num_classes: int | None = None,
@@ -318,6 +331,13 @@ def persistent_entropy_loss_grad(x, labels=None, *, mask=None, num_classes: int 
     the loss).
     """
     clouds, real, weight, in_range = _loss_inputs(x, labels, mask, num_classes, bars, in_cluster_weight)
+    grad = _cloud_loss_grads(clouds, real, weight, bars=bars)
+    return nan_unless(in_range, grad if labels is None else jnp.sum(grad, axis=-3))
+
+
+@functools.partial(jax.jit, static_argnames="bars")
+def _cloud_loss_grads(clouds, real, weight, *, bars):
+    """∂R/∂clouds of each cloud, ``[..., (C), n, d]`` (see :func:`persistent_entropy_loss_grad`)."""
     edges, barcode = _edges(clouds, real)
     entropy_bars, in_cluster = _entropy_and_in_cluster_bars(barcode, barcode_mask(real), bars)
     lengths = jnp.where(entropy_bars, barcode, 0)
@@ -332,5 +352,4 @@ def persistent_entropy_loss_grad(x, labels=None, *, mask=None, num_classes: int 
     step = safe_div(ends[..., 0, :] - ends[..., 1, :], barcode[..., None]) * d_bars[..., None]  # [..., m, d]
     n = clouds.shape[-2]
     incidence = jax.nn.one_hot(edges[..., 0], n, dtype=step.dtype) - jax.nn.one_hot(edges[..., 1], n, dtype=step.dtype)
-    grad = jnp.matmul(jnp.swapaxes(incidence, -1, -2), step, precision=HIGHEST)  # [..., n, d]
-    return nan_unless(in_range, grad if labels is None else jnp.sum(grad, axis=-3))
+    return jnp.matmul(jnp.swapaxes(incidence, -1, -2), step, precision=HIGHEST)  # [..., n, d]
