@@ -1,4 +1,4 @@
-"""Numerical building blocks shared by the metrics, losses, topology, calibration and pooling code.
+"""Safe numeric primitives shared by the statistics (:mod:`isojax._stats`), metrics, losses, topology and calibration.
 
 Each is safe where the naive formula is not: finite values *and* finite gradients at zero denominators,
 zero norms and empty masks (the double-``where`` trick keeps the untaken branch's gradient finite).
@@ -33,14 +33,3 @@ def safe_norm(v, axis=-1, keepdims: bool = False):
     """Euclidean norm ``sqrt(sum v^2)`` along ``axis``, with a finite (zero) gradient at the zero vector."""
     return safe_sqrt(jnp.sum(v * v, axis=axis, keepdims=keepdims))
 
-
-def masked_mean(x, mask=None):
-    """Mean over axis -2 of the rows selected by ``mask``: ``sum_i m_i x_i / max(sum_i m_i, 1)``.
-
-    ``x [..., n, d]``, ``mask [..., n]`` (bool or 0/1; None = every row) -> ``[..., d]``. A mask with no true
-    row gives a zero mean (never NaN).
-    """
-    if mask is None:
-        return jnp.mean(x, axis=-2)
-    w = mask.astype(x.dtype)[..., None]
-    return jnp.sum(w * x, axis=-2) / jnp.maximum(jnp.sum(w, axis=-2), 1)

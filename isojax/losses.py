@@ -12,23 +12,39 @@
 The persistent-entropy regulariser lives with the barcodes in :mod:`isojax.topology`
 (:func:`isojax.topology.persistent_entropy_loss`).
 
-All losses are to be minimised, take ``[..., n, d]`` inputs (leading axes are batch axes) and have
-finite gradients on degenerate input (zero rows, identical rows, repeated singular values).
+Conventions (as in :mod:`isojax.metrics`, and in optax's style):
+
+* **Plain functions, the caller jits.** Nothing is jitted where it is defined; losses are meant to be called
+  inside the caller's jitted training step.
+* **Float hyperparameters are traced**: ``weight`` (λ), ``c1``, ``c2``, ``gamma``, ``eps``, ``zeta`` and
+  ``smoothing`` may be arrays inside ``jit`` -- a scheduled or learned value, no recompile for a new value, and
+  ``jax.grad`` with respect to them. A concrete value out of range raises ``ValueError``, a traced one makes
+  the result NaN.
+* **Whole-set losses, no reduction.** Every regulariser here is a property of a whole set of vectors -- an
+  embedding matrix ``[..., V, d]`` or a batch of embeddings ``[..., n, d]`` (IsoScore of a batch is not a mean of
+  per-example terms) -- so there is no per-example output to weight: the result is one value per set, ``[...]``,
+  leading axes index independent sets and are never reduced. ``mask [..., n]`` (true = real row) excludes
+  padding rows exactly. ``weight`` λ multiplies the result (a convenience: ``weight * loss(x)`` is the same).
+
+All losses are to be minimised and have finite gradients on degenerate input (zero rows, identical rows,
+repeated singular values). Closed-form gradients of the regularisers are in :mod:`isojax.gradients`.
 """
 from __future__ import annotations
 
-from functools import partial
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from isojax._numeric import promote_float32, safe_div
-from isojax._validate import check_float, check_mask, check_points
-from isojax.metrics import _cosine_sums, isoscore, isoscore_star
+from isojax._stats import cosine_sums
+from isojax._validate import check_float, check_hyperparameter, check_mask, check_points, nan_unless
+from isojax.metrics import isoscore, isoscore_star
 
 __all__ = [
     "cosine_regularization",
+    "polynomial_decay",
+    "exponential_decay",
     "spectrum_polynomial",
     "spectrum_exponential",
     "isoscore_loss",
@@ -39,8 +55,7 @@ __all__ = [
 ]
 
 
-@jax.jit
-def cosine_regularization(w, *, mask=None, weight: float = 1.0):
+def cosine_regularization(w, *, mask=None, weight=1.0):
     """Cosine regularisation R = λ / N² Σ_i Σ_{j≠i} ŵ_iᵀŵ_j, ŵ = w / ‖w‖ (Gao et al. 2019).
 
     Evaluated in O(Nd) through the mean-direction identity of too-much-in-common App. A:
@@ -51,101 +66,116 @@ def cosine_regularization(w, *, mask=None, weight: float = 1.0):
     Args:
       w: ``[..., N, d]`` float embedding matrix (N ≥ 2).
       mask: optional ``[..., N]`` bool, true = real row.
-      weight: λ.
+      weight: λ (traced).
 
     Returns:
       ``[...]`` values in [−λ/N, λ(N − 1)/N].
     """
     w = check_points(w, "w", min_n=2)
     mask = check_mask(mask, w)
-    all_pairs, diagonal, count = _cosine_sums(w, mask)
+    weight, _ = check_hyperparameter(weight, "weight")
+    all_pairs, diagonal, count = cosine_sums(promote_float32(w), mask)
     return weight * safe_div(all_pairs - diagonal, count**2)
 
 
-def _singular_values(w):
-    """Singular values ``[..., min(V, d)]`` (descending) of ``w``, in at least float32.
-
-    ``svd(compute_uv=False)`` has finite gradients even where singular values repeat or vanish.
-    """
-    w = check_points(w, "w")
-    return jnp.linalg.svd(promote_float32(w), compute_uv=False)
+def _ranks(num: int):
+    """``k = 1..num`` as floats ``[num]`` (the default float dtype)."""
+    return jnp.arange(1, num + 1, dtype=jnp.result_type(float))
 
 
-def _spectrum_penalty(sigma, prior, weight):
+def polynomial_decay(num: int, *, c1, gamma):
+    """The polynomial prior spectrum of spectrum control, c1 k^γ for k = 1..``num`` (static), ``[num]``."""
+    c1, _ = check_hyperparameter(c1, "c1")
+    gamma, _ = check_hyperparameter(gamma, "gamma")
+    return c1 * _ranks(num) ** gamma
+
+
+def exponential_decay(num: int, *, c1, c2, gamma):
+    """The exponential prior spectrum of spectrum control, c1 exp(−c2 k^γ) for k = 1..``num`` (static),
+    ``[num]``."""
+    c1, _ = check_hyperparameter(c1, "c1")
+    c2, _ = check_hyperparameter(c2, "c2")
+    gamma, _ = check_hyperparameter(gamma, "gamma")
+    return c1 * jnp.exp(-c2 * _ranks(num) ** gamma)
+
+
+def _spectrum_penalty(w, prior, weight):
+    """λ Σ_k (σ_k − prior_k)² with σ the singular values of ``w`` (``svd(compute_uv=False)``, in at least
+    float32: its gradient is finite even where singular values repeat or vanish)."""
+    weight, _ = check_hyperparameter(weight, "weight")
+    sigma = jnp.linalg.svd(promote_float32(w), compute_uv=False)
     return weight * jnp.sum((sigma - prior) ** 2, axis=-1)
 
 
-@jax.jit
-def spectrum_polynomial(w, *, c1: float, gamma: float, weight: float = 1.0):
+def spectrum_polynomial(w, *, c1, gamma, weight=1.0):
     """Spectrum control towards a polynomial decay: R_pol = λ Σ_k (σ_k − c1 k^γ)².
 
     σ_k is the k-th largest singular value of the embedding matrix W, k = 1..min(V, d)
-    (Wang et al. 2020; isotropy-calibration-evaluation §3). γ < 0 gives a decaying prior.
+    (Wang et al. 2020; isotropy-calibration-evaluation §3). γ < 0 gives a decaying prior
+    (:func:`polynomial_decay`).
 
     Args:
       w: ``[..., V, d]`` float matrix (for instance the output embedding matrix).
-      c1: scale of the prior; gamma: decay exponent γ; weight: λ.
+      c1: scale of the prior; gamma: decay exponent γ; weight: λ (all traced).
 
     Returns:
       ``[...]`` penalties.
     """
-    sigma = _singular_values(w)
-    k = jnp.arange(1, sigma.shape[-1] + 1, dtype=sigma.dtype)
-    return _spectrum_penalty(sigma, c1 * k**gamma, weight)
+    w = check_points(w, "w")
+    return _spectrum_penalty(w, polynomial_decay(min(w.shape[-2:]), c1=c1, gamma=gamma), weight)
 
 
-@jax.jit
-def spectrum_exponential(w, *, c1: float, c2: float, gamma: float, weight: float = 1.0):
+def spectrum_exponential(w, *, c1, c2, gamma, weight=1.0):
     """Spectrum control towards an exponential decay: R_exp = λ Σ_k (σ_k − c1 exp(−c2 k^γ))².
 
-    Same σ_k as :func:`spectrum_polynomial` (Wang et al. 2020; isotropy-calibration-evaluation §3).
+    Same σ_k as :func:`spectrum_polynomial` (Wang et al. 2020; isotropy-calibration-evaluation §3); prior
+    :func:`exponential_decay`.
 
     Args:
       w: ``[..., V, d]`` float matrix.
-      c1: scale; c2: rate; gamma: exponent γ of k; weight: λ.
+      c1: scale; c2: rate; gamma: exponent γ of k; weight: λ (all traced).
 
     Returns:
       ``[...]`` penalties.
     """
-    sigma = _singular_values(w)
-    k = jnp.arange(1, sigma.shape[-1] + 1, dtype=sigma.dtype)
-    return _spectrum_penalty(sigma, c1 * jnp.exp(-c2 * k**gamma), weight)
+    w = check_points(w, "w")
+    return _spectrum_penalty(w, exponential_decay(min(w.shape[-2:]), c1=c1, c2=c2, gamma=gamma), weight)
 
 
-@partial(jax.jit, static_argnames=("eps",))
-def isoscore_loss(x, *, mask=None, eps: float = 1e-6):
+def isoscore_loss(x, *, mask=None, eps=1e-6):
     """IsoScore loss L_2 = log(1 / IsoScore(x)) of isotropy-layer-joint-loss §3.3.
 
     Computed as −log(max(IsoScore, 0) + eps): IsoScore ∈ [0, 1] is exactly 0 for a cloud on a
     line, and eps keeps the loss and its gradient finite there. See :func:`isojax.metrics.isoscore`.
+    A whole-batch quantity: one value per batch of embeddings.
 
     Args:
       x: ``[..., n, d]`` float mini-batch of embeddings (e.g. [CLS] vectors), n ≥ 2, d ≥ 2.
       mask: optional ``[..., n]`` bool, true = real row.
-      eps: positive floor inside the log.
+      eps: positive floor inside the log (traced; a traced eps ≤ 0 gives NaN).
 
     Returns:
       ``[...]`` non-negative losses (≤ −log eps).
     """
-    if not eps > 0:
-        raise ValueError(f"eps must be positive, got {eps!r}")
-    return -jnp.log(jnp.maximum(isoscore(x, mask=mask), 0) + eps)
+    eps, eps_ok = check_hyperparameter(eps, "eps", low=0.0, low_open=True)
+    score = isoscore(x, mask=mask)
+    return nan_unless(eps_ok, -jnp.log(jnp.where(score > 0, score, 0) + eps))
 
 
-@partial(jax.jit, static_argnames=("zeta",))
-def istar_loss(x, *, c0=None, zeta: float = 0.2, mask=None, weight: float = 1.0):
+def istar_loss(x, *, c0=None, zeta=0.2, mask=None, weight=1.0):
     """I-STAR regulariser λ (1 − IsoScore*(x; C0, ζ)), added to the task loss.
 
     Rudman & Eickhoff's I-STAR: training loss = task loss + λ(1 − IsoScore*). ``c0``/``zeta`` as
-    in :func:`isojax.metrics.isoscore_star` (``c0=None`` = identity, ζ = 0.2).
+    in :func:`isojax.metrics.isoscore_star` (``c0=None`` = identity, ζ = 0.2). A whole-batch quantity.
 
     Args:
       x: ``[..., n, d]`` float embeddings; c0: optional ``[d, d]`` reference covariance;
-      zeta: shrinkage in [0, 1]; mask: optional ``[..., n]`` bool; weight: λ.
+      zeta: shrinkage in [0, 1] (traced); mask: optional ``[..., n]`` bool; weight: λ (traced).
 
     Returns:
       ``[...]`` values in [0, λ].
     """
+    weight, _ = check_hyperparameter(weight, "weight")
     return weight * (1 - isoscore_star(x, c0=c0, zeta=zeta, mask=mask))
 
 
@@ -168,8 +198,7 @@ def balancer_init(num_losses: int = 2) -> BalancerState:
     return BalancerState(means=jnp.zeros((num_losses,), jnp.float32), step=jnp.zeros((), jnp.int32))
 
 
-@partial(jax.jit, static_argnames=("smoothing",))
-def balancer_update(state: BalancerState, losses, *, smoothing: float = 0.15):
+def balancer_update(state: BalancerState, losses, *, smoothing=0.15):
     """Balance m losses by their moving means (isotropy-layer-joint-loss §3.3, eq. 3).
 
     With L̄_i the moving means and L̄ = mean_i L̄_i: L̂_i = L_i · L̄ / L̄_i, and the training loss is
@@ -182,7 +211,7 @@ def balancer_update(state: BalancerState, losses, *, smoothing: float = 0.15):
     Args:
       state: the current :class:`BalancerState`.
       losses: ``[m]`` array (or sequence of m scalars) of the current losses L_i.
-      smoothing: s in (0, 1].
+      smoothing: s in (0, 1] (traced; a traced value outside gives NaN loss and means).
 
     Returns:
       ``(loss, new_state)``: the balanced scalar loss L̂ and the updated state.
@@ -190,12 +219,11 @@ def balancer_update(state: BalancerState, losses, *, smoothing: float = 0.15):
     losses = check_float(jnp.asarray(losses), "losses")
     if losses.shape != state.means.shape:
         raise ValueError(f"losses must have shape {state.means.shape} (one per balanced loss), got {losses.shape}")
-    if not isinstance(smoothing, (int, float)) or not 0 < smoothing <= 1:
-        raise ValueError(f"smoothing must be a number in (0, 1], got {smoothing!r}")
+    smoothing, smoothing_ok = check_hyperparameter(smoothing, "smoothing", low=0.0, high=1.0, low_open=True)
     observed = jax.lax.stop_gradient(losses).astype(state.means.dtype)
     means = jnp.where(state.step == 0, observed, state.means)
     factors = jnp.where(means > 0, jnp.mean(means) / jnp.where(means > 0, means, 1), 1)
     loss = jnp.mean(losses * factors.astype(losses.dtype))
-    rate = smoothing / (1 + state.step.astype(means.dtype))
-    new_means = observed * rate + means * (1 - rate)
-    return loss, BalancerState(means=new_means, step=state.step + 1)
+    rate = (smoothing / (1 + state.step)).astype(means.dtype)  # the state keeps its dtype (a scan carry)
+    new_means = nan_unless(smoothing_ok, observed * rate + means * (1 - rate))
+    return nan_unless(smoothing_ok, loss), BalancerState(means=new_means, step=state.step + 1)

@@ -1,12 +1,25 @@
 """Isotropy and uniformity measures of point clouds and embedding matrices.
 
-Every function takes ``x`` of shape ``[..., n, d]`` (n points or tokens, d features) and an optional
-``mask`` of shape ``[..., n]`` (true = real row); leading axes are batch axes and the result has
-shape ``[...]`` unless stated otherwise. Padding rows are excluded exactly: they never enter a
-mean, a covariance, a count or a pair. All functions are pure and work under ``jit``, ``vmap`` and
-``grad``; degenerate input (identical points, zero rows, n = 2, rank deficiency) gives finite values
-and finite gradients. Spectral work (Gram/covariance matrices, eigenvalues, singular values) is done
-in at least float32 with full-precision matmuls, whatever the input dtype.
+Conventions (the same in :mod:`isojax.metrics`, :mod:`isojax.losses`, :mod:`isojax.topology` and
+:mod:`isojax.calibrate`):
+
+* **Plain functions, the caller jits.** Nothing is jitted where it is defined: wrap a measure in ``jax.jit``
+  (or call it inside your own jitted function). Shape-like arguments -- integers such as ``k``, strings such
+  as ``weights``, booleans such as ``center`` -- must then be static (``static_argnames`` or a closure).
+* **Float hyperparameters are traced** (``zeta``, ``t``, ``reg``): they may be arrays inside ``jit``, so a
+  new value does not recompile and ``jax.grad`` with respect to them works. A concrete value out of range
+  raises ``ValueError``; a traced value out of range makes the result NaN (never silently clamped).
+* **Shapes and masks.** ``x`` is ``[..., n, d]`` (n points or tokens, d features) and ``mask`` an optional
+  ``[..., n]`` bool array (true = real row). Padding rows are excluded exactly: they never enter a mean, a
+  covariance, a count or a pair, and they receive zero gradient.
+* **One value per cloud, no reduction.** Each measure is a property of a whole cloud; leading axes index
+  independent clouds and the result has shape ``[...]`` (unless stated otherwise). Nothing is averaged over
+  the leading axes: reducing or weighting them is left to the caller.
+
+All functions work under ``jit``, ``vmap`` and ``grad``; degenerate input (identical points, zero rows,
+n = 2, rank deficiency) gives finite values and finite gradients. Spectral work (Gram/covariance matrices,
+eigenvalues, singular values) is done in at least float32 with full-precision matmuls, whatever the input
+dtype.
 
 Measures and their sources (papers in ``shared/papers``):
 
@@ -22,14 +35,16 @@ Measures and their sources (papers in ``shared/papers``):
 """
 from __future__ import annotations
 
-from functools import partial
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from isojax._numeric import HIGHEST, promote_float32, safe_div, safe_norm, safe_sqrt
-from isojax._validate import check_float, check_mask, check_points, check_positive_int
+from isojax._numeric import HIGHEST, promote_float32, safe_div, safe_sqrt
+from isojax._stats import (centered_rows, cosine_sums, covariance, covariance_moments, gram_eigenvalues, masked_rows,
+                           squared_distances, unit_rows)
+from isojax._validate import (check_choice, check_float, check_hyperparameter, check_mask, check_points,
+                              check_positive_int, check_square, nan_unless)
 
 __all__ = [
     "explained_variance",
@@ -47,52 +62,8 @@ __all__ = [
 
 
 # ----------------------------------------------------------------------------------------------
-# Building blocks (also used by isojax.losses and isojax.topology)
-# ----------------------------------------------------------------------------------------------
-def _unit_rows(x):
-    """Rows scaled to unit norm; zero rows stay zero (so they have cosine 0 with every row)."""
-    return safe_div(x, safe_norm(x, keepdims=True))
-
-
-def _masked(x, mask):
-    """Return ``(x with padding rows zeroed, float row weights [..., n], row count [...])``."""
-    if mask is None:
-        weights = jnp.ones(x.shape[:-1], x.dtype)
-    else:
-        weights = mask.astype(x.dtype)
-        x = x * weights[..., None]
-    return x, weights, jnp.sum(weights, axis=-1)
-
-
-def _center(x, weights, count):
-    """Subtract the mean of the real rows from the real rows (padding rows stay zero)."""
-    mean = safe_div(jnp.sum(x, axis=-2), count[..., None])
-    return (x - mean[..., None, :]) * weights[..., None]
-
-
-def _gram_eigenvalues(x):
-    """Eigenvalues (descending) of xᵀx, computed on the smaller Gram matrix.
-
-    ``x`` is ``[..., n, d]``; the result is ``[..., min(n, d)]`` and equals the squared singular
-    values of ``x``. The Gram matrix is PSD, so its eigenvalues are its singular values: the
-    values-only SVD is used (no eigenvectors in the forward pass; on CPU it is cheaper than
-    ``eigvalsh``, which also computes them), and its gradient stays finite when values repeat.
-    """
-    n, d = x.shape[-2:]
-    xt = jnp.swapaxes(x, -1, -2)
-    gram = jnp.matmul(x, xt, precision=HIGHEST) if n <= d else jnp.matmul(xt, x, precision=HIGHEST)
-    return jnp.linalg.svd(gram, compute_uv=False)
-
-
-def _check_positive_float(value, name: str):
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
-        raise ValueError(f"{name} must be a positive number, got {value!r}")
-
-
-# ----------------------------------------------------------------------------------------------
 # Spectrum-based measures
 # ----------------------------------------------------------------------------------------------
-@partial(jax.jit, static_argnames=("k", "center"))
 def explained_variance(x, k: int = 1, *, mask=None, center: bool = False):
     """Explained variance of the top-``k`` singular directions (EV_k).
 
@@ -116,7 +87,6 @@ def explained_variance(x, k: int = 1, *, mask=None, center: bool = False):
     return jnp.sum(_variance_shares(x, mask, center)[..., :k], axis=-1)
 
 
-@partial(jax.jit, static_argnames=("k", "center"))
 def anisotropy(x, *, k: int = 1, mask=None, center: bool = False):
     """k-th anisotropy score σ_k² / Σ_i σ_i² of an embedding matrix (k = 1: the anisotropy, = EV_1).
 
@@ -141,60 +111,35 @@ def anisotropy(x, *, k: int = 1, mask=None, center: bool = False):
 
 def _variance_shares(x, mask, center):
     """σ_i² / Σ_j σ_j², descending, ``[..., min(n, d)]``, of the (centered) real rows; 0 for x = 0."""
-    x, weights, count = _masked(promote_float32(x), mask)
-    if center:
-        x = _center(x, weights, count)
-    return safe_div(_gram_eigenvalues(x), jnp.sum(x * x, axis=(-2, -1))[..., None])
+    x = promote_float32(x)
+    x = centered_rows(x, mask)[0] if center else masked_rows(x, mask)[0]
+    return safe_div(gram_eigenvalues(x), jnp.sum(x * x, axis=(-2, -1))[..., None])
 
 
-def _covariance_eigenvalues(x, mask):
-    """Eigenvalues (descending, ``[..., d]``) of the sample covariance (ddof=1) of the real rows.
+def _isoscore_from_moments(trace, sq_norm, d: int):
+    """IsoScore of a PSD covariance from its trace and squared Frobenius norm (see :func:`isoscore`).
 
-    When n < d the covariance has rank < n, so its eigenvalues are taken from the n×n Gram matrix
-    of the centered rows and padded with zeros (same values, much cheaper for [64, 768] batches).
+    ((tr C)² / ‖C‖_F² − 1) / (d − 1); a zero covariance (all points identical) has score 0, the limit of a
+    one-dimensional cloud.
     """
-    x, weights, count = _masked(promote_float32(x), mask)
-    xc = _center(x, weights, count)
-    n, d = x.shape[-2:]
-    eigenvalues = _gram_eigenvalues(xc)
-    if n < d:
-        eigenvalues = jnp.concatenate([eigenvalues, jnp.zeros(eigenvalues.shape[:-1] + (d - n,), x.dtype)], -1)
-    return safe_div(eigenvalues, (count - 1)[..., None])
+    return jnp.where(sq_norm > 0, (safe_div(trace**2, sq_norm) - 1) / (d - 1), 0)
 
 
-def _isoscore_from_variances(variances):
-    """IsoScore of the principal-component variances ``[..., d]`` (Rudman et al. 2022, Alg. 1).
-
-    v is scaled to norm √d; δ² = ‖v − 1‖² / (2(d − √d)); score = ((d − δ²(d − √d))² − d) / (d(d − 1)).
-    A zero spectrum (all points identical) has score 0, the limit of a one-dimensional cloud.
-    """
-    d = variances.shape[-1]
-    sqrt_d = d ** 0.5
-    total = safe_norm(variances)
-    v = safe_div(variances * sqrt_d, total[..., None])
-    defect_sq = jnp.sum((v - 1) ** 2, axis=-1) / (2 * (d - sqrt_d))
-    score = ((d - defect_sq * (d - sqrt_d)) ** 2 - d) / (d * (d - 1))
-    return jnp.where(total > 0, score, 0)
-
-
-def _isoscore_inputs(x, mask):
-    """``(x, mask)`` checked for IsoScore: ``[..., n, d]`` floats with n >= 2 and d >= 2, mask ``[..., n]``."""
-    x = check_points(x, "x", min_n=2)
-    if x.shape[-1] < 2:
-        raise ValueError(f"x must have at least 2 features (d >= 2) for IsoScore, got shape {x.shape}")
-    return x, check_mask(mask, x)
-
-
-@jax.jit
 def isoscore(x, *, mask=None):
     """IsoScore (Rudman et al. 2022): the fraction of dimensions uniformly used by a point cloud.
 
     PCA-rotate the real rows; v = the principal-component variances (sample covariance, ddof=1);
     scale v to norm √d; isotropy defect δ = ‖v − 1‖ / √(2(d − √d));
     IsoScore = ((d − δ²(d − √d))² − d) / (d(d − 1)) ∈ [0, 1].
+    Expanding δ² with ‖v‖² = d gives d − δ²(d − √d) = Σ_k v_k = √d Σλ/‖λ‖, λ the variances, so
+
+        IsoScore = ((Σ_k λ_k)² / Σ_k λ_k² − 1) / (d − 1) = ((tr C)² / ‖C‖_F² − 1) / (d − 1),
+
+    the participation ratio of the covariance C, rescaled: it needs no eigendecomposition, and that is
+    how it is computed (λ ≥ 0 for the PSD C, as in the package's ``svdvals``).
     Closed forms: k isotropic dimensions of R^d give (k − 1)/(d − 1) in the large-sample limit
     (a line → 0, a disk in R³ → 0.5, a ball → 1). Identical points give 0. Matches the ``isoscore``
-    package (``IsoScore.IsoScore``), which is the same formula on torch ``svdvals(cov)``.
+    package (``IsoScore.IsoScore``), which computes the eigenvalue form with torch ``svdvals(cov)``.
 
     Args:
       x: ``[..., n, d]`` float array, n ≥ 2 real rows, d ≥ 2.
@@ -203,48 +148,46 @@ def isoscore(x, *, mask=None):
     Returns:
       ``[...]`` scores.
     """
-    x, mask = _isoscore_inputs(x, mask)
-    return _isoscore_from_variances(_covariance_eigenvalues(x, mask))
+    x = check_points(x, "x", min_n=2, min_d=2)
+    mask = check_mask(mask, x)
+    return _isoscore_from_moments(*covariance_moments(promote_float32(x), mask), x.shape[-1])
 
 
-@partial(jax.jit, static_argnames=("zeta",))
 def isoscore_star(x, *, c0=None, zeta: float = 0.2, mask=None):
     """IsoScore* (I-STAR): IsoScore of the shrinkage covariance (1 − ζ)·C + ζ·C0.
 
     C is the sample covariance (ddof=1) of the real rows, C0 a reference covariance (for instance
     the covariance of a large sample of the same distribution); ``c0=None`` uses the identity, as
-    the ``isoscore`` package recommends when no reference is available. The spectrum of the
-    shrunk covariance is then scored as in :func:`isoscore`. ζ = 0 gives IsoScore.
+    the ``isoscore`` package recommends when no reference is available. The shrunk covariance C_ζ is
+    then scored as in :func:`isoscore`, ((tr C_ζ)² / ‖C_ζ‖_F² − 1) / (d − 1). ζ = 0 gives IsoScore.
 
     Args:
       x: ``[..., n, d]`` float array (d ≥ 2).
       c0: optional ``[d, d]`` (or broadcastable ``[..., d, d]``) symmetric PSD reference covariance.
-      zeta: shrinkage weight in [0, 1].
+      zeta: shrinkage weight in [0, 1] (traced; out of range under tracing: NaN).
       mask: optional ``[..., n]`` bool, true = real row.
 
     Returns:
       ``[...]`` scores.
     """
-    x, mask = _isoscore_inputs(x, mask)
-    if not isinstance(zeta, (int, float)) or not 0.0 <= zeta <= 1.0:
-        raise ValueError(f"zeta must be a number in [0, 1], got {zeta!r}")
-    if c0 is None:
-        # (1 − ζ)C + ζI has the eigenvalues (1 − ζ)λ + ζ.
-        variances = (1 - zeta) * _covariance_eigenvalues(x, mask) + zeta
-        return _isoscore_from_variances(variances)
+    x = check_points(x, "x", min_n=2, min_d=2)
+    mask = check_mask(mask, x)
+    zeta, zeta_ok = check_hyperparameter(zeta, "zeta", low=0.0, high=1.0)
     d = x.shape[-1]
-    c0 = check_float(c0, "c0")
-    if c0.ndim < 2 or c0.shape[-2:] != (d, d):
-        raise ValueError(f"c0 must have shape [..., {d}, {d}] to match x's {d} features, got {c0.shape}")
-    x, weights, count = _masked(promote_float32(x), mask)
-    xc = _center(x, weights, count)
-    cov = safe_div(jnp.matmul(jnp.swapaxes(xc, -1, -2), xc, precision=HIGHEST), (count - 1)[..., None, None])
-    shrunk = (1 - zeta) * cov + zeta * promote_float32(c0)
-    variances = jnp.linalg.svd(shrunk, compute_uv=False)  # = |eigenvalues| of the symmetric matrix
-    return _isoscore_from_variances(variances)
+    if c0 is None:
+        # C_ζ = (1 − ζ)C + ζI: tr C_ζ = (1 − ζ) tr C + ζd, ‖C_ζ‖² = (1 − ζ)²‖C‖² + 2ζ(1 − ζ) tr C + ζ²d.
+        trace, sq_norm = covariance_moments(promote_float32(x), mask)
+        shrunk_trace = (1 - zeta) * trace + zeta * d
+        shrunk_sq_norm = (1 - zeta) ** 2 * sq_norm + 2 * zeta * (1 - zeta) * trace + zeta**2 * d
+    else:
+        c0 = check_square(c0, "c0", d)
+        _, cov = covariance(promote_float32(x), mask)
+        shrunk = (1 - zeta) * cov + zeta * promote_float32(c0)
+        shrunk_trace = jnp.trace(shrunk, axis1=-2, axis2=-1)
+        shrunk_sq_norm = jnp.sum(shrunk**2, axis=(-2, -1))
+    return nan_unless(zeta_ok, _isoscore_from_moments(shrunk_trace, shrunk_sq_norm, d))
 
 
-@partial(jax.jit, static_argnames=("center",))
 def partition_isotropy(w, *, mask=None, center: bool = False):
     """Partition-function isotropy I1 and I2 of an embedding matrix.
 
@@ -271,9 +214,9 @@ def partition_isotropy(w, *, mask=None, center: bool = False):
     """
     w = check_points(w, "w")
     mask = check_mask(mask, w)
-    w, weights, count = _masked(promote_float32(w), mask)
+    w, weights, _ = masked_rows(promote_float32(w), mask)
     if center:
-        w = _center(w, weights, count)
+        w = centered_rows(w, mask)[0]
     gram = jnp.matmul(jnp.swapaxes(w, -1, -2), w, precision=HIGHEST)
     _, directions = jnp.linalg.eigh(jax.lax.stop_gradient(gram))
     projections = jnp.matmul(w, directions, precision=HIGHEST)  # [..., V, d]: c_kᵀ w_i
@@ -291,7 +234,6 @@ def partition_isotropy(w, *, mask=None, center: bool = False):
 # ----------------------------------------------------------------------------------------------
 # Similarity-based measures
 # ----------------------------------------------------------------------------------------------
-@partial(jax.jit, static_argnames=("include_diagonal",))
 def token_uniformity(x, *, mask=None, include_diagonal: bool = False):
     """TokenUni: mean pairwise cosine similarity of the real rows (softdecay eq. 3).
 
@@ -310,22 +252,10 @@ def token_uniformity(x, *, mask=None, include_diagonal: bool = False):
     """
     x = check_points(x, "x", min_n=1 if include_diagonal else 2)
     mask = check_mask(mask, x)
-    all_pairs, diagonal, count = _cosine_sums(x, mask)
+    all_pairs, diagonal, count = cosine_sums(promote_float32(x), mask)
     if include_diagonal:
         return safe_div(all_pairs, count**2)
     return safe_div(all_pairs - diagonal, count * (count - 1))
-
-
-def _cosine_sums(x, mask):
-    """``(Σ_{i,j} cos(x_i, x_j), Σ_i cos(x_i, x_i), N)`` over the N real rows, in O(Nd).
-
-    Σ_{i,j} x̂_iᵀx̂_j = ‖Σ_i x̂_i‖²; the diagonal is the number of non-zero real rows.
-    """
-    x, _, count = _masked(promote_float32(x), mask)
-    unit = _unit_rows(x)
-    all_pairs = jnp.sum(jnp.sum(unit, axis=-2) ** 2, axis=-1)
-    diagonal = jnp.sum(unit * unit, axis=(-2, -1))
-    return all_pairs, diagonal, count
 
 
 def _masked_logmeanexp(values, where, axis):
@@ -346,14 +276,6 @@ def _pair_mask(weights):
     return real[..., :, None] & real[..., None, :] & jnp.triu(jnp.ones((n, n), bool), k=1)
 
 
-def _squared_distances(x):
-    """Pairwise squared Euclidean distances ``[..., n, n]`` via the Gram matrix, clipped at 0."""
-    sq_norms = jnp.sum(x * x, axis=-1)
-    gram = jnp.matmul(x, jnp.swapaxes(x, -1, -2), precision=HIGHEST)
-    return jnp.maximum(sq_norms[..., :, None] + sq_norms[..., None, :] - 2 * gram, 0)
-
-
-@partial(jax.jit, static_argnames=("t",))
 def rbf_uniformity(x, *, mask=None, t: float = 2.0):
     """RBF_dis: log of the mean Gaussian potential between unit-normalised rows (softdecay eq. 4).
 
@@ -364,17 +286,17 @@ def rbf_uniformity(x, *, mask=None, t: float = 2.0):
     Args:
       x: ``[..., n, d]`` float array, n ≥ 2.
       mask: optional ``[..., n]`` bool, true = real row.
-      t: positive temperature multiplying the squared distance.
+      t: positive temperature multiplying the squared distance (traced).
 
     Returns:
       ``[...]`` values.
     """
     x = check_points(x, "x", min_n=2)
     mask = check_mask(mask, x)
-    _check_positive_float(t, "t")
-    x, weights, _ = _masked(promote_float32(x), mask)
-    sq = _squared_distances(_unit_rows(x))
-    return _masked_logmeanexp(-t * sq, _pair_mask(weights), axis=(-2, -1))
+    t, t_ok = check_hyperparameter(t, "t", low=0.0, low_open=True)
+    x, weights, _ = masked_rows(promote_float32(x), mask)
+    sq = squared_distances(unit_rows(x))
+    return nan_unless(t_ok, _masked_logmeanexp(-t * sq, _pair_mask(weights), axis=(-2, -1)))
 
 
 def _barycentric_weights(diffs, valid, reg):
@@ -397,7 +319,6 @@ def _barycentric_weights(diffs, valid, reg):
     return safe_div(solution, jnp.sum(solution, axis=-1, keepdims=True))
 
 
-@partial(jax.jit, static_argnames=("k", "t", "weights", "reg"))
 def lsds(x, fx, *, k: int = 12, t: float = 1.0, weights: str = "rbf", reg: float = 1e-3, mask=None):
     """Local Structure Discrepancy Score (softdecay eq. 6), averaged over the real points.
 
@@ -413,9 +334,9 @@ def lsds(x, fx, *, k: int = 12, t: float = 1.0, weights: str = "rbf", reg: float
       fx: ``[..., n, d']`` transformed points f(x) (same leading shape and n as x).
       k: neighbours per point, ``1 <= k <= n - 1`` (static). With a mask, points with fewer than k
         real neighbours use the ones they have.
-      t: RBF bandwidth (``weights="rbf"``).
-      weights: ``"rbf"`` or ``"barycentric"``.
-      reg: ridge factor for ``"barycentric"``.
+      t: positive RBF bandwidth (``weights="rbf"``; traced).
+      weights: ``"rbf"`` or ``"barycentric"`` (static).
+      reg: positive ridge factor for ``"barycentric"`` (traced).
       mask: optional ``[..., n]`` bool, true = real row.
 
     Returns:
@@ -427,15 +348,15 @@ def lsds(x, fx, *, k: int = 12, t: float = 1.0, weights: str = "rbf", reg: float
         raise ValueError(f"fx must have shape {x.shape[:-1]} + (d',) to match x, got {fx.shape}")
     mask = check_mask(mask, x)
     check_positive_int(k, "k", upper=x.shape[-2] - 1)
-    _check_positive_float(t, "t")
-    if weights not in ("rbf", "barycentric"):
-        raise ValueError(f"weights must be 'rbf' or 'barycentric', got {weights!r}")
+    t, t_ok = check_hyperparameter(t, "t", low=0.0, low_open=True)
+    reg, reg_ok = check_hyperparameter(reg, "reg", low=0.0, low_open=True)
+    check_choice(weights, "weights", ("rbf", "barycentric"))
     n = x.shape[-2]
     x, fx = promote_float32(x), promote_float32(fx)
-    _, row_weights, count = _masked(x, mask)
+    _, row_weights, count = masked_rows(x, mask)
     real = row_weights > 0
     candidate = real[..., None, :] & ~jnp.eye(n, dtype=bool)
-    sq = jax.lax.stop_gradient(_squared_distances(x))
+    sq = jax.lax.stop_gradient(squared_distances(x))
     _, index = jax.lax.top_k(jnp.where(candidate, -sq, -jnp.inf), k)  # [..., n, k]
     neighbour_valid = jnp.take_along_axis(candidate, index, axis=-1)
 
@@ -449,7 +370,7 @@ def lsds(x, fx, *, k: int = 12, t: float = 1.0, weights: str = "rbf", reg: float
         w = _barycentric_weights(diffs, neighbour_valid, reg)
     reconstruction = jnp.einsum("...nk,...nke->...ne", w, gather(fx), precision=HIGHEST)
     residual = jnp.sum((fx - reconstruction) ** 2, axis=-1)
-    return safe_div(jnp.sum(residual * row_weights, axis=-1), count)
+    return nan_unless(t_ok & reg_ok, safe_div(jnp.sum(residual * row_weights, axis=-1), count))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -474,7 +395,6 @@ class SingularValueStats(NamedTuple):
     skewness: jax.Array
 
 
-@jax.jit
 def singular_value_stats(x, *, mask=None):
     """Normalised singular values of the real rows of ``x`` and their mean, median and skewness.
 
@@ -492,7 +412,7 @@ def singular_value_stats(x, *, mask=None):
     """
     x = check_points(x, "x")
     mask = check_mask(mask, x)
-    x, _, count = _masked(promote_float32(x), mask)
+    x, _, count = masked_rows(promote_float32(x), mask)
     sigma = jnp.linalg.svd(x, compute_uv=False)  # descending
     normalized = safe_div(sigma, sigma[..., :1])
     slots = normalized.shape[-1]
@@ -511,7 +431,6 @@ def singular_value_stats(x, *, mask=None):
     return SingularValueStats(normalized, valid, mean, (lo + hi) / 2, skewness)
 
 
-@jax.jit
 def empirical_cdf(values, grid, *, valid=None):
     """Empirical CDF F(g) = #{valid v : v ≤ g} / #{valid v} of ``values`` at each grid point.
 

@@ -8,28 +8,32 @@ so the bars are differentiable in ``x`` almost everywhere (the gradient of a bar
 endpoints apart; coincident endpoints get a zero gradient). This is the differentiability of
 persistence barcodes used by shrink-the-longest-persistent-entropy §3 (Leygonie et al.).
 
-Functions follow isojax's conventions: ``x`` is ``[..., n, d]``, ``mask`` is ``[..., n]``
-(true = real point), bar arrays are ``[..., n − 1]`` with an optional bar mask; everything works
-under ``jit``, ``vmap`` and ``grad``.
+Functions follow isojax's conventions (see :mod:`isojax.metrics`): plain functions that the caller
+jits, with shape-like arguments (``num_classes``, the ``bars`` mode) static and the float
+``in_cluster_weight`` traced (a traced negative value gives NaN); ``x`` is ``[..., n, d]``, ``mask`` is
+``[..., n]`` (true = real point), bar arrays are ``[..., n − 1]`` with an optional bar mask; one value
+per cloud, leading axes never reduced; everything works under ``jit``, ``vmap`` and ``grad``.
 """
 from __future__ import annotations
 
-from functools import partial
+import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from isojax._numeric import promote_float32, safe_div, safe_norm
-from isojax._validate import check_float, check_mask, check_points
-from isojax.metrics import _squared_distances
+from isojax._numeric import HIGHEST, promote_float32, safe_div, safe_norm
+from isojax._stats import class_masks, masked_mean, squared_distances
+from isojax._validate import (check_choice, check_float, check_hyperparameter, check_labels, check_mask, check_points,
+                              nan_unless)
 
 __all__ = [
     "zero_dim_barcode",
+    "barcode_edges",
     "barcode_mask",
     "persistent_entropy",
     "select_prominent",
     "persistent_entropy_loss",
+    "persistent_entropy_loss_grad",
 ]
 
 
@@ -60,29 +64,38 @@ def _mst_parents(sq, real):
     return parent, is_edge
 
 
-def _barcode(x, real):
-    """Unvalidated core of :func:`zero_dim_barcode` for ``x`` ``[..., n, d]`` and ``real`` ``[..., n]``."""
+# The unvalidated cores below are jitted internally (all arrays traced, only the ``bars`` mode static): an eager
+# call then compiles Prim's loop and the selection once per shape instead of re-tracing them op by op on every
+# call; under the caller's jit they are simply inlined. The public functions stay plain, as everywhere.
+@jax.jit
+def _edges(x, real):
+    """Unvalidated core of :func:`barcode_edges` for ``x`` ``[..., n, d]`` and ``real`` ``[..., n]``."""
     n = x.shape[-2]
     # Distances only choose the edges: translate to the real points' mean (less cancellation in the
     # Gram-matrix formula) and stop gradients; the chosen lengths are recomputed exactly below.
-    realf = real.astype(x.dtype)[..., None]
-    mean = safe_div(jnp.sum(x * realf, axis=-2, keepdims=True), jnp.sum(realf, axis=-2, keepdims=True))
-    sq = jax.lax.stop_gradient(_squared_distances((x - mean) * realf))
+    centered = (x - masked_mean(x, real)[..., None, :]) * real[..., None]
+    sq = jax.lax.stop_gradient(squared_distances(centered))
     parent, is_edge = jnp.vectorize(_mst_parents, signature="(n,n),(n)->(n),(n)")(sq, real)
     partner = jnp.take_along_axis(x, parent[..., None], axis=-2)
     lengths = jnp.where(is_edge, safe_norm(x - partner), 0)
     # n − 1 real edges at most; the dropped slot is a zero (the root's or a padding point's).
-    return -jnp.sort(-lengths, axis=-1)[..., : n - 1]
+    child = jnp.argsort(-lengths, axis=-1, stable=True)[..., : n - 1]
+    parent = jnp.where(jnp.take_along_axis(is_edge, child, axis=-1), jnp.take_along_axis(parent, child, axis=-1), child)
+    return jnp.stack([child, parent], axis=-1), jnp.take_along_axis(lengths, child, axis=-1)
 
 
-@jax.jit
+def _real(x, mask):
+    return jnp.ones(x.shape[:-1], bool) if mask is None else mask
+
+
 def zero_dim_barcode(x, *, mask=None):
     """Finite bars of the 0-dim Vietoris–Rips barcode: the Euclidean MST edge lengths.
 
     Every bar is born at 0 and dies at the length of one MST edge (the scale at which two
     components merge); the never-dying component is left out. Bars are returned sorted in
     descending order. With a mask, a cloud with r real points has r − 1 bars followed by
-    n − r zeros (see :func:`barcode_mask`). Differentiable in ``x`` through the chosen edges.
+    n − r zeros (see :func:`barcode_mask`). Differentiable in ``x`` through the chosen edges
+    (:func:`barcode_edges` names them).
 
     Args:
       x: ``[..., n, d]`` float points, n ≥ 2.
@@ -91,11 +104,28 @@ def zero_dim_barcode(x, *, mask=None):
     Returns:
       ``[..., n − 1]`` bar lengths (death times), descending.
     """
+    return barcode_edges(x, mask=mask)[1]
+
+
+def barcode_edges(x, *, mask=None):
+    """The MST edges that kill the finite bars of the 0-dim barcode, and the bars.
+
+    Bar k dies when the points ``edges[..., k, 0]`` and ``edges[..., k, 1]`` join (an MST edge), at
+    ``bars[..., k] = ‖x_i − x_j‖`` for that pair; bars are in descending order, as in
+    :func:`zero_dim_barcode`. The slots beyond a masked cloud's r − 1 real bars hold the self-pair
+    (i, i) with length 0. The gradient of a bar is ∂‖x_i − x_j‖/∂x_i = (x_i − x_j)/‖x_i − x_j‖ =
+    −∂/∂x_j, and 0 for coincident points (the edge choice is piecewise constant).
+
+    Args:
+      x: ``[..., n, d]`` float points, n ≥ 2.
+      mask: optional ``[..., n]`` bool, true = real point.
+
+    Returns:
+      ``(edges, bars)``: ``[..., n − 1, 2]`` int32 point indices and ``[..., n − 1]`` lengths, descending.
+    """
     x = check_points(x, "x", min_n=2)
     mask = check_mask(mask, x)
-    x = promote_float32(x)
-    real = jnp.ones(x.shape[:-1], bool) if mask is None else mask
-    return _barcode(x, real)
+    return _edges(promote_float32(x), _real(x, mask))
 
 
 def barcode_mask(mask):
@@ -133,7 +163,6 @@ def _entropy(bars, valid):
     return -jnp.sum(jnp.where(positive, p * jnp.log(jnp.where(positive, p, 1)), 0), axis=-1)
 
 
-@jax.jit
 def persistent_entropy(bars, *, mask=None):
     """Persistent entropy H = −Σ_i p_i log p_i, p_i = l_i / Σ_j l_j, of the bars where ``mask``.
 
@@ -152,6 +181,7 @@ def persistent_entropy(bars, *, mask=None):
     return _entropy(bars, mask)
 
 
+@jax.jit
 def _prominent(bars, valid):
     """Unvalidated core of :func:`select_prominent` (no gradient)."""
     m = bars.shape[-1]
@@ -183,7 +213,6 @@ def _prominent(bars, valid):
     return rank < k
 
 
-@jax.jit
 def select_prominent(bars, *, mask=None):
     """Atienza et al. (2019) selection of the prominent bars (topological features), corrected.
 
@@ -217,15 +246,35 @@ def select_prominent(bars, *, mask=None):
     return _prominent(bars, mask)
 
 
-def persistent_entropy_loss(
-    x,
-    labels=None,
-    *,
-    mask=None,
-    num_classes: int | None = None,
-    bars: str = "selected",
-    in_cluster_weight: float = 0.0,
-):
+def _loss_inputs(x, labels, mask, num_classes, bars, in_cluster_weight):
+    """Validate the arguments of :func:`persistent_entropy_loss`; return ``(clouds [..., (C,) n, d],
+    real [..., (C,) n], in_cluster_weight, in_range)`` with one cloud per class when ``labels`` is given."""
+    x = check_points(x, "x", min_n=2)
+    mask = check_mask(mask, x)
+    check_choice(bars, "bars", ("selected", "all"))
+    weight, in_range = check_hyperparameter(in_cluster_weight, "in_cluster_weight", low=0.0)
+    if bars == "all":
+        if not isinstance(weight, jax.core.Tracer) and float(weight) != 0:
+            raise ValueError("in_cluster_weight needs bars='selected' (the in-cluster bars are the non-selected ones)")
+        in_range = in_range & (weight == 0)
+    x = promote_float32(x)
+    if labels is None:
+        return x, _real(x, mask), weight, in_range
+    labels, num_classes = check_labels(labels, x, num_classes)
+    real = class_masks(mask, labels, num_classes)  # [..., C, n]
+    return jnp.broadcast_to(x[..., None, :, :], real.shape + x.shape[-1:]), real, weight, in_range
+
+
+def _entropy_and_in_cluster_bars(barcode, valid, bars):
+    """Bool masks ``[..., m]`` of the bars whose entropy the loss takes and of the in-cluster bars."""
+    if bars == "all":
+        return valid, jnp.zeros_like(valid)
+    selected = _prominent(barcode, valid)
+    return selected, valid & ~selected
+
+
+def persistent_entropy_loss(x, labels=None, *, mask=None, num_classes: int | None = None, bars: str = "selected",
+                            in_cluster_weight=0.0):
     """Persistent-entropy regulariser of shrink-the-longest-persistent-entropy (§3-4), to minimise.
 
     For the cloud of each class c (all real points when ``labels`` is None):
@@ -236,7 +285,8 @@ def persistent_entropy_loss(
     Minimising it maximises the entropy of the distances between clusters (spreading the clusters
     evenly) and, with w > 0, shrinks the clusters. The authors' code adds 0.05·mean(in-cluster) to
     the entropy that it maximises, i.e. it grows the clusters although the text says it shrinks
-    them; here the in-cluster term is minimised.
+    them; here the in-cluster term is minimised. A whole-batch quantity: one value per cloud ``[...]``.
+    Its closed-form gradient is :func:`persistent_entropy_loss_grad`.
 
     Args:
       x: ``[..., n, d]`` float points (e.g. the [CLS] embeddings of a batch), n ≥ 2.
@@ -245,53 +295,61 @@ def persistent_entropy_loss(
       mask: optional ``[..., n]`` bool, true = real point.
       num_classes: number of classes (static); required under ``jit`` when ``labels`` is given,
         otherwise taken from the largest label.
-      bars: ``"selected"`` or ``"all"``.
-      in_cluster_weight: w ≥ 0; only with ``bars="selected"``.
+      bars: ``"selected"`` or ``"all"`` (static).
+      in_cluster_weight: w ≥ 0 (traced; a traced negative w gives NaN); only with ``bars="selected"``.
 
     Returns:
       ``[...]`` loss values.
     """
-    x = check_points(x, "x", min_n=2)
-    mask = check_mask(mask, x)
-    if bars not in ("selected", "all"):
-        raise ValueError(f"bars must be 'selected' or 'all', got {bars!r}")
-    if isinstance(in_cluster_weight, bool) or not isinstance(in_cluster_weight, (int, float)) or in_cluster_weight < 0:
-        raise ValueError(f"in_cluster_weight must be a non-negative number, got {in_cluster_weight!r}")
-    if bars == "all" and in_cluster_weight != 0:
-        raise ValueError("in_cluster_weight needs bars='selected' (the in-cluster bars are the non-selected ones)")
-    if labels is not None:
-        concrete = None if isinstance(labels, jax.core.Tracer) else np.asarray(labels)
-        labels = jnp.asarray(labels)
-        if labels.shape != x.shape[:-1]:
-            raise ValueError(f"labels must have shape {x.shape[:-1]} (x.shape[:-1]), got {labels.shape}")
-        if not jnp.issubdtype(labels.dtype, jnp.integer):
-            raise TypeError(f"labels must be integer class ids, got {labels.dtype}")
-        if num_classes is None:
-            if concrete is None:
-                raise ValueError("num_classes must be given when labels are traced (under jit/vmap/grad)")
-            num_classes = int(concrete.max()) + 1
-        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
-            raise ValueError(f"num_classes must be a positive int, got {num_classes!r}")
-        if concrete is not None and not np.all((concrete >= 0) & (concrete < num_classes)):
-            raise ValueError(f"labels must lie in [0, num_classes) = [0, {num_classes})")
-    return _entropy_loss(x, mask, labels, num_classes=num_classes, bars=bars, in_cluster_weight=float(in_cluster_weight))
+    clouds, real, weight, in_range = _loss_inputs(x, labels, mask, num_classes, bars, in_cluster_weight)
+    loss = _cloud_losses(clouds, real, weight, bars=bars)
+    return nan_unless(in_range, loss if labels is None else jnp.sum(loss, axis=-1))
 
 
-@partial(jax.jit, static_argnames=("num_classes", "bars", "in_cluster_weight"))
-def _entropy_loss(x, mask, labels, *, num_classes, bars, in_cluster_weight):
-    """Unvalidated core of :func:`persistent_entropy_loss`."""
-    x = promote_float32(x)
-    real = jnp.ones(x.shape[:-1], bool) if mask is None else mask
-    if labels is not None:
-        real = real[..., None, :] & (labels[..., None, :] == jnp.arange(num_classes)[:, None])  # [..., C, n]
-        x = jnp.broadcast_to(x[..., None, :, :], real.shape + x.shape[-1:])
-    barcode = _barcode(x, real)
-    valid = barcode_mask(real)
-    if bars == "all":
-        loss = -_entropy(barcode, valid)
-    else:
-        selected = _prominent(barcode, valid)
-        in_cluster = valid & ~selected
-        mean_in_cluster = safe_div(jnp.sum(jnp.where(in_cluster, barcode, 0), axis=-1), jnp.sum(in_cluster, axis=-1))
-        loss = -_entropy(barcode, selected) + in_cluster_weight * mean_in_cluster
-    return loss if labels is None else jnp.sum(loss, axis=-1)
+@functools.partial(jax.jit, static_argnames="bars")
+def _cloud_losses(clouds, real, weight, *, bars):
+    """R = −H(entropy bars) + w · mean(in-cluster bars) of each cloud, ``[..., (C)]``."""
+    barcode = _edges(clouds, real)[1]
+    entropy_bars, in_cluster = _entropy_and_in_cluster_bars(barcode, barcode_mask(real), bars)
+    mean_in_cluster = safe_div(jnp.sum(jnp.where(in_cluster, barcode, 0), axis=-1), jnp.sum(in_cluster, axis=-1))
+    return -_entropy(barcode, entropy_bars) + weight * mean_in_cluster
+
+
+def persistent_entropy_loss_grad(x, labels=None, *, mask=None, num_classes: int | None = None,
+                                 bars: str = "selected", in_cluster_weight=0.0):
+    """Closed-form gradient ∂L/∂x ``[..., n, d]`` of :func:`persistent_entropy_loss` (same arguments).
+
+    Through the bars: with S the bars whose entropy is taken (the selected ones, or all), L_S = Σ_{e∈S} l_e,
+    p_e = l_e / L_S and H = −Σ_{e∈S} p_e log p_e,
+
+        ∂(−H)/∂l_e = (log p_e + H) / L_S   (e ∈ S, l_e > 0),      ∂(w · mean_K l)/∂l_e = w / |K|   (e ∈ K),
+
+    K the in-cluster bars; the selection is piecewise constant and carries no gradient. Through the selected
+    MST edges: bar e joins points (i, j) with l_e = ‖x_i − x_j‖, so it adds ∂L/∂l_e · (x_i − x_j)/l_e to
+    the gradient of x_i and subtracts it from that of x_j (zero for coincident points). With labels, the
+    per-class gradients add up. Equal to ``jax.grad`` of the loss (the edges and the selection are those of
+    the loss).
+    """
+    clouds, real, weight, in_range = _loss_inputs(x, labels, mask, num_classes, bars, in_cluster_weight)
+    grad = _cloud_loss_grads(clouds, real, weight, bars=bars)
+    return nan_unless(in_range, grad if labels is None else jnp.sum(grad, axis=-3))
+
+
+@functools.partial(jax.jit, static_argnames="bars")
+def _cloud_loss_grads(clouds, real, weight, *, bars):
+    """∂R/∂clouds of each cloud, ``[..., (C), n, d]`` (see :func:`persistent_entropy_loss_grad`)."""
+    edges, barcode = _edges(clouds, real)
+    entropy_bars, in_cluster = _entropy_and_in_cluster_bars(barcode, barcode_mask(real), bars)
+    lengths = jnp.where(entropy_bars, barcode, 0)
+    total = jnp.sum(lengths, axis=-1, keepdims=True)
+    p = safe_div(lengths, total)
+    positive = p > 0
+    log_p = jnp.log(jnp.where(positive, p, 1))
+    entropy = -jnp.sum(p * log_p, axis=-1, keepdims=True)
+    d_bars = jnp.where(positive, safe_div(log_p + entropy, total), 0)
+    d_bars += jnp.where(in_cluster, safe_div(weight, jnp.sum(in_cluster, axis=-1, keepdims=True)), 0)
+    ends = jnp.take_along_axis(clouds[..., None, :, :], edges[..., None], axis=-2)  # [..., m, 2, d]
+    step = safe_div(ends[..., 0, :] - ends[..., 1, :], barcode[..., None]) * d_bars[..., None]  # [..., m, d]
+    n = clouds.shape[-2]
+    incidence = jax.nn.one_hot(edges[..., 0], n, dtype=step.dtype) - jax.nn.one_hot(edges[..., 1], n, dtype=step.dtype)
+    return jnp.matmul(jnp.swapaxes(incidence, -1, -2), step, precision=HIGHEST)  # [..., n, d]

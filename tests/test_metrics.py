@@ -372,7 +372,7 @@ def test_bad_input_raises_clear_errors():
         metrics.lsds(x, x, k=4)
     with pytest.raises(ValueError, match="weights must be"):
         metrics.lsds(x, x, k=2, weights="lle")
-    with pytest.raises(ValueError, match="t must be a positive number"):
+    with pytest.raises(ValueError, match="t must be positive"):
         metrics.rbf_uniformity(x, t=0.0)
     with pytest.raises(ValueError, match="grid must have shape"):
         metrics.empirical_cdf(np.zeros(3, np.float32), np.zeros((2, 2), np.float32))

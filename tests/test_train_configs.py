@@ -15,7 +15,8 @@ import pytest
 from isojax.train.cli import add_finetune_parser, config_from_args
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "experiments" / "configs"
-CONFIGS = sorted(CONFIG_DIR.glob("*.json"))
+CAMPAIGNS = ("glue_methods.json",)  # experiments.glue_methods' format (protocols), checked below
+CONFIGS = sorted(p for p in CONFIG_DIR.glob("*.json") if p.name not in CAMPAIGNS)
 _spec = importlib.util.spec_from_file_location("configs_run", CONFIG_DIR / "run.py")
 _run = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_run)
@@ -91,3 +92,23 @@ def test_summary_tabulates_mean_and_std_over_seeds(tmp_path):
         assert cells[2] == f"{acc.mean():.2f} ± {acc.std():.2f}"
         assert cells[4] == f"{iso.mean():.4f} ± {iso.std():.4f}"
         assert cells[5] == "–"  # ev1 was not recorded in these runs
+
+
+def test_every_campaign_run_is_a_valid_configuration():
+    """experiments/configs/glue_methods.json: every run and sweep run parses into a TrainConfig, with App. B's
+    settings in protocol appB and the shrink paper's Table 1 in protocol shrink."""
+    from experiments import glue_methods
+
+    with open(CONFIG_DIR / "glue_methods.json") as f:
+        config = json.load(f)
+    for sweep in (False, True):
+        runs = glue_methods.expand(config, sweep=sweep)
+        parsed = [(run, _parse(run.arguments("/tmp/runs", "/tmp/data"))) for run in runs]
+        assert len({c.output_dir for _, c in parsed}) == len(runs)
+        for run, c in parsed:
+            if run.protocol == "appB":
+                assert (c.learning_rate, c.batch_size, c.schedule, c.warmup_ratio) == (2e-5, 32, "constant", 0.0)
+                assert c.epochs == (5 if c.task in ("mrpc", "wnli") else 3)
+            else:
+                assert (c.batch_size, c.epochs) == (64, 10)
+                assert (c.learning_rate, c.weight_decay) == ((8e-5, 8e-6) if c.task == "mrpc" else (5e-5, 5e-6))

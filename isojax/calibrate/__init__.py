@@ -3,6 +3,13 @@
 Fit/apply pairs are pure functions of arrays and an explicit fitted state (``fit_whitening`` -> ``whiten``,
 ``fit_all_but_the_top`` -> ``all_but_the_top(..., state=)``, ``fit_flow`` -> ``flow_forward`` / ``flow_inverse``);
 ``IsoBN`` and ``IsotropyLayer`` are Linen modules.
+
+Conventions as in :mod:`isojax.metrics`: plain functions that the caller jits (integer settings such as ``k``,
+``D`` and ``steps`` and string modes static; float settings such as ``eps`` of :func:`fit_whitening` and
+``learning_rate`` of :func:`fit_flow` traced, a traced value out of range giving NaN). :func:`fit_flow` is the
+exception that compiles itself: its whole training loop is one jitted ``lax.scan``. ``x`` is ``[..., n, d]``
+with an optional ``mask [..., n]`` (true = real row) that selects the rows the statistics are estimated from,
+while a transform is applied to every row; leading axes are independent fits (:func:`fit_flow` pools them).
 """
 from isojax.calibrate.centering import TopDirections, all_but_the_top, center, fit_all_but_the_top, scaled_center
 from isojax.calibrate.flow import FlowState, fit_flow, flow_forward, flow_inverse

@@ -11,9 +11,10 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from isojax._numeric import HIGHEST, masked_mean, promote_float32, safe_norm
+from isojax._numeric import HIGHEST, promote_float32, safe_norm
+from isojax._stats import covariance, masked_mean
 from isojax._validate import check_float, check_mask, check_points
-from isojax.calibrate.whitening import eigh_descending, masked_covariance
+from isojax.calibrate.whitening import eigh_descending
 
 
 def _check_stat(value, name: str, x, *, extra_dims: int = 0):
@@ -84,7 +85,7 @@ def fit_all_but_the_top(x, *, D: int | None = None, mask=None) -> TopDirections:
     x = check_points(x, "x")
     mask = check_mask(mask, x)
     D = _default_D(x.shape[-1], D)
-    mu, cov = masked_covariance(promote_float32(x), mask, ddof=1)
+    mu, cov = covariance(promote_float32(x), mask, ddof=1)
     _, u = eigh_descending(cov)
     return TopDirections(mean=mu, directions=u[..., :D])
 

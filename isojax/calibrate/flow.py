@@ -32,8 +32,10 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from isojax._numeric import HIGHEST, masked_mean, promote_float32
-from isojax._validate import check_float, check_mask, check_points, check_positive_int
+from isojax._numeric import HIGHEST, promote_float32
+from isojax._stats import masked_mean
+from isojax._validate import (check_float, check_hyperparameter, check_mask, check_points, check_positive_int,
+                              nan_unless)
 
 # ActNorm's smallest start std, relative to the root-mean-square std of its input's features.
 _STD_FLOOR = 1e-4
@@ -220,7 +222,8 @@ def fit_flow(
     the rows where ``mask [..., n]`` is true (all rows when ``mask=None``; leading axes are pooled). ActNorm
     layers are initialised from the statistics of all real rows; ``key`` seeds the rotations that start the
     invertible linear maps and the batch draws. Defaults follow BERT-flow (3 levels, depth 3, coupling width 32,
-    Adam 1e-3); every level needs at least 2 features, i.e. ``d > 2**(levels-1)``.
+    Adam 1e-3); every level needs at least 2 features, i.e. ``d > 2**(levels-1)``. ``learning_rate`` is traced
+    (no recompile for a new value); the integer settings are static.
     Returns a :class:`FlowState` for :func:`flow_forward` / :func:`flow_inverse`.
     """
     x = check_points(x, "x", min_n=2)
@@ -228,15 +231,16 @@ def fit_flow(
     for name, value in (("levels", levels), ("depth", depth), ("hidden", hidden), ("steps", steps),
                         ("batch_size", batch_size)):
         check_positive_int(value, name)
-    if not learning_rate > 0:
-        raise ValueError(f"learning_rate must be > 0, got {learning_rate!r}")
+    learning_rate, learning_rate_ok = check_hyperparameter(learning_rate, "learning_rate", low=0.0, low_open=True)
     d = x.shape[-1]
     if _level_sizes(d, levels)[-1] < 2:  # level inputs shrink, so the last one is the smallest
         raise ValueError(f"x has d={d} features, too few for levels={levels}: need d > 2**(levels-1)")
     rows = promote_float32(x.reshape(-1, d))
     row_mask = jnp.ones(rows.shape[:1], bool) if mask is None else mask.reshape(-1)
     module = _Glow(levels, depth, hidden)
-    variables, log_likelihood = _fit(module, key, rows, row_mask, learning_rate, steps=steps, batch_size=batch_size)
+    # A traced learning rate <= 0 is NaN, so the fitted parameters are NaN (loud) rather than fitted uphill.
+    variables, log_likelihood = _fit(module, key, rows, row_mask, nan_unless(learning_rate_ok, learning_rate),
+                                     steps=steps, batch_size=batch_size)
     return FlowState(params=variables["params"], constants=variables["constants"], log_likelihood=log_likelihood,
                      levels=levels, depth=depth, hidden=hidden)
 

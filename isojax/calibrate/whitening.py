@@ -11,24 +11,9 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from isojax._numeric import HIGHEST, masked_mean, promote_float32, safe_div, safe_norm
-from isojax._validate import check_mask, check_points
-
-
-def masked_covariance(x, mask, *, ddof: int = 1):
-    """Mean ``[..., d]`` and covariance ``[..., d, d]`` of the rows of ``x [..., n, d]`` selected by ``mask``.
-
-    ``C = sum_i m_i (x_i - mu)(x_i - mu)^T / max(sum_i m_i - ddof, 1)``.
-    """
-    mu = masked_mean(x, mask)
-    y = x - mu[..., None, :]
-    if mask is None:
-        count = x.shape[-2]
-    else:
-        y = jnp.where(mask[..., None], y, 0)
-        count = jnp.sum(mask, axis=-1)[..., None, None].astype(x.dtype)
-    cov = jnp.einsum("...ni,...nj->...ij", y, y, precision=HIGHEST) / jnp.maximum(count - ddof, 1)
-    return mu, cov
+from isojax._numeric import HIGHEST, promote_float32, safe_div, safe_norm
+from isojax._stats import covariance
+from isojax._validate import check_hyperparameter, check_mask, check_points, nan_unless
 
 
 @jax.custom_jvp
@@ -83,7 +68,8 @@ def fit_whitening(x, *, k: int | None = None, mask=None, eps: float | None = Non
     covariance (fewer points than dimensions, constant features): such directions are amplified by at most
     ``1/sqrt(eps * s_max)`` instead of infinitely, while an eigenvalue ``s`` changes by the factor
     ``1 + eps * s_max / s``. With ``eps=0`` this is exactly the authors' ``U diag(1/sqrt(s))``. A zero
-    covariance (all points equal) gives ``W = U``.
+    covariance (all points equal) gives ``W = U``. ``eps`` is traced (differentiable, no recompile for a new
+    value); a traced negative ``eps`` makes ``W`` NaN. ``k`` is static.
 
     ``k`` (default ``d``) keeps the ``k`` leading principal directions (dimension reduction). Each column of
     ``U`` is signed so that its largest-magnitude entry is positive (see :func:`eigh_descending`), so the
@@ -97,15 +83,13 @@ def fit_whitening(x, *, k: int | None = None, mask=None, eps: float | None = Non
     if not isinstance(k, int) or not 1 <= k <= d:
         raise ValueError(f"k must be an int in [1, d={d}], got {k!r}")
     x = promote_float32(x)
-    eps = float(jnp.finfo(x.dtype).eps) if eps is None else eps
-    if not eps >= 0:
-        raise ValueError(f"eps must be >= 0, got {eps!r}")
-    mu, cov = masked_covariance(x, mask, ddof=1)
+    eps, eps_ok = check_hyperparameter(float(jnp.finfo(x.dtype).eps) if eps is None else eps, "eps", low=0.0)
+    mu, cov = covariance(x, mask, ddof=1)
     s, u = eigh_descending(cov)
     s_max = jnp.max(s, axis=-1, keepdims=True)
     s = jnp.where(s_max > 0, jnp.maximum(s, 0) + eps * s_max, 1.0)
     W = u[..., :k] * jax.lax.rsqrt(s[..., None, :k])
-    return WhiteningState(mean=mu, W=W)
+    return WhiteningState(mean=mu, W=nan_unless(eps_ok, W))
 
 
 def whiten(x, state: WhiteningState, *, normalize: bool = False):

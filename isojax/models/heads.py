@@ -16,7 +16,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from isojax._numeric import masked_mean
+from isojax._stats import masked_mean
 from isojax.models.layers import EncoderOutput
 
 POOLINGS = ("cls", "pooler", "mean", "first_last_avg", "last2avg")

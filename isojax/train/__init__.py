@@ -5,8 +5,8 @@ Modules: :mod:`~isojax.train.config` (the run, the methods), :mod:`~isojax.train
 modules + head), :mod:`~isojax.train.objective` (task loss + regularisers / joint loss),
 :mod:`~isojax.train.optim`, :mod:`~isojax.train.state`, :mod:`~isojax.train.step`,
 :mod:`~isojax.train.collectives` and :mod:`~isojax.train.parallel` (mesh and pmap),
-:mod:`~isojax.train.checkpoint`, :mod:`~isojax.train.evaluation`, :mod:`~isojax.train.logs`,
-:mod:`~isojax.train.loop`, :mod:`~isojax.train.cli`.
+:mod:`~isojax.train.feed` (each process's rows of every batch), :mod:`~isojax.train.checkpoint`,
+:mod:`~isojax.train.evaluation`, :mod:`~isojax.train.logs`, :mod:`~isojax.train.loop`, :mod:`~isojax.train.cli`.
 """
 from isojax.train.config import METHODS, Method, TrainConfig, parse_regularizer
 from isojax.train.loop import FitResult, fit

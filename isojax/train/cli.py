@@ -7,6 +7,18 @@
 Run again with the same arguments to resume from the latest checkpoint in ``--out``; the same run can be
 repeated on 1 or N devices and under the mesh or pmap (``--devices``, ``--parallel``, ``--model-parallel``).
 Standalone: ``python -m isojax.train.cli finetune ...``.
+
+Multi-host (one process per host; the mesh spans every process's devices, each process tokenises and feeds only
+its rows of each batch, process 0 writes the logs and results, every process writes its shards of the
+checkpoints): run the same command on every host with ``--coordinator HOST:PORT --num-processes N --process-id I``
+(I = 0 .. N-1; HOST:PORT is process 0's address), or let JAX read them from the environment (Cloud TPU, SLURM,
+Open MPI; ``JAX_COORDINATOR_ADDRESS``). On CPU the processes talk through Gloo. For example two processes on one
+machine, four CPU devices each::
+
+    XLA_FLAGS=--xla_force_host_platform_device_count=4 python -m isojax.train.cli finetune --task stsb \
+        --coordinator localhost:1234 --num-processes 2 --process-id 0 --out runs/x &
+    XLA_FLAGS=--xla_force_host_platform_device_count=4 python -m isojax.train.cli finetune --task stsb \
+        --coordinator localhost:1234 --num-processes 2 --process-id 1 --out runs/x
 """
 from __future__ import annotations
 
@@ -88,7 +100,13 @@ def add_finetune_parser(subparsers) -> argparse.ArgumentParser:
     r.add_argument("--parallel", default=d.parallel, choices=("mesh", "pmap"), help="jit on a mesh, or pmap")
     r.add_argument("--model-parallel", type=int, default=d.model_parallel, help="size of the mesh's model axis")
     r.add_argument("--distributed", default="auto", choices=("auto", "on", "off"),
-                   help="jax.distributed.initialize(): auto = when the environment describes a multi-process job")
+                   help="jax.distributed.initialize(): auto = when the options below or the environment describe a "
+                   "multi-process job")
+    r.add_argument("--coordinator", default=None, metavar="HOST:PORT",
+                   help="multi-process: address of process 0's coordinator (default: JAX_COORDINATOR_ADDRESS or the "
+                   "cluster environment)")
+    r.add_argument("--num-processes", type=int, default=None, help="multi-process: number of processes")
+    r.add_argument("--process-id", type=int, default=None, help="multi-process: this process's index, 0 .. N-1")
     r.add_argument("--out", default=d.output_dir, help=f"output directory (default {d.output_dir})")
     r.add_argument("--save-every", type=int, default=d.save_every, help="checkpoint every N steps (0 = stage ends)")
     r.add_argument("--keep-checkpoints", type=int, default=d.keep_checkpoints)
@@ -122,8 +140,9 @@ def cmd_finetune(args) -> int:
     from isojax.train.loop import fit
     from isojax.train.parallel import initialize_distributed
 
-    initialize_distributed(args.distributed)  # before any JAX computation
     try:
+        initialize_distributed(args.distributed, coordinator_address=args.coordinator,
+                               num_processes=args.num_processes, process_id=args.process_id)  # before any JAX work
         config = config_from_args(args)  # bad settings fail here, before the model or data are loaded
     except (TypeError, ValueError) as e:
         print(f"isojax finetune: error: {e}", file=sys.stderr)

@@ -13,12 +13,13 @@ Table 4).
 """
 from __future__ import annotations
 
+import jax
 import numpy as np
 
 from isojax import metrics
-from isojax.data.batching import batches
 from isojax.data.glue import GlueTask
 from isojax.eval.sts import correlations
+from isojax.train.feed import Split, batch_indices, process_batches
 
 ISOTROPY_KEYS = ("isoscore", "ev1", "ev2", "ev3", "anisotropy", "anisotropy_centered", "I1", "I2")
 
@@ -56,30 +57,35 @@ def task_metrics(task: GlueTask, logits, labels) -> dict[str, float]:
 
 def isotropy_metrics(embeddings, word_embeddings) -> dict[str, float]:
     """Isotropy of the evaluated ``embeddings [N, H]`` and of the word embedding matrix ``[V, E]``."""
-    x = np.asarray(embeddings, np.float32)
-    out = {"isoscore": float(metrics.isoscore(x))}
+    measures = _isotropy_metrics(np.asarray(embeddings, np.float32), np.asarray(word_embeddings, np.float32))
+    return {name: float(value) for name, value in measures.items()}
+
+
+@jax.jit
+def _isotropy_metrics(x, w):
+    """One compiled call (compiled once per run: the shapes are fixed); op by op the metrics are slower."""
+    out = {"isoscore": metrics.isoscore(x)}
     for k in (1, 2, 3):
-        out[f"ev{k}"] = float(metrics.explained_variance(x, k, center=True))
-    out["anisotropy"] = float(metrics.anisotropy(x))
-    out["anisotropy_centered"] = float(metrics.anisotropy(x, center=True))
-    i1, i2 = metrics.partition_isotropy(np.asarray(word_embeddings, np.float32))
-    out["I1"], out["I2"] = float(i1), float(i2)
+        out[f"ev{k}"] = metrics.explained_variance(x, k, center=True)
+    out["anisotropy"] = metrics.anisotropy(x)
+    out["anisotropy_centered"] = metrics.anisotropy(x, center=True)
+    out["I1"], out["I2"] = metrics.partition_isotropy(w)
     return out
 
 
-def predict_all(runner, placed_state, data: dict, batch_size: int) -> dict[str, np.ndarray]:
-    """Run ``runner.predict`` over every row of ``data`` in order; the last batch is padded to ``batch_size``
-    rows (repeats of its first row, dropped from the output) so that it divides over the devices."""
-    chunks = []
-    for batch in batches(data, batch_size):
-        n = len(batch["labels"])
-        padded = {k: np.concatenate([v, np.repeat(v[:1], batch_size - n, 0)]) for k, v in batch.items()}
-        chunks.append({k: v[:n] for k, v in runner.predict(placed_state, padded).items()})
+def predict_all(runner, placed_state, data: Split, batch_size: int) -> dict[str, np.ndarray]:
+    """Run ``runner.predict`` over every row of ``data`` in order, each process feeding its rows of each batch
+    (:mod:`isojax.train.feed`); the last batch is padded to ``batch_size`` rows (repeats of its first row, dropped
+    from the output) so that it divides over the devices."""
+    order = batch_indices(len(data), batch_size)
+    padded = [np.concatenate([b, np.repeat(b[:1], batch_size - len(b))]) for b in order]
+    fed = process_batches(data, padded, runner.process_rows(batch_size))
+    chunks = [{k: v[:len(b)] for k, v in runner.predict(placed_state, rows).items()} for b, rows in zip(order, fed)]
     return {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
 
 
-def evaluate(runner, placed_state, data: dict, task: GlueTask, word_embeddings, batch_size: int) -> dict:
+def evaluate(runner, placed_state, data: Split, task: GlueTask, word_embeddings, batch_size: int) -> dict:
     """Task metrics and isotropy metrics of the model in ``placed_state`` on ``data`` (all rows)."""
     out = predict_all(runner, placed_state, data, batch_size)
-    return {**task_metrics(task, out["logits"], data["labels"]),
+    return {**task_metrics(task, out["logits"], data.labels),
             **isotropy_metrics(out["head_input"], word_embeddings)}

@@ -8,6 +8,10 @@ of a stage is batch ``k mod E`` of epoch ``k // E`` (E = batches per epoch, ``dr
 interrupted one had left. Checkpoints record the position too (``meta``), with the configuration: resuming
 with a configuration that changes the training itself is refused.
 
+In a multi-process run (:mod:`isojax.train.parallel`) every process runs this loop: each tokenises and feeds
+only its rows of every batch (:mod:`isojax.train.feed`), each writes its shards of the checkpoints, and process 0
+alone writes the logs, curves and results.
+
 Outputs in ``output_dir``: ``checkpoints/``, ``log.jsonl`` (:mod:`isojax.train.logs`), ``curves.png`` (task
 metric and anisotropy over training), ``results.json`` (configuration, final evaluation of every stage).
 """
@@ -26,13 +30,14 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from isojax.data.batching import batches, tokenize
+from isojax.data.batching import batches
 from isojax.data.glue import glue_task, load_glue
 from isojax.models import build_encoder, from_pretrained, require_kind
 from isojax.softdecay import SoftDecay
 from isojax.train import evaluation
 from isojax.train.checkpoint import Checkpoints
 from isojax.train.config import Stage, TrainConfig
+from isojax.train.feed import Split, batch_indices, process_batches
 from isojax.train.logs import JsonLog, plot_curves
 from isojax.train.model import TaskModel, init_variables, word_embeddings
 from isojax.train.objective import Objective, data_references, resolve_auto_options
@@ -110,14 +115,14 @@ def eval_split(task: str) -> str:
     return "validation_matched" if glue_task(task).name == "mnli" else "validation"
 
 
-def load_split(config: TrainConfig, split: str, tokenizer, limit: int) -> dict:
-    """Tokenised rows of a GLUE split with their ``labels`` (the first ``limit`` rows; 0 = all)."""
+def load_split(config: TrainConfig, split: str, tokenizer, limit: int) -> Split:
+    """The first ``limit`` rows (0 = all) of a GLUE split, as read; each process tokenises only the rows it feeds
+    (:mod:`isojax.train.feed`)."""
     data = load_glue(config.task, split, source=config.data_source, data_dir=config.data_dir)
     n = min(limit, len(data)) if limit else len(data)
     texts_b = data.texts_b[:n] if data.texts_b is not None else None
-    out = tokenize(tokenizer, data.texts_a[:n], texts_b, max_length=config.max_length)
-    out["labels"] = data.labels[:n]
-    return out
+    data = dataclasses.replace(data, texts_a=data.texts_a[:n], texts_b=texts_b, labels=data.labels[:n])
+    return Split(data, tokenizer, config.max_length)
 
 
 @dataclasses.dataclass
@@ -139,14 +144,15 @@ class _Plan:
                 "config": config.to_json()}
 
 
-def representation_covariance(model: TaskModel, variables: dict, data: dict, batch_size: int):
+def representation_covariance(model: TaskModel, variables: dict, data: Split, batch_size: int):
     """``covariance(name) -> [d, d]``: covariance (ddof 1, float64 sums over real rows) of a representation of
-    :data:`~isojax.train.model.REPRESENTATIONS` computed by ``model`` (deterministic) over every row of ``data``."""
+    :data:`~isojax.train.model.REPRESENTATIONS` computed by ``model`` (deterministic) over every row of ``data``
+    (tokenised here; in a multi-process run, by every process)."""
     forward = jax.jit(lambda v, b: model.apply(v, b["input_ids"], b["attention_mask"], b["token_type_ids"]))
 
     def covariance(name: str):
         total, outer, count = 0.0, 0.0, 0
-        for batch in batches(data, batch_size):
+        for batch in batches(data.tokens(), batch_size):
             out = forward(variables, batch)
             x = np.asarray(out.tokens if name == "tokens" else getattr(out, name), np.float64)
             if name == "tokens":
@@ -203,9 +209,9 @@ def fit(config: TrainConfig) -> FitResult:
     check_setup(config, model)
     train = load_split(config, "train", tokenizer, config.train_limit)
     dev = load_split(config, eval_split(config.task), tokenizer, config.eval_limit)
-    per_epoch = len(train["labels"]) // config.batch_size
+    per_epoch = len(train) // config.batch_size
     if per_epoch == 0:
-        raise ValueError(f"the training set ({len(train['labels'])} rows) is smaller than one batch "
+        raise ValueError(f"the training set ({len(train)} rows) is smaller than one batch "
                          f"({config.batch_size})")
     variables = init_variables(model, encoder_params, jax.random.key(config.seed))
     regularizers = [reg for stage in config.stages() for reg in stage.regularizers]
@@ -289,8 +295,9 @@ def _run_stage(config, plan: _Plan, placed, done: int, train, dev, task, per_epo
     for k in range(done, plan.total):
         if divmod(k, per_epoch)[0] != epoch:
             epoch, start = divmod(k, per_epoch)
-            epoch_batches = batches(train, config.batch_size, shuffle=True, seed=config.seed, epoch=epoch,
-                                    start=start, drop_last=True)
+            order = batch_indices(len(train), config.batch_size, shuffle=True, seed=config.seed, epoch=epoch,
+                                  start=start, drop_last=True)[:plan.total - k]  # the batches this stage runs
+            epoch_batches = process_batches(train, order, runner.process_rows(config.batch_size))
         placed, metrics = runner.train(placed, next(epoch_batches))
         step = plan.start + k + 1
         bar.update(1)

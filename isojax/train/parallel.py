@@ -20,16 +20,22 @@ objective global and ``psum``s the gradients, so the losses equal the mesh path'
 Each device draws its own dropout masks (``fold_in(key, device index)``), so with dropout the two paths
 differ by the masks drawn; without dropout they agree.
 
-**Multi-host** (mesh path): :func:`initialize_distributed` calls ``jax.distributed.initialize()`` when the
-environment describes a multi-process job; the mesh then spans every process's devices and each process feeds
-its contiguous block of every global batch (``jax.make_array_from_process_local_data``; every process reads
-the same data in the same order). The pmap path is single-process.
+**Multi-host** (mesh path): one process per host, each driving its local devices. :func:`initialize_distributed`
+starts JAX's multi-process runtime (a coordinator address, the number of processes and this process's id, or a
+SLURM / Open MPI / Cloud TPU environment that JAX reads them from); it must run before any JAX computation. On CPU
+the processes' collectives go through Gloo (JAX's default ``jax_cpu_collectives_implementation``). The mesh then
+spans every process's devices (a multi-process run uses all of them), and the runner's ``train`` / ``predict``
+take only *this process's rows* of each global batch: :meth:`MeshRunner.process_rows` says which, read off the
+batch sharding (the rows that this process's devices hold), and ``jax.make_array_from_process_local_data``
+assembles the global batch. :meth:`MeshRunner.host` reads replicated arrays locally and gathers sharded ones
+over the processes. The pmap path is single-process.
 """
 from __future__ import annotations
 
 import logging
 import os
 import re
+import zlib
 from typing import Callable
 
 import jax
@@ -46,26 +52,41 @@ PARALLEL_MODES = ("mesh", "pmap")
 _TASK_COUNT_ENV = ("SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE")
 
 
-def initialize_distributed(mode: str = "auto") -> bool:
-    """Start JAX's multi-process runtime: ``"on"`` always, ``"auto"`` when the environment names a
-    multi-process job (a coordinator address, or a SLURM/Open MPI job of more than one task), ``"off"`` never.
-    Must run before any JAX computation. Returns whether it initialised."""
+def initialize_distributed(mode: str = "auto", *, coordinator_address: str | None = None,
+                           num_processes: int | None = None, process_id: int | None = None) -> bool:
+    """Start JAX's multi-process runtime (``jax.distributed.initialize``): ``"on"`` always, ``"auto"`` when a
+    multi-process job is described (``coordinator_address`` or ``num_processes`` given, ``JAX_COORDINATOR_ADDRESS``
+    set, or a SLURM / Open MPI job of more than one task), ``"off"`` never.
+
+    ``coordinator_address`` (``host:port`` of process 0), ``num_processes`` and ``process_id`` are passed on;
+    left out, JAX reads them from ``JAX_COORDINATOR_ADDRESS`` and the cluster environment (SLURM, Open MPI,
+    Cloud TPU). Must run before any JAX computation. Returns whether it initialised."""
     if mode not in ("auto", "on", "off"):
         raise ValueError(f"distributed must be 'auto', 'on' or 'off', got {mode!r}")
-    multi = bool(os.environ.get("JAX_COORDINATOR_ADDRESS")) or any(
+    if (num_processes is None) != (process_id is None):
+        raise ValueError(f"num_processes and process_id go together, got num_processes={num_processes!r}, "
+                         f"process_id={process_id!r}")
+    if num_processes is not None and not 0 <= process_id < num_processes:
+        raise ValueError(f"process_id must be in [0, num_processes={num_processes}), got {process_id!r}")
+    multi = coordinator_address is not None or num_processes is not None or bool(
+        os.environ.get("JAX_COORDINATOR_ADDRESS")) or any(
         os.environ.get(v, "1").isdigit() and int(os.environ.get(v, "1")) > 1 for v in _TASK_COUNT_ENV)
     if mode == "on" or (mode == "auto" and multi):
-        jax.distributed.initialize()
+        jax.distributed.initialize(coordinator_address, num_processes, process_id)
         log.info("jax.distributed: process %d of %d", jax.process_index(), jax.process_count())
         return True
     return False
 
 
 def select_devices(num_devices: int | None) -> list:
-    """The first ``num_devices`` devices (all when None); ValueError if there are fewer."""
+    """The first ``num_devices`` devices (all when None); ValueError if there are fewer, or if a multi-process
+    run asks for fewer than all (every process must drive devices of the mesh)."""
     devices = jax.devices()
     if num_devices is None:
         return devices
+    if jax.process_count() > 1 and num_devices != len(devices):
+        raise ValueError(f"devices: a multi-process run uses every process's devices ({len(devices)} over "
+                         f"{jax.process_count()} processes), got {num_devices}")
     if not 1 <= num_devices <= len(devices):
         raise ValueError(f"devices: asked for {num_devices}, but {len(devices)} {devices[0].platform} device(s) "
                          "are available")
@@ -121,10 +142,12 @@ def state_shardings(state, mesh: Mesh, rules):
     return jax.tree_util.tree_map_with_path(sharding, state)
 
 
-def _process_rows(batch: dict) -> dict:
-    """This process's contiguous block of the rows of a global batch."""
-    n, p = jax.process_count(), jax.process_index()
-    return jax.tree.map(lambda x: x[p * (len(x) // n):(p + 1) * (len(x) // n)], batch)
+def _to_host(x) -> np.ndarray:
+    if not isinstance(x, jax.Array):
+        return np.asarray(x)
+    if x.is_fully_replicated:
+        return np.asarray(x.addressable_data(0))
+    return multihost_utils.process_allgather(x, tiled=True)
 
 
 class MeshRunner:
@@ -143,16 +166,31 @@ class MeshRunner:
                                 out_shardings=self.batch_sharding)
 
     def place(self, state):
-        """Put a host or single-device state onto the mesh."""
-        return jax.device_put(jax.device_get(state), self.state_sharding)
+        """Put a host or single-device state onto the mesh: each process puts the shards its devices hold, from its
+        own copy. Every process must hold the same state: in a multi-process run the CRC-32 of each array's bytes
+        is compared across the processes (``device_put`` would all-gather every whole array to compare them)."""
+        host = jax.tree.map(np.asarray, jax.device_get(state))
+        if jax.process_count() > 1:
+            crcs = np.array([zlib.crc32(np.ascontiguousarray(x).tobytes()) for x in jax.tree.leaves(host)], np.uint32)
+            multihost_utils.assert_equal(crcs, "the processes' copies of the state to place differ")
+        return jax.tree.map(lambda x, s: jax.make_array_from_callback(x.shape, s, x.__getitem__), host,
+                            self.state_sharding)
 
     def checkpoint_view(self, placed):
         """What a checkpoint stores: the global arrays themselves (Orbax writes shards in parallel)."""
         return placed
 
     def host(self, tree):
-        """A placed pytree (state, params, metrics) as host numpy arrays, gathered over processes."""
-        return jax.tree.map(np.asarray, multihost_utils.process_allgather(tree, tiled=True))
+        """A placed pytree (state, params, metrics) as host numpy arrays. Replicated arrays are read from this
+        process's devices; sharded ones are gathered over the processes (a collective: every process calls it)."""
+        return jax.tree.map(_to_host, tree)
+
+    def process_rows(self, batch_size: int) -> np.ndarray:
+        """Positions, within a global batch of ``batch_size`` rows, of the rows that this process feeds: those its
+        devices hold under the batch sharding, in order (all of them in a single-process run)."""
+        blocks = {index[0].indices(batch_size)[:2]
+                  for index in self.batch_sharding.addressable_devices_indices_map((batch_size,)).values()}
+        return np.concatenate([np.arange(start, stop) for start, stop in sorted(blocks)])
 
     def restore_target(self, abstract_state):
         """Abstract state with shardings: Orbax restores each shard straight onto its device."""
@@ -162,18 +200,17 @@ class MeshRunner:
     def from_checkpoint(self, restored):
         return restored
 
-    def _shard(self, batch: dict) -> dict:
-        local = _process_rows(batch)
-        return jax.tree.map(lambda g, x: jax.make_array_from_process_local_data(self.batch_sharding, x, g.shape),
-                            batch, local)
+    def _shard(self, rows: dict) -> dict:
+        return jax.make_array_from_process_local_data(self.batch_sharding, rows)
 
-    def train(self, placed, batch: dict):
-        """One step on a global batch (numpy); returns the new placed state and device metrics."""
-        return self._train(placed, self._shard(batch))
+    def train(self, placed, rows: dict):
+        """One step on a global batch, given this process's rows of it (numpy; :meth:`process_rows`); returns the
+        new placed state and device metrics."""
+        return self._train(placed, self._shard(rows))
 
-    def predict(self, placed, batch: dict) -> dict:
-        return jax.tree.map(np.asarray, multihost_utils.process_allgather(
-            self._predict(placed, self._shard(batch)), tiled=True))
+    def predict(self, placed, rows: dict) -> dict:
+        """Predictions for a whole global batch (host numpy, gathered), given this process's rows of it."""
+        return self.host(self._predict(placed, self._shard(rows)))
 
 
 class PmapRunner:
@@ -200,6 +237,10 @@ class PmapRunner:
     def host(self, tree):
         """A placed pytree (state, params, metrics) as host numpy arrays: the first device's replica."""
         return jax.tree.map(lambda x: np.asarray(x.addressable_data(0))[0], tree)
+
+    def process_rows(self, batch_size: int) -> np.ndarray:
+        """Every row of a batch: the pmap path runs in one process."""
+        return np.arange(batch_size)
 
     def checkpoint_view(self, placed):
         """What a checkpoint stores: one replica, as host numpy arrays."""

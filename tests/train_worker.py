@@ -1,0 +1,73 @@
+"""A fine-tuning process for the tests that kill and resume runs (test_train_loop, test_train_multihost):
+``isojax.train.cli`` with probes, started by :func:`launch`.
+
+    python tests/train_worker.py STALL RECORDS finetune ...
+
+* ``STALL > 0``: once the checkpoint of step STALL is written, print ``STALLED`` and wait to be killed.
+* ``RECORDS``: a directory where the process appends, for every tokenizer call of :mod:`isojax.train.feed`, one
+  JSON line with the first texts of the rows it tokenised (``tokenised_<process>.jsonl``), and writes the final
+  parameters of the run (``final_<process>.npz``, leaves in tree order).
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def launch(stall: int, records, argv, *, stdout, cache, **env) -> subprocess.Popen:
+    """Start a worker in its own process group, importing this checkout's isojax, with a persistent compilation
+    cache in ``cache`` (workers that share it compile less) and the extra environment variables ``env``."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+               JAX_COMPILATION_CACHE_DIR=str(cache), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+               JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0", **env)
+    Path(records).mkdir(exist_ok=True)
+    return subprocess.Popen([sys.executable, __file__, str(stall), str(records), *argv], stdout=stdout,
+                            stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
+
+
+def _main(stall: int, records: str, argv: list[str]) -> int:
+    import jax
+
+    jax.config.update("jax_default_matmul_precision", "highest")
+    import numpy as np
+
+    from isojax.train import checkpoint, feed, loop
+    from isojax.train.cli import main
+
+    tokenize = feed.tokenize
+
+    def recording_tokenize(tokenizer, texts_a, texts_b=None, **kwargs):
+        with open(os.path.join(records, f"tokenised_{jax.process_index()}.jsonl"), "a") as f:
+            f.write(json.dumps(texts_a) + "\n")
+        return tokenize(tokenizer, texts_a, texts_b, **kwargs)
+
+    feed.tokenize = recording_tokenize
+    if stall:
+        save = checkpoint.Checkpoints.save
+
+        def stalling_save(self, step, *args, **kwargs):
+            started = save(self, step, *args, **kwargs)
+            if step == stall:
+                self.wait()
+                print("STALLED", flush=True)
+                time.sleep(600)
+            return started
+
+        checkpoint.Checkpoints.save = stalling_save
+    fit = loop.fit
+
+    def fit_and_save(config):
+        result = fit(config)
+        np.savez(os.path.join(records, f"final_{jax.process_index()}.npz"), *jax.tree.leaves(result.params))
+        return result
+
+    loop.fit = fit_and_save
+    return main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(_main(int(sys.argv[1]), sys.argv[2], sys.argv[3:]))
