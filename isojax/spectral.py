@@ -149,7 +149,8 @@ def select_method(method: str, shape, platform: str | None = None) -> str:
 
 def _auto(shape, platform: str) -> str:
     """The ``method="auto"`` rule (module docstring)."""
-    del shape
+    if platform in ("cuda", "rocm") and max(shape[-2:]) > 32:
+        return "gram_eigh_f64"
     return "svd"
 
 
@@ -409,11 +410,11 @@ class SpectralDerivative:
     """``∂g/∂p_j``, each ``[..., k, *p_j.shape]``."""
     mask: jax.Array | None
     """``[..., n]`` bool or None: masked rows are zero in and out."""
-    scale: jax.Array | float = 1.0
+    scale: jax.Array
     """``[...]`` ``K``."""
-    dscale_ds: jax.Array | float = 0.0
+    dscale_ds: jax.Array
     """``[...]`` ``∂K/∂σ_max``."""
-    dscale_dparams: tuple[jax.Array, ...] = ()
+    dscale_dparams: tuple[jax.Array, ...]
     """``∂K/∂p_j``, each ``[..., *p_j.shape]`` (empty: ``K`` does not depend on the parameters)."""
 
     @property
@@ -457,7 +458,7 @@ class SpectralDerivative:
         the dense Jacobian ``∂ vec(X̃)/∂ vec(X)``, masked entries counted as zeros."""
         n, d = self.y.shape[-2:]
         k = self.s.shape[-1]
-        scale = jnp.asarray(self.scale, self.s.dtype)
+        scale = self.scale
         i, j = jnp.triu_indices(k, 1)
         pair_live = self.live[..., i] & self.live[..., j]
         r = self.live.sum(-1)
@@ -466,7 +467,7 @@ class SpectralDerivative:
         h_rep = jnp.where(self.live[..., :, None] & reps[..., None, :], jnp.abs(self.h)[..., :, None], 0)
         diag = scale[..., None] * jnp.diagonal(self.a, axis1=-2, axis2=-1)
         block = (diag[..., :, None] * jnp.eye(k, dtype=diag.dtype)
-                 + jnp.asarray(self.dscale_ds, self.s.dtype)[..., None, None] * self.g[..., :, None]
+                 + self.dscale_ds[..., None, None] * self.g[..., :, None]
                  * (jnp.arange(k) == 0))                                             # M (class docstring)
         values = jnp.concatenate([
             jnp.abs(scale)[..., None] * jnp.concatenate([
@@ -491,7 +492,7 @@ class SpectralDerivative:
 
 def _scaled(k, z):
     """``k [...]`` times each matrix of ``z [..., n, d]``."""
-    return jnp.asarray(k, z.dtype)[..., None, None] * z
+    return k[..., None, None] * z
 
 
 def _contract_params(jacobians, dparams):
@@ -518,5 +519,7 @@ def spectral_derivative(x, fn: Callable, *params, mask=None, rtol: float | None 
     y = _mm(f.u * f.g[..., None, :], f.vt)
     if mask is not None:
         y = jnp.where(mask[..., None], y, 0)
+    batch = f.s.shape[:-1]
     return SpectralDerivative(y=y, u=f.u, s=f.s, vt=f.vt, live=f.live, g=f.g, a=f.a, b=f.b, h=f.h,
-                              dg_dparams=dg_dparams, mask=mask)
+                              dg_dparams=dg_dparams, mask=mask, scale=jnp.ones(batch, f.s.dtype),
+                              dscale_ds=jnp.zeros(batch, f.s.dtype), dscale_dparams=())
