@@ -20,42 +20,54 @@ For ``g(0) ≠ 0`` no basis-independent definition can be continuous at a rank d
 the same rank, and its derivative below is the derivative of that rank-stratum map.
 
 **Decompositions.** The derivative needs only ``U, s, V``, however they were computed, so the thin SVD is a
-choice (``method``; :data:`DECOMPOSITIONS` lists them, :func:`thin_svd` runs one):
+choice (``method=``; :data:`DECOMPOSITIONS` lists them with the platforms whose JAX lowers them, :func:`thin_svd`
+runs one). Wide matrices are decomposed as ``Xᵀ`` (LAPACK's SVD is faster on tall matrices).
 
-============================  =====================================================  ====================
-method                        computation                                            lowers on
-============================  =====================================================  ====================
-``svd``                       ``jax.lax.linalg.svd`` (= ``jnp.linalg.svd``), the      cpu, cuda, rocm, tpu
-                              backend's default: LAPACK gesdd (CPU), cuSOLVER
-                              gesvdj if m, n ≤ 1024 else gesvd (GPU), QDWH (TPU)
-``svd_qr``                    ``SvdAlgorithm.QR``: LAPACK / cuSOLVER gesvd             cpu, cuda, rocm
-``svd_dc``                    ``SvdAlgorithm.DIVIDE_AND_CONQUER``: gesdd               cpu, rocm
-``svd_jacobi``                ``SvdAlgorithm.JACOBI``: cuSOLVER gesvdj                 cuda, rocm
-``svd_polar``                 ``SvdAlgorithm.POLAR``: cuSOLVER gesvdp, TPU QDWH         cuda, rocm, tpu
-``qr_svd``                    QR of ``X`` or ``Xᵀ`` (the square factor is              cpu, cuda, rocm, tpu
-                              min(n, d) wide), then ``svd`` of that factor
-``gram_eigh[_qr|_jacobi|      ``jax.lax.linalg.eigh`` (its ``EighImplementation``) of   see below
-_qdwh]``                      the smaller Gram matrix (XXᵀ or XᵀX) in the working
-                              dtype, then the other side recovered (next paragraph)
-``gram_eigh_f64[_qr|_jacobi]`` the same with the Gram matrix formed and decomposed in    cpu, cuda, rocm
-                              float64 (also when ``jax_enable_x64`` is off)
-============================  =====================================================  ====================
+- ``svd``: ``jax.lax.linalg.svd`` (= ``jnp.linalg.svd``) with the backend's default: LAPACK gesdd on CPU;
+  cuSOLVER gesvdj (Jacobi, batched only up to 32 × 32, else one matrix at a time) when both sides are ≤ 1024,
+  gesvd above, on GPU; QDWH polar SVD on TPU. All platforms.
+- ``svd_qr`` (``SvdAlgorithm.QR``: gesvd; cpu, cuda, rocm), ``svd_dc`` (``DIVIDE_AND_CONQUER``: gesdd; cpu, rocm),
+  ``svd_jacobi`` (``JACOBI``: gesvdj; cuda, rocm), ``svd_polar`` (``POLAR``: gesvdp on GPU, QDWH on TPU).
+- ``qr_svd``: Householder QR of ``X`` or ``Xᵀ`` so that the square factor ``R`` is ``min(n, d)`` wide, then
+  ``svd`` of ``R``. All platforms.
+- ``gram_eigh`` (default implementation; all platforms), ``gram_eigh_qr`` (``EighImplementation.QR``; cpu, cuda,
+  rocm), ``gram_eigh_jacobi`` (cuda, rocm, tpu), ``gram_eigh_qdwh`` (tpu): ``jax.lax.linalg.eigh`` of the smaller
+  Gram matrix ``G = A Aᵀ = W diag(λ) Wᵀ`` (``A`` = ``X`` or ``Xᵀ``, whichever has fewer rows) in the working
+  dtype, then the other side from ``Aᵀ W = Q R`` (Householder QR, sign-fixed so ``R_ii ≥ 0``): its vectors are
+  ``Q`` (``Aᵀ w_i / s_i`` re-orthonormalised: the large-value directions that rounding mixes into the small ones
+  are removed and null columns completed to an orthonormal set) and ``s_i = R_ii``, whose error is
+  ``O(eps·s_max)`` like an SVD's instead of the ``O(eps·s_max²/s_i)`` of ``√λ_i``; descending up to rounding.
+  On CPU LAPACK's syevd runs whatever implementation is named.
+- ``gram_eigh_f64``, ``gram_eigh_f64_qr``, ``gram_eigh_f64_jacobi`` (cpu, cuda, rocm): the same with ``G``
+  formed and decomposed in float64, also for float32 inputs and with ``jax_enable_x64`` off (enabled locally for
+  the decomposition; the results are rounded back to the working dtype). Derivatives of first order only, as for
+  every method: a second derivative would differentiate the float64 decomposition itself, which JAX refuses when
+  x64 is off.
 
-``eigh`` lowers with its default implementation everywhere, ``QR`` on cpu/cuda/rocm (on CPU LAPACK syevd
-whatever is asked), ``JACOBI`` on cuda/rocm/tpu, ``QDWH`` on tpu only. Wide matrices are decomposed as ``Xᵀ``
-(LAPACK's SVD is faster on tall matrices). Gram route: with ``G = A Aᵀ = W diag(λ) Wᵀ`` for ``A`` the
-shorter side, the other side's vectors are ``Aᵀ w_i / s_i``; they are re-orthonormalised by a Householder QR of
-``Aᵀ W = Q R`` (``Q`` completes the null columns to an orthonormal set, and removes the large-value directions
-that rounding mixes into the small ones), and ``s_i = |R_ii|``, whose error is ``O(eps·s_max)`` like an SVD's
-rather than the ``O(eps·s_max²/s_i)`` of ``√λ_i``.
+**Accuracy** (float32 inputs, largest relative error of ``Y = soft_decay(X, −0.6)`` against float64, measured
+by ``python -m experiments.decompositions``, ``experiments/results/decompositions.md``; κ = σ_max/σ_min over the
+live values). The SVD routes are backward stable: error ~``eps·κ`` at most (1e-6 up to κ = 1e2, 5e-6 at 1e3,
+4e-5 at 1e4). ``gram_eigh_f64`` is the most accurate (≤ 3e-7 everywhere: one float32 rounding of a float64
+result). Forming ``XXᵀ`` in float32 squares the condition number: ``gram_eigh`` reaches 2e-5 at κ = 1e2, 1e-2 at
+κ = 1e3, 9e-2 at 1e4, and its smallest singular values are off by 1.4e-2 at κ = 1e3. On the default model's
+token states that is 2e-6 for single STS-B sentences (κ ≈ 36), 1.4e-5 for the [2758, 384] sentence matrix
+(κ ≈ 84), but 2.7e-3 for 128-token sequences (κ ≈ 560), with the JVP 2.5e-2 and the smallest singular value
+1.1e-2 off. So float32 Gram eigh is accurate enough for SoftDecay only for κ up to about 30–100 (short
+sequences); for full sequences it gets wrong exactly the small singular values SoftDecay raises. It is never
+chosen automatically.
 
-**Accuracy of the Gram route.** Forming ``XXᵀ`` squares the condition number: in float32 the relative error of
-``Y`` grows like ``eps·κ²`` (``κ = s_max/s_min`` over the live values) against the SVD's ``eps·κ``; measured
-(``python -m experiments.decompositions``, ``experiments/results/decompositions.md``) ... (filled from the
-measurement).
+**Automatic choice** (``method="auto"``, :func:`select_method`), from ``jax.default_backend()`` at trace time and
+the matrix shape:
 
-**Automatic choice** (``method="auto"``, :func:`select_method`): from ``jax.default_backend()`` at trace time
-and the matrix shape; (filled from the measurement).
+- CPU: ``svd``. SPEED_CPU
+- TPU: ``svd`` (QDWH; TPUs have no float64 for the accurate Gram route).
+- GPU (CUDA, ROCm): ``gram_eigh_f64`` when a side is longer than 32, else ``svd`` (cuSOLVER's batched Jacobi).
+  **Provisional**: not measured here, but chosen from what JAX documents: above 32 × 32 the SVD of a batch runs
+  one matrix at a time (32 sequential gesvdj calls for a BERT batch of [128, 768] matrices), while the Gram route
+  is a batched product, a batched eigh (the ~1000× cliff above 32 × 32 of JAX issue 31368 is fixed by batched
+  syevd, PR 31375, in the JAX the GPU machine runs) and a QR; in float64 because float32 squares κ. Its QR's
+  orgqr step also loops over the batch in jaxlib. ``python -m experiments.accelerator`` (which times every
+  strategy of :data:`DECOMPOSITIONS` on the device) replaces this rule with a measured one.
 """
 from __future__ import annotations
 
@@ -65,6 +77,7 @@ import functools
 from typing import Callable, NamedTuple
 
 import jax
+import jax.extend.backend
 import jax.numpy as jnp
 from jax import lax
 
@@ -158,16 +171,16 @@ def thin_svd(x, method: str = "auto"):
     """Thin SVD ``x = u diag(s) vt`` by one of :data:`DECOMPOSITIONS`.
 
     Args:
-      x: ``[..., n, d]`` float32 or float64 (float64 needs ``jax_enable_x64``).
+      x: ``[..., n, d]`` floating; decomposed in :func:`working_dtype` (float32 for bf16).
       method: a name in :data:`DECOMPOSITIONS` or ``"auto"`` (:func:`select_method`).
 
     Returns:
-      ``(u [..., n, k], s [..., k], vt [..., k, d])`` in ``x.dtype``, ``k = min(n, d)``, ``s ≥ 0`` in descending
+      ``(u [..., n, k], s [..., k], vt [..., k, d])`` in the working dtype, ``k = min(n, d)``, ``s ≥ 0`` in descending
       order (the Gram route: ``s_i = |R_ii|``, descending up to rounding). Differentiating these directly uses
       JAX's own rules (NaN on repeated values); differentiate through :func:`spectral_map` instead.
     """
     x = check_points(x, "x")
-    return _decompose(x, select_method(method, x.shape))
+    return _decompose(x.astype(working_dtype(x.dtype)), select_method(method, x.shape))
 
 
 def _decompose(x, method: str):

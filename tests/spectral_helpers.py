@@ -1,11 +1,28 @@
 """Numerical helpers shared by the spectral and SoftDecay tests: numpy references, the strategies under test and
 the accuracy each one must meet."""
+import jax
+import jax.numpy as jnp
 import numpy as np
 
-from isojax.spectral import DECOMPOSITIONS, available_methods
+from isojax.spectral import DECOMPOSITIONS, available_methods, thin_svd
 
-METHODS = available_methods()
-"""Every decomposition strategy this backend lowers (the tests run each one)."""
+ALL_METHODS = available_methods()
+"""Every decomposition strategy this backend lowers."""
+
+
+def _distinct(methods):
+    """One name per distinct program: strategies whose thin SVD lowers to the same StableHLO on this backend are
+    the same computation (on CPU JAX ignores the algorithm of svd_dc and gram_eigh*_qr: gesdd and syevd either
+    way), and the expensive tests run it once."""
+    x = jax.ShapeDtypeStruct((3, 4, 6), jnp.float32)
+    programs = {}
+    for m in methods:
+        programs.setdefault(jax.jit(lambda x, m=m: thin_svd(x, m)).lower(x).as_text(), m)
+    return list(programs.values())
+
+
+METHODS = _distinct(ALL_METHODS)
+"""The strategies of ALL_METHODS that are distinct programs on this backend (the tests run each one)."""
 
 
 def orthogonal(rng, n):
@@ -29,6 +46,24 @@ def central_difference(fun, x, h=1e-6):
 def directional_difference(fun, x, direction, h=1e-6):
     """Central difference of ``fun`` at ``x`` along ``direction`` (step ``h`` times the direction)."""
     return (fun(x + h * direction) - fun(x - h * direction)) / (2 * h)
+
+
+def dense_jacobian(fun, x, mask=None, h=1e-6):
+    """``[n·d, n·d]`` Jacobian of ``vec(fun(x[real rows]))`` (zero rows and columns for masked rows) by central
+    differences, for a float64 ``x [n, d]``."""
+    rows = np.ones(len(x), bool) if mask is None else np.asarray(mask)
+
+    def full(z):
+        out = np.zeros_like(x)
+        out[rows] = fun(z[rows])
+        return out.ravel()
+
+    jac = np.zeros((x.size, x.size))
+    for i in range(x.size):
+        e = np.zeros(x.size)
+        e[i] = h
+        jac[:, i] = (full(x + e.reshape(x.shape)) - full(x - e.reshape(x.shape))) / (2 * h)
+    return jac
 
 
 def rel_err(a, b):
