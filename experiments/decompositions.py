@@ -59,7 +59,7 @@ def synthetic_cases(rng) -> dict[str, tuple[str, np.ndarray, np.ndarray | None]]
         "gaussian 4×[128, 384]": ("random", rng.standard_normal((4, 128, 384)), None),
         "gaussian [768, 128] (tall)": ("random", rng.standard_normal((1, 768, 128)), None),
     }
-    for kappa in (1e1, 1e2, 1e3, 1e4, 1e5):
+    for kappa in (1e1, 1e2, 1e3, 1e4):
         spectra = np.geomspace(10.0, 10.0 / kappa, 128)
         cases[f"κ = {kappa:.0e}, 2×[128, 384]"] = (
             "random", np.stack([_with_spectrum(rng, 128, 384, spectra) for _ in range(2)]), None)
@@ -271,7 +271,10 @@ def main(argv=None):
     sections = [f"SoftDecay alpha = {args.alpha:g}. Strategies: "
                 + "; ".join(f"`{m}` ({DECOMPOSITIONS[m].route}, {DECOMPOSITIONS[m].algorithm}, "
                             f"{'float64 Gram' if DECOMPOSITIONS[m].float64 else 'working dtype'})" for m in methods)
-                + ".", *error_tables(table, methods)]
+                + ". Errors are relative to float64 references on the same float32 matrices (module docstring of "
+                "experiments/decompositions.py). Where every strategy shows the same error (∂X̃/∂α at scales "
+                "1e±6, where σ_max is far from |α|), it comes from evaluating eq. 2 and K in float32, not from the "
+                "decomposition.", *error_tables(table, methods)]
     payload = {"alpha": args.alpha, "platform": platform, "methods": methods, "errors": table}
     if not args.skip_speed:
         speed = time_methods(methods, alpha=args.alpha, repeats=args.repeats)

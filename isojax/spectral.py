@@ -40,14 +40,12 @@ runs one). Wide matrices are decomposed as ``Xᵀ`` (LAPACK's SVD is faster on t
   On CPU LAPACK's syevd runs whatever implementation is named.
 - ``gram_eigh_f64``, ``gram_eigh_f64_qr``, ``gram_eigh_f64_jacobi`` (cpu, cuda, rocm): the same with ``G``
   formed and decomposed in float64, also for float32 inputs and with ``jax_enable_x64`` off (enabled locally for
-  the decomposition; the results are rounded back to the working dtype). Derivatives of first order only, as for
-  every method: a second derivative would differentiate the float64 decomposition itself, which JAX refuses when
-  x64 is off.
+  the decomposition; the results are rounded back to the working dtype).
 
 **Accuracy** (float32 inputs, largest relative error of ``Y = soft_decay(X, −0.6)`` against float64, measured
 by ``python -m experiments.decompositions``, ``experiments/results/decompositions.md``; κ = σ_max/σ_min over the
 live values). The SVD routes are backward stable: error ~``eps·κ`` at most (1e-6 up to κ = 1e2, 5e-6 at 1e3,
-4e-5 at 1e4). ``gram_eigh_f64`` is the most accurate (≤ 3e-7 everywhere: one float32 rounding of a float64
+4e-5 at 1e4). ``gram_eigh_f64`` is the most accurate (≤ 5e-7 everywhere: one float32 rounding of a float64
 result). Forming ``XXᵀ`` in float32 squares the condition number: ``gram_eigh`` reaches 2e-5 at κ = 1e2, 1e-2 at
 κ = 1e3, 9e-2 at 1e4, and its smallest singular values are off by 1.4e-2 at κ = 1e3. On the default model's
 token states that is 2e-6 for single STS-B sentences (κ ≈ 36), 1.4e-5 for the [2758, 384] sentence matrix
@@ -59,7 +57,11 @@ chosen automatically.
 **Automatic choice** (``method="auto"``, :func:`select_method`), from ``jax.default_backend()`` at trace time and
 the matrix shape:
 
-- CPU: ``svd``. SPEED_CPU
+- CPU: ``svd``. Measured on 2 CPU cores (forward + backward of ``soft_decay`` on 32 × [128, 768], 32 × [128, 384]
+  and [2758, 384]): the accurate strategies are within 10 % of one another (``qr_svd`` 3–9 % faster, about twice
+  the 4 % by which ``svd`` and ``svd_dc``, the same program, differ), ``gram_eigh_f64`` takes 1.3–1.5× and
+  ``svd_qr`` (gesvd) 1.7–2.4× the time of ``svd``; float32 ``gram_eigh`` is 10–25 % faster but not accurate
+  enough. ``svd`` also keeps results bit-identical to the earlier single-strategy code.
 - TPU: ``svd`` (QDWH; TPUs have no float64 for the accurate Gram route).
 - GPU (CUDA, ROCm): ``gram_eigh_f64`` when a side is longer than 32, else ``svd`` (cuSOLVER's batched Jacobi).
   **Provisional**: not measured here, but chosen from what JAX documents: above 32 × 32 the SVD of a batch runs
