@@ -473,20 +473,20 @@ class SpectralDerivative:
         the dense Jacobian ``∂ vec(X̃)/∂ vec(X)``, masked entries counted as zeros."""
         n, d = self.y.shape[-2:]
         k = self.s.shape[-1]
-        scale = self.scale
         i, j = jnp.triu_indices(k, 1)
         pair_live = self.live[..., i] & self.live[..., j]
         r = self.live.sum(-1)
         n_real = n if self.mask is None else self.mask.sum(-1)
         reps = jnp.arange(n + d) < (n_real + d - 2 * r)[..., None]              # multiplicity of each |h_i|
         h_rep = jnp.where(self.live[..., :, None] & reps[..., None, :], jnp.abs(self.h)[..., :, None], 0)
-        diag = scale[..., None] * jnp.diagonal(self.a, axis1=-2, axis2=-1)
+        diag = self.scale[..., None] * jnp.diagonal(self.a, axis1=-2, axis2=-1)
         block = (diag[..., :, None] * jnp.eye(k, dtype=diag.dtype)
                  + self.dscale_ds[..., None, None] * self.g[..., :, None]
                  * (jnp.arange(k) == 0))                                             # M (class docstring)
         values = jnp.concatenate([
-            jnp.abs(scale)[..., None] * jnp.concatenate([
-                jnp.where(pair_live, jnp.abs(self.a[..., i, j]), 0), jnp.where(pair_live, jnp.abs(self.b[..., i, j]), 0),
+            jnp.abs(self.scale)[..., None] * jnp.concatenate([
+                jnp.where(pair_live, jnp.abs(self.a[..., i, j]), 0),
+                jnp.where(pair_live, jnp.abs(self.b[..., i, j]), 0),
                 h_rep.reshape(*h_rep.shape[:-2], -1)], axis=-1),
             jnp.linalg.svd(block, compute_uv=False)], axis=-1)
         return -jnp.sort(-values, axis=-1)[..., : n * d]  # the rest are zeros (null, masked or padding entries)

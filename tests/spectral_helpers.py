@@ -66,6 +66,19 @@ def dense_jacobian(fun, x, mask=None, h=1e-6):
     return jac
 
 
+def assert_operator_spectrum(sv, norm, cond, fun, x, mask=None):
+    """The operator's ``singular_values()``, ``norm()`` and ``cond()`` of one float64 ``x [n, d]`` against the
+    singular values of the central-difference Jacobian of the numpy map ``fun(x[real rows], rank)`` (the map on
+    the matrix's rank, which the null rule defines)."""
+    real = x if mask is None else x[mask]
+    rank = np.linalg.matrix_rank(real)
+    ref = np.linalg.svd(dense_jacobian(lambda z: fun(z, rank), x, mask), compute_uv=False)
+    np.testing.assert_allclose(sv, ref, atol=1e-7 * ref[0])
+    np.testing.assert_allclose(norm, ref[0], rtol=1e-7)
+    last = real.size - 1  # masked entries are outside the operator's domain
+    np.testing.assert_allclose(cond, ref[0] / ref[last] if ref[last] > 1e-7 * ref[0] else np.inf, rtol=1e-6)
+
+
 def rel_err(a, b):
     return np.linalg.norm(np.asarray(a) - b) / np.linalg.norm(b)
 
