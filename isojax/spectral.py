@@ -57,19 +57,20 @@ chosen automatically.
 **Automatic choice** (``method="auto"``, :func:`select_method`), from ``jax.default_backend()`` at trace time and
 the matrix shape:
 
-- CPU: ``svd``. Measured on 2 CPU cores (forward + backward of ``soft_decay`` on 32 × [128, 768], 32 × [128, 384]
-  and [2758, 384]): the accurate strategies are within 10 % of one another (``qr_svd`` 3–9 % faster, about twice
-  the 4 % by which ``svd`` and ``svd_dc``, the same program, differ), ``gram_eigh_f64`` takes 1.3–1.5× and
-  ``svd_qr`` (gesvd) 1.7–2.4× the time of ``svd``; float32 ``gram_eigh`` is 10–25 % faster but not accurate
-  enough. ``svd`` also keeps results bit-identical to the earlier single-strategy code.
+- CPU: ``svd``. On 2 shared CPU cores (``experiments/results/decompositions.md``: forward + backward of
+  ``soft_decay`` on 32 × [128, 768], 32 × [128, 384] and [2758, 384], interleaved medians) ``svd``, ``svd_dc`` and
+  ``qr_svd`` differ by no more than the noise (``svd`` and ``svd_dc`` are the same program and differed by up to
+  23 %); ``svd_qr`` (gesvd) takes 2.0–2.1× and ``gram_eigh_f64`` 1.3–1.8× the time of ``svd``; float32
+  ``gram_eigh`` (0.7–1.1×) is the only one that may be faster, and it is not accurate enough. ``svd`` also keeps
+  results bit-identical to the earlier single-strategy code.
 - TPU: ``svd`` (QDWH; TPUs have no float64 for the accurate Gram route).
 - GPU (CUDA, ROCm): ``gram_eigh_f64`` when a side is longer than 32, else ``svd`` (cuSOLVER's batched Jacobi).
   **Provisional**: not measured here, but chosen from what JAX documents: above 32 × 32 the SVD of a batch runs
   one matrix at a time (32 sequential gesvdj calls for a BERT batch of [128, 768] matrices), while the Gram route
-  is a batched product, a batched eigh (the ~1000× cliff above 32 × 32 of JAX issue 31368 is fixed by batched
-  syevd, PR 31375, in the JAX the GPU machine runs) and a QR; in float64 because float32 squares κ. Its QR's
-  orgqr step also loops over the batch in jaxlib. ``python -m experiments.accelerator`` (which times every
-  strategy of :data:`DECOMPOSITIONS` on the device) replaces this rule with a measured one.
+  is a batched product, a batched eigh (JAX issue 31368's ~1000× cliff above 32 × 32, a per-matrix syevd loop,
+  was addressed by PR 31375 before JAX 0.11.2; not verified here) and a QR; in float64 because float32 squares κ.
+  Its QR's orgqr step also loops over the batch in jaxlib. ``python -m experiments.accelerator`` times every
+  strategy of :data:`DECOMPOSITIONS` on the device; this rule is to be replaced by what it measures.
 """
 from __future__ import annotations
 
@@ -224,7 +225,8 @@ class SpectralMap(NamedTuple):
     y: jax.Array
     """``[..., n, d]`` the transformed matrix, in the input dtype."""
     s: jax.Array
-    """``[..., min(n, d)]`` singular values of the (masked) input, descending, in the working dtype."""
+    """``[..., min(n, d)]`` singular values of the (masked) input, descending (up to rounding for the Gram route),
+    in the working dtype."""
 
 
 def working_dtype(dtype) -> jnp.dtype:
@@ -440,13 +442,17 @@ class SpectralDerivative:
     def _masked(self, z):
         return z if self.mask is None else jnp.where(self.mask[..., None], z, 0)
 
+    def _full(self, z):
+        """``z`` broadcast to ``[..., n, d]`` in the working dtype (so ``jvp(0, 1.0)`` is ``∂X̃/∂α``)."""
+        return jnp.broadcast_to(jnp.asarray(z, self.y.dtype), self.y.shape)
+
     def jvp(self, dx, *dparams) -> SpectralMap:
-        """Tangents ``(dX̃, ds)`` for ``dx [..., n, d]`` and optionally one tangent per parameter (= ``jax.jvp`` of
-        :func:`spectral_map`, or of ``soft_decay`` for its operator, ``ds`` being the singular values' tangent).
-        ``dX̃ = K dY + Y (∂K/∂σ_max ds_0 + Σ_j ∂K/∂p_j · dp_j)``."""
+        """Tangents ``(dX̃, ds)`` for ``dx [..., n, d]`` (broadcast) and optionally one tangent per parameter
+        (= ``jax.jvp`` of :func:`spectral_map`, or of ``soft_decay`` for its operator; ``ds`` is the singular
+        values' tangent). ``dX̃ = K dY + Y (∂K/∂σ_max ds_0 + Σ_j ∂K/∂p_j · dp_j)``."""
         dparams = [jnp.asarray(dp, self.s.dtype) for dp in dparams]
         d_diag = _contract_params(self.dg_dparams, dparams)
-        dy, ds = _action(self, self._masked(jnp.asarray(dx, self.y.dtype)), d_diag)
+        dy, ds = _action(self, self._masked(self._full(dx)), d_diag)
         dk = self.dscale_ds * ds[..., 0]
         dk_params = _contract_params(self.dscale_dparams, dparams)
         if dk_params is not None:
@@ -458,7 +464,7 @@ class SpectralDerivative:
         ``ds [..., k]`` (= ``jax.vjp``). With ``K̄ = ⟨Y, dy⟩``: ``dx = J(K dy) + U diag(ds + K̄ ∂K/∂σ_max e_0) Vᵀ``
         (``J = dX -> dY`` is self-adjoint), ``dp_j = Σ diag(Uᵀ K dy V) · ∂g/∂p_j + Σ K̄ ∂K/∂p_j`` (sums over the
         batch)."""
-        dy = self._masked(jnp.asarray(dy, self.y.dtype))
+        dy = self._masked(self._full(dy))
         k_bar = jnp.sum(self.y * dy, axis=(-2, -1))
         ds = jnp.zeros_like(self.s) if ds is None else jnp.asarray(ds, self.s.dtype)
         ds = ds.at[..., 0].add(k_bar * self.dscale_ds)

@@ -415,7 +415,7 @@ def test_operator_matches_jvp_vjp_and_dense_jacobian(method, rescale):
         op = softdecay_derivative(x, alpha, mask=mask, rescale=rescale, method=method)
         out = {"y": (op.output, fun(x, alpha)), "jvp": (op.jvp(dx, 0.3).y, jax.jvp(fun, (x, alpha), (dx, 0.3))[1]),
                "vjp": (op.vjp(w), jax.vjp(fun, x, alpha)[1](w)),
-               "d_alpha": (op.jvp(jnp.zeros_like(x), 1.0).y, jax.jvp(lambda a: fun(x, a), (alpha,), (1.0,))[1]),
+               "d_alpha": (op.jvp(0.0, 1.0).y, jax.jvp(lambda a: fun(x, a), (alpha,), (1.0,))[1]),
                "inner": (jnp.vdot(op.jvp(dx).y, w), jnp.vdot(dx, op.vjp(w)[0]))}
         if x.ndim == 2:
             out.update(sv=op.singular_values(), norm=op.norm(), cond=op.cond())
