@@ -66,6 +66,14 @@ def dense_jacobian(fun, x, mask=None, h=1e-6):
     return jac
 
 
+def operator_cases(rng, top: float) -> dict:
+    """Small float64 ``(x, mask)`` cases for the derivative-operator tests: a wide matrix with a repeated singular
+    value below ``top`` (its largest), and a tall one of rank 2 whose last two rows are masked."""
+    tall = np.concatenate([with_spectrum(rng, 4, 3, [top, top / 2]), rng.standard_normal((2, 3))])
+    return {"wide-repeated": (with_spectrum(rng, 3, 5, [top, 1.0, 1.0]), None),
+            "tall-rank-2-masked": (tall, np.arange(6) < 4)}
+
+
 def assert_operator_spectrum(sv, norm, cond, fun, x, mask=None):
     """The operator's ``singular_values()``, ``norm()`` and ``cond()`` of one float64 ``x [n, d]`` against the
     singular values of the central-difference Jacobian of the numpy map ``fun(x[real rows], rank)`` (the map on

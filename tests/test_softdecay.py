@@ -14,7 +14,7 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 from isojax.softdecay import SoftDecay, alpha_from_param, decay_curve, soft_decay, softdecay_derivative
 from spectral_helpers import (ALL_METHODS, METHODS, assert_operator_spectrum, central_difference,
-                              directional_difference, orthogonal, rel_err, with_spectrum)
+                              directional_difference, operator_cases, orthogonal, rel_err, with_spectrum)
 
 
 def algorithm1(x, alpha, rescale=True, rank=None):
@@ -394,16 +394,6 @@ def test_traced_alpha_outside_domain_gives_nan_not_a_clamped_value():
 
 # SoftDecay's derivative as an operator (isojax.softdecay.softdecay_derivative).
 
-def _operator_cases():
-    """A wide matrix with a repeated value below σ_max, a tall rank-2 one with masked rows (batches: test_spectral)."""
-    rng = np.random.default_rng(16)
-    tall = np.concatenate([with_spectrum(rng, 4, 3, [3.0, 1.5]), rng.standard_normal((2, 3))])
-    return {
-        "wide-repeated": (with_spectrum(rng, 3, 5, [3.0, 1.0, 1.0]), None),
-        "tall-rank-2-masked": (tall, np.arange(6) < 4),
-    }
-
-
 @pytest.mark.parametrize(("method", "rescale"), [(m, True) for m in METHODS] + [("svd", False)])
 def test_operator_matches_jvp_vjp_and_dense_jacobian(method, rescale):
     """op.jvp == jax.jvp in x and α, op.vjp == jax.vjp, ⟨J dX, W⟩ == ⟨dX, Jᵀ W⟩, op.jvp(0, 1) == ∂X̃/∂α, and (with
@@ -422,7 +412,7 @@ def test_operator_matches_jvp_vjp_and_dense_jacobian(method, rescale):
         return out
 
     rng = np.random.default_rng(17)
-    for case, (x, mask) in _operator_cases().items():
+    for case, (x, mask) in operator_cases(np.random.default_rng(16), 3.0).items():  # batches: test_spectral
         dx, w = rng.standard_normal(x.shape), rng.standard_normal(x.shape)
         with jax.enable_x64(True):
             out = jax.tree.map(np.asarray, compute(x, mask, dx, w, jnp.float64(-0.4)))

@@ -165,7 +165,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.quick:
         args.batch, args.length, args.layers, args.repeats = 4, 32, 2, 3
-    args.method = [select_method(m, (args.batch, args.length, args.hidden)) for m in args.method]
+    args.method = list(dict.fromkeys(select_method(m, (args.batch, args.length, args.hidden)) for m in args.method))
     print(machine())
     if not args.skip_reference:
         bench_reference(args)
