@@ -18,8 +18,10 @@ of that function, on degenerate input too (repeated rows, padding rows, zero row
   :mod:`isojax.topology` (it shares the loss's class split and bar selection) and re-exported here.
 
 **SoftDecay's derivative operator** (the Daleckii–Krein divided-difference matrices of
-:func:`isojax.soft_decay` for a given X and α, their action, norm and conditioning, and ∂X̃/∂α) lives with the
-spectral map in :mod:`isojax.spectral` / :mod:`isojax.softdecay` and is re-exported here.
+:func:`isojax.soft_decay` for a given X and α, their action, adjoint, norm and conditioning, and ∂X̃/∂α) lives
+with the spectral map, whose custom JVP shares its implementation, in :mod:`isojax.spectral`
+(:class:`SpectralDerivative`, :func:`spectral_derivative`) and :mod:`isojax.softdecay`
+(:func:`softdecay_derivative`), and is re-exported here.
 
 **Common enemies** (too-much-in-common §3.3, eq. 5-6). For a softmax output layer, logits = h Wᵀ (+ b) over an
 embedding matrix W (tied to the input embeddings or not), the gradient of the cross-entropy on W splits into
@@ -44,6 +46,8 @@ from isojax._numeric import HIGHEST, promote_float32, safe_div, safe_norm
 from isojax._stats import centered_rows, covariance, masked_rows, unit_rows
 from isojax._validate import (check_float, check_hyperparameter, check_mask, check_points, check_square,
                               nan_unless)
+from isojax.softdecay import softdecay_derivative
+from isojax.spectral import SpectralDerivative, spectral_derivative
 from isojax.topology import persistent_entropy_loss_grad
 
 __all__ = [
@@ -55,6 +59,9 @@ __all__ = [
     "isoscore_loss_grad",
     "istar_loss_grad",
     "persistent_entropy_loss_grad",
+    "SpectralDerivative",
+    "spectral_derivative",
+    "softdecay_derivative",
     "SoftmaxGradients",
     "softmax_gradient_split",
     "CommonEnemiesAlignment",

@@ -6,15 +6,18 @@ set of representations, keeping the largest one.
 
 Two uses: per sequence over the ``[L, H]`` token states of each example (fine-tuning, learnable α; pass the
 attention mask) and over a whole ``[N, d]`` matrix of sentence embeddings (unsupervised STS, fixed α).
+:func:`softdecay_derivative` gives the transform's derivative as an explicit linear operator.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from isojax._validate import check_float, check_points
-from isojax.spectral import spectral_map, working_dtype
+from isojax.spectral import SpectralDerivative, spectral_derivative, spectral_map, working_dtype
 
 _THETA_CLIP = 30.0  # |θ| bound of the SoftDecay module's parameter (see alpha_from_param)
 
@@ -51,7 +54,16 @@ def _check_alpha(alpha, dtype):
     return alpha.astype(dtype)
 
 
-def soft_decay(x, alpha, *, mask=None, rescale: bool = True):
+def _rescale_factor(s_max, alpha):
+    """Algorithm 1's ``K = σ_max / f(σ_max)`` (steps 3–4) for ``s_max [...]``, kept finite (see :func:`soft_decay`):
+    a zero matrix (``σ_max = 0``) gets ``K = 1/f(1)``, and ``|f(σ_max)|`` is floored at ``eps·σ_max``."""
+    s_top = jnp.where(s_max > 0, s_max, 1)  # zero matrix: y = 0 whatever K is; keep K and its gradient finite
+    f_top = decay_curve(s_top, alpha)
+    floor = jnp.finfo(s_top.dtype).eps * s_top
+    return s_top / jnp.where(jnp.abs(f_top) >= floor, f_top, floor)
+
+
+def soft_decay(x, alpha, *, mask=None, rescale: bool = True, method: str = "auto"):
     """SoftDecay transform of each ``[n, d]`` matrix in ``x`` (Algorithm 1, eq. 2).
 
     ``X = U diag(σ) Vᵀ -> X̃ = Σ_i K f(σ_i) u_i v_iᵀ`` with ``f`` = :func:`decay_curve` and
@@ -71,6 +83,9 @@ def soft_decay(x, alpha, *, mask=None, rescale: bool = True):
       mask: optional ``[..., n]`` boolean, true = real row (token). Masked rows are left out of the SVD and come
         back as zeros.
       rescale: apply Algorithm 1's ``K`` (steps 3–4).
+      method: how the SVD is computed: ``"auto"`` (chosen per backend and shape) or a name in
+        :data:`isojax.spectral.DECOMPOSITIONS`; see :mod:`isojax.spectral` for the strategies, their accuracy and
+        the automatic rule. ``ValueError`` for an unknown name or one the backend cannot lower.
 
     Null space: singular values ``σ ≤ max(n, d)·eps·σ_max`` (zero up to rounding: padding, repeated rows,
     rank deficiency) contribute nothing, instead of ``K f(0) u vᵀ`` with arbitrary thin-SVD vectors that
@@ -91,16 +106,41 @@ def soft_decay(x, alpha, *, mask=None, rescale: bool = True):
     x = check_points(x, "x")
     work = working_dtype(x.dtype)
     alpha = _check_alpha(alpha, work)
-    y, s = spectral_map(x.astype(work), decay_curve, alpha, mask=mask)
+    y, s = spectral_map(x.astype(work), decay_curve, alpha, mask=mask, method=method)
     if rescale:
-        s_max = s[..., 0]
-        s_top = jnp.where(s_max > 0, s_max, 1)  # zero matrix: y = 0 whatever K is; keep K and its gradient finite
-        f_top = decay_curve(s_top, alpha)
-        floor = jnp.finfo(work).eps * s_top
-        f_top = jnp.where(jnp.abs(f_top) >= floor, f_top, floor)
-        y = y * (s_top / f_top)[..., None, None]
+        y = y * _rescale_factor(s[..., 0], alpha)[..., None, None]
     y = jnp.where((alpha >= -1) & (alpha < 0), y, jnp.nan)
     return y.astype(x.dtype)
+
+
+def softdecay_derivative(x, alpha, *, mask=None, rescale: bool = True, method: str = "auto") -> SpectralDerivative:
+    """The derivative of ``soft_decay(x, alpha, mask=mask, rescale=rescale, method=method)`` at ``(x, alpha)`` as an
+    explicit linear operator (:class:`isojax.spectral.SpectralDerivative`, whose docstring gives its structure).
+
+    With ``Y = Σ_live f(σ_i) u_i v_iᵀ`` and ``X̃ = K Y`` (``K = σ_max/f(σ_max)``, or 1 without rescale)::
+
+        dX̃ = K · [U (A ∘ sym(dP) + B ∘ skew(dP) + diag(∂f/∂α) dα) Vᵀ + complement terms]
+             + Y · (∂K/∂σ_max · dP_00 + ∂K/∂α · dα),          dP = Uᵀ dX V
+        ∂X̃/∂α = K U diag(∂f/∂α(σ)) Vᵀ + Y ∂K/∂α,   ∂K/∂α = −σ_max ∂f/∂α(σ_max) / f(σ_max)²
+
+    ``A``, ``B``, ``h`` are the divided differences of ``f`` (:func:`isojax.spectral.spectral_map`); ``K`` and its
+    partials are those of the finite ``K`` :func:`soft_decay` uses. ``op.jvp(dx, dalpha)`` equals ``jax.jvp`` of
+    ``soft_decay`` (its ``.y``), ``op.vjp(w)`` returns ``(dx, dalpha)`` = ``jax.vjp``, ``op.jvp(0, 1).y`` is
+    ``∂X̃/∂α``, ``op.singular_values()``, ``op.norm()``, ``op.cond()`` describe ``dX -> dX̃`` (α fixed).
+    ``op.output`` is ``soft_decay``'s value in the working dtype.
+
+    Args: as :func:`soft_decay`; ``x [..., n, d]``. Everything is in the working dtype (float32 for bf16).
+    """
+    x = check_points(x, "x")
+    work = working_dtype(x.dtype)
+    alpha = _check_alpha(alpha, work)
+    op = spectral_derivative(x.astype(work), decay_curve, alpha, mask=mask, method=method)
+    if not rescale:
+        return op
+    s_max = op.s[..., 0]
+    k, dk_ds = jax.jvp(lambda t: _rescale_factor(t, alpha), (s_max,), (jnp.ones_like(s_max),))
+    dk_dalpha = jax.jvp(lambda a: _rescale_factor(s_max, a), (alpha,), (jnp.ones_like(alpha),))[1]
+    return dataclasses.replace(op, scale=k, dscale_ds=dk_ds, dscale_dparams=(dk_dalpha,))
 
 
 def alpha_from_param(theta, alpha_init: float):
@@ -131,8 +171,11 @@ class SoftDecay(nn.Module):
 
     alpha_init: float = -0.2
     rescale: bool = True
+    method: str = "auto"
+    """The SVD strategy (:func:`soft_decay`'s ``method``)."""
 
     @nn.compact
     def __call__(self, x, mask=None):
         theta = self.param("theta", nn.initializers.zeros_init(), (), jnp.float32)
-        return soft_decay(x, alpha_from_param(theta, self.alpha_init), mask=mask, rescale=self.rescale)
+        return soft_decay(x, alpha_from_param(theta, self.alpha_init), mask=mask, rescale=self.rescale,
+                          method=self.method)

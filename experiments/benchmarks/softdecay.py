@@ -1,6 +1,7 @@
 """SoftDecay cost: (a) isojax vs a PyTorch reference, forward+backward; (b) overhead on a BERT-base training step.
 
     python -m experiments.benchmarks.softdecay [--batch 32 --length 128 --hidden 768 --repeats 10] [--quick]
+                                               [--method auto,svd,gram_eigh_f64,... | all]
                                                [--torch-threads N] [--skip-encoder | --skip-reference]
 
 (a) ``soft_decay`` forward + backward (gradients for x and alpha of ``sum(W * soft_decay(x, alpha))``) on
@@ -12,6 +13,8 @@ runtime and the LAPACK (PyTorch: MKL; jaxlib: scipy's OpenBLAS). Goal on CPU: ra
 square of the last hidden state, batch x length tokens with padding) with and without ``SoftDecay`` as
 ``last_layer_transform``, timed interleaved; prints both times, the overhead and the cost of ``soft_decay`` alone.
 Goal on GPU: < 15 %.
+``--method`` names the SVD strategies (``isojax.spectral.DECOMPOSITIONS``, ``auto`` or ``all`` that this backend
+lowers; default ``auto``): (a) prints one row per strategy, (b) one SoftDecay step per strategy, all interleaved.
 Both sides of each comparison run in this process after warm-up (``block_until_ready``), medians in ms.
 """
 from __future__ import annotations
@@ -29,6 +32,7 @@ import numpy as np  # noqa: E402
 
 from experiments.benchmarks.common import machine, median_ms, report  # noqa: E402
 from isojax.softdecay import SoftDecay, soft_decay  # noqa: E402
+from isojax.spectral import available_methods, select_method  # noqa: E402
 
 
 def torch_soft_decay_step(x, w, alpha, transpose: bool):
@@ -50,6 +54,18 @@ def torch_soft_decay_step(x, w, alpha, transpose: bool):
     return loss.detach(), x.grad, alpha.grad
 
 
+def interleaved_times(steps: dict, repeats: int) -> dict[str, np.ndarray]:
+    """ms of each ``steps[name]()`` in ``repeats`` rounds that run every step once, after one warm-up call each
+    (so that load drifting on a shared machine hits all of them alike)."""
+    for run in steps.values():
+        jax.block_until_ready(run())
+    times = {name: [] for name in steps}
+    for _ in range(repeats):
+        for name, run in steps.items():
+            times[name].append(median_ms(run, warmup=0, repeats=1))
+    return {name: np.array(t) for name, t in times.items()}
+
+
 def bench_reference(args) -> None:
     import torch
 
@@ -60,22 +76,28 @@ def bench_reference(args) -> None:
     x = rng.standard_normal((args.batch, args.length, args.hidden)).astype(np.float32)
     w = rng.standard_normal(x.shape).astype(np.float32)
     alpha = np.float32(args.alpha)
-
-    step = jax.jit(jax.value_and_grad(lambda x, a, w: jnp.sum(soft_decay(x, a) * w), argnums=(0, 1)))
     xj, wj, aj = jax.device_put(x), jax.device_put(w), jax.device_put(alpha)
     xt, wt, at = torch.from_numpy(x), torch.from_numpy(w), torch.tensor(alpha)
 
-    (value, (gx, ga)) = step(xj, aj, wj)
     t_value, t_gx, t_ga = torch_soft_decay_step(xt, wt, at, transpose=False)
-    gx_err = float(np.abs(np.asarray(gx) - t_gx.numpy()).max() / np.abs(t_gx.numpy()).max())
-    print(f"(a) soft_decay forward+backward on [{args.batch}, {args.length}, {args.hidden}], alpha={args.alpha}: "
-          f"loss {float(value):.4f} vs torch {float(t_value):.4f}; max |dx diff|/max|dx| {gx_err:.1e}; "
-          f"d alpha {float(ga):.4f} vs torch {float(t_ga):.4f}")
-    jax_ms = median_ms(lambda: step(xj, aj, wj), repeats=args.repeats)
-    torch_ms = median_ms(lambda: torch_soft_decay_step(xt, wt, at, transpose=False), repeats=args.repeats)
-    torch_t_ms = median_ms(lambda: torch_soft_decay_step(xt, wt, at, transpose=True), repeats=args.repeats)
-    report([("svd of [L, H] (authors' way)", jax_ms, torch_ms),
-            ("svd of [H, L] (both transposed)", jax_ms, torch_t_ms)], "isojax", "pytorch")
+    steps = {}
+    for m in args.method:
+        step = jax.jit(jax.value_and_grad(lambda x, a, w, m=m: jnp.sum(soft_decay(x, a, method=m) * w),
+                                          argnums=(0, 1)))
+        (value, (gx, ga)) = step(xj, aj, wj)
+        gx_err = float(np.abs(np.asarray(gx) - t_gx.numpy()).max() / np.abs(t_gx.numpy()).max())
+        print(f"(a) {m}: soft_decay forward+backward on [{args.batch}, {args.length}, {args.hidden}], alpha="
+              f"{args.alpha}: loss {float(value):.4f} vs torch {float(t_value):.4f}; max |dx diff|/max|dx| "
+              f"{gx_err:.1e}; d alpha {float(ga):.4f} vs torch {float(t_ga):.4f}")
+        steps[m] = lambda step=step: step(xj, aj, wj)
+    steps["torch [L, H]"] = lambda: torch_soft_decay_step(xt, wt, at, transpose=False)
+    steps["torch [H, L]"] = lambda: torch_soft_decay_step(xt, wt, at, transpose=True)
+    ms = {name: np.median(t) for name, t in interleaved_times(steps, args.repeats).items()}
+    rows = []
+    for m in args.method:
+        rows += [(f"{m} / torch [L, H] (authors')", ms[m], ms["torch [L, H]"]),
+                 (f"{m} / torch [H, L]", ms[m], ms["torch [H, L]"])]
+    report(rows, "isojax", "pytorch")
 
 
 def bench_encoder(args) -> None:
@@ -88,7 +110,8 @@ def bench_encoder(args) -> None:
     mask = jnp.asarray(np.arange(args.length)[None] < lengths)
 
     steps = {}
-    for name, transform in [("without SoftDecay", None), ("with SoftDecay", SoftDecay())]:
+    transforms = [("without SoftDecay", None)] + [(f"with SoftDecay ({m})", SoftDecay(method=m)) for m in args.method]
+    for name, transform in transforms:
         model = build_encoder(cfg, last_layer_transform=transform)
         params = jax.jit(model.init)(jax.random.key(0), ids, mask)["params"]
 
@@ -98,25 +121,31 @@ def bench_encoder(args) -> None:
 
         step = jax.jit(lambda params, loss=loss: jax.value_and_grad(loss)(params))
         steps[name] = lambda step=step, params=params: step(params)
-        jax.block_until_ready(steps[name]())  # compile + warm-up
-    # Interleaved, so that load drifting on a shared machine hits both sides alike; overhead = median pair ratio.
-    times = {name: [] for name in steps}
-    for _ in range(args.repeats):
-        for name, run in steps.items():
-            times[name].append(median_ms(run, warmup=0, repeats=1))
-    base, with_sd = (np.array(v) for v in times.values())
+    times = interleaved_times(steps, args.repeats)  # overhead = median ratio of the pairs of a round
+    base = times["without SoftDecay"]
     h = cfg.hidden_size
     x = jax.device_put(rng.standard_normal((args.batch, args.length, h)).astype(np.float32))
-    alone = jax.jit(jax.grad(lambda x, a: jnp.sum(soft_decay(x, a, mask=mask) ** 2), argnums=(0, 1)))
-    alone_ms = median_ms(lambda: alone(x, np.float32(args.alpha)), repeats=args.repeats)
+    alone = {m: jax.jit(jax.grad(lambda x, a, m=m: jnp.sum(soft_decay(x, a, mask=mask, method=m) ** 2),
+                                 argnums=(0, 1))) for m in args.method}
+    alone_ms = {m: np.median(t) for m, t in interleaved_times(
+        {m: lambda f=f: f(x, np.float32(args.alpha)) for m, f in alone.items()}, args.repeats).items()}
     print(f"(b) BERT-base ({cfg.num_hidden_layers} layers) training step (forward + backward for all params), batch "
           f"{args.batch} x {args.length}, {args.repeats} interleaved repeats")
-    print(f"{'without SoftDecay':<34} {np.median(base):>10.1f} ms\n"
-          f"{'with SoftDecay':<34} {np.median(with_sd):>10.1f} ms\n"
-          f"{'overhead (median of pairs)':<34} {100 * np.median(with_sd / base - 1):>10.1f} %  "
-          f"(pairs: {', '.join(f'{100 * r:.1f}' for r in with_sd / base - 1)})\n"
-          f"{'soft_decay alone, fwd+bwd [B,L,H]':<34} {alone_ms:>10.1f} ms = {100 * alone_ms / np.median(base):.1f} % "
-          "of the step without it")
+    print(f"{'without SoftDecay':<40} {np.median(base):>10.1f} ms")
+    for m in args.method:
+        with_sd = times[f"with SoftDecay ({m})"]
+        print(f"{'with SoftDecay (' + m + ')':<40} {np.median(with_sd):>10.1f} ms   overhead (median of pairs) "
+              f"{100 * np.median(with_sd / base - 1):.1f} %  (pairs: "
+              f"{', '.join(f'{100 * r:.1f}' for r in with_sd / base - 1)})")
+        print(f"{'  soft_decay alone, fwd+bwd [B,L,H]':<40} {alone_ms[m]:>10.1f} ms = "
+              f"{100 * alone_ms[m] / np.median(base):.1f} % of the step without it")
+
+
+def methods(text: str) -> list[str]:
+    """``--method``: comma-separated strategy names, ``auto`` (shown as the name it resolves to), or ``all``."""
+    if text == "all":
+        return available_methods()
+    return [m.strip() for m in text.split(",") if m.strip()]
 
 
 def main(argv=None):
@@ -128,12 +157,15 @@ def main(argv=None):
     ap.add_argument("--alpha", type=float, default=-0.2)
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--torch-threads", type=int, default=os.cpu_count())
+    ap.add_argument("--method", type=methods, default=["auto"],
+                    help="SVD strategies, comma-separated names of isojax.spectral.DECOMPOSITIONS, auto or all")
     ap.add_argument("--skip-reference", action="store_true", help="skip (a)")
     ap.add_argument("--skip-encoder", action="store_true", help="skip (b)")
     ap.add_argument("--quick", action="store_true", help="smoke run: batch 4 x 32, 2 layers, 3 repeats")
     args = ap.parse_args(argv)
     if args.quick:
         args.batch, args.length, args.layers, args.repeats = 4, 32, 2, 3
+    args.method = list(dict.fromkeys(select_method(m, (args.batch, args.length, args.hidden)) for m in args.method))
     print(machine())
     if not args.skip_reference:
         bench_reference(args)
