@@ -189,6 +189,8 @@ def test_decoders_are_refused_where_an_encoder_is_required(saved, tmp_path):
         build_encoder(module.config)
     with pytest.raises(ValueError, match="last_layer_transform is supported on encoders only"):
         isojax.from_pretrained(str(path), last_layer_transform=isojax.SoftDecay())
+    with pytest.raises(ValueError, match="scan_layers and remat are supported on encoders only"):
+        isojax.from_pretrained(str(path), scan_layers=True)
     from isojax.cli import main
 
     with pytest.raises(ValueError, match=f"isojax sts.*needs an encoder .BERT family.; this {arch} model is {kind}"):

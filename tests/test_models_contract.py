@@ -3,6 +3,7 @@ against transformers' config classes, partition rules that name every parameter,
 use, and MPNet's relative-position buckets against Hugging Face's function.
 """
 import dataclasses
+import re
 
 import jax
 import jax.numpy as jnp
@@ -13,7 +14,8 @@ from jax.sharding import PartitionSpec as P
 
 from isojax import SoftDecay
 from isojax.models import (ARCHITECTURES, TRANSFORM, build_encoder, build_model, config_from_hf, config_to_hf,
-                           has_pooler, init_params, model_kind, partition_rules, uses_token_types, word_embeddings)
+                           has_pooler, init_params, model_kind, partition_rules, to_scanned, uses_token_types,
+                           word_embeddings)
 from isojax.train.model import TaskModel, init_variables
 from isojax.train.parallel import partition_spec
 
@@ -74,14 +76,14 @@ def test_unknown_model_type_names_the_supported_ones():
         config_from_hf({"model_type": "bert", "vocab_size": 10})
 
 
-def _all_parameter_paths(model_type: str):
+def _all_parameter_paths(model_type: str, scan_layers: bool = False):
     """(model, params): an encoder with every optional part (SoftDecay, IsoBN, Isotropy Layer, head) in a
     TaskModel, or a decoder model with its LM head."""
     cfg = config_from_hf(hf_config(model_type).to_dict())
     if model_kind(cfg) != "encoder":
         model = build_model(cfg)
         return model, init_params(model, jax.random.key(0))
-    encoder = build_encoder(cfg, last_layer_transform=SoftDecay())
+    encoder = build_encoder(cfg, last_layer_transform=SoftDecay(), scan_layers=scan_layers)
     params = encoder.init(jax.random.key(0), jnp.ones((1, 5), jnp.int32))["params"]
     model = TaskModel(encoder, num_labels=3, use_isobn=True, use_isotropy_layer=True)
     variables = init_variables(model, params, jax.random.key(1))
@@ -104,6 +106,31 @@ def test_every_parameter_of_every_architecture_matches_a_partition_rule(model_ty
     assert len(cross) == (3 if model_type in ("bart", "mbart") else 0)
     assert all(specs[f"{b}/attention/query/kernel"] == P(None, "model") for b in blocks)
     assert all(specs[f"{b}/output/kernel"] == P("model", None) for b in blocks)
+
+
+@pytest.mark.parametrize("model_type", sorted(set(ARCHITECTURES) - set(KINDS)))
+def test_partition_rules_cover_a_scanned_stack_as_its_layers(model_type):
+    """Scanned (``scan_layers=True``), every parameter still matches a rule, and a block's stacked ``[L, ...]`` weight is
+    laid out as its per-layer weights with a leading unsharded axis (ALBERT's shared blocks: as they are)."""
+    model, params = _all_parameter_paths(model_type)
+    scanned_model, scanned = _all_parameter_paths(model_type, scan_layers=True)
+    rules = model.partition_rules()
+    flat = traverse_util.flatten_dict(params)
+    unrolled = {"/".join(path): partition_spec("/".join(path), leaf.shape, 2, rules) for path, leaf in flat.items()}
+    expected = traverse_util.flatten_dict(to_scanned(scanned_model.encoder, params["encoder"]))
+    assert set(expected) == {path[1:] for path in traverse_util.flatten_dict(scanned) if path[0] == "encoder"}
+    stacked = 0
+    for path, leaf in traverse_util.flatten_dict(scanned).items():
+        spec = partition_spec("/".join(path), leaf.shape, 2, rules)
+        if "layers" in path:  # a stacked block weight: spec of layer_0's weight after the layer axis
+            stacked += 1
+            per_layer = unrolled["/".join(path).replace("/layers/block/", "/layer_0/")]
+            assert spec == (P(None, *per_layer) if per_layer != P() else P()), path
+        else:  # ALBERT's group_{g}/block_{j} is group_{g}_layer_{j} unscanned
+            joined = re.sub(r"/group_(\d+)/block(?:_(\d+))?/", lambda m: f"/group_{m[1]}_layer_{m[2] or 0}/",
+                            "/".join(path))
+            assert spec == unrolled[joined], path
+    assert stacked == (0 if model_type == "albert" else 16)  # 16 weights per block: 4 projections, 2 norms
 
 
 def test_a_new_parameter_without_a_rule_is_reported():

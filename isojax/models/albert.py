@@ -1,7 +1,8 @@
 """ALBERT (Lan et al. 2020): factorised embeddings projected to the hidden size, and blocks shared across layers.
 
 Layer ``i`` applies group ``i * num_hidden_groups // num_hidden_layers``; a group holds ``inner_group_num``
-blocks applied in order. ``hidden_states`` records every block that runs, as Hugging Face's ALBERT does.
+blocks applied in order. ``hidden_states`` records every block that runs, as Hugging Face's ALBERT does. Scanned
+(``scan_layers=True``), each group is one loop over its layers, its blocks under ``encoder/group_{g}/block``.
 """
 from isojax.models.checkpoint import HFNames
 from isojax.models.config import EncoderConfig, bert_style_fields, bert_style_hf, check_absolute_positions
@@ -19,6 +20,14 @@ class AlbertEncoder(Encoder):
         order = [(i * groups // cfg.num_hidden_layers) * inner + j
                  for i in range(cfg.num_hidden_layers) for j in range(inner)]
         return names, order
+
+    def scan_segments(self):
+        """One loop per group over its ``num_hidden_layers // num_hidden_groups`` consecutive layers, each iteration
+        running the group's ``inner_group_num`` shared blocks (parameters broadcast, not stacked)."""
+        cfg = self.config
+        per_group = cfg.num_hidden_layers // cfg.num_hidden_groups
+        return [(f"group_{g}", [tuple(f"group_{g}_layer_{j}" for j in range(cfg.inner_group_num))] * per_group)
+                for g in range(cfg.num_hidden_groups)]
 
 
 class AlbertModel(EncoderModel):

@@ -19,6 +19,7 @@ from flax import traverse_util
 from isojax.models import checkpoint
 from isojax.models.config import EncoderConfig
 from isojax.models.heads import MaskedLMHead
+from isojax.models.layers import to_scanned, to_unscanned
 from isojax.models.registry import (architecture, build_encoder, build_model, config_from_hf, config_to_hf,
                                     init_params, mlm_head, model_kind)
 
@@ -96,8 +97,9 @@ def load_tokenizer(directory: str):
 
 
 def from_pretrained(name_or_path: str = DEFAULT_MODEL, *, dtype: Any = jnp.float32, last_layer_transform=None,
-                    transform_placement: str = "output", strict: bool = True, cache_dir: str | None = None,
-                    revision: str | None = None, with_tokenizer: bool = True):
+                    transform_placement: str = "output", scan_layers: bool = False, remat: str = "none",
+                    strict: bool = True, cache_dir: str | None = None, revision: str | None = None,
+                    with_tokenizer: bool = True):
     """Load a Hugging Face BERT / RoBERTa / ALBERT / DistilBERT / MPNet encoder, GPT-2 (``GPT2Model`` or
     ``GPT2LMHeadModel``), or BART / mBART (``BartModel``, ``BartForConditionalGeneration``, ...) checkpoint.
 
@@ -108,6 +110,9 @@ def from_pretrained(name_or_path: str = DEFAULT_MODEL, *, dtype: Any = jnp.float
         its parameters are initialised, or read from ``isojax_extra.safetensors`` when the directory has one.
       transform_placement: ``"output"`` (on the last layer's output, the SoftDecay paper) or ``"block"`` (inside
         the last block, the SoftDecay authors' code); see :class:`isojax.models.layers.EncoderModel`.
+      scan_layers, remat: run an encoder's blocks as one ``nn.scan`` loop (compile time flat in depth) and/or
+        recompute them in the backward pass; see :class:`isojax.models.layers.Encoder`. The checkpoint's per-layer
+        weights are stacked into the scanned layout (:func:`~isojax.models.layers.to_scanned`).
       strict: raise on unexpected base-model keys (task-head keys are always ignored with a warning).
 
     Returns:
@@ -122,13 +127,18 @@ def from_pretrained(name_or_path: str = DEFAULT_MODEL, *, dtype: Any = jnp.float
     if model_kind(config) == "encoder":
         module = build_encoder(config, dtype=dtype, last_layer_transform=last_layer_transform,
                                add_pooling_layer=checkpoint.has_pooler(state, names),
-                               transform_placement=transform_placement)
+                               transform_placement=transform_placement, scan_layers=scan_layers, remat=remat)
     elif last_layer_transform is not None:
         raise ValueError(f"last_layer_transform is supported on encoders only; {name_or_path!r} is a "
                          f"{config.model_type} model")
+    elif scan_layers or remat != "none":
+        raise ValueError(f"scan_layers and remat are supported on encoders only; {name_or_path!r} is a "
+                         f"{config.model_type} model")
     else:
         module = build_model(config, dtype=dtype)
-    template = jax.eval_shape(lambda: init_params(module, jax.random.key(0)))
+    scanned = getattr(module, "scan_layers", False)
+    unscanned = module.clone(scan_layers=False) if scanned else module  # the layout Hugging Face's names map
+    template = jax.eval_shape(lambda: init_params(unscanned, jax.random.key(0)))
     extra = {}
     extra_path = os.path.join(directory, checkpoint.EXTRA_WEIGHTS_NAME)
     if os.path.exists(extra_path):
@@ -138,8 +148,10 @@ def from_pretrained(name_or_path: str = DEFAULT_MODEL, *, dtype: Any = jnp.float
     needs_init = any(names.hf_key(p) is None and "/".join(p) not in extra
                      for p in traverse_util.flatten_dict(template))
     if needs_init:  # parameters without a checkpoint value (a new last-layer transform) start from their init
-        template = init_params(module, jax.random.key(0))
+        template = init_params(unscanned, jax.random.key(0))
     params = checkpoint.params_from_state_dict(state, names, template, extra=extra, strict=strict)
+    if scanned:
+        params = to_scanned(module, params)
     params = jax.tree.map(jnp.asarray, params)
     tokenizer = load_tokenizer(directory) if with_tokenizer else None
     return module, params, tokenizer
@@ -173,13 +185,17 @@ def save_pretrained(module, params, path: str, *, tokenizer=None) -> str:
 
     Encoders and GPT-2 are written as base-model checkpoints (GPT-2's tied LM head needs no weights of its own), BART
     and mBART as ``...ForConditionalGeneration`` checkpoints (with ``final_logits_bias``). Parameters without a
-    Hugging Face name (a last-layer transform) go to ``isojax_extra.safetensors``.
+    Hugging Face name (a last-layer transform) go to ``isojax_extra.safetensors``. A scanned encoder's params are
+    written per layer (:func:`~isojax.models.layers.to_unscanned`).
     """
     from safetensors.numpy import save_file
 
     os.makedirs(path, exist_ok=True)
     names = architecture(module.config.model_type).hf_names
-    state, extra = checkpoint.state_dict_from_params(jax.device_get(params), names)
+    params = jax.device_get(params)
+    if getattr(module, "scan_layers", False):
+        params = to_unscanned(module, params)
+    state, extra = checkpoint.state_dict_from_params(params, names)
     with open(os.path.join(path, "config.json"), "w") as f:
         json.dump(config_to_hf(module.config), f, indent=2)
     save_file(state, os.path.join(path, checkpoint.WEIGHTS_NAME), metadata={"format": "pt"})

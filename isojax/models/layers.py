@@ -44,19 +44,36 @@ TRANSFORM = "last_layer_transform"
 TRANSFORM_PLACEMENTS = ("output", "block")
 """Where the last-layer transform acts: on the last layer's output, or inside the last block (see EncoderModel)."""
 
+SCANNED_STACK = "layers"
+"""Name of the scanned stack of blocks (``Encoder(scan_layers=True)``): its parameters are the block's, stacked on a
+leading layer axis, under ``encoder/layers/block/...``."""
+
+REMAT_POLICIES: dict[str, Callable | None] = {
+    "full": None,
+    "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+"""``Encoder(remat=...)``: what the backward pass keeps of each block's forward (``"none"``, not listed: everything;
+``"full"``: only the block's input, everything else recomputed; ``"dots"``: the matmul outputs)."""
+
 # Megatron-style tensor parallelism over the mesh axis "model": query/key/value and the feed-forward input
 # projection split by output features (whole heads per device), the two output projections by input
 # features (each device adds its partial product; XLA inserts the reduction); everything else replicated.
 # (regex searched in the "/"-joined parameter path, PartitionSpec); every parameter of these modules matches.
+_BLOCK_RULES: tuple[tuple[str, P], ...] = (
+    (r"attention/(query|key|value)/kernel", P(None, "model")),
+    (r"attention/(query|key|value)/bias", P("model")),
+    (r"attention/output/kernel", P("model", None)),
+    (r"intermediate/kernel", P(None, "model")),
+    (r"intermediate/bias", P("model")),
+    (r"output/kernel", P("model", None)),
+    (r"output/bias", P()),
+    (r"(attention_norm|output_norm)/(scale|bias)", P()),
+)
 PARTITION_RULES: tuple[tuple[str, P], ...] = (
-    (r"attention/(query|key|value)/kernel$", P(None, "model")),
-    (r"attention/(query|key|value)/bias$", P("model")),
-    (r"attention/output/kernel$", P("model", None)),
-    (r"intermediate/kernel$", P(None, "model")),
-    (r"intermediate/bias$", P("model")),
-    (r"(?<!attention/)output/kernel$", P("model", None)),
-    (r"(^|/)output/bias$", P()),
-    (r"(attention_norm|output_norm|embeddings/norm|final_norm)/(scale|bias)$", P()),
+    # a scanned stack's blocks: the same layout after the leading layer axis (these rules come first)
+    *((rf"(^|/){SCANNED_STACK}/block/{pattern}$", P(None, *spec)) for pattern, spec in _BLOCK_RULES),
+    *((rf"{pattern}$", spec) for pattern, spec in _BLOCK_RULES),  # first match: attention/output before output
+    (r"(embeddings/norm|final_norm)/(scale|bias)$", P()),
     (r"embeddings/\w+_embeddings/embedding$", P()),
     (r"embeddings/projection/(kernel|bias)$", P()),
     (r"pooler/dense/(kernel|bias)$", P()),
@@ -408,17 +425,35 @@ class Encoder(nn.Module):
     ``cross_attention``: every block also attends to ``memory``, an encoder's output. A pre-LN stack
     (``config.pre_norm``) ends with the LayerNorm ``final_norm``, which the last hidden state includes (as in
     Hugging Face's GPT-2 and mBART). A hidden state is recorded after the embeddings and after every block that runs.
+
+    ``scan_layers``: run the blocks as a ``nn.scan`` loop (one block traced and compiled once, so compile time stays
+    flat in depth) instead of unrolled; the outputs are the same. The parameters are then laid out by
+    :meth:`scan_segments`: a BERT-style stack's blocks stacked on a leading layer axis under ``layers/block``,
+    ALBERT's shared blocks once per group under ``group_{g}/block``; :func:`to_scanned` / :func:`to_unscanned` convert
+    between the two layouts (``from_pretrained`` / ``save_pretrained`` do, so checkpoints keep Hugging Face's names).
+    Encoder stacks only: a causal or cross-attention stack (decoding with a cache) and a last-block transform are
+    refused. ``remat``: ``"none"``, or a key of :data:`REMAT_POLICIES` to recompute each block's forward in the
+    backward pass (``nn.remat``), scanned or not.
     """
 
     config: EncoderConfig
     dtype: Any = jnp.float32
     causal: bool = False
     cross_attention: bool = False
+    scan_layers: bool = False
+    remat: str = "none"
 
     def layout(self) -> tuple[list[str], list[int]]:
         """(block names, indices of the blocks in the order they run)."""
         n = self.config.num_hidden_layers
         return [f"layer_{i}" for i in range(n)], list(range(n))
+
+    def scan_segments(self) -> list[tuple[str, list[tuple[str, ...]]]]:
+        """How the scanned stack runs: ``(scanned module name, [the block names of each iteration])`` per ``nn.scan``
+        loop, in order; the iterations together run the blocks of :meth:`layout`. An iteration's blocks are named
+        ``block`` (``block_{j}`` for several) inside the loop. Blocks that differ between iterations have their
+        parameters stacked on a leading axis; blocks every iteration shares (ALBERT) are broadcast."""
+        return [(SCANNED_STACK, [(f"layer_{i}",) for i in range(self.config.num_hidden_layers)])]
 
     def attention_bias(self, length: int) -> Array | None:
         """Additive attention bias ``[1, heads, L, L]`` shared by every block, or None (called inside
@@ -437,8 +472,11 @@ class Encoder(nn.Module):
             raise ValueError("memory (the encoder output) must be given exactly when the stack has cross-attention")
         if cache is not None and not self.causal:
             raise ValueError("a key/value cache needs a causal stack")
-        names, order = self.layout()
-        blocks = [TransformerBlock(self.config, self.dtype, self.cross_attention, name=name) for name in names]
+        if self.remat != "none" and self.remat not in REMAT_POLICIES:
+            raise ValueError(f"remat must be 'none' or one of {tuple(REMAT_POLICIES)}, got {self.remat!r}")
+        if self.scan_layers and (self.causal or self.cross_attention or last_block_transform is not None):
+            raise ValueError("scan_layers supports encoder stacks only: not a causal or cross-attention stack (decoders, "
+                             "key/value caches) nor a last-block transform (use transform_placement='output')")
         length = x.shape[1]
         key_mask, first = (mask, 0) if cache is None else (
             jax.lax.dynamic_update_slice(cache.mask, mask, (0, cache.index)), cache.index)
@@ -452,19 +490,108 @@ class Encoder(nn.Module):
                                    None if memory is None else memory_mask[:, None, None, :],
                                    None if cache is None else cache.index)
         hidden, attentions, cross_attentions, layer_caches = [x], [], [], []
-        for step, index in enumerate(order):
-            transform = last_block_transform if step == len(order) - 1 else None
-            x, (probs, cross_probs), layer_cache = blocks[index](
-                x, context, deterministic, output_attentions, transform, None if cache is None else cache.layers[step])
-            hidden.append(x)
-            attentions.append(probs)
-            cross_attentions.append(cross_probs)
-            layer_caches.append(layer_cache)
+        if self.scan_layers:
+            for name, iterations in self.scan_segments():
+                x, states, probs = self._scan(name, iterations, x, context, deterministic, output_attentions)
+                hidden += states
+                attentions += probs
+        else:
+            block_cls = TransformerBlock if self.remat == "none" else nn.remat(
+                TransformerBlock, static_argnums=(3, 4, 5), policy=REMAT_POLICIES[self.remat])
+            blocks = [block_cls(self.config, self.dtype, self.cross_attention, name=name) for name in self.layout()[0]]
+            order = self.layout()[1]
+            for step, index in enumerate(order):
+                transform = last_block_transform if step == len(order) - 1 else None
+                x, (probs, cross_probs), layer_cache = blocks[index](
+                    x, context, deterministic, output_attentions, transform,
+                    None if cache is None else cache.layers[step])
+                hidden.append(x)
+                attentions.append(probs)
+                cross_attentions.append(cross_probs)
+                layer_caches.append(layer_cache)
         if self.config.pre_norm:
             hidden[-1] = layer_norm(self.config, self.dtype, "final_norm")(hidden[-1])
         new_cache = None if cache is None else Cache(tuple(layer_caches), key_mask, cache.index + length)
         return StackOutput(tuple(hidden), tuple(attentions) if output_attentions else None,
                            tuple(cross_attentions) if output_attentions and self.cross_attention else None, new_cache)
+
+    def _scan(self, name: str, iterations: list[tuple[str, ...]], x: Array, context: AttentionContext,
+              deterministic: bool, output_attentions: bool):
+        """Run one segment of :meth:`scan_segments` as ``nn.scan``; returns ``(x, hidden states, attention probs)``,
+        one per block run, in order (probs None unless asked for)."""
+        shared = len(set(iterations)) == 1
+        body = BlockSequence if self.remat == "none" else nn.remat(
+            BlockSequence, policy=REMAT_POLICIES[self.remat], prevent_cse=False)
+        loop = nn.scan(body, variable_axes={} if shared else {"params": 0},
+                       variable_broadcast="params" if shared else False,
+                       split_rngs={"params": not shared, "dropout": True}, in_axes=nn.broadcast, length=len(iterations))
+        size = len(iterations[0])
+        x, (states, probs) = loop(self.config, self.dtype, size, deterministic, output_attentions, name=name)(x, context)
+        states = [s for step in states for s in step]  # [iterations, size, B, L, H] -> blocks in order
+        probs = [p for step in probs for p in step] if output_attentions else [None] * len(states)
+        return x, states, probs
+
+
+def _block_name(j: int, size: int) -> str:
+    """Name of the ``j``-th of ``size`` blocks in one iteration of a scanned stack."""
+    return "block" if size == 1 else f"block_{j}"
+
+
+class BlockSequence(nn.Module):
+    """``size`` encoder blocks applied in order: the body of a scanned stack (see :attr:`Encoder.scan_layers`).
+
+    ``(x [B, L, H], context) -> (x, (hidden states [size, B, L, H], attention probs [size, B, heads, L, L] or
+    None))``.
+    """
+
+    config: EncoderConfig
+    dtype: Any
+    size: int
+    deterministic: bool
+    output_attentions: bool
+
+    @nn.compact
+    def __call__(self, x: Array, context: AttentionContext):
+        states, probs = [], []
+        for j in range(self.size):
+            x, (p, _), _ = TransformerBlock(self.config, self.dtype, name=_block_name(j, self.size))(
+                x, context, self.deterministic, self.output_attentions)
+            states.append(x)
+            probs.append(p)
+        return x, (jnp.stack(states), jnp.stack(probs) if self.output_attentions else None)
+
+
+def to_scanned(model: "EncoderModel", params: dict) -> dict:
+    """An encoder's params in the layout of ``model`` built with ``scan_layers=True``, from the unscanned layout
+    (``encoder/layer_0/...``, the one Hugging Face's names map; see :meth:`Encoder.scan_segments`). Inverse of
+    :func:`to_unscanned`; ``params`` may hold numpy or JAX arrays."""
+    segments = model.encoder_cls(model.config).scan_segments()
+    tree = params["encoder"]
+    blocks = {b for _, iterations in segments for step in iterations for b in step}
+    out = {k: v for k, v in tree.items() if k not in blocks}
+    for name, iterations in segments:
+        size, shared = len(iterations[0]), len(set(iterations)) == 1
+        out[name] = {_block_name(j, size): tree[iterations[0][j]] if shared else
+                     jax.tree.map(lambda *a: np.stack(a) if isinstance(a[0], np.ndarray) else jnp.stack(a),
+                                  *(tree[step[j]] for step in iterations))
+                     for j in range(size)}
+    return {**params, "encoder": out}
+
+
+def to_unscanned(model: "EncoderModel", params: dict) -> dict:
+    """An encoder's params in the unscanned layout (one subtree per block of :meth:`Encoder.layout`, the names Hugging
+    Face's checkpoints map), from the layout of ``model`` built with ``scan_layers=True``; inverse of
+    :func:`to_scanned`."""
+    segments = model.encoder_cls(model.config).scan_segments()
+    tree = params["encoder"]
+    out = {k: v for k, v in tree.items() if k not in {name for name, _ in segments}}
+    for name, iterations in segments:
+        size, shared = len(iterations[0]), len(set(iterations)) == 1
+        for i, step in enumerate(iterations):
+            for j, block in enumerate(step):
+                block_params = tree[name][_block_name(j, size)]
+                out[block] = block_params if shared else jax.tree.map(lambda a, i=i: a[i], block_params)
+    return {**params, "encoder": out}
 
 
 class Pooler(nn.Module):
@@ -544,6 +671,9 @@ class EncoderModel(nn.Module):
       authors' code runs T without a padding mask; here T still receives the attention mask.
 
     Either way the transformed states are ``last_hidden_state`` and ``hidden_states[-1]``; the pooler reads them.
+
+    ``scan_layers``, ``remat``: how the block stack runs (see :class:`Encoder`); a scanned model's params are
+    converted from and to the checkpoint layout by :func:`to_scanned` / :func:`to_unscanned`.
     """
 
     config: EncoderConfig
@@ -551,6 +681,8 @@ class EncoderModel(nn.Module):
     last_layer_transform: nn.Module | None = None
     add_pooling_layer: bool = True
     transform_placement: str = "output"
+    scan_layers: bool = False
+    remat: str = "none"
 
     embeddings_cls = Embeddings
     encoder_cls = Encoder
@@ -565,7 +697,7 @@ class EncoderModel(nn.Module):
         ids, mask, types = validate_inputs(self.config, input_ids, attention_mask, token_type_ids)
         x = self.embeddings_cls(self.config, self.dtype, name="embeddings")(ids, types, deterministic)
         in_block = self.last_layer_transform is not None and self.transform_placement == "block"
-        stack = self.encoder_cls(self.config, self.dtype, name="encoder")(
+        stack = self.encoder_cls(self.config, self.dtype, scan_layers=self.scan_layers, remat=self.remat, name="encoder")(
             x, mask, deterministic, output_attentions, self.last_layer_transform if in_block else None)
         hidden = list(stack.hidden_states)
         if self.last_layer_transform is not None and not in_block:

@@ -118,14 +118,16 @@ def build_model(config: EncoderConfig, *, dtype: Any = jnp.float32) -> nn.Module
 
 
 def build_encoder(config: EncoderConfig, *, dtype: Any = jnp.float32, last_layer_transform=None,
-                  add_pooling_layer: bool = True, transform_placement: str = "output") -> EncoderModel:
+                  add_pooling_layer: bool = True, transform_placement: str = "output", scan_layers: bool = False,
+                  remat: str = "none") -> EncoderModel:
     """The Linen encoder for ``config.model_type`` (``dtype`` = compute dtype; params are float32;
-    ``transform_placement``: where ``last_layer_transform`` acts, see :class:`~isojax.models.layers.EncoderModel`).
+    ``transform_placement``: where ``last_layer_transform`` acts, see :class:`~isojax.models.layers.EncoderModel`;
+    ``scan_layers`` / ``remat``: how the blocks run, see :class:`~isojax.models.layers.Encoder`).
     ``ValueError`` for a decoder model."""
     require_kind(config, ("encoder",), "build_encoder")
     return architecture(config.model_type).module_cls(
         config, dtype=dtype, last_layer_transform=last_layer_transform, add_pooling_layer=add_pooling_layer,
-        transform_placement=transform_placement)
+        transform_placement=transform_placement, scan_layers=scan_layers, remat=remat)
 
 
 def init_params(module: nn.Module, key):
