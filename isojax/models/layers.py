@@ -209,6 +209,49 @@ def tied_logits(params, h: Array) -> Array:
     return jnp.einsum("...h,vh->...v", h, w.astype(h.dtype), preferred_element_type=jnp.float32)
 
 
+_DROPOUT_CHUNK = 1 << 16
+"""Random words drawn per loop step by :func:`bernoulli_mask` on CPU (256 KiB: the threefry rounds stay in cache)."""
+
+
+def bernoulli_mask(key, keep_prob: float, shape: tuple[int, ...]) -> Array:
+    """A bool mask of ``shape`` whose entries are independent Bernoulli(``keep_prob``) draws.
+
+    Each entry compares one threefry ``uint32`` word ``u`` with a threshold: ``u < round(keep_prob * 2**32)``, so
+    ``P(True)`` is ``keep_prob`` to 2^-32 (``jax.random.bernoulli`` compares a 23-bit uniform float). On CPU the words
+    are drawn in loop steps of ``2**16`` (``lax.map`` over keys split from ``key``): XLA's CPU threefry runs its
+    rounds over the whole array, so a large draw (one attention layer of a 32 x 128 batch: 6.3 million words) leaves
+    the cache between rounds and costs about 3x as much per word. Every word still comes from threefry under its own
+    key; on other backends the words are drawn at once.
+    """
+    size = int(np.prod(shape))
+    threshold = jnp.uint32(min(round(keep_prob * 2.0 ** 32), 2 ** 32 - 1))
+    if jax.default_backend() != "cpu" or size <= _DROPOUT_CHUNK:
+        words = jax.random.bits(key, (size,), jnp.uint32)
+    else:
+        steps = -(-size // _DROPOUT_CHUNK)
+        words = jax.lax.map(lambda k: jax.random.bits(k, (_DROPOUT_CHUNK,), jnp.uint32),
+                            jax.random.split(key, steps)).reshape(-1)[:size]
+    return (words < threshold).reshape(shape)
+
+
+class Dropout(nn.Module):
+    """Inverted dropout, ``x * mask / (1 - rate)`` with ``mask ~ Bernoulli(1 - rate)`` i.i.d. per entry
+    (:func:`bernoulli_mask`, drawn with the ``"dropout"`` PRNG stream); the identity when ``deterministic`` or
+    ``rate == 0``. ``flax.linen.Dropout``'s semantics with a cheaper mask on CPU."""
+
+    rate: float
+
+    @nn.compact
+    def __call__(self, x: Array, deterministic: bool) -> Array:
+        if deterministic or self.rate == 0.0:
+            return x
+        if self.rate == 1.0:
+            return jnp.zeros_like(x)
+        keep = 1.0 - self.rate
+        mask = bernoulli_mask(self.make_rng("dropout"), keep, x.shape)
+        return jnp.where(mask, x / jnp.asarray(keep, x.dtype), jnp.zeros((), x.dtype))
+
+
 class Embed(nn.Module):
     """An embedding table ``[num, features]`` whose lookup never clamps silently.
 
@@ -272,7 +315,7 @@ class Embeddings(nn.Module):
             x = x + table(cfg.type_vocab_size, name="token_type_embeddings")(token_type_ids)
         if cfg.embedding_norm:
             x = layer_norm(cfg, self.dtype, "norm")(x)
-        x = nn.Dropout(cfg.hidden_dropout_prob)(x, deterministic=deterministic)
+        x = Dropout(cfg.hidden_dropout_prob)(x, deterministic=deterministic)
         if cfg.embedding_projection:
             x = dense(cfg.hidden_size, cfg, self.dtype, "projection")(x)
         return x
@@ -324,7 +367,7 @@ class Attention(nn.Module):
                 scores = scores + bias
             scores = jnp.where(allowed, scores, jnp.finfo(jnp.float32).min)
             probs = jax.nn.softmax(scores, axis=-1).astype(self.dtype)
-            dropped = nn.Dropout(cfg.attention_probs_dropout_prob)(probs, deterministic=deterministic)
+            dropped = Dropout(cfg.attention_probs_dropout_prob)(probs, deterministic=deterministic)
             context = jnp.einsum("bhqk,bkhd->bqhd", dropped, v)
         else:
             probs = None
@@ -371,7 +414,7 @@ class TransformerBlock(nn.Module):
     def __call__(self, x: Array, context: AttentionContext, deterministic: bool = True, output_attentions: bool = False,
                  output_transform: Callable | None = None, cache: LayerCache | None = None):
         cfg = self.config
-        drop = nn.Dropout(cfg.hidden_dropout_prob)
+        drop = Dropout(cfg.hidden_dropout_prob)
 
         def sublayer(x, norm_name: str, dropout: bool, f: Callable, transform: Callable | None = None):
             """Post-LN ``norm(x + Dropout(f(x)))`` or pre-LN ``x + Dropout(f(norm(x)))``; ``f`` returns (h, extra)."""
@@ -397,7 +440,7 @@ class TransformerBlock(nn.Module):
 
         def feed_forward(h):
             h = ACTIVATIONS[cfg.hidden_act](dense(cfg.intermediate_size, cfg, self.dtype, "intermediate")(h))
-            h = nn.Dropout(cfg.activation_dropout)(h, deterministic=deterministic)
+            h = Dropout(cfg.activation_dropout)(h, deterministic=deterministic)
             return dense(cfg.hidden_size, cfg, self.dtype, "output")(h), None
 
         x, _ = sublayer(x, "output_norm", cfg.ffn_output_dropout, feed_forward, output_transform)
