@@ -110,8 +110,8 @@ def test_every_parameter_of_every_architecture_matches_a_partition_rule(model_ty
 
 @pytest.mark.parametrize("model_type", sorted(set(ARCHITECTURES) - set(KINDS)))
 def test_partition_rules_cover_a_scanned_stack_as_its_layers(model_type):
-    """Scanned (``scan_layers=True``), every parameter still matches a rule, and a block's stacked ``[L, ...]`` weight is
-    laid out as its per-layer weights with a leading unsharded axis (ALBERT's shared blocks: as they are)."""
+    """Scanned (``scan_layers=True``), every parameter still matches a rule, and a block's stacked ``[L, ...]`` weight
+    is laid out as its per-layer weights with a leading unsharded axis (ALBERT's shared blocks: as they are)."""
     model, params = _all_parameter_paths(model_type)
     scanned_model, scanned = _all_parameter_paths(model_type, scan_layers=True)
     rules = model.partition_rules()

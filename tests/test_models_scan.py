@@ -2,6 +2,8 @@
 outputs and gradients as the unrolled stack and as Hugging Face PyTorch, checkpoints that keep Hugging Face's names,
 and clear errors where scanning is not supported.
 """
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -117,6 +119,9 @@ def test_init_layout_and_conversions_are_inverse():
                                      unrolled))
     layers = own["encoder"]["layers"]["block"]["attention"]["query"]["kernel"]
     assert not np.allclose(layers[0], layers[1])  # every layer initialised with its own key
+    one = build_encoder(dataclasses.replace(cfg, num_hidden_layers=1), scan_layers=True)
+    one_layer = one.init(jax.random.key(0), ids)["params"]["encoder"]["layers"]["block"]
+    assert one_layer["attention"]["query"]["kernel"].shape == (1, 16, 16)  # stacked even when there is one layer
 
 
 def test_scan_and_remat_refuse_what_they_do_not_support():

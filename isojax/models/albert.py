@@ -7,7 +7,7 @@ blocks applied in order. ``hidden_states`` records every block that runs, as Hug
 from isojax.models.checkpoint import HFNames
 from isojax.models.config import EncoderConfig, bert_style_fields, bert_style_hf, check_absolute_positions
 from isojax.models.heads import MLMHeadNames
-from isojax.models.layers import Encoder, EncoderModel
+from isojax.models.layers import Encoder, EncoderModel, ScanSegment
 
 
 class AlbertEncoder(Encoder):
@@ -26,8 +26,8 @@ class AlbertEncoder(Encoder):
         running the group's ``inner_group_num`` shared blocks (parameters broadcast, not stacked)."""
         cfg = self.config
         per_group = cfg.num_hidden_layers // cfg.num_hidden_groups
-        return [(f"group_{g}", [tuple(f"group_{g}_layer_{j}" for j in range(cfg.inner_group_num))] * per_group)
-                for g in range(cfg.num_hidden_groups)]
+        return [ScanSegment(f"group_{g}", [tuple(f"group_{g}_layer_{j}" for j in range(cfg.inner_group_num))]
+                            * per_group, stacked=False) for g in range(cfg.num_hidden_groups)]
 
 
 class AlbertModel(EncoderModel):

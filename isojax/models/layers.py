@@ -377,6 +377,19 @@ class Attention(nn.Module):
         return out, (probs if output_attentions else None, KVCache(k, v))
 
 
+class ScanSegment(NamedTuple):
+    """One ``nn.scan`` loop of a scanned stack (see :meth:`Encoder.scan_segments`).
+
+    name: the scanned module's name; iterations: per iteration, the names (in the unscanned layout) of the blocks it
+    runs, in order; inside the loop they are ``block`` (``block_{j}`` for several). stacked: whether each iteration
+    has its own parameters, stacked on a leading axis, or all iterations share (broadcast) the same blocks (ALBERT).
+    """
+
+    name: str
+    iterations: list[tuple[str, ...]]
+    stacked: bool
+
+
 class AttentionContext(NamedTuple):
     """What every block of a stack attends with, computed once per call by :class:`Encoder`.
 
@@ -491,12 +504,10 @@ class Encoder(nn.Module):
         n = self.config.num_hidden_layers
         return [f"layer_{i}" for i in range(n)], list(range(n))
 
-    def scan_segments(self) -> list[tuple[str, list[tuple[str, ...]]]]:
-        """How the scanned stack runs: ``(scanned module name, [the block names of each iteration])`` per ``nn.scan``
-        loop, in order; the iterations together run the blocks of :meth:`layout`. An iteration's blocks are named
-        ``block`` (``block_{j}`` for several) inside the loop. Blocks that differ between iterations have their
-        parameters stacked on a leading axis; blocks every iteration shares (ALBERT) are broadcast."""
-        return [(SCANNED_STACK, [(f"layer_{i}",) for i in range(self.config.num_hidden_layers)])]
+    def scan_segments(self) -> list[ScanSegment]:
+        """How the scanned stack runs: one :class:`ScanSegment` per ``nn.scan`` loop, in order; together their
+        iterations run the blocks of :meth:`layout`. Here: one loop over the layers, their parameters stacked."""
+        return [ScanSegment(SCANNED_STACK, [(f"layer_{i}",) for i in range(self.config.num_hidden_layers)], True)]
 
     def attention_bias(self, length: int) -> Array | None:
         """Additive attention bias ``[1, heads, L, L]`` shared by every block, or None (called inside
@@ -518,8 +529,9 @@ class Encoder(nn.Module):
         if self.remat != "none" and self.remat not in REMAT_POLICIES:
             raise ValueError(f"remat must be 'none' or one of {tuple(REMAT_POLICIES)}, got {self.remat!r}")
         if self.scan_layers and (self.causal or self.cross_attention or last_block_transform is not None):
-            raise ValueError("scan_layers supports encoder stacks only: not a causal or cross-attention stack (decoders, "
-                             "key/value caches) nor a last-block transform (use transform_placement='output')")
+            raise ValueError("scan_layers supports encoder stacks only: not a causal or cross-attention stack "
+                             "(decoders, key/value caches) nor a last-block transform (use transform_placement="
+                             "'output')")
         length = x.shape[1]
         key_mask, first = (mask, 0) if cache is None else (
             jax.lax.dynamic_update_slice(cache.mask, mask, (0, cache.index)), cache.index)
@@ -534,15 +546,15 @@ class Encoder(nn.Module):
                                    None if cache is None else cache.index)
         hidden, attentions, cross_attentions, layer_caches = [x], [], [], []
         if self.scan_layers:
-            for name, iterations in self.scan_segments():
-                x, states, probs = self._scan(name, iterations, x, context, deterministic, output_attentions)
+            for segment in self.scan_segments():
+                x, states, probs = self._scan(segment, x, context, deterministic, output_attentions)
                 hidden += states
                 attentions += probs
         else:
             block_cls = TransformerBlock if self.remat == "none" else nn.remat(
                 TransformerBlock, static_argnums=(3, 4, 5), policy=REMAT_POLICIES[self.remat])
-            blocks = [block_cls(self.config, self.dtype, self.cross_attention, name=name) for name in self.layout()[0]]
-            order = self.layout()[1]
+            names, order = self.layout()
+            blocks = [block_cls(self.config, self.dtype, self.cross_attention, name=name) for name in names]
             for step, index in enumerate(order):
                 transform = last_block_transform if step == len(order) - 1 else None
                 x, (probs, cross_probs), layer_cache = blocks[index](
@@ -558,18 +570,18 @@ class Encoder(nn.Module):
         return StackOutput(tuple(hidden), tuple(attentions) if output_attentions else None,
                            tuple(cross_attentions) if output_attentions and self.cross_attention else None, new_cache)
 
-    def _scan(self, name: str, iterations: list[tuple[str, ...]], x: Array, context: AttentionContext,
-              deterministic: bool, output_attentions: bool):
-        """Run one segment of :meth:`scan_segments` as ``nn.scan``; returns ``(x, hidden states, attention probs)``,
-        one per block run, in order (probs None unless asked for)."""
-        shared = len(set(iterations)) == 1
+    def _scan(self, segment: ScanSegment, x: Array, context: AttentionContext, deterministic: bool,
+              output_attentions: bool):
+        """Run one :class:`ScanSegment` as ``nn.scan``; returns ``(x, hidden states, attention probs)``, one per block
+        run, in order (probs None unless asked for)."""
         body = BlockSequence if self.remat == "none" else nn.remat(
             BlockSequence, policy=REMAT_POLICIES[self.remat], prevent_cse=False)
-        loop = nn.scan(body, variable_axes={} if shared else {"params": 0},
-                       variable_broadcast="params" if shared else False,
-                       split_rngs={"params": not shared, "dropout": True}, in_axes=nn.broadcast, length=len(iterations))
-        size = len(iterations[0])
-        x, (states, probs) = loop(self.config, self.dtype, size, deterministic, output_attentions, name=name)(x, context)
+        loop = nn.scan(body, variable_axes={"params": 0} if segment.stacked else {},
+                       variable_broadcast=False if segment.stacked else "params",
+                       split_rngs={"params": segment.stacked, "dropout": True}, in_axes=nn.broadcast,
+                       length=len(segment.iterations))
+        x, (states, probs) = loop(self.config, self.dtype, len(segment.iterations[0]), deterministic,
+                                  output_attentions, name=segment.name)(x, context)
         states = [s for step in states for s in step]  # [iterations, size, B, L, H] -> blocks in order
         probs = [p for step in probs for p in step] if output_attentions else [None] * len(states)
         return x, states, probs
@@ -610,14 +622,13 @@ def to_scanned(model: "EncoderModel", params: dict) -> dict:
     :func:`to_unscanned`; ``params`` may hold numpy or JAX arrays."""
     segments = model.encoder_cls(model.config).scan_segments()
     tree = params["encoder"]
-    blocks = {b for _, iterations in segments for step in iterations for b in step}
+    blocks = {b for segment in segments for step in segment.iterations for b in step}
     out = {k: v for k, v in tree.items() if k not in blocks}
-    for name, iterations in segments:
-        size, shared = len(iterations[0]), len(set(iterations)) == 1
-        out[name] = {_block_name(j, size): tree[iterations[0][j]] if shared else
-                     jax.tree.map(lambda *a: np.stack(a) if isinstance(a[0], np.ndarray) else jnp.stack(a),
-                                  *(tree[step[j]] for step in iterations))
-                     for j in range(size)}
+    for name, iterations, stacked in segments:
+        size = len(iterations[0])
+        out[name] = {_block_name(j, size): jax.tree.map(
+            lambda *a: np.stack(a) if isinstance(a[0], np.ndarray) else jnp.stack(a),
+            *(tree[step[j]] for step in iterations)) if stacked else tree[iterations[0][j]] for j in range(size)}
     return {**params, "encoder": out}
 
 
@@ -627,13 +638,12 @@ def to_unscanned(model: "EncoderModel", params: dict) -> dict:
     :func:`to_scanned`."""
     segments = model.encoder_cls(model.config).scan_segments()
     tree = params["encoder"]
-    out = {k: v for k, v in tree.items() if k not in {name for name, _ in segments}}
-    for name, iterations in segments:
-        size, shared = len(iterations[0]), len(set(iterations)) == 1
+    out = {k: v for k, v in tree.items() if k not in {segment.name for segment in segments}}
+    for name, iterations, stacked in segments:
         for i, step in enumerate(iterations):
             for j, block in enumerate(step):
-                block_params = tree[name][_block_name(j, size)]
-                out[block] = block_params if shared else jax.tree.map(lambda a, i=i: a[i], block_params)
+                block_params = tree[name][_block_name(j, len(step))]
+                out[block] = jax.tree.map(lambda a, i=i: a[i], block_params) if stacked else block_params
     return {**params, "encoder": out}
 
 
@@ -740,7 +750,8 @@ class EncoderModel(nn.Module):
         ids, mask, types = validate_inputs(self.config, input_ids, attention_mask, token_type_ids)
         x = self.embeddings_cls(self.config, self.dtype, name="embeddings")(ids, types, deterministic)
         in_block = self.last_layer_transform is not None and self.transform_placement == "block"
-        stack = self.encoder_cls(self.config, self.dtype, scan_layers=self.scan_layers, remat=self.remat, name="encoder")(
+        stack = self.encoder_cls(self.config, self.dtype, scan_layers=self.scan_layers, remat=self.remat,
+                                 name="encoder")(
             x, mask, deterministic, output_attentions, self.last_layer_transform if in_block else None)
         hidden = list(stack.hidden_states)
         if self.last_layer_transform is not None and not in_block:
