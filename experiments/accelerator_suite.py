@@ -36,7 +36,7 @@ def _message(outcome: ET.Element) -> str:
     then "collection failure" / "collection skipped"), the error's last ``E`` line / the skip reason."""
     message, text = outcome.get("message") or "", outcome.text or ""
     if message == "collection skipped":
-        found = re.search(r"Skipped: (.*)'\)\s*$", text)
+        found = re.search(r"Skipped: (.*)['\"]\)\s*$", text)
         return found.group(1) if found else text.strip()
     if message == "collection failure":
         errors = [line[1:].strip() for line in text.splitlines() if line.startswith("E ")]

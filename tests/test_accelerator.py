@@ -46,8 +46,10 @@ def test_skips():
 def tiny_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("accelerator")
     (root / "test_planted.py").write_text(SUITE)
+    (root / "test_planted_module.py").write_text('import pytest\n\npytest.skip("the module\'s planted skip", '
+                                                 'allow_module_level=True)\n')
     out = root / "out"
-    payload = accelerator.main([*TINY, "--out", str(out), "--pytest-args", str(root / "test_planted.py")])
+    payload = accelerator.main([*TINY, "--out", str(out), "--pytest-args", str(root)])
     return out, payload
 
 
@@ -92,11 +94,13 @@ def test_throughput_figures_are_finite_positive_and_counted_right(tiny_run):
 def test_suite_summary_failures_and_skips(tiny_run):
     tests = tiny_run[1]["tests"]
     assert tests["command"].startswith("JAX_PLATFORMS=cpu pytest")
-    assert tests["summary"].startswith("1 failed, 1 passed, 1 skipped")
-    assert tests["counts"] == {"passed": 1, "failed": 1, "skipped": 1}
+    assert tests["summary"].startswith("1 failed, 1 passed, 2 skipped")
+    assert tests["counts"] == {"passed": 1, "failed": 1, "skipped": 2}
     assert tests["failures"] == [{"test": "test_planted.py::test_fails", "kind": "failed",
                                   "message": "AssertionError: planted failure"}]
-    assert tests["skips"] == [{"reason": "planted skip", "count": 1, "tests": ["test_planted.py::test_skips"]}]
+    assert sorted(tests["skips"], key=lambda s: s["reason"]) == [
+        {"reason": "planted skip", "count": 1, "tests": ["test_planted.py::test_skips"]},
+        {"reason": "the module's planted skip", "count": 1, "tests": ["test_planted_module.py"]}]
 
 
 def test_goals_marked(tiny_run):

@@ -10,6 +10,7 @@ import pytest
 import scipy.stats
 
 from isojax.cli import main
+from conftest import require
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -113,5 +114,6 @@ def test_sts_over_several_sets_end_to_end_without_the_pytorch_notice(shared_data
 
 
 def test_sts_rejects_unknown_sets_before_loading_the_model():
+    require("datasets")  # STS-B is read (through datasets) before the unknown name is reached
     with pytest.raises(ValueError, match="unknown STS data set 'sts17'"):
         main(["sts", "--data", "stsb,sts17", "--quiet"])
