@@ -37,6 +37,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import argparse  # noqa: E402
 import importlib.metadata  # noqa: E402
 import json  # noqa: E402
+import math  # noqa: E402
 import re  # noqa: E402
 import tempfile  # noqa: E402
 
@@ -145,10 +146,12 @@ def goals(payload: dict) -> list[dict]:
     rows = [row(f"MFU of the {_encoder_name(bench)} bf16 train step", f"> {GOAL_MFU:.0%}", mfu,
                 mfu is not None and mfu > GOAL_MFU, peak_note)]
     sd = (bench or {}).get("softdecay")
-    share = sd["methods"].get(sd["auto"], {}).get("share") if sd else None
+    auto = sd["methods"].get(sd["auto"], {}) if sd else {}
+    share = auto.get("share")
     rows.append(row("SoftDecay's share of that step (the strategy auto picks)", f"< {GOAL_SOFTDECAY:.0%}", share,
                     share is not None and share < GOAL_SOFTDECAY,
-                    f"auto = {sd['auto']}" if sd else "benchmarks not run"))
+                    "; ".join(filter(None, [f"auto = {sd['auto']}", auto.get("error")])) if sd
+                    else "benchmarks not run"))
     bad = None if not tests or "counts" not in tests else tests["counts"].get("failed", 0) + tests["counts"].get(
         "errors", 0)
     rows.append(row("test suite on this backend", "no failure or error", bad, bad == 0,
@@ -161,6 +164,11 @@ def _encoder_name(bench: dict | None) -> str:
     if c is None or (c["layers"], c["hidden"], c["heads"]) == (12, 768, 12):
         return "BERT-base"
     return f"{c['layers']}-layer, {c['hidden']}-wide"
+
+
+def _cell(text: str) -> str:
+    """Text for a Markdown table cell (``|`` escaped)."""
+    return text.replace("|", "\\|")
 
 
 def _pct(v) -> str:
@@ -198,14 +206,15 @@ def bench_sections(bench: dict, peak: dict | None, now: dict) -> list[str]:
                             "TFLOP/s (XLA)", "MFU (analytic)", "MFU (XLA)", "compile s"], rows)
     sd = bench["softdecay"]
     sd_rows = []
-    for m, r in sorted(sd["methods"].items(), key=lambda kv: kv[1]["share"]):
+    for m, r in sorted(sd["methods"].items(), key=lambda kv: kv[1].get("share", math.inf)):
         dec = DECOMPOSITIONS[m]
-        note = "auto's pick" if m == sd["auto"] else ""
-        if dec.route == "gram_eigh" and not dec.float64:
-            note = "; ".join(filter(None, [note, "float32 Gram: squares κ, not accurate enough for long sequences "
-                                                 "(experiments/results/decompositions.md)"]))
-        sd_rows.append([m, f"{r['with_ms']:.1f}", f"{r['base_ms']:.1f}", _pct(r["share"]),
-                        ", ".join(f"{100 * x:.1f}" for x in r["rounds"]), f"{r['compile_s']:.1f}", note])
+        notes = ["auto's pick" if m == sd["auto"] else "", r.get("error", ""),
+                 "float32 Gram: squares κ, not accurate enough for long sequences "
+                 "(experiments/results/decompositions.md)" if dec.route == "gram_eigh" and not dec.float64 else ""]
+        figures = ([f"{r['with_ms']:.1f}", f"{r['base_ms']:.1f}", _pct(r["share"]),
+                    ", ".join(f"{100 * x:.1f}" for x in r["rounds"]), f"{r['compile_s']:.1f}"]
+                   if "error" not in r else ["–"] * 5)
+        sd_rows.append([m, *figures, _cell("; ".join(filter(None, notes)))])
     sd_table = markdown_table(["strategy", "step with SoftDecay, ms", "without, ms", "share", "rounds, %",
                                "compile s", "note"], sd_rows)
     return [f"## Throughput\n\n{head}\n\n{table}",
@@ -226,11 +235,12 @@ def test_section(tests: dict, now: dict) -> str:
         text.append(f"Stopped after {tests['timeout_s']} s; the output's end:\n\n```\n{tests['output_tail']}\n```")
     if tests.get("failures"):
         text.append("### Failures\n\n" + markdown_table(
-            ["test", "kind", "message"], [[f["test"], f["kind"], f["message"]] for f in tests["failures"]]))
+            ["test", "kind", "message"], [[_cell(f["test"]), f["kind"], _cell(f["message"])]
+                                          for f in tests["failures"]]))
     if tests.get("skips"):
         text.append("### Skips\n\n" + markdown_table(
             ["reason", "tests", "for example"],
-            [[s["reason"], s["count"], ", ".join(s["tests"])] for s in tests["skips"]]))
+            [[_cell(s["reason"]), s["count"], _cell(", ".join(s["tests"]))] for s in tests["skips"]]))
     return "\n\n".join(text)
 
 

@@ -14,9 +14,12 @@ import sys
 import zipfile
 from importlib.metadata import distribution
 
+import jax.numpy as jnp
 import pytest
 
 from experiments import accelerator, accelerator_bundle
+from experiments.benchmarks import throughput
+from isojax.models import EncoderConfig
 from isojax.spectral import select_method
 from conftest import require
 
@@ -131,6 +134,16 @@ def test_a_later_tests_only_run_keeps_the_benchmarks(tiny_run, tmp_path):
     assert saved["tests"]["counts"].get("failed", 0) == 0 and saved["tests"]["counts"]["passed"] > 0
     assert payload["goals"][2]["status"] == "met"
     assert "From an earlier run" in (merged / "cpu.md").read_text()
+
+
+def test_a_strategy_that_fails_is_recorded_and_marked():
+    cfg = EncoderConfig(num_hidden_layers=1, hidden_size=16, num_attention_heads=2, intermediate_size=32)
+    batch = throughput.random_batch(cfg, 2, 8)
+    base, _ = throughput.build_step(cfg, jnp.float32, batch)
+    out = throughput.softdecay_share(cfg, jnp.float32, batch, ["svd_jacobi"], 1, base, log=lambda *_: None)
+    assert out["svd_jacobi"]["error"].startswith("ValueError: method 'svd_jacobi' does not lower on cpu")
+    goal = accelerator.goals({"benchmarks": {"softdecay": {"auto": "svd_jacobi", "methods": out}}})[1]
+    assert goal["status"] == "not measured" and "does not lower on cpu" in goal["note"]
 
 
 def test_device_names_and_peaks():

@@ -99,11 +99,17 @@ def forward(cfg: EncoderConfig, dtype, batch: dict, repeats: int) -> dict:
 def softdecay_share(cfg: EncoderConfig, dtype, batch: dict, methods, repeats: int, base, log=print) -> dict:
     """For each decomposition ``method``: the train step with ``SoftDecay(method=m)`` on the last layer against
     ``base`` (the step without it, from :func:`train_step`), interleaved over ``repeats`` rounds (module
-    docstring). One SoftDecay step is alive at a time (BERT-base states are large)."""
+    docstring). One SoftDecay step is alive at a time (BERT-base states are large). A strategy that fails to
+    compile or run on this backend is recorded as ``{"error": ...}`` and the others still run."""
     out = {}
     for m in methods:
-        with_sd, info = build_step(cfg, dtype, batch, SoftDecay(method=m))
-        times = interleaved_times({"base": base, "with": with_sd}, repeats)
+        try:
+            with_sd, info = build_step(cfg, dtype, batch, SoftDecay(method=m))
+            times = interleaved_times({"base": base, "with": with_sd}, repeats)
+        except Exception as e:  # noqa: BLE001 - a validation run reports what breaks and goes on
+            out[m] = {"error": f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"}
+            log(f"SoftDecay ({m}): {out[m]['error']}")
+            continue
         ratios = times["with"] / times["base"] - 1
         out[m] = {"base_ms": float(np.median(times["base"])), "with_ms": float(np.median(times["with"])),
                   "share": float(np.median(ratios)), "rounds": [float(r) for r in ratios],
