@@ -6,7 +6,7 @@ Table 1: I(W), I(W_c) (centered), I(W_r) (ceil(d/100) top directions removed), a
 Tables 2-3: Pearson r x100 on SimLex-999, MEN, WordSim353 and Stanford Rare Words (pairs of single-token words),
 cosine and inner product, raw / centered / centered-scaled / post-processed (all-but-the-top, eq. 11).
 Writes experiments/results/too_much_in_common.{md,json}. With a reachable Hub, pass e.g.
---models bert-base-uncased,bert-base-cased,roberta-base.
+--models bert-base-uncased,bert-base-cased,roberta-base (or gpt2,gpt2-medium for the GPT-2 rows).
 """
 from __future__ import annotations
 
@@ -25,6 +25,8 @@ PAPER_TABLE1 = {  # I(W), I(W_c), I(W_r), avg norm, ||mu||, ratio
     "BERT-base-uncased": [0.39, 0.98, 0.998, 1.40, 0.94, 0.67],
     "BERT-base-cased": [0.59, 0.98, 0.996, 1.29, 0.50, 0.39],
     "RoBERTa-base": [0.50, 0.87, 0.959, 3.65, 0.57, 0.16],
+    "GPT-2 (12 layers)": [0.12, 0.91, 0.969, 3.96, 2.05, 0.52],
+    "GPT-2 (24 layers)": [0.52, 0.95, 0.981, 3.68, 2.04, 0.55],
 }
 PAPER_TABLE2 = {  # BERT-base-cased, average Pearson x100: cosine, inner product
     "raw": [62.29, 60.91], "center": [60.44, 60.08], "scaled_center": [62.32, 62.41], "abtt": [65.57, 66.10],

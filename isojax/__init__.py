@@ -1,8 +1,8 @@
 """isojax: study and correct anisotropy ("token uniformity") in BERT-family encoders, in JAX/Flax.
 
-Public API (see README.md): ``from_pretrained``/``save_pretrained`` (Flax BERT, RoBERTa, ALBERT, DistilBERT from
-Hugging Face checkpoints), ``soft_decay``/``SoftDecay``, and the modules ``metrics``, ``topology``, ``losses``,
-``calibrate``, ``spectral``, ``gradients``.
+Public API (see README.md): ``from_pretrained``/``save_pretrained`` (Flax BERT, RoBERTa, ALBERT, DistilBERT, MPNet,
+GPT-2, BART, mBART from Hugging Face checkpoints; decoding in ``isojax.models.generate``), ``soft_decay``/``SoftDecay``,
+and the modules ``metrics``, ``topology``, ``losses``, ``calibrate``, ``spectral``, ``gradients``.
 """
 from isojax._transformers_notice import drop_torch_notice
 

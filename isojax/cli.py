@@ -79,6 +79,7 @@ def cmd_sts(args) -> int:
     import isojax
     from isojax.data.sts import load_sts
     from isojax.eval import sts
+    from isojax.models import require_kind
 
     search = args.alpha == "search"
     if not search and not -1 <= float(args.alpha) < 0:
@@ -97,6 +98,7 @@ def cmd_sts(args) -> int:
         sets[data.name if data.split == "test" else f"{data.name}:{data.split}"] = data
     dev = load(args.alpha_data) if search and "softdecay" in args.methods else None
     module, params, tokenizer = isojax.from_pretrained(args.model)
+    require_kind(module.config, ("encoder",), "isojax sts (sentence embeddings)")
     embedded = sts.embed_sets(module, params, tokenizer, [*sets.values(), *([dev] if dev else [])],
                               poolings=(args.pooling,), max_length=args.max_length, batch_size=args.batch_size,
                               progress=not args.quiet)[args.pooling]

@@ -212,8 +212,8 @@ def test_dropout_is_active_when_not_deterministic(bert_tiny):
 # ---------------------------------------------------------------- clear errors
 
 def test_unknown_model_type(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "vocab_size": 10}))
-    with pytest.raises(ValueError, match="unknown model_type 'gpt2'"):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5", "vocab_size": 10}))
+    with pytest.raises(ValueError, match="unknown model_type 't5'"):
         isojax.from_pretrained(str(tmp_path))
 
 
@@ -233,7 +233,7 @@ def test_missing_unexpected_and_misshapen_keys(bert_tiny, tmp_path):
     with pytest.raises(ValueError, match=r"missing 1 key.*encoder\.layer\.1\.attention\.self\.key\.weight"):
         isojax.from_pretrained(str(tmp_path))
     write({**state, "encoder.layer.7.output.dense.weight": np.zeros((2, 2), np.float32)})
-    with pytest.raises(ValueError, match=r"unexpected encoder key.*encoder\.layer\.7\.output\.dense\.weight"):
+    with pytest.raises(ValueError, match=r"unexpected base-model key.*encoder\.layer\.7\.output\.dense\.weight"):
         isojax.from_pretrained(str(tmp_path))
     misshapen = dict(state)
     misshapen["encoder.layer.0.intermediate.dense.weight"] = np.zeros((36, 32), np.float32)

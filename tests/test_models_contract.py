@@ -1,6 +1,6 @@
-"""The model contract (isojax.models.registry) for every architecture: config translation against transformers'
-config classes, partition rules that name every parameter, the accessors train/ and eval/ use, and MPNet's
-relative-position buckets against Hugging Face's function.
+"""The model contract (isojax.models.registry) for every architecture, encoders and decoders: config translation
+against transformers' config classes, partition rules that name every parameter, the accessors train/ and eval/
+use, and MPNet's relative-position buckets against Hugging Face's function.
 """
 import dataclasses
 
@@ -12,8 +12,8 @@ from flax import traverse_util
 from jax.sharding import PartitionSpec as P
 
 from isojax import SoftDecay
-from isojax.models import (ARCHITECTURES, TRANSFORM, build_encoder, config_from_hf, config_to_hf, has_pooler,
-                           partition_rules, uses_token_types, word_embeddings)
+from isojax.models import (ARCHITECTURES, TRANSFORM, build_encoder, build_model, config_from_hf, config_to_hf,
+                           has_pooler, init_params, model_kind, partition_rules, uses_token_types, word_embeddings)
 from isojax.train.model import TaskModel, init_variables
 from isojax.train.parallel import partition_spec
 
@@ -22,11 +22,22 @@ transformers = pytest.importorskip("transformers")
 TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=40)
 
 
+KINDS = {"gpt2": "causal_lm", "bart": "encoder_decoder", "mbart": "encoder_decoder"}
+
+
 def hf_config(model_type: str):
     """A tiny transformers config object of ``model_type`` (the independent reference for the translation)."""
     if model_type == "distilbert":
         return transformers.DistilBertConfig(vocab_size=99, dim=32, n_layers=2, n_heads=4, hidden_dim=40,
                                              max_position_embeddings=40, dropout=0.15)
+    if model_type == "gpt2":
+        return transformers.GPT2Config(vocab_size=99, n_embd=32, n_layer=2, n_head=4, n_inner=40, n_positions=42,
+                                       resid_pdrop=0.15, embd_pdrop=0.15)
+    if model_type in ("bart", "mbart"):
+        return transformers.AutoConfig.for_model(
+            model_type, vocab_size=99, d_model=32, encoder_layers=2, decoder_layers=3, encoder_attention_heads=4,
+            decoder_attention_heads=2, encoder_ffn_dim=40, decoder_ffn_dim=24, max_position_embeddings=42,
+            dropout=0.15, scale_embedding=True)
     extra = {"albert": dict(embedding_size=16, num_hidden_groups=2, inner_group_num=1)}.get(model_type, {})
     return transformers.AutoConfig.for_model(model_type, **TINY, max_position_embeddings=42,
                                              hidden_dropout_prob=0.15, **extra)
@@ -40,9 +51,15 @@ def test_config_translation_agrees_with_transformers(model_type):
     assert cfg.num_attention_heads == 4 and cfg.intermediate_size == 40 and cfg.hidden_dropout_prob == 0.15
     assert cfg.pad_token_id == ref.pad_token_id
     assert uses_token_types(cfg) == (model_type in ("bert", "roberta", "albert"))
-    # positions: RoBERTa and MPNet start after the padding index
+    assert model_kind(cfg) == KINDS.get(model_type, "encoder")
+    # positions: RoBERTa and MPNet start after the padding index, BART's at 2 (on a table 2 rows longer)
     assert cfg.max_sequence_length == (42 - ref.pad_token_id - 1 if model_type in ("roberta", "mpnet")
                                        else ref.max_position_embeddings)
+    assert cfg.pre_norm == (model_type in ("gpt2", "mbart"))
+    if model_type in ("bart", "mbart"):
+        dec = cfg.decoder_config()
+        assert (dec.num_hidden_layers, dec.num_attention_heads, dec.intermediate_size) == (3, 2, 24)
+        assert cfg.scale_embedding and (cfg.eos_token_id, cfg.forced_eos_token_id) == (2, 2)
     made_in_code = dataclasses.replace(cfg, hf_config=None)
     written = config_to_hf(made_in_code)
     reread = transformers.AutoConfig.for_model(**written)  # transformers accepts what isojax writes
@@ -58,7 +75,12 @@ def test_unknown_model_type_names_the_supported_ones():
 
 
 def _all_parameter_paths(model_type: str):
+    """(model, params): an encoder with every optional part (SoftDecay, IsoBN, Isotropy Layer, head) in a
+    TaskModel, or a decoder model with its LM head."""
     cfg = config_from_hf(hf_config(model_type).to_dict())
+    if model_kind(cfg) != "encoder":
+        model = build_model(cfg)
+        return model, init_params(model, jax.random.key(0))
     encoder = build_encoder(cfg, last_layer_transform=SoftDecay())
     params = encoder.init(jax.random.key(0), jnp.ones((1, 5), jnp.int32))["params"]
     model = TaskModel(encoder, num_labels=3, use_isobn=True, use_isotropy_layer=True)
@@ -69,14 +91,17 @@ def _all_parameter_paths(model_type: str):
 @pytest.mark.parametrize("model_type", sorted(ARCHITECTURES))
 def test_every_parameter_of_every_architecture_matches_a_partition_rule(model_type):
     model, params = _all_parameter_paths(model_type)
-    rules = model.partition_rules()
+    rules = partition_rules(model.config) if model_type in KINDS else model.partition_rules()
     specs = {"/".join(path): partition_spec("/".join(path), leaf.shape, 2, rules)
              for path, leaf in traverse_util.flatten_dict(params).items()}
     assert specs  # partition_spec raises for a parameter no rule names
     sharded = {path for path, spec in specs.items() if spec != P()}
-    # Megatron: per block, q/k/v kernels and biases, the feed-forward input kernel and bias, two output kernels
+    # Megatron: per block, q/k/v kernels and biases, the feed-forward input kernel and bias, two output kernels;
+    # a decoder block's cross-attention adds its q/k/v kernels and biases and its output kernel
     blocks = {path.split("/attention/")[0] for path in specs if "/attention/query/kernel" in path}
-    assert len(sharded) == 10 * len(blocks) and blocks
+    cross = {path.split("/cross_attention/")[0] for path in specs if "/cross_attention/query/kernel" in path}
+    assert len(sharded) == 10 * len(blocks) + 7 * len(cross) and blocks
+    assert len(cross) == (3 if model_type in ("bart", "mbart") else 0)
     assert all(specs[f"{b}/attention/query/kernel"] == P(None, "model") for b in blocks)
     assert all(specs[f"{b}/output/kernel"] == P("model", None) for b in blocks)
 
@@ -87,7 +112,23 @@ def test_a_new_parameter_without_a_rule_is_reported():
             hf_config("bert").to_dict())))
 
 
-@pytest.mark.parametrize("model_type", sorted(ARCHITECTURES))
+@pytest.mark.parametrize("model_type", sorted(KINDS))
+def test_accessors_of_decoders(model_type):
+    """The word-embedding accessor gives the matrix the LM head uses: logits = h Wᵀ (+ BART's final bias)."""
+    model, params = _all_parameter_paths(model_type)
+    cfg = model.config
+    w = word_embeddings(params)
+    assert w.shape == (cfg.vocab_size, cfg.hidden_size) and np.asarray(w).std() > 0
+    assert not has_pooler(model) and not uses_token_types(cfg)
+    ids = jnp.array([[3, 4, 5]])
+    args = (ids,) if model_type == "gpt2" else (ids, None, ids)
+    out = model.apply({"params": params}, *args)
+    h = out.last_hidden_state if model_type == "gpt2" else out.decoder.last_hidden_state
+    bias = 0 if model_type == "gpt2" else params["final_logits_bias"]
+    np.testing.assert_allclose(out.logits, np.asarray(h) @ np.asarray(w).T + bias, atol=1e-5)
+
+
+@pytest.mark.parametrize("model_type", sorted(set(ARCHITECTURES) - set(KINDS)))
 def test_accessors(model_type):
     model, params = _all_parameter_paths(model_type)
     cfg = model.encoder.config

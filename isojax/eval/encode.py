@@ -11,7 +11,7 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
-from isojax.models import token_types
+from isojax.models import require_kind, token_types
 from isojax.models.heads import pool
 
 
@@ -23,6 +23,7 @@ def encode(module, params, tokenizer, texts: Sequence[str], *, reduce: Callable 
     Default ``reduce`` is :func:`isojax.models.heads.pool` with ``pooling`` -> ``[N, H]`` sentence embeddings.
     ``reduce`` must keep the batch as the leading axis of each leaf.
     """
+    require_kind(module.config, ("encoder", "causal_lm"), "encoding texts")
     if not len(texts):
         raise ValueError("texts is empty")
     if reduce is None:

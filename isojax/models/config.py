@@ -1,9 +1,10 @@
-"""One configuration for every BERT-family encoder, under BERT's names.
+"""One configuration for every isojax transformer (BERT-family encoders, GPT-2, BART, mBART), under BERT's names.
 
 Each architecture names the same quantities differently in its Hugging Face ``config.json`` (DistilBERT's
-``dim``/``n_layers``, ALBERT's ``embedding_size``); the translation lives in the architecture's own file
-(``config_from_hf`` / ``config_to_hf``, reached through :mod:`isojax.models.registry`). :class:`EncoderConfig`
-holds the quantities under BERT's names plus the few switches that say where the architectures really differ.
+``dim``/``n_layers``, ALBERT's ``embedding_size``, GPT-2's ``n_embd``, BART's ``d_model``/``encoder_layers``); the
+translation lives in the architecture's own file (``config_from_hf`` / ``config_to_hf``, reached through
+:mod:`isojax.models.registry`). :class:`EncoderConfig` holds the quantities under BERT's names plus the few switches
+that say where the architectures really differ.
 """
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ from typing import Any, Mapping
 
 _ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "silu", "swish", "tanh")
 
+REQUIRED = object()
+"""Marks a ``config.json`` key without a default: a file that lacks it is rejected."""
+
 # BERT's config.json names of the fields every BERT-style config carries, with BERT's defaults
 _BERT_FIELDS = {
-    "vocab_size": None, "hidden_size": None, "num_hidden_layers": None, "num_attention_heads": None,
-    "intermediate_size": None, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
+    "vocab_size": REQUIRED, "hidden_size": REQUIRED, "num_hidden_layers": REQUIRED, "num_attention_heads": REQUIRED,
+    "intermediate_size": REQUIRED, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
     "attention_probs_dropout_prob": 0.1, "max_position_embeddings": 512, "type_vocab_size": 2,
     "layer_norm_eps": 1e-12, "pad_token_id": 0, "initializer_range": 0.02,
 }
@@ -23,7 +27,7 @@ _BERT_FIELDS = {
 
 @dataclasses.dataclass(frozen=True)
 class EncoderConfig:
-    """Hyper-parameters of a BERT-family encoder, under BERT's names.
+    """Hyper-parameters of a transformer, under BERT's names (the name is historical: GPT-2 and BART use it too).
 
     Attributes beyond Hugging Face's:
       embedding_size: width of the token embeddings (ALBERT factorises them; elsewhere = hidden_size).
@@ -37,6 +41,17 @@ class EncoderConfig:
         ``max_position_embeddings - position_offset``.
       relative_attention_num_buckets: rows of MPNet's relative-position bias table shared by every layer
         (0 = no relative position bias).
+      pre_norm: pre-LayerNorm blocks, ``x + f(LayerNorm(x))`` per sublayer, and a LayerNorm ``final_norm`` at the
+        end of every stack (GPT-2, mBART); False: post-LayerNorm, ``LayerNorm(x + f(x))`` (BERT, BART).
+      embedding_norm: whether a LayerNorm follows the sum of the embeddings (all but GPT-2).
+      scale_embedding: token embeddings are multiplied by ``sqrt(hidden_size)`` (BART's option).
+      activation_dropout: dropout rate after the feed-forward activation (BART; 0 elsewhere).
+      decoder_layers, decoder_attention_heads, decoder_ffn_dim: the decoder stack of an encoder-decoder
+        (``decoder_layers = 0``: no separate decoder); :meth:`decoder_config` is the decoder's own config.
+      bos_token_id, eos_token_id, decoder_start_token_id: special token ids (decoding; teacher forcing).
+      forced_bos_token_id, forced_eos_token_id: tokens decoding forces as the first generated token (mBART's target
+        language) and as the last one at ``max_length`` (BART's default ``forced_eos_token_id=2``), as
+        ``config.json`` gives them to transformers' ``generate``.
       hf_config: the original ``config.json`` dictionary, written back by ``save_pretrained``.
     """
 
@@ -52,7 +67,7 @@ class EncoderConfig:
     max_position_embeddings: int = 512
     type_vocab_size: int = 2
     layer_norm_eps: float = 1e-12
-    pad_token_id: int = 0
+    pad_token_id: int | None = 0
     initializer_range: float = 0.02
     embedding_size: int | None = None
     num_hidden_groups: int = 1
@@ -63,14 +78,28 @@ class EncoderConfig:
     ffn_output_dropout: bool = True
     position_offset: int = 0
     relative_attention_num_buckets: int = 0
+    pre_norm: bool = False
+    embedding_norm: bool = True
+    scale_embedding: bool = False
+    activation_dropout: float = 0.0
+    decoder_layers: int = 0
+    decoder_attention_heads: int = 0
+    decoder_ffn_dim: int = 0
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
+    decoder_start_token_id: int | None = None
+    forced_bos_token_id: int | None = None
+    forced_eos_token_id: int | None = None
     hf_config: Mapping[str, Any] | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
-        if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
-                f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
-                f"({self.num_attention_heads})"
-            )
+        for heads in ("num_attention_heads", "decoder_attention_heads"):
+            if getattr(self, heads) and self.hidden_size % getattr(self, heads):
+                raise ValueError(f"hidden_size ({self.hidden_size}) must be divisible by {heads} "
+                                 f"({getattr(self, heads)})")
+        if self.decoder_layers and not (self.decoder_attention_heads and self.decoder_ffn_dim):
+            raise ValueError(f"decoder_layers={self.decoder_layers} needs decoder_attention_heads and decoder_ffn_dim "
+                             f"(got {self.decoder_attention_heads} and {self.decoder_ffn_dim})")
         if self.hidden_act not in _ACTIVATIONS:
             raise ValueError(f"unsupported hidden_act {self.hidden_act!r}; expected one of {_ACTIVATIONS}")
         if self.num_hidden_layers % self.num_hidden_groups:
@@ -89,10 +118,40 @@ class EncoderConfig:
         """Longest input the position embeddings cover."""
         return self.max_position_embeddings - self.position_offset
 
+    def decoder_config(self) -> "EncoderConfig":
+        """The config of an encoder-decoder's decoder stack: its depth, heads and feed-forward width."""
+        if not self.decoder_layers:
+            raise ValueError(f"{self.model_type} has no separate decoder (decoder_layers = 0)")
+        return dataclasses.replace(self, num_hidden_layers=self.decoder_layers,
+                                   num_attention_heads=self.decoder_attention_heads,
+                                   intermediate_size=self.decoder_ffn_dim)
+
     @classmethod
     def bert_base(cls, **overrides) -> "EncoderConfig":
         """BERT-base (12 layers, 768 wide, 12 heads) with random weights, for benchmarks and tests."""
         return cls(**overrides)
+
+
+def renamed_fields(hf: Mapping[str, Any], names: Mapping[str, str], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """:class:`EncoderConfig` fields from a ``config.json`` that uses its own names.
+
+    ``names`` maps a ``config.json`` key to its field; a key the file lacks takes ``defaults[key]`` (the default of
+    the transformers config class); a :data:`REQUIRED` key that is missing raises ``ValueError`` naming it.
+    ``model_type`` and ``hf_config`` (the whole file) are included.
+    """
+    out = {}
+    for key, field in names.items():
+        value = hf.get(key, defaults.get(key, REQUIRED))
+        if value is REQUIRED:
+            raise ValueError(f"config.json of model_type {hf.get('model_type')!r} has no {key!r}")
+        out[field] = value
+    return dict(out, model_type=hf["model_type"], hf_config=dict(hf))
+
+
+def renamed_hf(config: EncoderConfig, names: Mapping[str, str], architecture: str, **extra) -> dict[str, Any]:
+    """Inverse of :func:`renamed_fields` for a config made in code: the ``config.json`` keys plus ``extra``."""
+    return dict({key: getattr(config, field) for key, field in names.items()}, model_type=config.model_type,
+                architectures=[architecture], **extra)
 
 
 def bert_style_fields(hf: Mapping[str, Any], **defaults) -> dict[str, Any]:
@@ -101,21 +160,12 @@ def bert_style_fields(hf: Mapping[str, Any], **defaults) -> dict[str, Any]:
     ``defaults`` override BERT's defaults for keys the file may omit (RoBERTa's ``pad_token_id=1``); a required
     key (sizes, vocabulary) that is missing raises ``ValueError`` naming it. ``hf_config`` keeps the file.
     """
-    out = {}
-    for name, default in {**_BERT_FIELDS, **defaults}.items():
-        if name in hf:
-            out[name] = hf[name]
-        elif default is None:
-            raise ValueError(f"config.json of model_type {hf.get('model_type')!r} has no {name!r}")
-        else:
-            out[name] = default
-    return dict(out, model_type=hf["model_type"], hf_config=dict(hf))
+    return renamed_fields(hf, {name: name for name in _BERT_FIELDS}, {**_BERT_FIELDS, **defaults})
 
 
 def bert_style_hf(config: EncoderConfig, architecture: str, **extra) -> dict[str, Any]:
     """Inverse of :func:`bert_style_fields` for a config made in code: BERT's names plus ``extra``."""
-    return dict({name: getattr(config, name) for name in _BERT_FIELDS}, model_type=config.model_type,
-                architectures=[architecture], **extra)
+    return renamed_hf(config, {name: name for name in _BERT_FIELDS}, architecture, **extra)
 
 
 def check_absolute_positions(hf: Mapping[str, Any]) -> None:
@@ -123,3 +173,11 @@ def check_absolute_positions(hf: Mapping[str, Any]) -> None:
     kind = hf.get("position_embedding_type", "absolute")
     if kind != "absolute":
         raise ValueError(f"position_embedding_type {kind!r} is not supported (only 'absolute')")
+
+
+def check_supported(hf: Mapping[str, Any], fixed: Mapping[str, Any]) -> None:
+    """``fixed`` maps ``config.json`` options isojax does not implement to the one value it accepts (transformers'
+    default, also when the file omits the key); any other value raises ``ValueError`` naming the option."""
+    for key, value in fixed.items():
+        if hf.get(key, value) != value:
+            raise ValueError(f"{hf.get('model_type')} with {key}={hf[key]!r} is not supported (only {value!r})")

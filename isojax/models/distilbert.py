@@ -1,6 +1,7 @@
 """DistilBERT (Sanh et al. 2019): no token types, no pooler, its own parameter names."""
 from isojax.models.checkpoint import HFNames
-from isojax.models.config import EncoderConfig
+from isojax.models.config import REQUIRED, EncoderConfig, renamed_fields, renamed_hf
+from isojax.models.heads import MLMHeadNames
 from isojax.models.layers import EncoderModel
 
 
@@ -16,23 +17,20 @@ _NAMES = {"vocab_size": "vocab_size", "dim": "hidden_size", "n_layers": "num_hid
           "dropout": "hidden_dropout_prob", "attention_dropout": "attention_probs_dropout_prob",
           "max_position_embeddings": "max_position_embeddings", "pad_token_id": "pad_token_id",
           "initializer_range": "initializer_range", "sinusoidal_pos_embds": "sinusoidal_pos_embds"}
-_REQUIRED = ("vocab_size", "dim", "n_layers", "n_heads", "hidden_dim", "max_position_embeddings")
+# transformers' DistilBertConfig defaults; the sizes are required
+_DEFAULTS = {"vocab_size": REQUIRED, "dim": REQUIRED, "n_layers": REQUIRED, "n_heads": REQUIRED, "hidden_dim": REQUIRED,
+             "max_position_embeddings": REQUIRED, "activation": "gelu", "dropout": 0.1, "attention_dropout": 0.1,
+             "pad_token_id": 0, "initializer_range": 0.02, "sinusoidal_pos_embds": False}
 
 
 def config_from_hf(hf) -> EncoderConfig:
     """:class:`EncoderConfig` of a DistilBERT ``config.json`` (its own names; no token types; no dropout after
     the attention output projection)."""
-    missing = [k for k in _REQUIRED if k not in hf]
-    if missing:
-        raise ValueError(f"config.json of model_type 'distilbert' has no {missing}")
-    fields = {field: hf[name] for name, field in _NAMES.items() if name in hf}
-    return EncoderConfig(model_type="distilbert", **fields, type_vocab_size=0, attention_output_dropout=False,
-                         hf_config=dict(hf))
+    return EncoderConfig(**renamed_fields(hf, _NAMES, _DEFAULTS), type_vocab_size=0, attention_output_dropout=False)
 
 
 def config_to_hf(config: EncoderConfig) -> dict:
-    return dict({name: getattr(config, field) for name, field in _NAMES.items()}, model_type="distilbert",
-                architectures=["DistilBertModel"])
+    return renamed_hf(config, _NAMES, "DistilBertModel")
 
 
 DISTILBERT_HF_NAMES = HFNames(
@@ -53,3 +51,6 @@ DISTILBERT_HF_NAMES = HFNames(
         "output_norm": "output_layer_norm",
     },
 )
+
+DISTILBERT_MLM_HEAD = MLMHeadNames(dense="vocab_transform", norm="vocab_layer_norm", bias="vocab_projector.bias",
+                                   decoder="vocab_projector", norm_eps=1e-12)

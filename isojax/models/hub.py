@@ -18,7 +18,9 @@ from flax import traverse_util
 
 from isojax.models import checkpoint
 from isojax.models.config import EncoderConfig
-from isojax.models.registry import architecture, build_encoder, config_from_hf, config_to_hf
+from isojax.models.heads import MaskedLMHead
+from isojax.models.registry import (architecture, build_encoder, build_model, config_from_hf, config_to_hf,
+                                    init_params, mlm_head, model_kind)
 
 log = logging.getLogger(__name__)
 
@@ -76,42 +78,57 @@ def read_config(directory: str) -> EncoderConfig:
 
 
 def load_tokenizer(directory: str):
-    """The fast tokenizer of a model directory, or None (with a log line) when it has none."""
+    """The fast tokenizer of a model directory, or None (with a log line) when it has none.
+
+    A tokenizer without a padding token (GPT-2's) pads with its end-of-text token, so that batches can be padded
+    (the attention mask keeps the padding out of every result).
+    """
     from transformers import AutoTokenizer
 
     if not any(os.path.exists(os.path.join(directory, f)) for f in
                ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "spiece.model", "vocab.json")):
         log.info("no tokenizer files in %s; returning tokenizer=None", directory)
         return None
-    return AutoTokenizer.from_pretrained(directory)
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    if tokenizer.pad_token is None and tokenizer.eos_token is not None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
 
 
 def from_pretrained(name_or_path: str = DEFAULT_MODEL, *, dtype: Any = jnp.float32, last_layer_transform=None,
                     transform_placement: str = "output", strict: bool = True, cache_dir: str | None = None,
                     revision: str | None = None, with_tokenizer: bool = True):
-    """Load a Hugging Face BERT / RoBERTa / ALBERT / DistilBERT / MPNet checkpoint.
+    """Load a Hugging Face BERT / RoBERTa / ALBERT / DistilBERT / MPNet encoder, GPT-2 (``GPT2Model`` or
+    ``GPT2LMHeadModel``), or BART / mBART (``BartModel``, ``BartForConditionalGeneration``, ...) checkpoint.
 
     Args:
       name_or_path: local directory, Hub id, ``"default"`` for all-MiniLM-L6-v2, or ``"all-mpnet-base-v2"``.
       dtype: compute dtype (``jnp.bfloat16`` for bf16 compute); parameters stay float32.
-      last_layer_transform: optional Linen module applied to the last layer (e.g. ``SoftDecay()``); its
-        parameters are initialised, or read from ``isojax_extra.safetensors`` when the directory has one.
+      last_layer_transform: optional Linen module applied to the last layer of an encoder (e.g. ``SoftDecay()``);
+        its parameters are initialised, or read from ``isojax_extra.safetensors`` when the directory has one.
       transform_placement: ``"output"`` (on the last layer's output, the SoftDecay paper) or ``"block"`` (inside
         the last block, the SoftDecay authors' code); see :class:`isojax.models.layers.EncoderModel`.
-      strict: raise on unexpected encoder keys (task-head keys are always ignored with a warning).
+      strict: raise on unexpected base-model keys (task-head keys are always ignored with a warning).
 
     Returns:
-      ``(module, params, tokenizer)``; ``module.apply({"params": params}, input_ids, attention_mask)``.
+      ``(module, params, tokenizer)``; an encoder or GPT-2 runs as ``module.apply({"params": params}, input_ids,
+      attention_mask)``, BART as ``module.apply({"params": params}, input_ids, attention_mask, decoder_input_ids)``.
+      The LM heads of GPT-2 and BART are tied to the word embeddings (BART's ``final_logits_bias`` included).
     """
     directory = resolve(name_or_path, cache_dir=cache_dir, revision=revision)
     config = read_config(directory)
     names = architecture(config.model_type).hf_names
     state = checkpoint.read_state_dict(directory)
-    module = build_encoder(config, dtype=dtype, last_layer_transform=last_layer_transform,
-                           add_pooling_layer=checkpoint.has_pooler(state, names),
-                           transform_placement=transform_placement)
-    dummy = jnp.zeros((1, 2), jnp.int32)
-    template = jax.eval_shape(lambda: module.init(jax.random.key(0), dummy)["params"])
+    if model_kind(config) == "encoder":
+        module = build_encoder(config, dtype=dtype, last_layer_transform=last_layer_transform,
+                               add_pooling_layer=checkpoint.has_pooler(state, names),
+                               transform_placement=transform_placement)
+    elif last_layer_transform is not None:
+        raise ValueError(f"last_layer_transform is supported on encoders only; {name_or_path!r} is a "
+                         f"{config.model_type} model")
+    else:
+        module = build_model(config, dtype=dtype)
+    template = jax.eval_shape(lambda: init_params(module, jax.random.key(0)))
     extra = {}
     extra_path = os.path.join(directory, checkpoint.EXTRA_WEIGHTS_NAME)
     if os.path.exists(extra_path):
@@ -121,17 +138,42 @@ def from_pretrained(name_or_path: str = DEFAULT_MODEL, *, dtype: Any = jnp.float
     needs_init = any(names.hf_key(p) is None and "/".join(p) not in extra
                      for p in traverse_util.flatten_dict(template))
     if needs_init:  # parameters without a checkpoint value (a new last-layer transform) start from their init
-        template = module.init(jax.random.key(0), dummy)["params"]
+        template = init_params(module, jax.random.key(0))
     params = checkpoint.params_from_state_dict(state, names, template, extra=extra, strict=strict)
     params = jax.tree.map(jnp.asarray, params)
     tokenizer = load_tokenizer(directory) if with_tokenizer else None
     return module, params, tokenizer
 
 
+def load_mlm_head(name_or_path: str = DEFAULT_MODEL, *, dtype: Any = jnp.float32, cache_dir: str | None = None,
+                  revision: str | None = None):
+    """The pretrained masked-LM head of an encoder checkpoint (``cls.predictions.*``, RoBERTa's ``lm_head.*``, ...).
+
+    Returns ``(head, head_params)``: a :class:`~isojax.models.heads.MaskedLMHead` whose decoder is tied to the word
+    embeddings given at call time::
+
+        module, params, tokenizer = isojax.from_pretrained(path)
+        head, head_params = isojax.models.load_mlm_head(path)
+        out = module.apply({"params": params}, ids, mask)
+        logits = head.apply({"params": head_params}, out.last_hidden_state, word_embeddings(params))
+
+    Raises ``ValueError`` for a model that is not an encoder or a checkpoint without the head (see
+    :func:`isojax.models.checkpoint.mlm_head_params`).
+    """
+    directory = resolve(name_or_path, cache_dir=cache_dir, revision=revision)
+    config = read_config(directory)
+    names = mlm_head(config)
+    params = checkpoint.mlm_head_params(checkpoint.read_state_dict(directory),
+                                        architecture(config.model_type).hf_names.prefix, names, config)
+    return MaskedLMHead(config, names, dtype), jax.tree.map(jnp.asarray, params)
+
+
 def save_pretrained(module, params, path: str, *, tokenizer=None) -> str:
     """Write ``config.json`` and ``model.safetensors`` that transformers' PyTorch classes load, and the tokenizer.
 
-    Parameters without a Hugging Face name (a last-layer transform) go to ``isojax_extra.safetensors``.
+    Encoders and GPT-2 are written as base-model checkpoints (GPT-2's tied LM head needs no weights of its own), BART
+    and mBART as ``...ForConditionalGeneration`` checkpoints (with ``final_logits_bias``). Parameters without a
+    Hugging Face name (a last-layer transform) go to ``isojax_extra.safetensors``.
     """
     from safetensors.numpy import save_file
 
@@ -148,5 +190,5 @@ def save_pretrained(module, params, path: str, *, tokenizer=None) -> str:
     return path
 
 
-__all__ = ["DEFAULT_MODEL", "bundled_model_path", "from_pretrained", "load_tokenizer", "read_config", "resolve",
-           "save_pretrained"]
+__all__ = ["DEFAULT_MODEL", "bundled_model_path", "from_pretrained", "load_mlm_head", "load_tokenizer", "read_config",
+           "resolve", "save_pretrained"]

@@ -1,55 +1,78 @@
 """The model contract: what ``train/`` and ``eval/`` may know about an architecture, in one place.
 
-Every architecture is one :class:`Architecture` entry in :data:`ARCHITECTURES` (its Linen class, Hugging Face
+Every architecture is one :class:`Architecture` entry in :data:`ARCHITECTURES` (its kind, Linen class, Hugging Face
 names, config translation and the partition rules of its own layers). Code outside ``models/`` reaches a
 model only through the functions below, never through parameter names::
 
+    model_kind(config)             "encoder" (BERT family), "causal_lm" (GPT-2) or "encoder_decoder" (BART, mBART)
+    require_kind(config, kinds, …) ValueError naming the model's kind where a command needs another one
     word_embeddings(params)        W [vocab_size, embedding_size], the input (= tied output) embedding matrix
     uses_token_types(config)       whether the model takes token_type_ids (False: pass None)
     token_types(config, ids)       the token_type_ids to pass: ``ids`` or None
     has_pooler(module)             whether ``pooler_output`` is computed
-    partition_rules(config)        (regex, PartitionSpec) for every parameter of the encoder
+    partition_rules(config)        (regex, PartitionSpec) for every parameter of the model
     TRANSFORM                      params key of the last-layer transform (SoftDecay's theta lives below it)
     config_from_hf / config_to_hf  config.json <-> EncoderConfig
+    build_model / build_encoder    the Linen module of a config (any kind / an encoder with its options)
+    init_params(module, key)       freshly initialised params of a module
+    mlm_head(config)               where the pretrained masked-LM head lives in checkpoints (encoders)
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import Any, Callable, Mapping
 
+import flax.linen as nn
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec
 
-from isojax.models import albert, bert, distilbert, mpnet, roberta
+from isojax.models import albert, bart, bert, distilbert, gpt2, mpnet, roberta
 from isojax.models.checkpoint import HFNames
 from isojax.models.config import EncoderConfig
-from isojax.models.layers import PARTITION_RULES, TRANSFORM, WORD_EMBEDDINGS, EncoderModel
+from isojax.models.heads import MLMHeadNames
+from isojax.models.layers import PARTITION_RULES, TRANSFORM, EncoderModel, word_embeddings
 
 PartitionRules = tuple[tuple[str, PartitionSpec], ...]
+
+KINDS = {"encoder": "an encoder (BERT family)", "causal_lm": "a causal language model (decoder only)",
+         "encoder_decoder": "an encoder-decoder"}
+"""The kinds of model, and how error messages describe them."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Architecture:
     """One architecture: its Linen class, Hugging Face parameter names, ``config.json`` translation
     (``config_from_hf(dict) -> EncoderConfig``, ``config_to_hf(EncoderConfig) -> dict`` for a config made in
-    code), and the partition rules of the layers it adds to the shared ones (:data:`layers.PARTITION_RULES`)."""
+    code), the partition rules of the layers it adds to the shared ones (:data:`layers.PARTITION_RULES`), its
+    kind (a key of :data:`KINDS`), and the checkpoint names of its masked-LM head (encoders)."""
 
-    module_cls: type[EncoderModel]
+    module_cls: type[nn.Module]
     hf_names: HFNames
     config_from_hf: Callable[[Mapping[str, Any]], EncoderConfig]
     config_to_hf: Callable[[EncoderConfig], dict]
     partition_rules: PartitionRules = ()
+    kind: str = "encoder"
+    mlm_head: MLMHeadNames | None = None
 
 
 ARCHITECTURES: dict[str, Architecture] = {
-    "bert": Architecture(bert.BertModel, bert.BERT_HF_NAMES, bert.config_from_hf, bert.config_to_hf),
+    "bert": Architecture(bert.BertModel, bert.BERT_HF_NAMES, bert.config_from_hf, bert.config_to_hf,
+                         mlm_head=bert.BERT_MLM_HEAD),
     "roberta": Architecture(roberta.RobertaModel, roberta.ROBERTA_HF_NAMES, roberta.config_from_hf,
-                            roberta.config_to_hf),
-    "albert": Architecture(albert.AlbertModel, albert.ALBERT_HF_NAMES, albert.config_from_hf, albert.config_to_hf),
+                            roberta.config_to_hf, mlm_head=roberta.ROBERTA_MLM_HEAD),
+    "albert": Architecture(albert.AlbertModel, albert.ALBERT_HF_NAMES, albert.config_from_hf, albert.config_to_hf,
+                           mlm_head=albert.ALBERT_MLM_HEAD),
     "distilbert": Architecture(distilbert.DistilBertModel, distilbert.DISTILBERT_HF_NAMES,
-                               distilbert.config_from_hf, distilbert.config_to_hf),
+                               distilbert.config_from_hf, distilbert.config_to_hf,
+                               mlm_head=distilbert.DISTILBERT_MLM_HEAD),
     "mpnet": Architecture(mpnet.MPNetModel, mpnet.MPNET_HF_NAMES, mpnet.config_from_hf, mpnet.config_to_hf,
-                          mpnet.MPNET_PARTITION_RULES),
+                          mpnet.MPNET_PARTITION_RULES, mlm_head=mpnet.MPNET_MLM_HEAD),
+    "gpt2": Architecture(gpt2.GPT2Model, gpt2.GPT2_HF_NAMES, gpt2.config_from_hf, gpt2.config_to_hf,
+                         kind="causal_lm"),
+    "bart": Architecture(bart.BartModel, bart.BART_HF_NAMES, bart.config_from_hf, bart.config_to_hf,
+                         bart.BART_PARTITION_RULES, kind="encoder_decoder"),
+    "mbart": Architecture(bart.BartModel, bart.BART_HF_NAMES, bart.config_from_hf, bart.config_to_hf,
+                          bart.BART_PARTITION_RULES, kind="encoder_decoder"),
 }
 SUPPORTED_MODEL_TYPES = tuple(ARCHITECTURES)
 
@@ -74,20 +97,43 @@ def config_to_hf(config: EncoderConfig) -> dict:
     return architecture(config.model_type).config_to_hf(config)
 
 
+def model_kind(config: EncoderConfig) -> str:
+    """``"encoder"``, ``"causal_lm"`` or ``"encoder_decoder"`` (see :data:`KINDS`)."""
+    return architecture(config.model_type).kind
+
+
+def require_kind(config: EncoderConfig, kinds: tuple[str, ...], purpose: str) -> None:
+    """``ValueError`` naming the model and its kind when it is not one of ``kinds`` (``purpose``: what needs it,
+    e.g. ``"isojax sts"``)."""
+    kind = model_kind(config)
+    if kind not in kinds:
+        raise ValueError(f"{purpose} needs {' or '.join(KINDS[k] for k in kinds)}; this {config.model_type} model is "
+                         f"{KINDS[kind]}")
+
+
+def build_model(config: EncoderConfig, *, dtype: Any = jnp.float32) -> nn.Module:
+    """The Linen module for ``config.model_type`` with its default options (``dtype`` = compute dtype; params are
+    float32)."""
+    return architecture(config.model_type).module_cls(config, dtype=dtype)
+
+
 def build_encoder(config: EncoderConfig, *, dtype: Any = jnp.float32, last_layer_transform=None,
                   add_pooling_layer: bool = True, transform_placement: str = "output") -> EncoderModel:
     """The Linen encoder for ``config.model_type`` (``dtype`` = compute dtype; params are float32;
-    ``transform_placement``: where ``last_layer_transform`` acts, see :class:`~isojax.models.layers.EncoderModel`)."""
+    ``transform_placement``: where ``last_layer_transform`` acts, see :class:`~isojax.models.layers.EncoderModel`).
+    ``ValueError`` for a decoder model."""
+    require_kind(config, ("encoder",), "build_encoder")
     return architecture(config.model_type).module_cls(
         config, dtype=dtype, last_layer_transform=last_layer_transform, add_pooling_layer=add_pooling_layer,
         transform_placement=transform_placement)
 
 
-def word_embeddings(params):
-    """The word (input = tied output) embedding matrix ``[vocab_size, embedding_size]`` of an encoder's params."""
-    for key in WORD_EMBEDDINGS:
-        params = params[key]
-    return params
+def init_params(module: nn.Module, key):
+    """Freshly initialised params of a module :func:`build_model` or :func:`build_encoder` made (traced on a dummy
+    two-token input, so ``jax.eval_shape(lambda: init_params(module, key))`` gives the shapes alone)."""
+    ids = jnp.zeros((1, 2), jnp.int32)
+    args = (ids, None, ids) if model_kind(module.config) == "encoder_decoder" else (ids,)
+    return module.init(key, *args)["params"]
 
 
 def uses_token_types(config: EncoderConfig) -> bool:
@@ -100,17 +146,26 @@ def token_types(config: EncoderConfig, token_type_ids):
     return token_type_ids if uses_token_types(config) else None
 
 
-def has_pooler(module: EncoderModel) -> bool:
-    """Whether ``module`` computes ``pooler_output`` (its architecture has a pooler and it was built with it)."""
-    return bool(module.has_pooler and module.add_pooling_layer)
+def has_pooler(module: nn.Module) -> bool:
+    """Whether ``module`` computes ``pooler_output`` (an encoder whose architecture has a pooler, built with it)."""
+    return model_kind(module.config) == "encoder" and bool(module.has_pooler and module.add_pooling_layer)
+
+
+def mlm_head(config: EncoderConfig) -> MLMHeadNames:
+    """The masked-LM head names of an encoder's architecture; ``ValueError`` for a model without one."""
+    names = architecture(config.model_type).mlm_head
+    if names is None:
+        raise ValueError(f"a masked-LM head needs an encoder (BERT family); this {config.model_type} model is "
+                         f"{KINDS[model_kind(config)]}")
+    return names
 
 
 def partition_rules(config: EncoderConfig) -> PartitionRules:
-    """``(regex, PartitionSpec)`` pairs that cover every parameter of the encoder of ``config`` (the shared
+    """``(regex, PartitionSpec)`` pairs that cover every parameter of the model of ``config`` (the shared
     layers' and the architecture's own); see :mod:`isojax.train.parallel` for how they are applied."""
     return PARTITION_RULES + architecture(config.model_type).partition_rules
 
 
-__all__ = ["ARCHITECTURES", "SUPPORTED_MODEL_TYPES", "TRANSFORM", "Architecture", "architecture", "build_encoder",
-           "config_from_hf", "config_to_hf", "has_pooler", "partition_rules", "token_types", "uses_token_types",
-           "word_embeddings"]
+__all__ = ["ARCHITECTURES", "KINDS", "SUPPORTED_MODEL_TYPES", "TRANSFORM", "Architecture", "architecture",
+           "build_encoder", "build_model", "config_from_hf", "config_to_hf", "has_pooler", "init_params", "mlm_head",
+           "model_kind", "partition_rules", "require_kind", "token_types", "uses_token_types", "word_embeddings"]

@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 
 from isojax.data.batching import batches
 from isojax.data.glue import glue_task, load_glue
-from isojax.models import build_encoder, from_pretrained
+from isojax.models import build_encoder, from_pretrained, require_kind
 from isojax.softdecay import SoftDecay
 from isojax.train import evaluation
 from isojax.train.checkpoint import Checkpoints
@@ -50,7 +50,8 @@ log = logging.getLogger(__name__)
 
 # Fields that may differ when a run is resumed: where and how it runs, how often it reports.
 RESUMABLE_CHANGES = frozenset({"devices", "parallel", "model_parallel", "progress", "output_dir", "save_every",
-                               "keep_checkpoints", "eval_every", "log_every", "eval_batch_size", "eval_limit"})
+                               "keep_checkpoints", "eval_every", "log_every", "log_gradients", "eval_batch_size",
+                               "eval_limit"})
 
 
 @dataclasses.dataclass
@@ -72,6 +73,7 @@ def build_model(config: TrainConfig):
     dtype = jnp.bfloat16 if config.dtype == "bfloat16" else jnp.float32
     encoder, params, tokenizer = from_pretrained(config.model, dtype=dtype, last_layer_transform=transform,
                                                  transform_placement=config.softdecay_placement)
+    require_kind(encoder.config, ("encoder",), "fine-tuning a classifier (isojax finetune)")
     if tokenizer is None:
         raise ValueError(f"model {config.model!r} has no tokenizer files; fine-tuning needs one")
     dropout = encoder.config.hidden_dropout_prob if config.dropout else 0.0
@@ -181,8 +183,9 @@ def _plans(config: TrainConfig, model: TaskModel, variables: dict, per_epoch: in
         abstract = jax.eval_shape(lambda v, o=optimizer: create_state(v, o, config.seed), variables)
         runner = make_runner(
             config.parallel, num_devices=config.devices, model_parallel=config.model_parallel,
-            make_step=lambda c, o=optimizer, obj=objective, f=stage.frozen: make_train_step(
-                model, obj, o, frozen=f, collectives=c),
+            make_step=lambda c, o=optimizer, obj=objective, f=stage.frozen, s=start: make_train_step(
+                model, obj, o, frozen=f, collectives=c, stage_start=s,
+                gradient_every=config.log_every if config.log_gradients else 0),
             predict=make_predict_step(model), abstract_state=abstract, partition_rules=model.partition_rules())
         # the logged learning rate: the encoder's, or the transform group's when the encoder is frozen
         peak = config.transform_learning_rate if "encoder" in stage.frozen else config.learning_rate

@@ -1,0 +1,116 @@
+"""GPT-2 (Radford et al. 2019): a causal language model of pre-LayerNorm blocks, and its Hugging Face names.
+
+    h_0    = wte[ids] + wpe[positions]                          (dropout; no LayerNorm)
+    h_l    = x + MLP(ln_2(x)),  x = h_{l-1} + Attn(ln_1(h_{l-1}))   (causal self-attention; MLP with gelu_new)
+    h_L    = ln_f(h_L)
+    logits = h_L wteᵀ                                           (the LM head is tied to the token embeddings)
+
+Positions come from the attention mask, as transformers' ``generate`` makes them: ``cumsum(mask) - 1`` over the
+real tokens (0 on padding), so a left-padded prompt starts at position 0; with a cache they go on from the number of
+real tokens cached. (transformers' forward without ``position_ids`` counts ``0, 1, ...`` over padding too; the two
+agree on right-padded batches.) Hugging Face stores every projection as a ``Conv1D`` with weight ``[in, out]``, and
+the query, key and value projections side by side in one ``c_attn [H, 3H]``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from isojax.models.checkpoint import Fused, HFNames
+from isojax.models.config import REQUIRED, EncoderConfig, check_supported, renamed_fields, renamed_hf
+from isojax.models.layers import Cache, DecoderOutput, Embeddings, Encoder, tied_logits, validate_inputs
+
+
+def positions_from_mask(mask, cache: Cache | None = None):
+    """Position ids ``[B, L]`` of the tokens of ``mask [B, L]``: real tokens count on from the real tokens already
+    in ``cache`` (0 without one); padding gets 0."""
+    before = 0 if cache is None else cache.mask.sum(-1, keepdims=True)
+    return jnp.where(mask, before + jnp.cumsum(mask, axis=-1) - 1, 0)
+
+
+class GPT2Model(nn.Module):
+    """GPT-2 with its tied LM head.
+
+    Args (``__call__``): input_ids ``[B, L]`` int; attention_mask ``[B, L]`` (true = real token, default all);
+    token_type_ids must be None; position_ids ``[B, L]`` (default :func:`positions_from_mask`); cache (a
+    :func:`~isojax.models.layers.init_cache` :class:`~isojax.models.layers.Cache` the tokens are appended to, for
+    decoding); deterministic (False turns on dropout: pass a ``"dropout"`` PRNG key); output_attentions.
+
+    Returns a :class:`~isojax.models.layers.DecoderOutput`: ``logits [B, L, vocab_size]``, ``hidden_states``
+    (embedding output, then every block's, the last one after ``ln_f``), ``cache`` (updated, when given).
+    """
+
+    config: EncoderConfig
+    dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, input_ids, attention_mask=None, token_type_ids=None, *, position_ids=None, cache=None,
+                 deterministic: bool = True, output_attentions: bool = False) -> DecoderOutput:
+        ids, mask, _ = validate_inputs(self.config, input_ids, attention_mask, token_type_ids)
+        if position_ids is None:
+            position_ids = positions_from_mask(mask, cache)
+        x = Embeddings(self.config, self.dtype, name="embeddings")(ids, None, deterministic, position_ids=position_ids)
+        stack = Encoder(self.config, self.dtype, causal=True, name="decoder")(
+            x, mask, deterministic, output_attentions, cache=cache)
+        h = stack.hidden_states[-1]
+        return DecoderOutput(tied_logits(self.variables["params"], h), h, stack.hidden_states, stack.attentions,
+                             cache=stack.cache)
+
+
+# GPT-2's config.json name -> EncoderConfig field, and transformers' GPT2Config defaults
+_NAMES = {"vocab_size": "vocab_size", "n_embd": "hidden_size", "n_layer": "num_hidden_layers",
+          "n_head": "num_attention_heads", "n_inner": "intermediate_size", "activation_function": "hidden_act",
+          "resid_pdrop": "hidden_dropout_prob", "attn_pdrop": "attention_probs_dropout_prob",
+          "n_positions": "max_position_embeddings", "layer_norm_epsilon": "layer_norm_eps",
+          "initializer_range": "initializer_range", "bos_token_id": "bos_token_id", "eos_token_id": "eos_token_id",
+          "pad_token_id": "pad_token_id"}
+_DEFAULTS = {"vocab_size": REQUIRED, "n_embd": REQUIRED, "n_layer": REQUIRED, "n_head": REQUIRED, "n_inner": None,
+             "activation_function": "gelu_new", "resid_pdrop": 0.1, "attn_pdrop": 0.1, "n_positions": 1024,
+             "layer_norm_epsilon": 1e-5, "initializer_range": 0.02, "bos_token_id": 50256, "eos_token_id": 50256,
+             "pad_token_id": None}
+# options isojax does not implement: config.json key -> the only value it accepts (transformers' default)
+_FIXED = {"scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False, "add_cross_attention": False,
+          "tie_word_embeddings": True}
+
+
+def config_from_hf(hf) -> EncoderConfig:
+    """:class:`EncoderConfig` of a GPT-2 ``config.json`` (pre-LN, no embedding LayerNorm, no token types;
+    ``n_inner`` None = ``4 n_embd``; one dropout rate for embeddings and residuals)."""
+    check_supported(hf, _FIXED)
+    if hf.get("embd_pdrop", 0.1) != hf.get("resid_pdrop", 0.1):
+        raise ValueError(f"GPT-2 with embd_pdrop={hf['embd_pdrop']} != resid_pdrop={hf.get('resid_pdrop', 0.1)} is not "
+                         "supported: isojax uses one dropout rate for the embeddings and the residual branches")
+    fields = renamed_fields(hf, _NAMES, _DEFAULTS)
+    fields["intermediate_size"] = fields["intermediate_size"] or 4 * fields["hidden_size"]
+    return EncoderConfig(**fields, type_vocab_size=0, pre_norm=True, embedding_norm=False)
+
+
+def config_to_hf(config: EncoderConfig) -> dict:
+    return renamed_hf(config, _NAMES, "GPT2LMHeadModel", embd_pdrop=config.hidden_dropout_prob)
+
+
+GPT2_HF_NAMES = HFNames(
+    prefix="transformer",
+    rules=(
+        (r"embeddings/word_embeddings", "wte"),
+        (r"embeddings/position_embeddings", "wpe"),
+        (r"decoder/final_norm", "ln_f"),
+        (r"decoder/layer_(\d+)/(?P<block>.+)", r"h.\1.{block}"),
+    ),
+    block={
+        "attention_norm": "ln_1",
+        "attention/query": Fused("attn.c_attn", 0, 3),
+        "attention/key": Fused("attn.c_attn", 1, 3),
+        "attention/value": Fused("attn.c_attn", 2, 3),
+        "attention/output": "attn.c_proj",
+        "output_norm": "ln_2",
+        "intermediate": "mlp.c_fc",
+        "output": "mlp.c_proj",
+    },
+    tied={"lm_head.weight": "wte.weight"},
+    transpose_kernels=False,
+    namespaces=("wte.", "wpe.", "h.", "ln_f."),
+    ignore=r"^h\.\d+\.attn\.(bias|masked_bias)$",
+)
