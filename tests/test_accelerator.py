@@ -151,6 +151,28 @@ def test_a_later_tests_only_run_keeps_the_benchmarks(tiny_run, tmp_path):
     assert "From an earlier run" in (merged / f"{DEVICE['slug']}.md").read_text()
 
 
+def test_strategies_timed_in_a_later_call_join_the_earlier_ones(tiny_run, tmp_path):
+    first = json.loads(json.dumps(tiny_run[1]))
+    earlier = first["benchmarks"]
+    auto = earlier["softdecay"]["auto"]
+    other = next(m for m in available_methods(PLATFORM) if m != auto)
+    later = json.loads(json.dumps(earlier))
+    later["provenance"] = {**earlier["provenance"], "commit": "later", "date": "later"}
+    later["softdecay"]["methods"] = {other: {**earlier["softdecay"]["methods"][auto], "share": 0.5}}
+    accelerator.keep_earlier_strategies(later, earlier)
+    methods = later["softdecay"]["methods"]
+    assert set(methods) == {auto, other} and "from" not in methods[other] and methods[other]["share"] == 0.5
+    assert methods[auto] == {**earlier["softdecay"]["methods"][auto], "from": earlier["provenance"]}
+    accelerator.report({**first, "benchmarks": later}, str(tmp_path))
+    assert f"from an earlier run: commit `{earlier['provenance']['commit']}`" in (
+        tmp_path / f"{DEVICE['slug']}.md").read_text()
+    # at another configuration the earlier strategies are left out
+    del methods[auto]
+    later["config"]["batch"] += 1
+    accelerator.keep_earlier_strategies(later, earlier)
+    assert set(later["softdecay"]["methods"]) == {other}
+
+
 def test_a_strategy_that_fails_is_recorded_and_marked():
     absent = next(m for m in DECOMPOSITIONS if m not in available_methods(PLATFORM))  # each backend lacks one
     cfg = EncoderConfig(num_hidden_layers=1, hidden_size=16, num_attention_heads=2, intermediate_size=32)
