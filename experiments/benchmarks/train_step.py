@@ -34,11 +34,12 @@ from isojax.train.step import make_train_step
 LR, WD, CLIP = 2e-5, 0.01, 1.0
 
 
-def isojax_step(cfg: EncoderConfig, encoder_params, dtype=jnp.float32, **encoder_options):
-    """``(jitted step, state)`` for a 2-class head on [CLS] with AdamW, clipping, dropout (``encoder_options``: of
-    :func:`isojax.models.build_encoder`, e.g. ``scan_layers``; ``encoder_params`` in that encoder's layout)."""
-    model = TaskModel(build_encoder(cfg, dtype=dtype, **encoder_options), num_labels=2, pooling="cls",
-                      dropout_rate=0.1)
+def isojax_step(cfg: EncoderConfig, encoder_params, dtype=jnp.float32, last_layer_transform=None, **encoder_options):
+    """``(jitted step, state)`` for a 2-class head on [CLS] with AdamW, clipping, dropout; ``encoder_params`` are
+    those of ``build_encoder(cfg, last_layer_transform=last_layer_transform, **encoder_options)`` (e.g. a
+    ``SoftDecay``; ``scan_layers=True``: params in the scanned layout)."""
+    model = TaskModel(build_encoder(cfg, dtype=dtype, last_layer_transform=last_layer_transform, **encoder_options),
+                      num_labels=2, pooling="cls", dropout_rate=0.1)
     variables = init_variables(model, encoder_params, jax.random.key(0))
     optimizer = make_optimizer(variables["params"], learning_rate=LR, transform_learning_rate=LR, weight_decay=WD,
                                total_updates=10_000, schedule_kind="constant", max_grad_norm=CLIP)
