@@ -1,0 +1,112 @@
+"""isojax's dropout (:class:`isojax.models.layers.Dropout`) against ``flax.linen.Dropout``, interleaved in one process.
+
+    python -m experiments.benchmarks.dropout [--layers 6 --hidden 384 --heads 12 --batch 32 --length 128]
+                                             [--repeats 7] [--skip-step]
+
+1. The mask alone: forward + backward of dropout (rate 0.1) on one attention layer's probabilities
+   ``[batch, heads, length, length]`` (6.3 million entries at the defaults).
+2. The whole train step of ``experiments/benchmarks/train_step.py`` (random weights), built once with each dropout
+   class in isojax's layers.
+Both sides alternate run by run after warm-up; prints medians, [min, max] and the ratio isojax / flax.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from typing import Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import isojax.models.layers as layers
+from experiments.benchmarks.common import machine
+from experiments.benchmarks.train_step import isojax_step
+from isojax.models import EncoderConfig, build_encoder
+
+CLASSES = {"flax.linen.Dropout": nn.Dropout, "isojax Dropout": layers.Dropout}
+
+
+def interleaved_ms(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:
+    """Milliseconds of each ``fn()`` (results waited for), the functions alternating, after one warm-up call each."""
+    for fn in fns.values():
+        jax.block_until_ready(fn())
+    times = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            jax.block_until_ready(fn())
+            times[name].append((time.perf_counter() - start) * 1e3)
+    return times
+
+
+def print_times(title: str, times: dict[str, list[float]]) -> None:
+    medians = {name: statistics.median(t) for name, t in times.items()}
+    print(title)
+    for name, t in times.items():
+        print(f"  {name:<20} median {medians[name]:9.1f} ms  [{min(t):.1f}, {max(t):.1f}]")
+    print(f"  ratio isojax / flax: {medians['isojax Dropout'] / medians['flax.linen.Dropout']:.3f}")
+
+
+def mask_fns(shape: tuple[int, ...]) -> dict[str, Callable[[], object]]:
+    x = jnp.ones(shape, jnp.float32)
+    keys = iter(jax.random.split(jax.random.key(0), 10_000))
+    fns = {}
+    for name, cls in CLASSES.items():
+        grad = jax.jit(jax.grad(lambda x, k, cls=cls: cls(0.1).apply({}, x, deterministic=False,
+                                                                      rngs={"dropout": k}).sum()))
+        fns[name] = lambda grad=grad: grad(x, next(keys))
+    return fns
+
+
+def step_fns(cfg: EncoderConfig, batch: dict) -> dict[str, Callable[[], object]]:
+    params = build_encoder(cfg).init(jax.random.key(0), jnp.zeros((1, 2), jnp.int32))["params"]
+    fns = {}
+    for name, cls in CLASSES.items():
+        layers.Dropout = cls  # the layers look the class up when traced
+        try:
+            step, state = isojax_step(cfg, jax.tree.map(jnp.copy, params))  # the step donates its state
+            holder = [state]
+
+            def run(step=step, holder=holder):
+                holder[0], metrics = step(holder[0], batch)
+                return metrics["loss"]
+
+            jax.block_until_ready(run())  # traced now, with this class
+        finally:
+            layers.Dropout = CLASSES["isojax Dropout"]
+        fns[name] = run
+    return fns
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--layers", type=int, default=6)
+    ap.add_argument("--hidden", type=int, default=384)
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--length", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--skip-step", action="store_true", help="time the mask only")
+    args = ap.parse_args(argv)
+    print(machine(), f"| load average {os.getloadavg()[0]:.1f}")
+    shape = (args.batch, args.heads, args.length, args.length)
+    print_times(f"dropout fwd+bwd on {shape}", interleaved_ms(mask_fns(shape), args.repeats))
+    if not args.skip_step:
+        cfg = EncoderConfig(num_hidden_layers=args.layers, hidden_size=args.hidden, num_attention_heads=args.heads,
+                            intermediate_size=4 * args.hidden)
+        rng = np.random.default_rng(0)
+        ids = rng.integers(0, cfg.vocab_size, (args.batch, args.length)).astype(np.int32)
+        batch = jax.device_put({"input_ids": ids, "attention_mask": np.ones_like(ids),
+                                "token_type_ids": np.zeros_like(ids),
+                                "labels": rng.integers(0, 2, args.batch).astype(np.int32)})
+        print_times(f"train step, BERT {args.layers} x {args.hidden}, batch {args.batch} x {args.length}",
+                    interleaved_ms(step_fns(cfg, batch), args.repeats))
+    print(f"load average at the end {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
