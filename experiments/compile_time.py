@@ -19,8 +19,8 @@ import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
+from experiments.benchmarks.throughput import random_batch
 from experiments.benchmarks.train_step import isojax_step
 from experiments.report import markdown_table, provenance, write_result
 from isojax.models import EncoderConfig, build_encoder, to_scanned
@@ -77,15 +77,11 @@ def main(argv=None):
     for v in variants:
         options(v)
     prov = provenance("compile_time")
-    rng = np.random.default_rng(0)
     rows = []
     for depth in depths:
         cfg = EncoderConfig(num_hidden_layers=depth, hidden_size=args.hidden, num_attention_heads=args.heads,
                             intermediate_size=4 * args.hidden)
-        ids = rng.integers(0, cfg.vocab_size, (args.batch, args.length)).astype(np.int32)
-        batch = jax.device_put({"input_ids": ids, "attention_mask": np.ones_like(ids),
-                                "token_type_ids": np.zeros_like(ids),
-                                "labels": rng.integers(0, 2, args.batch).astype(np.int32)})
+        batch = random_batch(cfg, args.batch, args.length)
         for variant in variants:
             rows.append(measure(cfg, variant, batch, args.repeats))
             print(rows[-1], flush=True)

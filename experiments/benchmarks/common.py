@@ -9,6 +9,8 @@ from typing import Callable
 
 import jax
 
+from isojax.models import EncoderConfig
+
 
 def median_ms(fn: Callable[[], object], *, warmup: int = 2, repeats: int = 10) -> float:
     """Median wall time of ``fn()`` in milliseconds; JAX results are waited for with ``block_until_ready``."""
@@ -34,3 +36,20 @@ def report(rows: list[tuple[str, float, float]], left: str = "isojax", right: st
     print(f"{'case':<34} {left + ' ms':>12} {right + ' ms':>14} {'ratio':>8}")
     for name, a, b in rows:
         print(f"{name:<34} {a:>12.2f} {b:>14.2f} {a / b:>8.3f}")
+
+
+def add_model_arguments(ap, *, repeats: int) -> None:
+    """``--layers --hidden --heads --batch --length --repeats`` (defaults: the bundled model's shape, 6 x 384 with
+    12 heads, batch 32 x 128)."""
+    ap.add_argument("--layers", type=int, default=6)
+    ap.add_argument("--hidden", type=int, default=384)
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--length", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=repeats)
+
+
+def bert_config(args) -> EncoderConfig:
+    """The BERT config of :func:`add_model_arguments`' ``args`` (feed-forward 4x as wide as the hidden states)."""
+    return EncoderConfig(num_hidden_layers=args.layers, hidden_size=args.hidden, num_attention_heads=args.heads,
+                         intermediate_size=4 * args.hidden)

@@ -20,10 +20,10 @@ from typing import Callable
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 import isojax.models.layers as layers
-from experiments.benchmarks.common import machine
+from experiments.benchmarks.common import add_model_arguments, bert_config, machine
+from experiments.benchmarks.throughput import random_batch
 from experiments.benchmarks.train_step import isojax_step
 from isojax.models import EncoderConfig, build_encoder
 
@@ -84,25 +84,15 @@ def step_fns(cfg: EncoderConfig, batch: dict) -> dict[str, Callable[[], object]]
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--layers", type=int, default=6)
-    ap.add_argument("--hidden", type=int, default=384)
-    ap.add_argument("--heads", type=int, default=12)
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--length", type=int, default=128)
-    ap.add_argument("--repeats", type=int, default=7)
+    add_model_arguments(ap, repeats=7)
     ap.add_argument("--skip-step", action="store_true", help="time the mask only")
     args = ap.parse_args(argv)
     print(machine(), f"| load average {os.getloadavg()[0]:.1f}")
     shape = (args.batch, args.heads, args.length, args.length)
     print_times(f"dropout fwd+bwd on {shape}", interleaved_ms(mask_fns(shape), args.repeats))
     if not args.skip_step:
-        cfg = EncoderConfig(num_hidden_layers=args.layers, hidden_size=args.hidden, num_attention_heads=args.heads,
-                            intermediate_size=4 * args.hidden)
-        rng = np.random.default_rng(0)
-        ids = rng.integers(0, cfg.vocab_size, (args.batch, args.length)).astype(np.int32)
-        batch = jax.device_put({"input_ids": ids, "attention_mask": np.ones_like(ids),
-                                "token_type_ids": np.zeros_like(ids),
-                                "labels": rng.integers(0, 2, args.batch).astype(np.int32)})
+        cfg = bert_config(args)
+        batch = random_batch(cfg, args.batch, args.length)
         print_times(f"train step, BERT {args.layers} x {args.hidden}, batch {args.batch} x {args.length}",
                     interleaved_ms(step_fns(cfg, batch), args.repeats))
     print(f"load average at the end {os.getloadavg()[0]:.1f}")

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.benchmarks.common import machine, median_ms, report
+from experiments.benchmarks.common import add_model_arguments, bert_config, machine, median_ms, report
 from experiments.benchmarks.encoder_forward import forward_flops
 from isojax.models import EncoderConfig, build_encoder, config_to_hf
 from isojax.models.bert import BERT_HF_NAMES
@@ -49,12 +49,7 @@ def isojax_step(cfg: EncoderConfig, encoder_params, dtype=jnp.float32, last_laye
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--layers", type=int, default=6)
-    ap.add_argument("--hidden", type=int, default=384)
-    ap.add_argument("--heads", type=int, default=12)
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--length", type=int, default=128)
-    ap.add_argument("--repeats", type=int, default=5)
+    add_model_arguments(ap, repeats=5)
     ap.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak of the GPU (H100 SXM: 989)")
     ap.add_argument("--quick", action="store_true", help="2 layers, 128 wide, batch 4 x 32, 3 repeats")
     args = ap.parse_args(argv)
@@ -65,8 +60,7 @@ def main(argv=None):
     import transformers
 
     torch.set_num_threads(os.cpu_count())
-    cfg = EncoderConfig(num_hidden_layers=args.layers, hidden_size=args.hidden, num_attention_heads=args.heads,
-                        intermediate_size=4 * args.hidden)
+    cfg = bert_config(args)
     torch.manual_seed(0)
     encoder = transformers.BertModel(transformers.BertConfig(**config_to_hf(cfg)))
     head = torch.nn.Linear(args.hidden, 2)
