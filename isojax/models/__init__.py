@@ -7,7 +7,8 @@ from isojax.models.bert import BertModel
 from isojax.models.config import EncoderConfig
 from isojax.models.distilbert import DistilBertModel
 from isojax.models.gpt2 import GPT2Model
-from isojax.models.hub import DEFAULT_MODEL, from_pretrained, resolve, save_pretrained
+from isojax.models.heads import MaskedLMHead
+from isojax.models.hub import DEFAULT_MODEL, from_pretrained, load_mlm_head, resolve, save_pretrained
 from isojax.models.layers import Cache, DecoderOutput, EncoderModel, EncoderOutput, Seq2SeqOutput, init_cache
 from isojax.models.mpnet import MPNetModel
 from isojax.models.registry import (ARCHITECTURES, SUPPORTED_MODEL_TYPES, TRANSFORM, architecture, build_encoder,
@@ -18,7 +19,8 @@ from isojax.models.roberta import RobertaModel
 __all__ = [
     "ARCHITECTURES", "DEFAULT_MODEL", "SUPPORTED_MODEL_TYPES", "TRANSFORM", "AlbertModel", "BartModel", "BertModel",
     "Cache", "DecoderOutput", "DistilBertModel", "EncoderConfig", "EncoderModel", "EncoderOutput", "GPT2Model",
-    "MPNetModel", "RobertaModel", "Seq2SeqOutput", "architecture", "build_encoder", "build_model", "config_from_hf",
-    "config_to_hf", "from_pretrained", "has_pooler", "init_cache", "init_params", "model_kind", "partition_rules",
+    "MPNetModel", "MaskedLMHead", "RobertaModel", "Seq2SeqOutput", "architecture", "build_encoder", "build_model",
+    "config_from_hf", "config_to_hf", "from_pretrained", "has_pooler", "init_cache", "init_params", "load_mlm_head",
+    "model_kind", "partition_rules",
     "require_kind", "resolve", "save_pretrained", "token_types", "uses_token_types", "word_embeddings",
 ]

@@ -5,6 +5,7 @@ blocks applied in order. ``hidden_states`` records every block that runs, as Hug
 """
 from isojax.models.checkpoint import HFNames
 from isojax.models.config import EncoderConfig, bert_style_fields, bert_style_hf, check_absolute_positions
+from isojax.models.heads import MLMHeadNames
 from isojax.models.layers import Encoder, EncoderModel
 
 
@@ -60,3 +61,6 @@ ALBERT_HF_NAMES = HFNames(
         "output_norm": "full_layer_layer_norm",
     },
 )
+
+ALBERT_MLM_HEAD = MLMHeadNames(dense="predictions.dense", norm="predictions.LayerNorm", bias="predictions.bias",
+                               decoder="predictions.decoder")

@@ -259,3 +259,37 @@ def state_dict_from_params(params, names: HFNames) -> tuple[dict[str, np.ndarray
             key = f"{names.prefix}.{key}"
         state[key] = np.ascontiguousarray(value)
     return state, extra
+
+
+def mlm_head_params(state: Mapping[str, np.ndarray], prefix: str, head, config) -> dict:
+    """The params of :class:`isojax.models.heads.MaskedLMHead` from a Hugging Face ``...ForMaskedLM`` state dict.
+
+    ``head``: the architecture's :class:`~isojax.models.heads.MLMHeadNames`; ``prefix``: its base-model prefix.
+    Raises ``ValueError`` naming the missing keys when the checkpoint has no masked-LM head (a base model, a
+    sentence-transformers checkpoint), a key whose shape does not fit, or a stored decoder weight or bias that
+    differs from the word embeddings / the output bias it is tied to.
+    """
+    state = _normalise_keys(state, prefix)
+    width, vocab = config.embedding_size, config.vocab_size
+    wanted = {("dense", "kernel"): (f"{head.dense}.weight", (config.hidden_size, width)),
+              ("dense", "bias"): (f"{head.dense}.bias", (width,)),
+              ("norm", "scale"): (f"{head.norm}.weight", (width,)),
+              ("norm", "bias"): (f"{head.norm}.bias", (width,)),
+              ("bias",): (head.bias, (vocab,))}
+    missing = [key for key, _ in wanted.values() if key not in state]
+    if missing:
+        raise ValueError(f"checkpoint has no masked-LM head: missing {missing} (a base-model or sentence-transformers "
+                         "checkpoint carries none; load a ...ForMaskedLM checkpoint)")
+    params = {}
+    for path, (key, shape) in wanted.items():
+        value = state[key].T if path[-1] == "kernel" else state[key]
+        if tuple(value.shape) != shape:
+            raise ValueError(f"checkpoint key {key!r} has shape {tuple(state[key].shape)}, but the masked-LM head "
+                             f"expects {shape}" + (" after transposing" if path[-1] == "kernel" else ""))
+        params[path] = np.asarray(value, np.float32)
+    tied = {f"{head.decoder}.weight": "embeddings.word_embeddings.weight", f"{head.decoder}.bias": head.bias}
+    for key, source in tied.items():
+        if key != source and key in state and source in state and not np.array_equal(state[key], state[source]):
+            raise ValueError(f"checkpoint key {key!r} differs from {source!r}: isojax ties the masked-LM decoder to "
+                             "them and cannot load an untied head")
+    return traverse_util.unflatten_dict(params)

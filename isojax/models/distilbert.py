@@ -1,6 +1,7 @@
 """DistilBERT (Sanh et al. 2019): no token types, no pooler, its own parameter names."""
 from isojax.models.checkpoint import HFNames
 from isojax.models.config import REQUIRED, EncoderConfig, renamed_fields, renamed_hf
+from isojax.models.heads import MLMHeadNames
 from isojax.models.layers import EncoderModel
 
 
@@ -50,3 +51,6 @@ DISTILBERT_HF_NAMES = HFNames(
         "output_norm": "output_layer_norm",
     },
 )
+
+DISTILBERT_MLM_HEAD = MLMHeadNames(dense="vocab_transform", norm="vocab_layer_norm", bias="vocab_projector.bias",
+                                   decoder="vocab_projector", norm_eps=1e-12)

@@ -7,9 +7,13 @@ Pooling methods (``h_l`` = hidden state of layer l, ``h_0`` the embedding output
     mean            mean_t h_L[:, t]
     first_last_avg  mean_t (h_1 + h_L)[:, t] / 2   (BERT-flow / BERT-whitening "first-last-avg")
     last2avg        mean_t (h_0 + h_L)[:, t] / 2   (SoftDecay authors' code: embedding output and last layer)
+
+Heads: :class:`ClassificationHead` (fine-tuning) and :class:`MaskedLMHead` (the pretrained masked-LM head, loaded
+by :func:`isojax.models.load_mlm_head`, for gradient studies of the tied output layer).
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import flax.linen as nn
@@ -17,7 +21,8 @@ import jax
 import jax.numpy as jnp
 
 from isojax._stats import masked_mean
-from isojax.models.layers import EncoderOutput
+from isojax.models.config import EncoderConfig
+from isojax.models.layers import ACTIVATIONS, EncoderOutput
 
 POOLINGS = ("cls", "pooler", "mean", "first_last_avg", "last2avg")
 
@@ -52,3 +57,53 @@ class ClassificationHead(nn.Module):
         x = nn.Dropout(self.dropout_rate)(pooled, deterministic=deterministic)
         return nn.Dense(self.num_labels, dtype=self.dtype, kernel_init=nn.initializers.normal(0.02),
                         name="classifier")(x).astype(jnp.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class MLMHeadNames:
+    """Where an architecture's masked-LM head lives in its Hugging Face checkpoints (keys without the base-model
+    prefix): the transform's ``dense`` and ``norm`` modules, the output ``bias`` key, the ``decoder`` module
+    (tied to the word embeddings; its weight and bias repeat the embeddings and ``bias`` when a checkpoint stores
+    them), the transform's ``activation`` (None: the config's ``hidden_act``) and LayerNorm ``norm_eps`` (None:
+    the config's)."""
+
+    dense: str
+    norm: str
+    bias: str
+    decoder: str
+    activation: str | None = None
+    norm_eps: float | None = None
+
+
+class MaskedLMHead(nn.Module):
+    """The masked-LM head of a BERT-family encoder, its decoder tied to the word embeddings ``W [V, E]``::
+
+        t      = LayerNorm(act(h W_d + b_d))          transform, [..., H] -> [..., E]  (E = embedding_size)
+        logits = t Wᵀ + bias                          [..., V], float32
+
+    ``names``: the architecture's :class:`MLMHeadNames` (activation, LayerNorm epsilon). Parameters: ``dense``,
+    ``norm``, ``bias [V]``. ``W`` is passed in (:func:`isojax.models.word_embeddings` of the encoder's params), so
+    the tie is explicit and gradients of the logits reach the encoder's embedding matrix.
+    """
+
+    config: EncoderConfig
+    names: MLMHeadNames
+    dtype: Any = jnp.float32
+
+    def setup(self):
+        cfg = self.config
+        eps = cfg.layer_norm_eps if self.names.norm_eps is None else self.names.norm_eps
+        self.dense = nn.Dense(cfg.embedding_size, dtype=self.dtype, name="dense")
+        self.norm = nn.LayerNorm(epsilon=eps, dtype=self.dtype, name="norm")
+        self.bias = self.param("bias", nn.initializers.zeros, (cfg.vocab_size,), jnp.float32)
+
+    def transform(self, h):
+        """``t = LayerNorm(act(dense(h)))``: the output vectors the tied decoder scores, ``[..., E]``."""
+        act = ACTIVATIONS[self.names.activation or self.config.hidden_act]
+        return self.norm(act(self.dense(h)))
+
+    def __call__(self, h, word_embeddings):
+        """``logits [..., V] = transform(h) Wᵀ + bias`` for hidden states ``h [..., H]`` and ``W [V, E]``."""
+        t = self.transform(h)
+        return jnp.einsum("...e,ve->...v", t, word_embeddings.astype(t.dtype),
+                          preferred_element_type=jnp.float32) + self.bias

@@ -18,8 +18,9 @@ from flax import traverse_util
 
 from isojax.models import checkpoint
 from isojax.models.config import EncoderConfig
+from isojax.models.heads import MaskedLMHead
 from isojax.models.registry import (architecture, build_encoder, build_model, config_from_hf, config_to_hf,
-                                    init_params, model_kind)
+                                    init_params, mlm_head, model_kind)
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +145,29 @@ def from_pretrained(name_or_path: str = DEFAULT_MODEL, *, dtype: Any = jnp.float
     return module, params, tokenizer
 
 
+def load_mlm_head(name_or_path: str = DEFAULT_MODEL, *, dtype: Any = jnp.float32, cache_dir: str | None = None,
+                  revision: str | None = None):
+    """The pretrained masked-LM head of an encoder checkpoint (``cls.predictions.*``, RoBERTa's ``lm_head.*``, ...).
+
+    Returns ``(head, head_params)``: a :class:`~isojax.models.heads.MaskedLMHead` whose decoder is tied to the word
+    embeddings given at call time::
+
+        module, params, tokenizer = isojax.from_pretrained(path)
+        head, head_params = isojax.models.load_mlm_head(path)
+        out = module.apply({"params": params}, ids, mask)
+        logits = head.apply({"params": head_params}, out.last_hidden_state, word_embeddings(params))
+
+    Raises ``ValueError`` for a model that is not an encoder or a checkpoint without the head (see
+    :func:`isojax.models.checkpoint.mlm_head_params`).
+    """
+    directory = resolve(name_or_path, cache_dir=cache_dir, revision=revision)
+    config = read_config(directory)
+    names = mlm_head(config)
+    params = checkpoint.mlm_head_params(checkpoint.read_state_dict(directory),
+                                        architecture(config.model_type).hf_names.prefix, names, config)
+    return MaskedLMHead(config, names, dtype), jax.tree.map(jnp.asarray, params)
+
+
 def save_pretrained(module, params, path: str, *, tokenizer=None) -> str:
     """Write ``config.json`` and ``model.safetensors`` that transformers' PyTorch classes load, and the tokenizer.
 
@@ -166,5 +190,5 @@ def save_pretrained(module, params, path: str, *, tokenizer=None) -> str:
     return path
 
 
-__all__ = ["DEFAULT_MODEL", "bundled_model_path", "from_pretrained", "load_tokenizer", "read_config", "resolve",
-           "save_pretrained"]
+__all__ = ["DEFAULT_MODEL", "bundled_model_path", "from_pretrained", "load_mlm_head", "load_tokenizer", "read_config",
+           "resolve", "save_pretrained"]

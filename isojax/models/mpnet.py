@@ -16,6 +16,7 @@ import jax.numpy as jnp
 
 from isojax.models.checkpoint import HFNames
 from isojax.models.config import EncoderConfig, bert_style_fields, bert_style_hf
+from isojax.models.heads import MLMHeadNames
 from isojax.models.layers import Embed, Encoder, EncoderModel
 from isojax.models.roberta import RobertaEmbeddings
 from jax.sharding import PartitionSpec as P
@@ -89,3 +90,6 @@ MPNET_HF_NAMES = HFNames(
 )
 
 MPNET_PARTITION_RULES = ((r"encoder/relative_attention_bias/embedding$", P()),)
+
+MPNET_MLM_HEAD = MLMHeadNames(dense="lm_head.dense", norm="lm_head.layer_norm", bias="lm_head.bias",
+                              decoder="lm_head.decoder", activation="gelu")

@@ -15,6 +15,7 @@ model only through the functions below, never through parameter names::
     config_from_hf / config_to_hf  config.json <-> EncoderConfig
     build_model / build_encoder    the Linen module of a config (any kind / an encoder with its options)
     init_params(module, key)       freshly initialised params of a module
+    mlm_head(config)               where the pretrained masked-LM head lives in checkpoints (encoders)
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from jax.sharding import PartitionSpec
 from isojax.models import albert, bart, bert, distilbert, gpt2, mpnet, roberta
 from isojax.models.checkpoint import HFNames
 from isojax.models.config import EncoderConfig
+from isojax.models.heads import MLMHeadNames
 from isojax.models.layers import PARTITION_RULES, TRANSFORM, EncoderModel, word_embeddings
 
 PartitionRules = tuple[tuple[str, PartitionSpec], ...]
@@ -41,8 +43,8 @@ KINDS = {"encoder": "an encoder (BERT family)", "causal_lm": "a causal language 
 class Architecture:
     """One architecture: its Linen class, Hugging Face parameter names, ``config.json`` translation
     (``config_from_hf(dict) -> EncoderConfig``, ``config_to_hf(EncoderConfig) -> dict`` for a config made in
-    code), the partition rules of the layers it adds to the shared ones (:data:`layers.PARTITION_RULES`), and its
-    kind (a key of :data:`KINDS`)."""
+    code), the partition rules of the layers it adds to the shared ones (:data:`layers.PARTITION_RULES`), its
+    kind (a key of :data:`KINDS`), and the checkpoint names of its masked-LM head (encoders)."""
 
     module_cls: type[nn.Module]
     hf_names: HFNames
@@ -50,17 +52,21 @@ class Architecture:
     config_to_hf: Callable[[EncoderConfig], dict]
     partition_rules: PartitionRules = ()
     kind: str = "encoder"
+    mlm_head: MLMHeadNames | None = None
 
 
 ARCHITECTURES: dict[str, Architecture] = {
-    "bert": Architecture(bert.BertModel, bert.BERT_HF_NAMES, bert.config_from_hf, bert.config_to_hf),
+    "bert": Architecture(bert.BertModel, bert.BERT_HF_NAMES, bert.config_from_hf, bert.config_to_hf,
+                         mlm_head=bert.BERT_MLM_HEAD),
     "roberta": Architecture(roberta.RobertaModel, roberta.ROBERTA_HF_NAMES, roberta.config_from_hf,
-                            roberta.config_to_hf),
-    "albert": Architecture(albert.AlbertModel, albert.ALBERT_HF_NAMES, albert.config_from_hf, albert.config_to_hf),
+                            roberta.config_to_hf, mlm_head=roberta.ROBERTA_MLM_HEAD),
+    "albert": Architecture(albert.AlbertModel, albert.ALBERT_HF_NAMES, albert.config_from_hf, albert.config_to_hf,
+                           mlm_head=albert.ALBERT_MLM_HEAD),
     "distilbert": Architecture(distilbert.DistilBertModel, distilbert.DISTILBERT_HF_NAMES,
-                               distilbert.config_from_hf, distilbert.config_to_hf),
+                               distilbert.config_from_hf, distilbert.config_to_hf,
+                               mlm_head=distilbert.DISTILBERT_MLM_HEAD),
     "mpnet": Architecture(mpnet.MPNetModel, mpnet.MPNET_HF_NAMES, mpnet.config_from_hf, mpnet.config_to_hf,
-                          mpnet.MPNET_PARTITION_RULES),
+                          mpnet.MPNET_PARTITION_RULES, mlm_head=mpnet.MPNET_MLM_HEAD),
     "gpt2": Architecture(gpt2.GPT2Model, gpt2.GPT2_HF_NAMES, gpt2.config_from_hf, gpt2.config_to_hf,
                          kind="causal_lm"),
     "bart": Architecture(bart.BartModel, bart.BART_HF_NAMES, bart.config_from_hf, bart.config_to_hf,
@@ -145,6 +151,15 @@ def has_pooler(module: nn.Module) -> bool:
     return model_kind(module.config) == "encoder" and bool(module.has_pooler and module.add_pooling_layer)
 
 
+def mlm_head(config: EncoderConfig) -> MLMHeadNames:
+    """The masked-LM head names of an encoder's architecture; ``ValueError`` for a model without one."""
+    names = architecture(config.model_type).mlm_head
+    if names is None:
+        raise ValueError(f"a masked-LM head needs an encoder (BERT family); this {config.model_type} model is "
+                         f"{KINDS[model_kind(config)]}")
+    return names
+
+
 def partition_rules(config: EncoderConfig) -> PartitionRules:
     """``(regex, PartitionSpec)`` pairs that cover every parameter of the model of ``config`` (the shared
     layers' and the architecture's own); see :mod:`isojax.train.parallel` for how they are applied."""
@@ -152,5 +167,5 @@ def partition_rules(config: EncoderConfig) -> PartitionRules:
 
 
 __all__ = ["ARCHITECTURES", "KINDS", "SUPPORTED_MODEL_TYPES", "TRANSFORM", "Architecture", "architecture",
-           "build_encoder", "build_model", "config_from_hf", "config_to_hf", "has_pooler", "init_params", "model_kind",
-           "partition_rules", "require_kind", "token_types", "uses_token_types", "word_embeddings"]
+           "build_encoder", "build_model", "config_from_hf", "config_to_hf", "has_pooler", "init_params", "mlm_head",
+           "model_kind", "partition_rules", "require_kind", "token_types", "uses_token_types", "word_embeddings"]

@@ -5,6 +5,7 @@ import jax.numpy as jnp
 
 from isojax.models.bert import BERT_HF_NAMES
 from isojax.models.config import EncoderConfig, bert_style_fields, bert_style_hf, check_absolute_positions
+from isojax.models.heads import MLMHeadNames
 from isojax.models.layers import Embeddings, EncoderModel
 
 
@@ -35,3 +36,6 @@ def config_to_hf(config: EncoderConfig) -> dict:
 
 
 ROBERTA_HF_NAMES = dataclasses.replace(BERT_HF_NAMES, prefix="roberta")
+
+ROBERTA_MLM_HEAD = MLMHeadNames(dense="lm_head.dense", norm="lm_head.layer_norm", bias="lm_head.bias",
+                                decoder="lm_head.decoder", activation="gelu")

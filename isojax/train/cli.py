@@ -136,6 +136,9 @@ def add_finetune_parser(subparsers) -> argparse.ArgumentParser:
     r.add_argument("--keep-checkpoints", type=int, default=d.keep_checkpoints)
     r.add_argument("--eval-every", type=int, default=d.eval_every, help="evaluate every N steps (0 = stage ends)")
     r.add_argument("--log-every", type=int, default=d.log_every)
+    r.add_argument("--log-gradients", action="store_true",
+                   help="log per-layer gradient norms and the word-embedding gradient's alignment with the mean "
+                   "embedding direction (common enemies) every --log-every steps, with a curve in curves.png")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_finetune)
     return p
@@ -155,8 +158,8 @@ def config_from_args(args) -> TrainConfig:
         dropout=not args.no_dropout, dtype=args.dtype, seed=args.seed, devices=args.devices,
         parallel=args.parallel, model_parallel=args.model_parallel, output_dir=args.out,
         save_every=args.save_every, keep_checkpoints=args.keep_checkpoints, eval_every=args.eval_every,
-        log_every=args.log_every, train_limit=args.train_limit, eval_limit=args.eval_limit,
-        data_source=args.data_source, data_dir=args.data_dir, progress=not args.quiet,
+        log_every=args.log_every, log_gradients=args.log_gradients, train_limit=args.train_limit,
+        eval_limit=args.eval_limit, data_source=args.data_source, data_dir=args.data_dir, progress=not args.quiet,
         max_target_length=args.max_target_length, label_smoothing=args.label_smoothing, num_beams=args.num_beams,
         length_penalty=args.length_penalty, generation_max_length=args.generation_max_length,
         flow_levels=args.flow_levels, flow_depth=args.flow_depth, flow_hidden=args.flow_hidden,

@@ -114,7 +114,9 @@ class TrainConfig:
     Lengths: ``steps`` (batches) when given, else ``epochs`` over the training set. With grad_accumulation k a
     step is one batch and the optimiser updates every k steps. ``stage2_epochs``/``stage2_steps`` size the
     Isotropy Layer stage. ``save_every``/``eval_every``/``log_every`` count steps (0 = only at the end of each
-    stage). ``train_limit``/``eval_limit`` keep the first N examples (0 = all).
+    stage). ``log_gradients`` adds per-layer gradient norms and the word-embedding gradient's alignment with the
+    mean embedding direction (:mod:`isojax.train.gradient_stats`) to the logged train records.
+    ``train_limit``/``eval_limit`` keep the first N examples (0 = all).
 
     Sequence-to-sequence tasks: ``max_length`` / ``max_target_length`` tokens of source / target,
     ``label_smoothing`` of the token cross-entropy, and the decoding of the dev set: ``num_beams`` (1 = greedy),
@@ -158,6 +160,7 @@ class TrainConfig:
     keep_checkpoints: int = 3
     eval_every: int = 0
     log_every: int = 10
+    log_gradients: bool = False
     train_limit: int = 0
     eval_limit: int = 0
     data_source: Any = "auto"
@@ -222,6 +225,8 @@ class TrainConfig:
         spec = self.method_spec
         if self.combine != "sum" and not (self.regularizers or spec.regularizers or spec.isotropy_layer):
             raise ValueError(f"combine={self.combine!r} needs at least one regulariser")
+        if self.log_gradients and not self.log_every:
+            raise ValueError("log_gradients needs log_every > 0 (the statistics go into the logged train records)")
         if self.parallel == "pmap" and self.model_parallel != 1:
             raise ValueError("model_parallel > 1 needs parallel='mesh' (pmap is data-parallel only)")
 

@@ -41,8 +41,10 @@ def latest_evaluations(records: list[dict]) -> list[dict]:
 def plot_curves(records: list[dict], path: str, *, metrics: tuple[str, ...],
                 isotropy: tuple[str, ...] = ("anisotropy", "anisotropy_centered", "isoscore"), title: str = "") -> str:
     """PNG with the task ``metrics`` (left) and the ``isotropy`` measures (right; by default the anisotropy, raw and
-    centered, and IsoScore of the evaluated embeddings) over training steps; stage boundaries are drawn as dotted
-    lines. Returns ``path``."""
+    centered, and IsoScore of the evaluated embeddings) over training steps; with gradient statistics in the train
+    records (``--log-gradients``), two more panels: the gradient norm of each parameter group (log scale) and the
+    word-embedding gradient's alignment with the mean embedding direction. Stage boundaries are dotted lines.
+    Returns ``path``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -50,7 +52,9 @@ def plot_curves(records: list[dict], path: str, *, metrics: tuple[str, ...],
 
     evals = latest_evaluations(records)
     steps = [r["step"] for r in evals]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    train = [r for r in records if r.get("kind") == "train" and "embedding_grad/mean_cosine" in r]
+    fig, axes = plt.subplots(1, 4 if train else 2, figsize=(20 if train else 10, 4))
+    left, right = axes[:2]
     for metric in metrics:
         left.plot(steps, [r.get(metric, math.nan) for r in evals], marker="o", label=metric)
     left.set(xlabel="step", ylabel="×100", title="task metric (dev)")
@@ -59,7 +63,9 @@ def plot_curves(records: list[dict], path: str, *, metrics: tuple[str, ...],
         right.plot(steps, [r.get(key, math.nan) for r in evals], style, label=key.replace("_", " "))
     right.set(xlabel="step", title="isotropy")
     right.legend()
-    for ax in (left, right):
+    if train:
+        _plot_gradients(train, *axes[2:])
+    for ax in axes:
         ax.grid(alpha=0.3)
         for boundary in sorted({r["step"] for r in evals if r.get("stage_end")})[:-1]:
             ax.axvline(boundary, color="grey", linestyle=":")
@@ -70,6 +76,21 @@ def plot_curves(records: list[dict], path: str, *, metrics: tuple[str, ...],
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _plot_gradients(train: list[dict], norms, alignment) -> None:
+    """The two gradient panels of :func:`plot_curves` from train records holding the statistics."""
+    steps = [r["step"] for r in train]
+    groups = sorted({k for r in train for k in r if k.startswith("grad_norm/")})
+    for key in groups:
+        norms.plot(steps, [r.get(key, math.nan) for r in train], label=key.split("/", 1)[1], linewidth=1)
+    norms.set(xlabel="step", yscale="log", title="gradient norm per parameter group")
+    norms.legend(fontsize=6, ncol=2)
+    for key, style in (("embedding_grad/mean_cosine", "-"), ("embedding_grad/principal_cosine", "--"),
+                       ("embedding_grad/coherence", ":")):
+        alignment.plot(steps, [r.get(key, math.nan) for r in train], style, label=key.split("/", 1)[1])
+    alignment.set(xlabel="step", title="word-embedding gradient vs mean direction")
+    alignment.legend(fontsize=7)
 
 
 __all__ = ["JsonLog", "latest_evaluations", "plot_curves"]

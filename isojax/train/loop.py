@@ -56,8 +56,8 @@ log = logging.getLogger(__name__)
 
 # Fields that may differ when a run is resumed: where and how it runs, how often it reports.
 RESUMABLE_CHANGES = frozenset({"devices", "parallel", "model_parallel", "progress", "output_dir", "save_every",
-                               "keep_checkpoints", "eval_every", "log_every", "eval_batch_size", "eval_limit",
-                               "num_beams", "length_penalty", "generation_max_length"})
+                               "keep_checkpoints", "eval_every", "log_every", "log_gradients", "eval_batch_size",
+                               "eval_limit", "num_beams", "length_penalty", "generation_max_length"})
 
 
 @dataclasses.dataclass
@@ -256,8 +256,9 @@ def _plans(config: TrainConfig, recipe, model, variables: dict, per_epoch: int, 
         abstract = jax.eval_shape(lambda v, o=optimizer: create_state(v, o, config.seed), variables)
         runner = make_runner(
             config.parallel, num_devices=config.devices, model_parallel=config.model_parallel,
-            make_step=lambda c, o=optimizer, obj=objective, f=stage.frozen: make_train_step(
-                model, obj, o, frozen=f, collectives=c),
+            make_step=lambda c, o=optimizer, obj=objective, f=stage.frozen, s=start: make_train_step(
+                model, obj, o, frozen=f, collectives=c, stage_start=s,
+                gradient_every=config.log_every if config.log_gradients else 0),
             predict=recipe.predict_step(model), abstract_state=abstract, partition_rules=model.partition_rules())
         # the logged learning rate: the encoder's, or the transform group's when the encoder is frozen
         peak = config.transform_learning_rate if "encoder" in stage.frozen else config.learning_rate

@@ -10,9 +10,11 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 import jax
+import jax.numpy as jnp
 import optax
 
 from isojax.train.collectives import GLOBAL, Collectives
+from isojax.train.gradient_stats import gradient_statistics
 from isojax.train.model import TaskModel, TaskOutput
 from isojax.train.objective import Objective
 from isojax.train.optim import BUFFERS
@@ -41,12 +43,15 @@ def model_variables(state: TrainState, params=None) -> dict:
 
 
 def make_train_step(model: TaskModel, objective: Objective, optimizer: optax.GradientTransformation, *,
-                    frozen: Sequence[str] = (), collectives: Collectives = GLOBAL,
-                    ) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
+                    frozen: Sequence[str] = (), collectives: Collectives = GLOBAL, gradient_every: int = 0,
+                    stage_start: int = 0) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
     """``step(state, batch) -> (state, metrics)``: one batch forward and backward, one optimiser update.
 
     The dropout key of the step is ``fold_in(state.key, state.step)`` (so a resumed run repeats its masks);
-    ``metrics`` holds ``loss``, the objective's terms and ``grad_norm`` (of the gradient before clipping).
+    ``metrics`` holds ``loss``, the objective's terms and ``grad_norm`` (of the gradient before clipping), and
+    with ``gradient_every = k > 0`` the statistics of :mod:`isojax.train.gradient_stats`, computed on every k-th
+    step of the stage that starts at global step ``stage_start`` (the steps whose metrics the loop logs; NaN on
+    the others, which skip their cost).
     ``frozen`` names top-level parameter subtrees that get no gradient. The model runs in training mode
     (dropout on, IsoBN updating its statistics, averaged over the collectives' axis).
     """
@@ -66,9 +71,15 @@ def make_train_step(model: TaskModel, objective: Objective, optimizer: optax.Gra
             state.params, state, batch, key)
         grads = collectives.reduce_gradients(grads)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        metrics = {"loss": loss, **terms, "grad_norm": optax.tree.norm(grads)}
+        if gradient_every:
+            stats = jax.eval_shape(gradient_statistics, state.params, grads)
+            skipped = lambda: jax.tree.map(lambda s: jnp.full(s.shape, jnp.nan, s.dtype), stats)  # noqa: E731
+            metrics.update(jax.lax.cond((state.step - stage_start + 1) % gradient_every == 0,
+                                        lambda: gradient_statistics(state.params, grads), skipped))
         state = state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
                               opt_state=opt_state, batch_stats=batch_stats, balancer=balancer)
-        return state, {"loss": loss, **terms, "grad_norm": optax.tree.norm(grads)}
+        return state, metrics
 
     return step
 

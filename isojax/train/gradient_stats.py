@@ -1,0 +1,47 @@
+"""Gradient statistics logged during fine-tuning (``isojax finetune --log-gradients``).
+
+Per step, from the (globally reduced) gradient of the objective:
+
+    grad_norm/<group>              ‖g‖₂ over the parameters of one group: ``embeddings``, each block (``layer_3``,
+                                   ALBERT's ``group_0_layer_0``), ``pooler``, ``last_layer_transform``, ``head``,
+                                   ``isotropy_layer``, ...
+    embedding_grad/mean_cosine     cos(−Σ_j g_j, μ): how the descent step on the word embedding matrix W moves its
+                                   rows along their mean direction μ (too-much-in-common §3's common-enemies effect;
+                                   :func:`isojax.gradients.common_enemies_alignment`)
+    embedding_grad/principal_cosine  |cos(Σ_j g_j, v₁)| with W's first principal direction
+    embedding_grad/coherence       mean cosine between the rows' gradients (1: all pushed one way)
+"""
+from __future__ import annotations
+
+import re
+
+import jax
+import jax.numpy as jnp
+from flax import traverse_util
+
+from isojax import gradients
+from isojax.train.model import word_embeddings
+
+_BLOCK = re.compile(r"(group_\d+_)?layer_\d+")
+KEYS = ("embedding_grad/mean_cosine", "embedding_grad/principal_cosine", "embedding_grad/coherence")
+
+
+def parameter_group(path: tuple[str, ...]) -> str:
+    """The group of a parameter path of a task model: the block it belongs to, else its first module below the
+    encoder (``("encoder", "encoder", "layer_3", ...)`` -> ``layer_3``; ``("head", ...)`` -> ``head``)."""
+    block = next((k for k in path if _BLOCK.fullmatch(k)), None)
+    if block is not None:
+        return block
+    return path[1] if path[0] == "encoder" and len(path) > 2 else path[0]
+
+
+def gradient_statistics(params, grads) -> dict[str, jax.Array]:
+    """The statistics of the module docstring for a task model's ``params`` and their gradient ``grads``."""
+    squares: dict[str, jax.Array] = {}
+    for path, g in traverse_util.flatten_dict(grads).items():
+        group = parameter_group(path)
+        squares[group] = squares.get(group, 0.0) + jnp.sum(jnp.square(g.astype(jnp.float32)))
+    out = {f"grad_norm/{group}": jnp.sqrt(value) for group, value in squares.items()}
+    alignment = gradients.common_enemies_alignment(word_embeddings(params), word_embeddings(grads))
+    out.update(zip(KEYS, (alignment.mean_cosine, alignment.principal_cosine, alignment.coherence)))
+    return out
