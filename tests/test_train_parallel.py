@@ -51,16 +51,20 @@ def _setup(dropout: float, *, isotropy: bool = True):
     return model, objective, optimizer, state
 
 
-def _run(setup, mode, devices, model_parallel=1):
+def _run(setup, mode, devices, model_parallel=1, *, predict=make_predict_step, batch=None):
+    """``STEPS`` steps of ``setup`` (model, objective, optimiser, state) on ``batch(i)`` (default :func:`_batch`)
+    with ``predict(model)`` as the runner's prediction: ``(history of the metrics, host state, runner, placed
+    state)``."""
+    batch = batch or _batch
     model, objective, optimizer, state = setup
     runner = make_runner(mode, num_devices=devices, model_parallel=model_parallel,
                          make_step=lambda c: make_train_step(model, objective, optimizer, collectives=c),
-                         predict=make_predict_step(model), abstract_state=jax.eval_shape(lambda: state),
+                         predict=predict(model), abstract_state=jax.eval_shape(lambda: state),
                          partition_rules=model.partition_rules())
     placed = runner.place(state)
     history = []
     for i in range(STEPS):
-        placed, metrics = runner.train(placed, _batch(i))
+        placed, metrics = runner.train(placed, batch(i))
         history.append({k: float(v) for k, v in runner.host(metrics).items()})
     return history, runner.host(placed), runner, placed
 

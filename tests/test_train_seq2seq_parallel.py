@@ -6,10 +6,7 @@ the parameters of an uninterrupted one.
 References: the single-device run; the uninterrupted run (as tests/test_train_loop.py does for classification).
 """
 import json
-import os
-import signal
 import subprocess
-import time
 
 import chex
 import jax
@@ -20,12 +17,11 @@ from isojax.calibrate import Flow
 from isojax.models import from_pretrained
 from isojax.train.objective import Regularizer
 from isojax.train.optim import make_optimizer
-from isojax.train.parallel import make_runner
 from isojax.train.seq2seq import (IGNORE_INDEX, Seq2SeqModel, Seq2SeqObjective, init_variables, make_generate_step,
                                   shift_tokens_right)
 from isojax.train.state import create_state
-from isojax.train.step import make_train_step
 import seq2seq_helpers
+from test_train_parallel import _run
 import train_worker
 
 pytestmark = pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 devices (conftest gives 8 virtual CPUs)")
@@ -55,23 +51,13 @@ def setup(tmp_path_factory):
     optimizer = make_optimizer(variables["params"], learning_rate=3e-3, transform_learning_rate=1e-2,
                                weight_decay=0.01, total_updates=STEPS, warmup_steps=1)
     state = create_state(variables, optimizer, seed=0)
-    runs = {args: _run(model, objective, optimizer, state, *args)
-            for args in (("mesh", 1), ("mesh", 8), ("mesh", 8, 2), ("pmap", 8))}
+    predict = lambda m: make_generate_step(m, max_length=T)  # noqa: E731
+    runs = {"initial_bias": np.asarray(params["final_logits_bias"])}
+    for args in (("mesh", 1), ("mesh", 8), ("mesh", 8, 2), ("pmap", 8)):
+        history, host, runner, placed = _run((model, objective, optimizer, state), *args, predict=predict,
+                                             batch=_batch)
+        runs[args] = history, host, runner.predict(placed, _batch(7))["sequences"]  # host numpy, every row
     return runs
-
-
-def _run(model, objective, optimizer, state, mode, devices, model_parallel=1):
-    runner = make_runner(mode, num_devices=devices, model_parallel=model_parallel,
-                         make_step=lambda c: make_train_step(model, objective, optimizer, collectives=c),
-                         predict=make_generate_step(model, max_length=T), abstract_state=jax.eval_shape(lambda: state),
-                         partition_rules=model.partition_rules())
-    placed = runner.place(state)
-    history = []
-    for i in range(STEPS):
-        placed, metrics = runner.train(placed, _batch(i))
-        history.append({k: float(v) for k, v in runner.host(metrics).items()})
-    sequences = runner.predict(placed, _batch(7))["sequences"]  # host numpy, every row
-    return history, runner.host(placed), sequences
 
 
 @pytest.mark.parametrize("args", [("mesh", 8), ("mesh", 8, 2), ("pmap", 8)], ids=["mesh8", "mesh4x2", "pmap8"])
@@ -86,8 +72,8 @@ def test_seq2seq_steps_and_decoding_match_single_device(setup, args):
     chex.assert_trees_all_close(state.params, ref_state.params, atol=1e-5, rtol=1e-5)
     chex.assert_trees_all_close(state.constants, ref_state.constants, atol=0, rtol=0)
     np.testing.assert_array_equal(sequences, ref_sequences)
-    bias = state.params["encoder"]["final_logits_bias"]  # a buffer: never trained
-    np.testing.assert_array_equal(bias, setup[("mesh", 1)][1].params["encoder"]["final_logits_bias"])
+    # BART's final_logits_bias is a buffer: never trained
+    np.testing.assert_array_equal(state.params["encoder"]["final_logits_bias"], setup["initial_bias"])
 
 
 def _argv(model, data, out):
@@ -114,16 +100,7 @@ def test_killed_flow_run_resumes_to_the_uninterrupted_parameters(tmp_path):
     output, _ = reference.communicate(timeout=600)
     assert reference.returncode == 0, output[-3000:]
     argv = _argv(model, data, tmp_path / "run")
-    child = _worker(8, tmp_path, argv, cache)
-    lines, deadline = [], time.time() + 300
-    while time.time() < deadline:
-        line = child.stdout.readline()
-        lines.append(line)
-        if "STALLED" in line or not line:
-            break
-    assert "STALLED" in lines[-1], "".join(lines)[-3000:]
-    os.kill(child.pid, signal.SIGKILL)
-    child.wait()
+    train_worker.kill_when_stalled(_worker(8, tmp_path, argv, cache))
     resumed = _worker(0, tmp_path, argv, cache)
     output, _ = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, output[-3000:]
