@@ -158,7 +158,7 @@ def test_flow_layer_is_the_fitted_flow_on_the_same_parameters():
     z_ref, logdet = flow_forward(state, x)
     np.testing.assert_allclose(flow.apply(variables, x), z_ref, rtol=1e-6, atol=1e-6)
     z64 = np.asarray(z_ref).astype(np.float64)
-    want = (-0.5 * np.sum(z64 ** 2, -1) - 4 * np.log(2 * np.pi) + np.asarray(logdet, np.float64)) / 8
+    want = (-0.5 * np.sum(z64 ** 2, -1) - 4 * np.log(2 * np.pi) + np.asarray(logdet).astype(np.float64)) / 8
     got = flow.apply(variables, x, method=Flow.log_likelihood)
     assert got.shape == (3, 5)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
