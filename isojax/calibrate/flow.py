@@ -251,7 +251,7 @@ class Flow(nn.Module):
         else:
             fixed = jax.tree.map(jax.lax.stop_gradient, self.glow.variables)
             z, _ = _Glow(self.levels, self.depth, self.hidden, parent=None).apply(fixed, rows)
-        return z.reshape(x.shape).astype(x.dtype)
+        return z.reshape(x.shape).astype(jnp.result_type(x))  # x.dtype as jax holds it (float64: x64 only)
 
     def log_likelihood(self, x, mask=None):
         rows, mask = self._rows(x, mask)
