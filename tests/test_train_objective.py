@@ -10,8 +10,6 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-import ripser
-from IsoScore import IsoScore as isoscore_pkg
 
 from isojax import losses
 from isojax.train.collectives import GLOBAL
@@ -19,6 +17,7 @@ from isojax.train.config import TrainConfig, parse_regularizer
 from isojax.train.model import TaskOutput
 from isojax.train.objective import Objective, Regularizer, class_ids, resolve_auto_options, task_losses
 from isojax.train.optim import make_optimizer, param_labels, schedule
+from conftest import require
 
 RNG = np.random.default_rng(0)
 N, H, V = 14, 6, 40
@@ -43,7 +42,7 @@ def _mean_offdiag_cosine(x):
 
 
 def _entropy_of_bars(points):
-    bars = ripser.ripser(points, maxdim=0)["dgms"][0][:, 1]
+    bars = require("ripser").ripser(points, maxdim=0)["dgms"][0][:, 1]
     bars = bars[np.isfinite(bars)]
     p = bars / bars.sum()
     return -np.sum(p * np.log(p))
@@ -69,7 +68,7 @@ def test_sum_objective_terms_and_weights():
     loss, terms, _ = obj(out, PARAMS, labels, losses.balancer_init(2), GLOBAL)
     w = np.asarray(PARAMS["encoder"]["embeddings"]["word_embeddings"]["embedding"], np.float64)
     np.testing.assert_allclose(terms["cosine@embedding"], _mean_offdiag_cosine(w), rtol=1e-5)
-    iso = float(isoscore_pkg.IsoScore(np.asarray(out.head_input, np.float64)))
+    iso = float(require("IsoScore.IsoScore").IsoScore(np.asarray(out.head_input, np.float64)))
     np.testing.assert_allclose(terms["isoscore@head_input"], -np.log(iso + 1e-6), rtol=1e-4)
     real_tokens = np.asarray(out.tokens)[np.asarray(out.mask)]  # padding tokens are left out of the cloud
     np.testing.assert_allclose(terms["cosine@tokens"], _mean_offdiag_cosine(real_tokens.astype(np.float64)),
@@ -204,7 +203,7 @@ def test_istar_with_a_data_reference_equals_the_isoscore_package():
     objective = Objective(3, (reg,), references={reg.label: jnp.asarray(c0, jnp.float32)})
     out = _output()
     value = objective.regularizer_value(reg, out, PARAMS, jnp.zeros(N, jnp.int32), GLOBAL)
-    want = isoscore_pkg.IsoScore_star(np.asarray(out.cls, np.float64), c0, 0.2)
+    want = require("IsoScore.IsoScore").IsoScore_star(np.asarray(out.cls, np.float64), c0, 0.2)
     np.testing.assert_allclose(float(value), 1 - float(want), rtol=1e-4)
     identity = Objective(3, (parse_regularizer("istar=1.0@cls"),))
     assert abs(float(identity.regularizer_value(parse_regularizer("istar=1.0@cls"), out, PARAMS,

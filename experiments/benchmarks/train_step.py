@@ -34,9 +34,11 @@ from isojax.train.step import make_train_step
 LR, WD, CLIP = 2e-5, 0.01, 1.0
 
 
-def isojax_step(cfg: EncoderConfig, encoder_params, dtype=jnp.float32):
-    """``(jitted step, state)`` for a 2-class head on [CLS] with AdamW, clipping, dropout."""
-    model = TaskModel(build_encoder(cfg, dtype=dtype), num_labels=2, pooling="cls", dropout_rate=0.1)
+def isojax_step(cfg: EncoderConfig, encoder_params, dtype=jnp.float32, last_layer_transform=None):
+    """``(jitted step, state)`` for a 2-class head on [CLS] with AdamW, clipping, dropout; ``encoder_params`` are
+    those of ``build_encoder(cfg, last_layer_transform=last_layer_transform)`` (e.g. a ``SoftDecay``)."""
+    model = TaskModel(build_encoder(cfg, dtype=dtype, last_layer_transform=last_layer_transform), num_labels=2,
+                      pooling="cls", dropout_rate=0.1)
     variables = init_variables(model, encoder_params, jax.random.key(0))
     optimizer = make_optimizer(variables["params"], learning_rate=LR, transform_learning_rate=LR, weight_decay=WD,
                                total_updates=10_000, schedule_kind="constant", max_grad_norm=CLIP)

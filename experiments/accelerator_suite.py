@@ -1,0 +1,98 @@
+"""The test suite on one JAX backend, as ``python -m experiments.accelerator`` runs it: summary, failures, skips.
+
+``pytest`` runs in a subprocess from the repository root with ``JAX_PLATFORMS`` set to the backend (``cpu``:
+``tests/conftest.py`` then gives 8 virtual CPU devices; ``cuda``, ``rocm``, ``tpu``: the real devices) and
+``XLA_PYTHON_CLIENT_PREALLOCATE=false`` (the tests' own subprocesses share the card). The results are read from
+its JUnit XML: every failed or erroring test with the first line of its message, and the skips grouped by reason.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from collections import Counter
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_SUMMARY = re.compile(r"\b\d+ (passed|failed|skipped|errors?|deselected|xfailed|xpassed)\b")
+
+
+def _test_id(case: ET.Element) -> str:
+    """``tests/test_x.py::test_name[param]`` (``tests/test_x.py`` for a module that failed or skipped at import)."""
+    classname, name = case.get("classname", ""), case.get("name", "")
+    if not classname:  # collection: name is the dotted module
+        return name.replace(".", "/") + ".py"
+    parts = classname.split(".")
+    module = "/".join(p for p in parts if not p[:1].isupper())
+    return f"{module}.py::" + "::".join([*(p for p in parts if p[:1].isupper()), name])
+
+
+def _message(outcome: ET.Element) -> str:
+    """One line: the outcome's message, or for a module that failed or skipped at import (pytest's message is
+    then "collection failure" / "collection skipped"), the error's last ``E`` line / the skip reason."""
+    message, text = outcome.get("message") or "", outcome.text or ""
+    if message == "collection skipped":
+        found = re.search(r"Skipped: (.*)['\"]\)\s*$", text)
+        return found.group(1) if found else text.strip()
+    if message == "collection failure":
+        errors = [line[1:].strip() for line in text.splitlines() if line.startswith("E ")]
+        return errors[-1] if errors else message
+    return message.strip().splitlines()[0] if message.strip() else ""
+
+
+def parse_junit(path: str) -> dict:
+    """Counts, failures (``[{"test", "kind", "message"}]``) and skips (``[{"reason", "count", "tests"}]``, most
+    frequent first, up to 3 test ids each) of a pytest JUnit XML file."""
+    root = ET.parse(path).getroot()
+    counts = Counter()
+    failures, skipped = [], {}
+    for case in root.iter("testcase"):
+        outcome = next((child for child in case if child.tag in ("failure", "error", "skipped")), None)
+        kind = "passed" if outcome is None else {"failure": "failed", "error": "errors"}.get(outcome.tag, "skipped")
+        counts[kind] += 1
+        if kind in ("failed", "errors"):
+            failures.append({"test": _test_id(case), "kind": kind, "message": _message(outcome)})
+        elif kind == "skipped":
+            skipped.setdefault(_message(outcome), []).append(_test_id(case))
+    skips = [{"reason": reason, "count": len(tests), "tests": tests[:3]}
+             for reason, tests in sorted(skipped.items(), key=lambda kv: -len(kv[1]))]
+    return {"counts": dict(counts), "failures": failures, "skips": skips}
+
+
+def summary_line(output: str) -> str:
+    """pytest's last line of counts (``12 passed, 3 skipped in 40.1s``), without the ``=`` padding."""
+    lines = [line.strip(" =") for line in output.splitlines() if _SUMMARY.search(line)]
+    return lines[-1] if lines else ""
+
+
+def run_suite(platform: str, args: str = "tests", *, env: dict | None = None, timeout: float | None = None,
+              log=print) -> dict:
+    """Run ``pytest <args>`` (a shell-quoted string) on ``platform`` (``cpu``, ``cuda``, ``rocm``, ``tpu``) with
+    the extra environment ``env``; return the command, summary line, counts, failures, skips, return code and
+    seconds (``timed_out`` with the output's tail when it ran past ``timeout`` seconds)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        junit = os.path.join(tmp, "junit.xml")
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--continue-on-collection-errors",
+                   f"--junitxml={junit}", *shlex.split(args)]
+        full_env = {**os.environ, **(env or {}), "JAX_PLATFORMS": platform, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+        log(f"tests: JAX_PLATFORMS={platform} pytest {args}")
+        start = time.perf_counter()
+        try:
+            done = subprocess.run(command, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            output = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+            return {"command": f"JAX_PLATFORMS={platform} pytest {args}", "timed_out": True, "timeout_s": timeout,
+                    "output_tail": output[-4000:], "seconds": time.perf_counter() - start}
+        result = {"command": f"JAX_PLATFORMS={platform} pytest {args}", "returncode": done.returncode,
+                  "seconds": time.perf_counter() - start, "summary": summary_line(done.stdout),
+                  "extra_env": dict(env or {})}
+        if os.path.exists(junit):
+            result.update(parse_junit(junit))
+        else:  # pytest stopped before it ran anything (a usage error, say)
+            result["output_tail"] = (done.stdout + done.stderr)[-4000:]
+        log(f"tests: {result['summary'] or 'no summary'} (exit {done.returncode})")
+        return result
