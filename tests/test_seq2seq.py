@@ -17,6 +17,7 @@ from isojax.calibrate import Flow, FlowState, flow_forward
 from isojax.eval.generation_metrics import bleu, generation_metrics, rouge
 from isojax.data.seq2seq import Seq2SeqData, load_seq2seq, seq2seq_task
 from isojax.train.seq2seq import IGNORE_INDEX, Seq2SeqSplit, label_smoothed_cross_entropy, shift_tokens_right
+from conftest import require
 import seq2seq_helpers
 
 HYPOTHESES = ["the cat sat on the mat", "a quick brown fox jumps over a lazy dog", "Hello there, general Kenobi!",
@@ -185,6 +186,7 @@ def test_flow_layer_rejects_too_few_features():
 
 
 def test_missing_target_column_names_the_file(tmp_path):
+    require("datasets")
     (tmp_path / "train.jsonl").write_text('{"source": "1 2", "summary": "2 1"}\n')
     with pytest.raises(ValueError, match=r"train.jsonl.*target"):
         load_seq2seq("seq2seq", "train", source=str(tmp_path))
@@ -195,6 +197,7 @@ def test_missing_target_column_names_the_file(tmp_path):
 
 
 def test_translation_columns_are_read_from_the_dictionaries(tmp_path):
+    require("datasets")
     (tmp_path / "validation.jsonl").write_text('{"translation": {"en": "a house", "ro": "o casa"}}\n'
                                                '{"translation": {"en": "a cat"}}\n')
     with pytest.raises(ValueError, match=r"line 2.*text under 'ro'"):

