@@ -94,9 +94,9 @@ class Checkpoints:
     def _restore_state(self, step: int, target):
         """The state of ``step`` restored into ``target`` (a dataclass of arrays or abstract arrays); fields the
         checkpoint lacks and that hold no array in ``target`` keep their ``target`` value (module docstring)."""
-        saved = self.manager.item_metadata(step)["state"]
-        kept = {f.name for f in dataclasses.fields(target)
-                if f.name not in saved and not jax.tree.leaves(getattr(target, f.name))}
+        saved = self.manager.item_metadata(step)["state"]  # None when its metadata cannot be read
+        kept = set() if saved is None else {f.name for f in dataclasses.fields(target)
+                                            if f.name not in saved and not jax.tree.leaves(getattr(target, f.name))}
         fields = {f.name: getattr(target, f.name) for f in dataclasses.fields(target) if f.name not in kept}
         restored = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(
             fields if kept else target))).state
