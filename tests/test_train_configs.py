@@ -1,4 +1,4 @@
-"""The shipped GLUE run configurations expand into valid ``isojax finetune`` runs with the papers' settings.
+"""The shipped GLUE and sequence-to-sequence run configurations expand into valid ``isojax finetune`` runs with the papers' settings.
 
 References: the hyperparameters stated in the papers (isotropy-calibration App. B, shrink-the-longest Table 1),
 written out here; the grid sizes are the products of the papers' model/task/method/seed lists.
@@ -59,9 +59,28 @@ def test_shrink_settings_follow_its_table_1():
         assert (r.learning_rate, r.weight_decay) == ((8e-5, 8e-6) if r.task == "mrpc" else (5e-5, 5e-6))
 
 
-def _write_run(out, stages):
+def test_seq2seq_settings_follow_appendix_b_and_section_4():
+    """App. B: M-BART and BART lr 3e-5 with polynomial (power 1: linear) decay, batch 48, 5 epochs; mBART on WMT16
+    EN-RO and DE-EN, BART on CNN/DM; flow on 50 000 sentence pairs / 20 000 articles, beside the baseline there."""
+    full, flow = _runs("isotropy_calibration_seq2seq.json"), _runs("isotropy_calibration_seq2seq_flow.json")
+    for r in full + flow:
+        assert (r.learning_rate, r.schedule, r.batch_size, r.epochs) == (3e-5, "linear", 48, 5)
+        assert r.model == ("facebook/bart-large" if r.task == "cnn_dailymail" else "facebook/mbart-large-cc25")
+        assert r.is_seq2seq
+    assert {r.task for r in full} == {r.task for r in flow} == {"wmt16_en_ro", "wmt16_de_en", "cnn_dailymail"}
+    assert {r.method for r in full} == {"baseline", "cosine", "spectrum_pol", "spectrum_exp"}
+    assert {r.method for r in flow} == {"baseline", "flow"}
+    assert all(r.train_limit == 0 for r in full)
+    assert all(r.train_limit == (20000 if r.task == "cnn_dailymail" else 50000) for r in flow)
+    glue_flow = _runs("isotropy_calibration_glue_flow.json")
+    assert {(r.model, r.method) for r in glue_flow} == {("bert-base-uncased", "flow")}
+    assert all((r.learning_rate, r.batch_size, r.schedule) == (2e-5, 32, "constant") for r in glue_flow)
+
+
+def _write_run(out, stages, timing=None):
     out.mkdir(parents=True)
-    (out / "results.json").write_text(json.dumps({"config": {}, "step": 1, "stages": stages}))
+    (out / "results.json").write_text(json.dumps({"config": {}, "step": 1, "stages": stages,
+                                                  **({"timing": timing} if timing else {})}))
 
 
 def test_summary_tabulates_mean_and_std_over_seeds(tmp_path):
@@ -112,3 +131,16 @@ def test_every_campaign_run_is_a_valid_configuration():
             else:
                 assert (c.batch_size, c.epochs) == (64, 10)
                 assert (c.learning_rate, c.weight_decay) == ((8e-5, 8e-6) if c.task == "mrpc" else (5e-5, 5e-6))
+
+
+def test_summary_of_a_seq2seq_task_has_its_generation_metrics_isotropy_and_time(tmp_path):
+    config = {"grid": {"model": ["m"], "task": ["wmt16_en_ro"], "method": ["flow"], "seed": [0, 1]}}
+    runs = _run.expand_runs(config, "cfg", str(tmp_path))
+    for i, run in enumerate(runs):
+        _write_run(Path(run["out"]), {"finetune": {"bleu": 20.0 + 2 * i, "I1": 0.9, "I2": 0.5}},
+                   {"finetune": {"seconds_per_epoch": 90.0 + 10 * i}})
+    text = _run.summary(runs, "t")
+    header = next(line for line in text.splitlines() if line.startswith("| method"))
+    assert header.split(" | ")[2:] == ["bleu", "I1(W)", "I2(W)", "s / epoch |"]
+    row = next(line for line in text.splitlines() if line.startswith("| flow")).split(" | ")
+    assert row[2:] == ["21.00 ± 1.00", "0.90 ± 0.00", "0.50 ± 0.00", "95 ± 5 |"]

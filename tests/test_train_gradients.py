@@ -29,6 +29,10 @@ def test_parameter_groups():
     assert parameter_group(("encoder", "embeddings", "word_embeddings", "embedding")) == "embeddings"
     assert parameter_group(("encoder", "last_layer_transform", "theta")) == "last_layer_transform"
     assert parameter_group(("head", "classifier", "kernel")) == "head"
+    assert parameter_group(("encoder", "decoder", "layer_0", "cross_attention", "key", "kernel")) == "decoder_layer_0"
+    assert parameter_group(("encoder", "encoder", "layer_0", "attention", "key", "kernel")) == "layer_0"
+    assert parameter_group(("encoder", "final_logits_bias")) == "final_logits_bias"
+    assert parameter_group(("flow", "glow", "level_0", "kernel")) == "flow"
 
 
 def test_the_step_logs_the_statistics_of_the_objectives_gradient():

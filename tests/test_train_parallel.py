@@ -51,18 +51,32 @@ def _setup(dropout: float, *, isotropy: bool = True):
     return model, objective, optimizer, state
 
 
-def _run(setup, mode, devices, model_parallel=1):
+def _run(setup, mode, devices, model_parallel=1, *, predict=make_predict_step, batch=None):
+    """``STEPS`` steps of ``setup`` (model, objective, optimiser, state) on ``batch(i)`` (default :func:`_batch`)
+    with ``predict(model)`` as the runner's prediction: ``(history of the metrics, host state, runner, placed
+    state)``."""
+    batch = batch or _batch
     model, objective, optimizer, state = setup
     runner = make_runner(mode, num_devices=devices, model_parallel=model_parallel,
                          make_step=lambda c: make_train_step(model, objective, optimizer, collectives=c),
-                         predict=make_predict_step(model), abstract_state=jax.eval_shape(lambda: state),
+                         predict=predict(model), abstract_state=jax.eval_shape(lambda: state),
                          partition_rules=model.partition_rules())
     placed = runner.place(state)
     history = []
     for i in range(STEPS):
-        placed, metrics = runner.train(placed, _batch(i))
+        placed, metrics = runner.train(placed, batch(i))
         history.append({k: float(v) for k, v in runner.host(metrics).items()})
     return history, runner.host(placed), runner, placed
+
+
+def assert_same_training(history, ref_history, state, ref_state):
+    """Every logged metric of every step within 1e-5 (relative above 1) of the reference run's, the final parameters
+    within 1e-5, and the reference run did train."""
+    for got, want in zip(history, ref_history, strict=True):
+        for key in want:
+            assert abs(got[key] - want[key]) <= 1e-5 * max(1.0, abs(want[key])), (key, got[key], want[key])
+    assert ref_history[-1]["loss"] != ref_history[0]["loss"]
+    chex.assert_trees_all_close(state.params, ref_state.params, atol=1e-5, rtol=1e-5)
 
 
 @pytest.fixture(scope="module")
@@ -77,11 +91,7 @@ def test_losses_and_params_match_single_device(no_dropout, args):
     ref_history, ref_state, _, _ = runs[("mesh", 1)]
     history, state, _, _ = runs[args]
     assert set(history[0]) == {"loss", "task", "isoscore@cls", "istar@tokens", "cosine@embedding", "grad_norm"}
-    for got, want in zip(history, ref_history):
-        for key in want:
-            assert abs(got[key] - want[key]) <= 1e-5 * max(1.0, abs(want[key])), (args, key, got[key], want[key])
-    assert ref_history[-1]["loss"] != ref_history[0]["loss"]  # the steps did train
-    chex.assert_trees_all_close(state.params, ref_state.params, atol=1e-5, rtol=1e-5)
+    assert_same_training(history, ref_history, state, ref_state)
     chex.assert_trees_all_close(state.batch_stats, ref_state.batch_stats, atol=1e-5, rtol=1e-5)
     assert int(state.step) == STEPS
 

@@ -29,6 +29,22 @@ def launch(stall: int, records, argv, *, stdout, cache, **env) -> subprocess.Pop
                             stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
 
 
+def kill_when_stalled(child: subprocess.Popen, timeout: float = 300) -> None:
+    """Read a worker's output until it prints ``STALLED`` (AssertionError with its output if it does not within
+    ``timeout`` seconds), then SIGKILL it and wait for it."""
+    import signal
+
+    lines, deadline = [], time.time() + timeout
+    while time.time() < deadline:
+        line = child.stdout.readline()
+        lines.append(line)
+        if "STALLED" in line or not line:
+            break
+    assert "STALLED" in lines[-1], "".join(lines)[-3000:]
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+
+
 def _main(stall: int, records: str, argv: list[str]) -> int:
     import jax
 

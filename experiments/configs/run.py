@@ -1,4 +1,4 @@
-"""Expand a GLUE run configuration (``experiments/configs/*.json``) into ``isojax finetune`` runs and run them.
+"""Expand a GLUE or sequence-to-sequence run configuration (``experiments/configs/*.json``) into ``isojax finetune`` runs and run them.
 
     python -m experiments.configs.run experiments/configs/isotropy_calibration_glue.json [--dry-run | --summary]
         [--only task=rte,mrpc method=cosine] [--set devices=8 parallel=pmap] [--out runs]
@@ -10,7 +10,9 @@ Each run writes to ``<out>/<config name>/<task>_<model>_<method>_seed<seed>/`` a
 started again. ``--dry-run`` prints the commands. ``--summary`` runs nothing: it reads the finished runs'
 ``results.json`` and writes ``<out>/<config name>/summary.md``, the papers' table shape: per task and model, one
 line per method (``isotropy_layer``: stage 1 and stage 2) with the task metrics and the isotropy of the evaluated
-embeddings as mean ± std over seeds, and the number of runs still missing.
+embeddings as mean ± std over seeds, and the number of runs still missing. A sequence-to-sequence task's table has
+its generation metrics (BLEU or ROUGE-1/2/L), I1 and I2 of the output embedding matrix and the seconds per epoch
+(isotropy-calibration-evaluation Tables 2, 3 and 5).
 """
 from __future__ import annotations
 
@@ -63,6 +65,7 @@ def summary(runs: list[dict], title: str) -> str:
     missing."""
     from experiments.report import ISOTROPY_COLUMNS, seeds_table
     from isojax.data.glue import glue_task
+    from isojax.data.seq2seq import SEQ2SEQ_TASKS
 
     groups, missing = defaultdict(lambda: defaultdict(list)), defaultdict(int)
     for run in runs:
@@ -72,14 +75,19 @@ def summary(runs: list[dict], title: str) -> str:
             missing[key] += 1
             continue
         with open(path) as f:
-            stages = json.load(f)["stages"]
+            results = json.load(f)
+        stages = results["stages"]
         for stage, evaluation in stages.items():
             label = run["method"] if len(stages) == 1 else f"{run['method']}: {stage}"
-            groups[key][label].append(evaluation)
+            groups[key][label].append({**evaluation, **results.get("timing", {}).get(stage, {})})
     sections = [f"# {title}"]
     for key in sorted(set(groups) | set(missing)):
         task, model = key
-        columns = [(m, m, 2) for m in glue_task(task).metrics] + list(ISOTROPY_COLUMNS)
+        if task in SEQ2SEQ_TASKS:
+            columns = [(m, m, 2) for m in SEQ2SEQ_TASKS[task].metrics] + [
+                ("I1", "I1(W)", 2), ("I2", "I2(W)", 2), ("seconds_per_epoch", "s / epoch", 0)]
+        else:
+            columns = [(m, m, 2) for m in glue_task(task).metrics] + list(ISOTROPY_COLUMNS)
         sections.append(f"## {task}, {model}\n\n{missing[key]} run(s) missing\n\n"
                         + (seeds_table(groups[key], columns) if groups[key] else ""))
     return "\n\n".join(sections) + "\n"

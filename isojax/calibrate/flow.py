@@ -20,6 +20,11 @@ steps of
 and then (except after the last level) factors out the first half of its features as standard Gaussian
 dimensions; the remaining half goes to the next level. ``z`` concatenates the factored-out parts and the output of
 the last level, so ``z`` and ``x`` both have ``d`` features and ``log p(x) = log N(z; 0, I) + log|det df/dx|``.
+
+Two ways to use it: :func:`fit_flow` fits the flow post hoc on frozen embeddings (BERT-flow's unsupervised
+setting) and :func:`flow_forward` / :func:`flow_inverse` apply the fitted :class:`FlowState`; :class:`Flow` is the
+same flow as a Linen layer trained *during* fine-tuning (BERT-flow's supervised setting; ``isojax finetune --method
+flow``), whose parameters and constants are those of a :class:`FlowState`.
 """
 from __future__ import annotations
 
@@ -201,6 +206,57 @@ class FlowState:
 
 def _gaussian_log_density(z):
     return -0.5 * jnp.sum(z * z, axis=-1) - 0.5 * z.shape[-1] * math.log(2 * math.pi)
+
+
+class Flow(nn.Module):
+    """The flow as a layer trained during fine-tuning (BERT-flow, Li et al. 2020, as its fine-tuning code does it).
+
+    Two methods, on ``x [..., d]`` with an optional ``mask [...]`` (true = real row; padding rows are transformed
+    but left out of the data-dependent start):
+
+    * ``__call__(x, mask) -> z [..., d]``: the calibrated representation ``z = f(x)`` that the model reads on,
+      with the flow's parameters held fixed (``stop_gradient``): the task loss trains the network below the
+      flow *through* the flow, never the flow itself;
+    * ``log_likelihood(x, mask) -> [...]``: ``log p(x) / d`` of each row with ``x`` held fixed, so that its
+      negative mean (the maximum-likelihood loss) trains only the flow's parameters.
+
+    This is the split of BERT-flow's fine-tuning (``optimization_bert_flow.py``: the model's parameters get the
+    gradient of the task loss alone, the flow's the gradient of the flow loss alone), written as one loss whose
+    terms' gradients reach disjoint parameters. Variables: ``params`` and ``constants`` (permutations, signs and
+    ActNorm centres) under ``glow``, the trees of a :class:`FlowState` with the same ``levels``, ``depth``,
+    ``hidden``. ActNorm starts from the rows the layer is *initialised* with (``init`` with real data: e.g. the
+    pretrained model's representations of the first training batch). Computation in float32; ``z`` is returned
+    in ``x``'s dtype.
+    """
+
+    levels: int = 3
+    depth: int = 3
+    hidden: int = 32
+
+    def setup(self):
+        self.glow = _Glow(self.levels, self.depth, self.hidden)
+
+    def _rows(self, x, mask):
+        x = check_float(x, "x")
+        mask = None if mask is None else check_mask(mask, x).reshape(-1)
+        if x.ndim < 1 or _level_sizes(x.shape[-1], self.levels)[-1] < 2:
+            raise ValueError(f"x has shape {x.shape}: needs [..., d] with d > 2**(levels-1) = "
+                             f"{2 ** (self.levels - 1)} features")
+        return promote_float32(x.reshape(-1, x.shape[-1])), mask
+
+    def __call__(self, x, mask=None):
+        rows, mask = self._rows(x, mask)
+        if self.is_initializing():
+            z, _ = self.glow(rows, init_mask=mask)
+        else:
+            fixed = jax.tree.map(jax.lax.stop_gradient, self.glow.variables)
+            z, _ = _Glow(self.levels, self.depth, self.hidden, parent=None).apply(fixed, rows)
+        return z.reshape(x.shape).astype(jnp.result_type(x))  # x.dtype as jax holds it (float64: x64 only)
+
+    def log_likelihood(self, x, mask=None):
+        rows, mask = self._rows(x, mask)
+        z, logdet = self.glow(jax.lax.stop_gradient(rows), init_mask=mask)
+        return ((_gaussian_log_density(z) + logdet) / rows.shape[-1]).reshape(x.shape[:-1])
 
 
 def fit_flow(

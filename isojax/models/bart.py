@@ -4,7 +4,8 @@
     h_0    = LayerNorm(E[ids] + P[positions + 2])            per stack ("layernorm_embedding"; dropout)
     encoder: blocks with self-attention over the real source tokens
     decoder: blocks with causal self-attention, then cross-attention to the encoder output
-    logits = h_dec Eᵀ + final_logits_bias                     (the LM head tied to the shared table)
+    logits = T(h_dec) Eᵀ + final_logits_bias                  (the LM head tied to the shared table; T the optional
+                                                               ``head_transform``, e.g. a trained flow; default identity)
 
 BART's blocks are post-LayerNorm; mBART's are pre-LayerNorm and each of its stacks ends with a LayerNorm
 (``layer_norm``). Each stack has its own learned positions, offset by 2 (rows 0 and 1 of the table are unused); the
@@ -58,12 +59,15 @@ class BartModel(nn.Module):
 
     def decode(self, decoder_input_ids, encoder_hidden_states, encoder_attention_mask=None,
                decoder_attention_mask=None, *, cache=None, deterministic: bool = True,
-               output_attentions: bool = False) -> DecoderOutput:
+               output_attentions: bool = False, head_transform=None) -> DecoderOutput:
         """The decoder: ``decoder_input_ids [B, L]`` attending to ``encoder_hidden_states [B, S, H]`` (real tokens
         ``encoder_attention_mask [B, S]``, default all) -> :class:`DecoderOutput` with ``logits [B, L, vocab_size]``.
 
         With ``cache`` (:func:`~isojax.models.layers.init_cache` of the decoder config), the tokens are appended at
         its slots and the cross-attention keys/values are computed on the first call, then reused.
+        ``head_transform(h [B, L, H], mask [B, L]) -> [B, L, H]``, when given, maps the decoder's last hidden state
+        before the LM head (a callable bound to the module that owns its parameters); ``last_hidden_state`` is the
+        state before it.
         """
         dec = self.config.decoder_config()
         ids, mask, _ = validate_inputs(dec, decoder_input_ids, decoder_attention_mask, None, prefix="decoder_")
@@ -78,11 +82,12 @@ class BartModel(nn.Module):
         stack = self.decoder(x, mask, deterministic, output_attentions, memory=encoder_hidden_states,
                              memory_mask=encoder_attention_mask, cache=cache)
         h = stack.hidden_states[-1]
-        logits = tied_logits(self.variables["params"], h) + self.final_logits_bias
+        head_input = h if head_transform is None else head_transform(h, mask)
+        logits = tied_logits(self.variables["params"], head_input) + self.final_logits_bias
         return DecoderOutput(logits, h, stack.hidden_states, stack.attentions, stack.cross_attentions, stack.cache)
 
     def __call__(self, input_ids, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None, *,
-                 deterministic: bool = True, output_attentions: bool = False) -> Seq2SeqOutput:
+                 deterministic: bool = True, output_attentions: bool = False, head_transform=None) -> Seq2SeqOutput:
         if decoder_input_ids is None:
             raise ValueError(f"decoder_input_ids is required: {self.config.model_type} is an encoder-decoder; pass the "
                              "decoder inputs (for teacher forcing, the targets shifted right behind "
@@ -91,7 +96,8 @@ class BartModel(nn.Module):
         encoder = self.encode(input_ids, attention_mask, deterministic=deterministic,
                               output_attentions=output_attentions)
         decoder = self.decode(decoder_input_ids, encoder.last_hidden_state, attention_mask, decoder_attention_mask,
-                              deterministic=deterministic, output_attentions=output_attentions)
+                              deterministic=deterministic, output_attentions=output_attentions,
+                              head_transform=head_transform)
         return Seq2SeqOutput(encoder, decoder)
 
 
@@ -168,4 +174,4 @@ BART_HF_NAMES = HFNames(
 )
 """Hugging Face names of BART and mBART (the same module names; mBART adds each stack's ``layer_norm``)."""
 
-BART_PARTITION_RULES = ((r"^final_logits_bias$", P()),)
+BART_PARTITION_RULES = ((r"(^|/)final_logits_bias$", P()),)

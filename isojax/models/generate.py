@@ -109,11 +109,14 @@ def generation_config(config: EncoderConfig, **overrides) -> GenerationConfig:
     return out
 
 
-def generate(module, params, input_ids, attention_mask=None, **settings) -> GenerateOutput:
+def generate(module, params, input_ids, attention_mask=None, *, collections=None, **settings) -> GenerateOutput:
     """Decode from a GPT-2 prompt or a BART / mBART source batch, greedily or with beam search (jit-compiled).
 
     Args:
-      module, params: a causal LM or encoder-decoder from :func:`isojax.from_pretrained`.
+      module, params: a causal LM or encoder-decoder from :func:`isojax.from_pretrained`, or a module that wraps
+        one with the same ``config``, ``dtype`` and ``encode`` / ``decode`` methods (a flow-calibrated
+        :class:`isojax.train.seq2seq.Seq2SeqModel`).
+      collections: the module's variable collections besides ``params`` (the wrapper's flow ``constants``).
       input_ids: ``[B, P]`` prompt (GPT-2, any padding) or source (BART) token ids; attention_mask ``[B, P]``
         (true = real token; default all).
       settings: :class:`GenerationConfig` fields (``max_length``, ``num_beams``, ``length_penalty``, ...); the
@@ -130,7 +133,7 @@ def generate(module, params, input_ids, attention_mask=None, **settings) -> Gene
         raise ValueError("every input sequence needs at least one real token (attention_mask row of zeros)")
     if model_kind(config) == "causal_lm" and ids.shape[1] >= gen.max_length:
         raise ValueError(f"max_length={gen.max_length} leaves no room after the prompt of length {ids.shape[1]}")
-    return _decode(module, gen, params, ids, mask)
+    return _decode(module, gen, {"params": params, **(collections or {})}, ids, mask)
 
 
 def left_align(ids: Array, mask: Array) -> tuple[Array, Array]:
@@ -140,9 +143,9 @@ def left_align(ids: Array, mask: Array) -> tuple[Array, Array]:
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
-def _decode(module, gen: GenerationConfig, params, ids, mask) -> GenerateOutput:
+def _decode(module, gen: GenerationConfig, variables, ids, mask) -> GenerateOutput:
     """Prefill, then the greedy or beam loop; ``module`` and ``gen`` are static (one compilation per shape)."""
-    apply = functools.partial(module.apply, {"params": params})
+    apply = functools.partial(module.apply, variables)
     batch, length = ids.shape[0], gen.max_length
     if model_kind(module.config) == "causal_lm":
         prompt, mask = left_align(ids, mask)

@@ -6,9 +6,13 @@ writes into a temporary directory and renames it when complete, so a run killed 
 half-written step behind. A step that cannot be read (a truncated or deleted file) is skipped with a warning
 and moved aside to ``<step>.unreadable.<time>`` (so that the resumed run can write that step again), and the
 next older one is restored; ``keep`` checkpoints are kept so that there is one to fall back to.
+
+A checkpoint written before a field was added to the state (``TrainState.constants``) lacks it; it is restored
+when the field is empty in the run that resumes (no arrays: a run without a flow), the field keeping its empty value.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -34,7 +38,8 @@ class Checkpoints:
         self.save_every = save_every
         options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True, cleanup_tmp_directories=True,
                                                save_interval_steps=1)
-        self.manager = ocp.CheckpointManager(self.directory, options=options)
+        self.manager = ocp.CheckpointManager(self.directory, options=options, item_handlers={
+            "state": ocp.StandardCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()})
 
     def steps(self) -> list[int]:
         """Steps with a finished checkpoint, ascending."""
@@ -76,8 +81,7 @@ class Checkpoints:
             if check is not None:
                 check(meta)
             try:
-                state = self.manager.restore(step, args=ocp.args.Composite(
-                    state=ocp.args.StandardRestore(target(meta)))).state
+                state = self._restore_state(step, target(meta))
             except Exception as e:  # noqa: BLE001
                 unreadable.append(self._unreadable(step, e))
                 continue
@@ -86,6 +90,17 @@ class Checkpoints:
             return step, state, meta
         self._set_aside(unreadable)
         return None
+
+    def _restore_state(self, step: int, target):
+        """The state of ``step`` restored into ``target`` (a dataclass of arrays or abstract arrays); fields the
+        checkpoint lacks and that hold no array in ``target`` keep their ``target`` value (module docstring)."""
+        saved = self.manager.item_metadata(step)["state"]  # None when its metadata cannot be read
+        kept = set() if saved is None else {f.name for f in dataclasses.fields(target)
+                                            if f.name not in saved and not jax.tree.leaves(getattr(target, f.name))}
+        fields = {f.name: getattr(target, f.name) for f in dataclasses.fields(target) if f.name not in kept}
+        restored = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(
+            fields if kept else target))).state
+        return target.replace(**restored) if kept else restored
 
     def _unreadable(self, step: int, error: Exception) -> int:
         warnings.warn(f"checkpoint step {step} in {self.directory} cannot be read ({type(error).__name__}: "

@@ -1,8 +1,11 @@
-"""``isojax finetune``: fine-tune an encoder on a GLUE task with an isotropy method.
+"""``isojax finetune``: fine-tune an encoder on a GLUE task, or an encoder-decoder on a sequence-to-sequence task,
+with an isotropy method.
 
     isojax finetune --task stsb --model default --method softdecay --epochs 3 --out runs/stsb-softdecay
     isojax finetune --task rte --model bert-base-cased --method isotropy_layer --devices 8 --parallel pmap
     isojax finetune --task cola --method baseline --reg persistent_entropy=0.1@cls,bars=all --out runs/x
+    isojax finetune --task cnn_dailymail --model facebook/bart-large --method flow --train-limit 20000 --out runs/y
+    isojax finetune --task seq2seq --data-source my_pairs/ --model my_bart --method cosine --out runs/z
 
 Run again with the same arguments to resume from the latest checkpoint in ``--out``; the same run can be
 repeated on 1 or N devices and under the mesh or pmap (``--devices``, ``--parallel``, ``--model-parallel``).
@@ -27,6 +30,7 @@ import sys
 
 from isojax.data.datadir import DATA_DIR_HELP
 from isojax.data.glue import GLUE_TASKS
+from isojax.data.seq2seq import SEQ2SEQ_TASKS
 from isojax.train.config import METHOD_ALIASES, METHODS, TrainConfig, parse_regularizer
 from isojax.train.model import REPRESENTATIONS
 from isojax.train.objective import REGULARIZERS
@@ -49,11 +53,12 @@ def add_finetune_parser(subparsers) -> argparse.ArgumentParser:
     """Add the ``finetune`` command to an argparse ``subparsers`` object; returns its parser."""
     d = TrainConfig()
     p = subparsers.add_parser(
-        "finetune", help="fine-tune on a GLUE task with an isotropy method (SoftDecay, regularisers, IsoBN, "
-        "Isotropy Layer); mesh or pmap, checkpoints, resume",
+        "finetune", help="fine-tune on a GLUE task or a sequence-to-sequence task with an isotropy method (SoftDecay, "
+        "regularisers, IsoBN, Isotropy Layer, flow); mesh or pmap, checkpoints, resume",
         description=__doc__, epilog=_methods_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("task and model")
-    g.add_argument("--task", default=d.task, help=f"GLUE task: {', '.join(GLUE_TASKS)} (default {d.task})")
+    g.add_argument("--task", default=d.task, help=f"GLUE task: {', '.join(GLUE_TASKS)} (default {d.task}); or "
+                   f"sequence-to-sequence task (an encoder-decoder model): {', '.join(SEQ2SEQ_TASKS)}")
     g.add_argument("--model", default=d.model, help="model directory, Hub id, or 'default' (all-MiniLM-L6-v2)")
     g.add_argument("--method", default=d.method, help=f"isotropy method (default {d.method}; list below)")
     g.add_argument("--reg", action="append", default=[], metavar="SPEC",
@@ -72,16 +77,35 @@ def add_finetune_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--data-dir", default=d.data_dir, metavar="DIR", help=DATA_DIR_HELP)
     g.add_argument("--data-source", default=d.data_source,
                    help="GLUE source: auto (--data-dir, else $ISOJAX_DATA_DIR, else the Hub; STS-B falls back to "
-                   "the offline package), hub, package, or a local directory/file in the Hub's layout")
+                   "the offline package), hub, package, or a local directory/file in the Hub's layout; "
+                   "sequence-to-sequence: auto (the Hub) or a local directory/file (task seq2seq: columns source, "
+                   "target)")
     g.add_argument("--train-limit", type=int, default=0, help="use the first N training rows (0 = all)")
     g.add_argument("--eval-limit", type=int, default=0, help="evaluate on the first N dev rows (0 = all)")
     g.add_argument("--max-length", type=int, default=d.max_length, help=f"tokens per example (default {d.max_length})")
+    q = p.add_argument_group("sequence-to-sequence tasks")
+    q.add_argument("--max-target-length", type=int, default=d.max_target_length,
+                   help=f"target tokens per example (default {d.max_target_length})")
+    q.add_argument("--label-smoothing", type=float, default=d.label_smoothing,
+                   help=f"label smoothing of the token cross-entropy (default {d.label_smoothing})")
+    q.add_argument("--num-beams", type=int, default=d.num_beams, help="beams of the dev decoding (1 = greedy)")
+    q.add_argument("--length-penalty", type=float, default=d.length_penalty, help="beam search length penalty")
+    q.add_argument("--generation-max-length", type=int, default=None,
+                   help="longest decoded sequence, start token included (default max-target-length + 1)")
+    f = p.add_argument_group("flow (method flow)")
+    f.add_argument("--flow-levels", type=int, default=d.flow_levels, help=f"Glow levels (default {d.flow_levels})")
+    f.add_argument("--flow-depth", type=int, default=d.flow_depth, help=f"steps per level (default {d.flow_depth})")
+    f.add_argument("--flow-hidden", type=int, default=d.flow_hidden,
+                   help=f"coupling network width (default {d.flow_hidden})")
+    f.add_argument("--flow-init-batches", type=int, default=d.flow_init_batches,
+                   help="training batches whose pretrained representations start the flow's ActNorm "
+                   f"(default {d.flow_init_batches})")
     h = p.add_argument_group("optimisation")
     h.add_argument("--batch-size", type=int, default=d.batch_size, help=f"global batch (default {d.batch_size})")
     h.add_argument("--eval-batch-size", type=int, default=d.eval_batch_size)
     h.add_argument("--lr", type=float, default=d.learning_rate, help=f"peak learning rate (default {d.learning_rate})")
     h.add_argument("--transform-lr", type=float, default=d.transform_learning_rate,
-                   help="learning rate of SoftDecay alpha and the Isotropy Layer "
+                   help="learning rate of SoftDecay alpha, the Isotropy Layer and the flow (constant for the flow) "
                    f"(default {d.transform_learning_rate})")
     h.add_argument("--weight-decay", type=float, default=d.weight_decay)
     h.add_argument("--warmup-ratio", type=float, default=d.warmup_ratio)
@@ -135,8 +159,11 @@ def config_from_args(args) -> TrainConfig:
         parallel=args.parallel, model_parallel=args.model_parallel, output_dir=args.out,
         save_every=args.save_every, keep_checkpoints=args.keep_checkpoints, eval_every=args.eval_every,
         log_every=args.log_every, log_gradients=args.log_gradients, train_limit=args.train_limit,
-        eval_limit=args.eval_limit,
-        data_source=args.data_source, data_dir=args.data_dir, progress=not args.quiet)
+        eval_limit=args.eval_limit, data_source=args.data_source, data_dir=args.data_dir, progress=not args.quiet,
+        max_target_length=args.max_target_length, label_smoothing=args.label_smoothing, num_beams=args.num_beams,
+        length_penalty=args.length_penalty, generation_max_length=args.generation_max_length,
+        flow_levels=args.flow_levels, flow_depth=args.flow_depth, flow_hidden=args.flow_hidden,
+        flow_init_batches=args.flow_init_batches)
 
 
 def cmd_finetune(args) -> int:

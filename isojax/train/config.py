@@ -17,6 +17,13 @@ Methods (:data:`METHODS`; extra regularisers can be added to any of them with ``
     isotropy_layer        two stages (isotropy-layer-joint-loss §3): fine-tune encoder + head; then freeze
                           both and train an Isotropy Layer before the head on the balanced joint loss
                           L1 = task loss, L2 = log(1/IsoScore) of the head input
+    flow                  flow calibration (calibration-evaluation Tables 1, 2, 3): a Glow flow between the
+                          representation and the head, trained by maximum likelihood alongside the task
+                          (:mod:`isojax.train.model`; sequence-to-sequence: :mod:`isojax.train.seq2seq`)
+
+Tasks: a GLUE task (:mod:`isojax.data.glue`; a classifier, :class:`~isojax.train.model.TaskModel`) or a
+sequence-to-sequence task (:mod:`isojax.data.seq2seq`; an encoder-decoder, :mod:`isojax.train.seq2seq`), which
+takes the methods of :data:`SEQ2SEQ_METHODS` and regularisers of the ``embedding`` or ``tokens`` representation.
 """
 from __future__ import annotations
 
@@ -25,7 +32,9 @@ import math
 import os
 from typing import Any
 
+from isojax.calibrate import Flow
 from isojax.data.glue import glue_task
+from isojax.data.seq2seq import SEQ2SEQ_TASKS, seq2seq_task
 from isojax.models.heads import POOLINGS
 from isojax.models.layers import TRANSFORM_PLACEMENTS
 from isojax.train.objective import COMBINATIONS, Regularizer
@@ -42,6 +51,7 @@ class Method:
     softdecay: bool = False
     isobn: bool = False
     isotropy_layer: bool = False
+    flow: bool = False
 
 
 METHODS: dict[str, Method] = {
@@ -60,8 +70,12 @@ METHODS: dict[str, Method] = {
                                      (Regularizer("persistent_entropy", 0.1, options=(("bars", "all"),)),)),
     "isobn": Method("IsoBN on the pooled representation", isobn=True),
     "isotropy_layer": Method("two-stage Isotropy Layer with the balanced joint loss", isotropy_layer=True),
+    "flow": Method("flow calibration: a Glow flow before the head, trained by maximum likelihood", flow=True),
 }
 METHOD_ALIASES = {"none": "baseline"}
+SEQ2SEQ_METHODS = ("baseline", "cosine", "spectrum_pol", "spectrum_exp", "flow")
+"""The methods of isotropy-calibration-evaluation §3 that act on a sequence-to-sequence model (Tables 2, 3)."""
+SEQ2SEQ_REPRESENTATIONS = ("embedding", "tokens")
 
 
 def method(name: str) -> Method:
@@ -103,6 +117,12 @@ class TrainConfig:
     stage). ``log_gradients`` adds per-layer gradient norms and the word-embedding gradient's alignment with the
     mean embedding direction (:mod:`isojax.train.gradient_stats`) to the logged train records.
     ``train_limit``/``eval_limit`` keep the first N examples (0 = all).
+
+    Sequence-to-sequence tasks: ``max_length`` / ``max_target_length`` tokens of source / target,
+    ``label_smoothing`` of the token cross-entropy, and the decoding of the dev set: ``num_beams`` (1 = greedy),
+    ``length_penalty``, ``generation_max_length`` (decoder start token included; default max_target_length + 1).
+    The flow (method ``flow``): ``flow_levels``, ``flow_depth``, ``flow_hidden`` (BERT-flow's 3, 3, 32), its
+    ActNorm started from the pretrained model's representations of the first ``flow_init_batches`` training batches.
     """
 
     task: str = "stsb"
@@ -146,9 +166,18 @@ class TrainConfig:
     data_source: Any = "auto"
     data_dir: Any = None
     progress: bool = True
+    max_target_length: int = 128
+    label_smoothing: float = 0.1
+    num_beams: int = 1
+    length_penalty: float = 1.0
+    generation_max_length: int | None = None
+    flow_levels: int = 3
+    flow_depth: int = 3
+    flow_hidden: int = 32
+    flow_init_batches: int = 1
 
     def __post_init__(self):
-        object.__setattr__(self, "task", glue_task(self.task).name)
+        object.__setattr__(self, "task", _task_name(self.task))
         for name in ("data_source", "data_dir"):
             if isinstance(getattr(self, name), os.PathLike):
                 object.__setattr__(self, name, os.fspath(getattr(self, name)))
@@ -169,7 +198,8 @@ class TrainConfig:
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
         for name in ("max_length", "batch_size", "eval_batch_size", "grad_accumulation", "model_parallel",
-                     "keep_checkpoints"):
+                     "keep_checkpoints", "max_target_length", "num_beams", "flow_levels", "flow_depth",
+                     "flow_hidden", "flow_init_batches"):
             _positive(getattr(self, name), name, integer=True)
         for name in ("save_every", "eval_every", "log_every", "train_limit", "eval_limit", "seed"):
             _positive(getattr(self, name), name, integer=True, allow_zero=True)
@@ -177,7 +207,7 @@ class TrainConfig:
             _positive(getattr(self, name), name)
         for name in ("weight_decay", "max_grad_norm"):
             _positive(getattr(self, name), name, allow_zero=True)
-        for name in ("steps", "stage2_steps", "devices"):
+        for name in ("steps", "stage2_steps", "devices", "generation_max_length"):
             if getattr(self, name) is not None:
                 _positive(getattr(self, name), name, integer=True)
         if not 0 <= self.warmup_ratio < 1:
@@ -188,6 +218,10 @@ class TrainConfig:
             raise ValueError(f"balancer_smoothing must be in (0, 1], got {self.balancer_smoothing!r}")
         if not -1 < self.softdecay_alpha < 0:
             raise ValueError(f"softdecay_alpha must be in (-1, 0), got {self.softdecay_alpha!r}")
+        if not 0 <= self.label_smoothing < 1:
+            raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing!r}")
+        if self.is_seq2seq:
+            self._check_seq2seq()
         spec = self.method_spec
         if self.combine != "sum" and not (self.regularizers or spec.regularizers or spec.isotropy_layer):
             raise ValueError(f"combine={self.combine!r} needs at least one regulariser")
@@ -196,9 +230,36 @@ class TrainConfig:
         if self.parallel == "pmap" and self.model_parallel != 1:
             raise ValueError("model_parallel > 1 needs parallel='mesh' (pmap is data-parallel only)")
 
+    def _check_seq2seq(self) -> None:
+        key = METHOD_ALIASES.get(self.method, self.method)
+        if key not in SEQ2SEQ_METHODS:
+            raise ValueError(f"method {self.method!r} does not apply to the sequence-to-sequence task {self.task}; "
+                             f"expected one of {list(SEQ2SEQ_METHODS)}")
+        for reg in self.method_spec.regularizers + self.regularizers:
+            if reg.representation not in SEQ2SEQ_REPRESENTATIONS:
+                raise ValueError(f"regulariser {reg.label}: a sequence-to-sequence model has the representations "
+                                 f"{list(SEQ2SEQ_REPRESENTATIONS)}, not {reg.representation!r}")
+            if reg.needs_reference:
+                raise ValueError(f"regulariser {reg.label}: c0='data' is for classification tasks; use c0=identity")
+        if self.data_dir is not None:
+            raise ValueError(f"data_dir holds GLUE/STS releases; the sequence-to-sequence task {self.task} reads "
+                             "data_source (the Hub, or a local file or directory)")
+
     @property
     def method_spec(self) -> Method:
         return method(self.method)
+
+    def make_flow(self) -> Flow | None:
+        """The flow of method ``flow`` (:class:`isojax.calibrate.Flow` of ``flow_levels``, ``flow_depth``,
+        ``flow_hidden``), else None."""
+        if not self.method_spec.flow:
+            return None
+        return Flow(levels=self.flow_levels, depth=self.flow_depth, hidden=self.flow_hidden)
+
+    @property
+    def is_seq2seq(self) -> bool:
+        """Whether the task is a sequence-to-sequence task (else a GLUE task)."""
+        return self.task in SEQ2SEQ_TASKS
 
     @property
     def num_labels(self) -> int:
@@ -222,6 +283,17 @@ class TrainConfig:
         out = dataclasses.asdict(self)
         out["regularizers"] = [dataclasses.asdict(r) for r in self.regularizers]
         return out
+
+
+def _task_name(task: str) -> str:
+    """The canonical name of a GLUE or sequence-to-sequence task; ``ValueError`` listing both kinds."""
+    try:
+        return glue_task(task).name
+    except ValueError as e:
+        try:
+            return seq2seq_task(task).name
+        except ValueError:
+            raise ValueError(f"{e}; or a sequence-to-sequence task: {sorted(SEQ2SEQ_TASKS)}") from None
 
 
 def parse_regularizer(text: str) -> Regularizer:

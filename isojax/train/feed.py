@@ -7,16 +7,21 @@ over ``arange(N)``, so batch ``k`` of epoch ``e`` holds the rows it would hold o
 then tokenises only its rows of each batch (``runner.process_rows(B)``: the rows its devices hold), for all the
 batches of an epoch (or of an evaluation) in one tokenizer call.
 
-A global batch has one width: the bucket of its longest row (:func:`~isojax.data.batching.bucket_length`,
-capped at the split's ``max_length``, so widths are the buckets below ``max_length`` and ``max_length``
-itself). A process sees only its own rows' lengths, so the processes exchange the longest length of each of
-their batches, once per call (one ``process_allgather`` of a vector with one entry per batch). In one process
-the same code feeds whole batches and exchanges nothing.
+A global batch has one width per :class:`TokenGroup` (a classification batch: one, the input tokens; a
+sequence-to-sequence batch: the source and the target tokens): the bucket of the group's longest row
+(:func:`~isojax.data.batching.bucket_length`, capped at the group's ``max_length``, so widths are the buckets below
+``max_length`` and ``max_length`` itself). A process sees only its own rows' lengths, so the processes exchange the
+longest length of each group of each of their batches, once per call (one ``process_allgather`` of a
+``[groups, batches]`` array). In one process the same code feeds whole batches and exchanges nothing.
+
+A split is any object with ``__len__``, ``arrays(rows) -> dict`` (every array of a batch for those rows, the
+token arrays right-padded to their longest row) and ``groups`` (its :class:`TokenGroup` s): :class:`Split`
+here, :class:`isojax.train.seq2seq.Seq2SeqSplit` for sequence-to-sequence tasks.
 """
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -26,7 +31,18 @@ from jax.experimental import multihost_utils
 from isojax.data.batching import batches, bucket_length, tokenize
 from isojax.data.glue import GlueData
 
-__all__ = ["Split", "batch_indices", "process_batches"]
+__all__ = ["Split", "TokenGroup", "batch_indices", "process_batches"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenGroup:
+    """Token arrays ``keys`` (``[n, W]``) of a batch that share one width: the bucket of the longest row of the
+    ``mask`` array, at most ``max_length``; ``fill`` gives each key's padding value (default 0)."""
+
+    mask: str
+    keys: tuple[str, ...]
+    max_length: int
+    fill: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +69,15 @@ class Split:
         return tokenize(self.tokenizer, [a[i] for i in rows], None if b is None else [b[i] for i in rows],
                         max_length=self.max_length)
 
+    def arrays(self, rows) -> dict[str, np.ndarray]:
+        """:meth:`tokens` of ``rows`` and their ``labels``."""
+        return {**self.tokens(rows), "labels": self.labels[np.asarray(rows, dtype=np.int64)]}
+
+    @property
+    def groups(self) -> tuple[TokenGroup, ...]:
+        return (TokenGroup("attention_mask", ("input_ids", "attention_mask", "token_type_ids"), self.max_length,
+                           {"input_ids": self.tokenizer.pad_token_id}),)
+
 
 def batch_indices(n: int, batch_size: int, **order) -> list[np.ndarray]:
     """Row indices ``[batch_size]`` (the last one may be shorter) of the batches of one epoch of ``n`` rows;
@@ -67,34 +92,40 @@ def _to_width(x: np.ndarray, width: int, fill: int) -> np.ndarray:
     return np.pad(x, ((0, 0), (0, width - x.shape[1])), constant_values=fill)
 
 
-def process_batches(split: Split, index_batches: Sequence[np.ndarray], rows: np.ndarray) -> Iterator[dict]:
+def process_batches(split, index_batches: Sequence[np.ndarray], rows: np.ndarray) -> Iterator[dict]:
     """This process's rows of global batches, tokenised here (module docstring).
 
     Args:
-      split: the rows as read.
+      split: the rows as read (:class:`Split`, or another split with ``arrays`` and ``groups``).
       index_batches: each global batch as ``[B]`` row indices of ``split`` (the same on every process).
       rows: the positions in a batch that this process feeds (``runner.process_rows(B)``).
 
-    Returns an iterator over the batches of dicts ``input_ids``, ``attention_mask``, ``token_type_ids``
-    ``[len(rows), W]`` int32 (``W``: the global batch's bucket width) and ``labels [len(rows)]``. Tokenisation and
-    the exchange of lengths happen in this call, so every process must make it at the same point.
+    Returns an iterator over the batches: dicts of ``split.arrays`` for this process's rows, every token array
+    ``[len(rows), W]`` (``W``: its group's bucket width of the global batch; for :class:`Split`, ``input_ids``,
+    ``attention_mask``, ``token_type_ids`` int32 and ``labels [len(rows)]``). Tokenisation and the exchange of
+    lengths happen in this call, so every process must make it at the same point.
     """
     if not len(index_batches):
         return iter(())
     if any(len(b) != len(index_batches[0]) for b in index_batches):
         raise ValueError(f"index_batches must all have the same length, got {sorted({len(b) for b in index_batches})}")
     local = np.stack([b[rows] for b in index_batches])  # [K, len(rows)] split row indices fed here
-    tokens = split.tokens(local.ravel().tolist())
-    longest = tokens["attention_mask"].sum(1).reshape(local.shape).max(1)
+    arrays = split.arrays(local.ravel().tolist())
+    longest = np.stack([arrays[g.mask].sum(1).reshape(local.shape).max(1) for g in split.groups])  # [G, K]
     if jax.process_count() > 1:
         longest = multihost_utils.process_allgather(longest).max(0)
-    fill = {"input_ids": split.tokenizer.pad_token_id}
+    group_of = {key: i for i, g in enumerate(split.groups) for key in g.keys}
     b = local.shape[1]
 
     def batch(k: int) -> dict:
-        width = bucket_length(longest[k], max_length=split.max_length)
-        out = {key: _to_width(value[k * b:(k + 1) * b], width, fill.get(key, 0)) for key, value in tokens.items()}
-        out["labels"] = split.labels[local[k]]
+        widths = [bucket_length(longest[i, k], max_length=g.max_length) for i, g in enumerate(split.groups)]
+        out = {}
+        for key, value in arrays.items():
+            part = value[k * b:(k + 1) * b]
+            if key in group_of:
+                g = split.groups[group_of[key]]
+                part = _to_width(part, widths[group_of[key]], g.fill.get(key, 0))
+            out[key] = part
         return out
 
     return (batch(k) for k in range(len(local)))

@@ -3,8 +3,8 @@
 Per step, from the (globally reduced) gradient of the objective:
 
     grad_norm/<group>              ‖g‖₂ over the parameters of one group: ``embeddings``, each block (``layer_3``,
-                                   ALBERT's ``group_0_layer_0``), ``pooler``, ``last_layer_transform``, ``head``,
-                                   ``isotropy_layer``, ...
+                                   ALBERT's ``group_0_layer_0``, BART's ``decoder_layer_0``), ``pooler``,
+                                   ``last_layer_transform``, ``head``, ``isotropy_layer``, ``flow``, ...
     embedding_grad/mean_cosine     cos(−Σ_j g_j, μ): how the descent step on the word embedding matrix W moves its
                                    rows along their mean direction μ (too-much-in-common §3's common-enemies effect;
                                    :func:`isojax.gradients.common_enemies_alignment`)
@@ -27,12 +27,14 @@ KEYS = ("embedding_grad/mean_cosine", "embedding_grad/principal_cosine", "embedd
 
 
 def parameter_group(path: tuple[str, ...]) -> str:
-    """The group of a parameter path of a task model: the block it belongs to, else its first module below the
-    encoder (``("encoder", "encoder", "layer_3", ...)`` -> ``layer_3``; ``("head", ...)`` -> ``head``)."""
-    block = next((k for k in path if _BLOCK.fullmatch(k)), None)
-    if block is not None:
-        return block
-    return path[1] if path[0] == "encoder" and len(path) > 2 else path[0]
+    """The group of a parameter path of a task model: the block it belongs to (a decoder's blocks prefixed
+    ``decoder_``), else its first module below the encoder (``("encoder", "encoder", "layer_3", ...)`` ->
+    ``layer_3``; ``("encoder", "decoder", "layer_0", ...)`` -> ``decoder_layer_0``; ``("head", ...)`` -> ``head``;
+    BART's ``("encoder", "final_logits_bias")`` -> ``final_logits_bias``)."""
+    index = next((i for i, k in enumerate(path) if _BLOCK.fullmatch(k)), None)
+    if index is not None:
+        return ("decoder_" if "decoder" in path[:index] else "") + path[index]
+    return path[1] if path[0] == "encoder" and len(path) > 1 else path[0]
 
 
 def gradient_statistics(params, grads) -> dict[str, jax.Array]:

@@ -38,10 +38,11 @@ def latest_evaluations(records: list[dict]) -> list[dict]:
     return [by_step[s] for s in sorted(by_step)]
 
 
-def plot_curves(records: list[dict], path: str, *, metrics: tuple[str, ...], title: str = "") -> str:
-    """PNG with the task ``metrics`` (left) and the anisotropy (raw, centered) and IsoScore of the evaluated
-    embeddings (right) over training steps; with gradient statistics in the train records
-    (``--log-gradients``), two more panels: the gradient norm of each parameter group (log scale) and the
+def plot_curves(records: list[dict], path: str, *, metrics: tuple[str, ...],
+                isotropy: tuple[str, ...] = ("anisotropy", "anisotropy_centered", "isoscore"), title: str = "") -> str:
+    """PNG with the task ``metrics`` (left) and the ``isotropy`` measures (right; by default the anisotropy, raw and
+    centered, and IsoScore of the evaluated embeddings) over training steps; with gradient statistics in the train
+    records (``--log-gradients``), two more panels: the gradient norm of each parameter group (log scale) and the
     word-embedding gradient's alignment with the mean embedding direction. Stage boundaries are dotted lines.
     Returns ``path``."""
     import matplotlib
@@ -58,9 +59,9 @@ def plot_curves(records: list[dict], path: str, *, metrics: tuple[str, ...], tit
         left.plot(steps, [r.get(metric, math.nan) for r in evals], marker="o", label=metric)
     left.set(xlabel="step", ylabel="×100", title="task metric (dev)")
     left.legend()
-    for key, style in (("anisotropy", "-o"), ("anisotropy_centered", "--o"), ("isoscore", ":s")):
+    for key, style in zip(isotropy, ("-o", "--o", ":s", "-.^")):
         right.plot(steps, [r.get(key, math.nan) for r in evals], style, label=key.replace("_", " "))
-    right.set(xlabel="step", title="isotropy of the evaluated embeddings")
+    right.set(xlabel="step", title="isotropy")
     right.legend()
     if train:
         _plot_gradients(train, *axes[2:])

@@ -12,8 +12,13 @@ In a multi-process run (:mod:`isojax.train.parallel`) every process runs this lo
 only its rows of every batch (:mod:`isojax.train.feed`), each writes its shards of the checkpoints, and process 0
 alone writes the logs, curves and results.
 
+What depends on the kind of task is a *recipe*: :class:`ClassificationRecipe` (a GLUE task: encoder + head,
+task metrics and the isotropy of the head input) or :class:`isojax.train.seq2seq.Seq2SeqRecipe` (an
+encoder-decoder: teacher-forced token loss, decoded dev outputs scored by BLEU / ROUGE). Everything else (stages,
+devices, checkpoints, resuming, logs, timing) is one loop.
+
 Outputs in ``output_dir``: ``checkpoints/``, ``log.jsonl`` (:mod:`isojax.train.logs`), ``curves.png`` (task
-metric and anisotropy over training), ``results.json`` (configuration, final evaluation of every stage).
+metric and isotropy over training), ``results.json`` (configuration, final evaluation of every stage, timing).
 """
 from __future__ import annotations
 
@@ -43,6 +48,7 @@ from isojax.train.model import TaskModel, init_variables, word_embeddings
 from isojax.train.objective import Objective, data_references, resolve_auto_options
 from isojax.train.optim import make_optimizer, schedule
 from isojax.train.parallel import make_runner, select_devices
+from isojax.train.seq2seq import Seq2SeqRecipe
 from isojax.train.state import create_state
 from isojax.train.step import make_predict_step, make_train_step
 
@@ -51,7 +57,7 @@ log = logging.getLogger(__name__)
 # Fields that may differ when a run is resumed: where and how it runs, how often it reports.
 RESUMABLE_CHANGES = frozenset({"devices", "parallel", "model_parallel", "progress", "output_dir", "save_every",
                                "keep_checkpoints", "eval_every", "log_every", "log_gradients", "eval_batch_size",
-                               "eval_limit"})
+                               "eval_limit", "num_beams", "length_penalty", "generation_max_length"})
 
 
 @dataclasses.dataclass
@@ -84,22 +90,20 @@ def build_model(config: TrainConfig):
                                 add_pooling_layer=encoder.add_pooling_layer,
                                 transform_placement=config.softdecay_placement)
     model = TaskModel(encoder, num_labels=config.num_labels, pooling=config.pooling, dropout_rate=dropout,
-                      use_isobn=spec.isobn, use_isotropy_layer=spec.isotropy_layer)
+                      use_isobn=spec.isobn, use_isotropy_layer=spec.isotropy_layer, flow=config.make_flow())
     return model, params, tokenizer
 
 
-def check_setup(config: TrainConfig, model: TaskModel) -> None:
-    """What the configuration asks of this model and these devices (raises ``ValueError`` before training)."""
-    wants_pooler = config.pooling == "pooler" or any(
-        r.representation == "pooler" for s in config.stages() for r in s.regularizers)
-    if wants_pooler and not model.has_pooler:
-        raise ValueError(f"model {config.model!r} ({model.encoder.config.model_type}) has no pooler: the "
-                         "'pooler' pooling/representation is not available (use 'cls')")
+def check_setup(config: TrainConfig, model) -> None:
+    """What the configuration asks of these devices and of the model's sizes (raises ``ValueError`` before
+    training)."""
     enc = model.encoder.config
-    if config.model_parallel > 1 and (enc.num_attention_heads % config.model_parallel
-                                      or enc.intermediate_size % config.model_parallel):
-        raise ValueError(f"model_parallel={config.model_parallel} must divide the {enc.num_attention_heads} "
-                         f"attention heads and intermediate size {enc.intermediate_size}")
+    sizes = {"attention heads": enc.num_attention_heads, "intermediate size": enc.intermediate_size}
+    if enc.decoder_layers:
+        sizes.update({"decoder attention heads": enc.decoder_attention_heads, "decoder ffn size": enc.decoder_ffn_dim})
+    if config.model_parallel > 1 and any(v % config.model_parallel for v in sizes.values()):
+        raise ValueError(f"model_parallel={config.model_parallel} must divide the "
+                         + ", ".join(f"{name} ({v})" for name, v in sizes.items()))
     num_devices = len(select_devices(config.devices))
     data_size = num_devices // config.model_parallel if config.parallel == "mesh" else num_devices
     if num_devices % config.model_parallel:
@@ -109,6 +113,15 @@ def check_setup(config: TrainConfig, model: TaskModel) -> None:
             raise ValueError(f"{name}={getattr(config, name)} does not divide over the {data_size} data-parallel "
                              f"devices ({num_devices} devices, parallel={config.parallel!r}, "
                              f"model_parallel={config.model_parallel})")
+
+
+def check_pooler(config: TrainConfig, model: TaskModel) -> None:
+    """``ValueError`` when the configuration reads a pooler the model does not have."""
+    wants_pooler = config.pooling == "pooler" or any(
+        r.representation == "pooler" for s in config.stages() for r in s.regularizers)
+    if wants_pooler and not model.has_pooler:
+        raise ValueError(f"model {config.model!r} ({model.encoder.config.model_type}) has no pooler: the "
+                         "'pooler' pooling/representation is not available (use 'cls')")
 
 
 def eval_split(task: str) -> str:
@@ -167,14 +180,74 @@ def representation_covariance(model: TaskModel, variables: dict, data: Split, ba
     return covariance
 
 
-def _plans(config: TrainConfig, model: TaskModel, variables: dict, per_epoch: int, references: dict) -> list[_Plan]:
+class ClassificationRecipe:
+    """What :func:`fit` does its own way for a GLUE task: a :class:`TaskModel`, GLUE splits, the task loss of
+    :class:`Objective`, and the task metrics and isotropy of the head input (:mod:`isojax.train.evaluation`)."""
+
+    curves = ("anisotropy", "anisotropy_centered", "isoscore")
+
+    def __init__(self, config: TrainConfig):
+        self.config, self.task = config, glue_task(config.task)
+        self.metrics, self.eval_split = self.task.metrics, eval_split(config.task)
+
+    def build(self):
+        return build_model(self.config)
+
+    def check(self, model: TaskModel) -> None:
+        check_pooler(self.config, model)
+
+    def load(self, split: str, tokenizer, limit: int) -> Split:
+        return load_split(self.config, split, tokenizer, limit)
+
+    def init_variables(self, model: TaskModel, params, key, flow_rows) -> dict:
+        return init_variables(model, params, key, flow_rows)
+
+    def references(self, model: TaskModel, variables: dict, train: Split) -> dict:
+        regularizers = [reg for stage in self.config.stages() for reg in stage.regularizers]
+        return data_references(regularizers, representation_covariance(model, variables, train,
+                                                                       self.config.eval_batch_size))
+
+    def objective(self, stage: Stage, params, references: dict) -> Objective:
+        c = self.config
+        return Objective(c.num_labels, resolve_auto_options(stage.regularizers, params), stage.combine,
+                         c.joint_alpha, c.balancer_smoothing, references)
+
+    def predict_step(self, model: TaskModel):
+        return make_predict_step(model)
+
+    def evaluate(self, runner, placed, dev: Split) -> dict:
+        w = runner.host(word_embeddings(placed.params))
+        return evaluation.evaluate(runner, placed, dev, self.task, w, self.config.eval_batch_size)
+
+
+def recipe(config: TrainConfig):
+    """The recipe of the configuration's task: :class:`ClassificationRecipe` or :class:`Seq2SeqRecipe`."""
+    return Seq2SeqRecipe(config) if config.is_seq2seq else ClassificationRecipe(config)
+
+
+def flow_init_rows(model, params, train, config: TrainConfig) -> np.ndarray:
+    """``[N, H]``: the real rows of what the flow transforms (``model.flow_features``), computed by the pretrained
+    network ``params`` on the first ``flow_init_batches`` training batches (in the order training sees them); the
+    flow's ActNorm starts from them. Every process computes them from the whole batches, so that all start alike."""
+    order = batch_indices(len(train), config.batch_size, shuffle=True, seed=config.seed, epoch=0,
+                          drop_last=True)[:config.flow_init_batches]
+    forward = jax.jit(lambda p, b: model.apply({"params": {"encoder": p}}, *(b[k] for k in model.INPUTS),
+                                               method="flow_features"))
+    rows = []
+    for index in order:
+        x, mask = forward(params, train.arrays(index.tolist()))
+        x = np.asarray(x, np.float32)
+        rows.append(x if mask is None else x[np.asarray(mask)])
+    return np.concatenate(rows)
+
+
+def _plans(config: TrainConfig, recipe, model, variables: dict, per_epoch: int, references: dict) -> list[_Plan]:
     plans, start = [], 0
     for index, stage in enumerate(config.stages()):
         total = stage.steps or max(1, math.ceil(stage.epochs * per_epoch))
         updates = max(1, total // config.grad_accumulation)
         warmup = round(config.warmup_ratio * updates)
-        objective = Objective(config.num_labels, resolve_auto_options(stage.regularizers, variables["params"]),
-                              stage.combine, config.joint_alpha, config.balancer_smoothing, references)
+        objective = recipe.objective(stage, variables["params"], references)
         optimizer = make_optimizer(variables["params"], learning_rate=config.learning_rate,
                                    transform_learning_rate=config.transform_learning_rate,
                                    weight_decay=config.weight_decay, total_updates=updates, warmup_steps=warmup,
@@ -186,7 +259,7 @@ def _plans(config: TrainConfig, model: TaskModel, variables: dict, per_epoch: in
             make_step=lambda c, o=optimizer, obj=objective, f=stage.frozen, s=start: make_train_step(
                 model, obj, o, frozen=f, collectives=c, stage_start=s,
                 gradient_every=config.log_every if config.log_gradients else 0),
-            predict=make_predict_step(model), abstract_state=abstract, partition_rules=model.partition_rules())
+            predict=recipe.predict_step(model), abstract_state=abstract, partition_rules=model.partition_rules())
         # the logged learning rate: the encoder's, or the transform group's when the encoder is frozen
         peak = config.transform_learning_rate if "encoder" in stage.frozen else config.learning_rate
         plans.append(_Plan(index, stage, optimizer, total, start, abstract, runner,
@@ -206,20 +279,20 @@ def _check_resumable(config: TrainConfig, meta: dict, directory: str) -> None:
 
 def fit(config: TrainConfig) -> FitResult:
     """Run (or resume) the fine-tuning described by ``config``; see the module docstring."""
-    task = glue_task(config.task)
-    model, encoder_params, tokenizer = build_model(config)
+    kind = recipe(config)
+    model, pretrained, tokenizer = kind.build()
+    kind.check(model)
     check_setup(config, model)
-    train = load_split(config, "train", tokenizer, config.train_limit)
-    dev = load_split(config, eval_split(config.task), tokenizer, config.eval_limit)
+    train = kind.load("train", tokenizer, config.train_limit)
+    dev = kind.load(kind.eval_split, tokenizer, config.eval_limit)
     per_epoch = len(train) // config.batch_size
     if per_epoch == 0:
         raise ValueError(f"the training set ({len(train)} rows) is smaller than one batch "
                          f"({config.batch_size})")
-    variables = init_variables(model, encoder_params, jax.random.key(config.seed))
-    regularizers = [reg for stage in config.stages() for reg in stage.regularizers]
-    references = data_references(regularizers, representation_covariance(model, variables, train,
-                                                                          config.eval_batch_size))
-    plans = _plans(config, model, variables, per_epoch, references)
+    flow_rows = flow_init_rows(model, pretrained, train, config) if config.method_spec.flow else None
+    variables = kind.init_variables(model, pretrained, jax.random.key(config.seed), flow_rows)
+    references = kind.references(model, variables, train)
+    plans = _plans(config, kind, model, variables, per_epoch, references)
 
     main_process = jax.process_index() == 0
     os.makedirs(config.output_dir, exist_ok=True)
@@ -232,7 +305,7 @@ def fit(config: TrainConfig) -> FitResult:
     if restored is None:
         index, step = 0, 0
         placed = plans[0].runner.place(create_state(variables, plans[0].optimizer, config.seed))
-        _evaluate(config, plans[0], placed, dev, task, 0, run_log, main_process, stage_end=False)
+        _evaluate(kind, plans[0], placed, dev, 0, run_log, main_process, stage_end=False)
     else:
         step, state, meta = restored
         index, placed = meta["stage"], plans[meta["stage"]].runner.from_checkpoint(state)
@@ -244,9 +317,10 @@ def fit(config: TrainConfig) -> FitResult:
     for plan in plans[index:]:
         if plan.index > index:  # a new stage starts from the previous stage's parameters and statistics
             previous = plans[plan.index - 1].runner.host(placed)
-            placed = plan.runner.place(create_state({"params": previous.params, "batch_stats": previous.batch_stats},
+            placed = plan.runner.place(create_state({"params": previous.params, "batch_stats": previous.batch_stats,
+                                                     "constants": previous.constants},
                                                     plan.optimizer, config.seed, step=step))
-        placed, last = _run_stage(config, plan, placed, step - plan.start, train, dev, task, per_epoch, run_log,
+        placed, last = _run_stage(config, kind, plan, placed, step - plan.start, train, dev, per_epoch, run_log,
                                   checkpoints, main_process)
         step = plan.start + plan.total
         stage_results[plan.stage.name] = last
@@ -254,8 +328,8 @@ def fit(config: TrainConfig) -> FitResult:
     params = plans[-1].runner.host(placed.params)
     if main_process:
         records = run_log.read()
-        plot_curves(records, os.path.join(config.output_dir, "curves.png"), metrics=task.metrics,
-                    title=f"{config.model} on {task.name}: {config.method}")
+        plot_curves(records, os.path.join(config.output_dir, "curves.png"), metrics=kind.metrics,
+                    isotropy=kind.curves, title=f"{config.model} on {config.task}: {config.method}")
         timing = {plan.stage.name: epoch_seconds(records, plan.stage.name, per_epoch) for plan in plans}
         with open(os.path.join(config.output_dir, "results.json"), "w") as f:
             json.dump({"config": config.to_json(), "step": step, "stages": stage_results, "timing": timing}, f,
@@ -286,7 +360,7 @@ def epoch_seconds(records: list[dict], stage: str, per_epoch: int) -> dict:
     return {"seconds_per_epoch": round(steady / steps * per_epoch, 3), "compile_and_first_seconds": round(first, 3)}
 
 
-def _run_stage(config, plan: _Plan, placed, done: int, train, dev, task, per_epoch, run_log, checkpoints,
+def _run_stage(config, kind, plan: _Plan, placed, done: int, train, dev, per_epoch, run_log, checkpoints,
                main_process):
     """Run batches ``done, ..., total - 1`` of one stage; evaluate and checkpoint at its end. Returns the placed
     state and the final evaluation."""
@@ -312,22 +386,21 @@ def _run_stage(config, plan: _Plan, placed, done: int, train, dev, task, per_epo
             clock = now
             bar.set_postfix(loss=f"{values['loss']:.4f}")
         if config.eval_every and (k + 1) % config.eval_every == 0 and k + 1 < plan.total:
-            _evaluate(config, plan, placed, dev, task, step, run_log, main_process, stage_end=False)
+            _evaluate(kind, plan, placed, dev, step, run_log, main_process, stage_end=False)
             clock = time.perf_counter()
         if checkpoints.due(step):
             checkpoints.save(step, runner.checkpoint_view(placed), plan.meta(step, per_epoch, config))
             clock = time.perf_counter()
     bar.close()
     step = plan.start + plan.total
-    result = _evaluate(config, plan, placed, dev, task, step, run_log, main_process, stage_end=True)
+    result = _evaluate(kind, plan, placed, dev, step, run_log, main_process, stage_end=True)
     checkpoints.save(step, runner.checkpoint_view(placed), plan.meta(step, per_epoch, config))
     checkpoints.wait()
     return placed, result
 
 
-def _evaluate(config, plan: _Plan, placed, dev, task, step, run_log, main_process, *, stage_end: bool) -> dict:
-    w = plan.runner.host(word_embeddings(placed.params))
-    result = evaluation.evaluate(plan.runner, placed, dev, task, w, config.eval_batch_size)
+def _evaluate(kind, plan: _Plan, placed, dev, step, run_log, main_process, *, stage_end: bool) -> dict:
+    result = kind.evaluate(plan.runner, placed, dev)
     if main_process:
         run_log.write({"kind": "eval", "step": step, "stage": plan.stage.name, "stage_end": stage_end, **result})
     log.info("step %d (%s): %s", step, plan.stage.name, result)

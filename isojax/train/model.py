@@ -3,12 +3,20 @@
     h_L, pooler = Encoder(input_ids)                      (optional SoftDecay on the last layer: the encoder's
                                                            ``last_layer_transform``)
     sentence    = pool(h_L, method)                       (cls, pooler, mean, first_last_avg, last2avg)
-    head_input  = IsotropyLayer(IsoBN(sentence))          (each optional)
+    head_input  = IsotropyLayer(IsoBN(Flow(sentence)))    (each optional)
     logits      = Dense(Dropout(head_input))              ([B, num_labels]; num_labels = 1 is regression)
 
 Parameters: ``params["encoder"]`` is the encoder's own tree (so pretrained weights drop in unchanged),
-``params["isotropy_layer"]``, ``params["head"]``; IsoBN keeps its running statistics in
-``batch_stats["isobn"]``.
+``params["flow"]``, ``params["isotropy_layer"]``, ``params["head"]``; IsoBN keeps its running statistics in
+``batch_stats["isobn"]``, the flow its constants in ``constants["flow"]``.
+
+Flow calibration (method ``flow``; isotropy-calibration-evaluation Table 1's +Flow row, BERT-flow during
+fine-tuning): the head reads ``z = f(sentence)``, the pooled sentence embedding mapped by a Glow flow
+(:class:`isojax.calibrate.Flow`, BERT-flow's 3 levels x depth 3, coupling width 32) towards a standard Gaussian,
+and the output carries ``log p(sentence) / d`` of every example, whose negative mean the objective adds to the
+task loss. The task loss reaches the encoder through ``f`` but not ``f``'s parameters; the likelihood reaches
+only ``f``'s parameters (BERT-flow's fine-tuning code). The flow's ActNorm starts from the pretrained encoder's
+sentence embeddings of the first training batch(es) (:func:`init_variables`).
 """
 from __future__ import annotations
 
@@ -19,7 +27,7 @@ import jax.numpy as jnp
 
 from jax.sharding import PartitionSpec as P
 
-from isojax.calibrate import IsoBN, IsotropyLayer
+from isojax.calibrate import Flow, IsoBN, IsotropyLayer
 from isojax.models import registry
 from isojax.models.heads import ClassificationHead, pool
 
@@ -37,7 +45,8 @@ REPRESENTATIONS = {
 class TaskOutput:
     """What :class:`TaskModel` returns: ``logits [B, num_labels]`` (float32) and the representations
     ``cls``, ``pooler`` (None without a pooler), ``sentence``, ``head_input`` (``[B, H]``), ``tokens [B, L, H]``
-    with their ``mask [B, L]``."""
+    with their ``mask [B, L]``; ``flow_log_likelihood [B]``: ``log p(sentence) / d`` under the flow (None
+    without one)."""
 
     logits: jax.Array
     cls: jax.Array
@@ -46,6 +55,12 @@ class TaskOutput:
     head_input: jax.Array
     tokens: jax.Array
     mask: jax.Array
+    flow_log_likelihood: jax.Array | None = None
+
+    @property
+    def flow_mask(self) -> None:
+        """Which rows of ``flow_log_likelihood`` are real: all of them (None)."""
+        return None
 
 
 class TaskModel(nn.Module):
@@ -53,8 +68,10 @@ class TaskModel(nn.Module):
 
     Fields: ``encoder`` (an :class:`isojax.models.EncoderModel`, its SoftDecay included as its
     ``last_layer_transform``), ``num_labels``, ``pooling``, ``dropout_rate`` (head dropout), ``use_isobn``,
-    ``use_isotropy_layer``, ``axis_name`` (the ``pmap`` axis over which IsoBN averages its batch statistics).
+    ``use_isotropy_layer``, ``flow`` (a :class:`isojax.calibrate.Flow` to calibrate the sentence embedding with,
+    or None), ``axis_name`` (the ``pmap`` axis over which IsoBN averages its batch statistics).
     IsoBN updates its running statistics when ``deterministic=False`` (call with ``mutable=["batch_stats"]``).
+    ``INPUTS``: the batch arrays ``__call__`` takes, in order.
     """
 
     encoder: nn.Module
@@ -63,7 +80,10 @@ class TaskModel(nn.Module):
     dropout_rate: float = 0.1
     use_isobn: bool = False
     use_isotropy_layer: bool = False
+    flow: Flow | None = None
     axis_name: str | None = None
+
+    INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
     def setup(self):
         self.isobn = IsoBN(axis_name=self.axis_name) if self.use_isobn else None
@@ -73,20 +93,32 @@ class TaskModel(nn.Module):
     def heads(self, sentence, deterministic: bool = True):
         """``(head_input, logits)`` from pooled sentence embeddings ``[B, H]``: the part after the encoder."""
         h = sentence
+        if self.flow is not None:
+            h = self.flow(h)
         if self.isobn is not None:
             h = self.isobn(h, use_running_average=deterministic)
         if self.isotropy_layer is not None:
             h = self.isotropy_layer(h)
         return h, self.head(h, deterministic)
 
-    def __call__(self, input_ids, attention_mask, token_type_ids=None, *, deterministic: bool = True) -> TaskOutput:
+    def embed(self, input_ids, attention_mask, token_type_ids=None, *, deterministic: bool = True):
+        """``(encoder output, mask [B, L] bool, pooled sentence [B, H])``: the part up to the heads."""
         token_type_ids = registry.token_types(self.encoder.config, token_type_ids)
         out = self.encoder(input_ids, attention_mask, token_type_ids, deterministic=deterministic)
         mask = jnp.asarray(attention_mask).astype(bool)
-        sentence = pool(out, mask, self.pooling)
+        return out, mask, pool(out, mask, self.pooling)
+
+    def flow_features(self, input_ids, attention_mask, token_type_ids=None):
+        """``(sentence [B, H], None)``: what the flow transforms, and its mask (every row is real)."""
+        return self.embed(input_ids, attention_mask, token_type_ids)[2], None
+
+    def __call__(self, input_ids, attention_mask, token_type_ids=None, *, deterministic: bool = True) -> TaskOutput:
+        out, mask, sentence = self.embed(input_ids, attention_mask, token_type_ids, deterministic=deterministic)
         h, logits = self.heads(sentence, deterministic)
+        log_likelihood = None if self.flow is None else self.flow.log_likelihood(sentence)
         return TaskOutput(logits=logits, cls=out.last_hidden_state[:, 0], pooler=out.pooler_output,
-                          sentence=sentence, head_input=h, tokens=out.last_hidden_state, mask=mask)
+                          sentence=sentence, head_input=h, tokens=out.last_hidden_state, mask=mask,
+                          flow_log_likelihood=log_likelihood)
 
     @property
     def has_pooler(self) -> bool:
@@ -98,7 +130,7 @@ class TaskModel(nn.Module):
         return registry.partition_rules(self.encoder.config) + HEAD_PARTITION_RULES
 
 
-HEAD_PARTITION_RULES = ((r"(^|/)(head|isotropy_layer)/", P()),)
+HEAD_PARTITION_RULES = ((r"(^|/)(head|isotropy_layer|flow)/", P()),)
 
 
 def word_embeddings(params) -> jax.Array:
@@ -106,13 +138,20 @@ def word_embeddings(params) -> jax.Array:
     return registry.word_embeddings(params["encoder"])
 
 
-def init_variables(model: TaskModel, encoder_params, key) -> dict:
-    """Variables of ``model``: the pretrained ``encoder_params`` and freshly initialised heads (IsoBN statistics,
-    Isotropy Layer, head; initialised on their own, without running the encoder).
+def init_variables(model: TaskModel, encoder_params, key, flow_rows=None) -> dict:
+    """Variables of ``model``: the pretrained ``encoder_params`` and freshly initialised heads (flow, IsoBN
+    statistics, Isotropy Layer, head; initialised on their own, without running the encoder).
 
-    Returns ``{"params": ..., "batch_stats": ...}`` (``batch_stats`` is ``{}`` without IsoBN).
+    ``flow_rows [N, H]``: the sentence embeddings that the flow's ActNorm starts from (:meth:`TaskModel.flow_features`
+    of the pretrained encoder on the first training batches); needed with a flow, unused without.
+    Returns ``{"params": ..., "batch_stats": ..., "constants": ...}`` (``{}`` without IsoBN / a flow).
     """
-    sentence = jnp.zeros((1, model.encoder.config.hidden_size), jnp.float32)
+    if model.flow is None:
+        sentence = jnp.zeros((1, model.encoder.config.hidden_size), jnp.float32)
+    elif flow_rows is None:
+        raise ValueError("flow_rows is needed to start the flow's ActNorm (the pretrained sentence embeddings)")
+    else:
+        sentence = flow_rows
     variables = model.init(key, sentence, method=TaskModel.heads)
     return {"params": dict(variables["params"], encoder=encoder_params),
-            "batch_stats": variables.get("batch_stats", {})}
+            "batch_stats": variables.get("batch_stats", {}), "constants": variables.get("constants", {})}

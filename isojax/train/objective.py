@@ -6,6 +6,13 @@
     balanced    L  = (L1 * Lbar/Lbar_1 + L2 * Lbar/Lbar_2) / 2,   L2 = sum_k lambda_k R_k
                      (moving-average balancing, isotropy-layer-joint-loss §3.3 eq. 3; isojax.losses.balancer_update)
     weighted    L  = alpha L1 + (1 - alpha) L2                     (isotropy-layer-joint-loss eq. 2)
+    flow        L  = (any of the above) + L_flow,  L_flow = -mean_i log p(x_i) / d   (a model with a flow)
+
+The flow's maximum-likelihood loss ``L_flow`` (mean over the rows the flow transformed: the batch's sentence
+embeddings, or the real target tokens of a sequence-to-sequence batch) is added with weight 1 whatever
+``combine`` says: its gradient reaches only the flow's parameters, and no other term's gradient reaches them
+(:class:`isojax.calibrate.Flow`), so a weight would only rescale the flow's own gradient, which its optimiser
+normalises (:mod:`isojax.train.optim`). It is logged as ``flow``.
 
 Regularisers (:data:`REGULARIZERS`; each is minimised, options in brackets with their defaults):
 
@@ -211,6 +218,13 @@ def task_losses(logits, labels, num_labels: int):
     return optax.softmax_cross_entropy_with_integer_labels(logits, labels)
 
 
+def flow_loss(log_likelihood, mask, collectives: Collectives):
+    """``-mean log p / d`` over the global batch's rows that the flow transformed: ``log_likelihood [...]`` of
+    each row, ``mask [...]`` true for the real ones (None: all)."""
+    weights = jnp.ones_like(log_likelihood) if mask is None else mask.astype(log_likelihood.dtype)
+    return -collectives.total(jnp.sum(weights * log_likelihood)) / collectives.total(jnp.sum(weights))
+
+
 def class_ids(labels, num_labels: int, bins: int):
     """Class of each example for class-wise regularisers: the label, or its score bin for regression."""
     if num_labels > 1:
@@ -218,17 +232,6 @@ def class_ids(labels, num_labels: int, bins: int):
     low, high = REGRESSION_RANGE
     ids = jnp.floor((labels - low) / (high - low) * bins).astype(jnp.int32)
     return jnp.clip(ids, 0, bins - 1), bins
-
-
-def _cloud(reg: Regularizer, output: TaskOutput, params, labels, collectives: Collectives):
-    """``(x [n, d], mask [n] | None, labels [n] | None)`` of a regulariser's representation (global batch)."""
-    if reg.representation == "embedding":
-        return word_embeddings(params), None, None
-    if reg.representation == "tokens":
-        tokens, mask = collectives.gather(output.tokens), collectives.gather(output.mask)
-        per_token = jnp.broadcast_to(collectives.gather(labels)[:, None], mask.shape)
-        return tokens.reshape(-1, tokens.shape[-1]), mask.reshape(-1), per_token.reshape(-1)
-    return collectives.gather(getattr(output, reg.representation)), None, collectives.gather(labels)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -259,9 +262,21 @@ class Objective:
             raise ValueError(f"regulariser(s) {missing} need a reference statistic (c0='data'): pass references "
                              "from data_references()")
 
+    def cloud(self, reg: Regularizer, output: TaskOutput, params, labels, collectives: Collectives):
+        """``(x [n, d], mask [n] | None, labels [n] | None)`` of a regulariser's representation (global batch);
+        ``labels`` None: no per-row classes."""
+        if reg.representation == "embedding":
+            return word_embeddings(params), None, None
+        if reg.representation == "tokens":
+            tokens, mask = collectives.gather(output.tokens), collectives.gather(output.mask)
+            per_token = None if labels is None else jnp.broadcast_to(
+                collectives.gather(labels)[:, None], mask.shape).reshape(-1)
+            return tokens.reshape(-1, tokens.shape[-1]), mask.reshape(-1), per_token
+        return collectives.gather(getattr(output, reg.representation)), None, collectives.gather(labels)
+
     def regularizer_value(self, reg: Regularizer, output: TaskOutput, params, labels, collectives: Collectives):
         """Unweighted value of one regulariser on the global batch (or on the parameters)."""
-        x, mask, per_row = _cloud(reg, output, params, labels, collectives)
+        x, mask, per_row = self.cloud(reg, output, params, labels, collectives)
         classes = num_classes = None
         if per_row is not None:
             classes, num_classes = class_ids(per_row, self.num_labels, dict(reg.options).get("bins", 1))
@@ -269,21 +284,30 @@ class Objective:
         value = reg.fn()(x, mask, classes, num_classes, **extra)
         return collectives.replicated(value) if reg.representation == "embedding" else value
 
+    def task_loss(self, output: TaskOutput, labels, collectives: Collectives):
+        """The task loss of the global batch: the mean of :func:`task_losses` over its examples."""
+        per_example = task_losses(output.logits, labels, self.num_labels)
+        return collectives.total(jnp.sum(per_example)) / (per_example.shape[0] * collectives.size)
+
     def __call__(self, output: TaskOutput, params, labels, balancer: losses.BalancerState,
                  collectives: Collectives):
-        """``(loss, terms, balancer)``: the scalar objective, a dict of its parts (``task`` and each
-        regulariser's unweighted value under its :attr:`Regularizer.label`), and the updated balancer state."""
-        per_example = task_losses(output.logits, labels, self.num_labels)
-        task = collectives.total(jnp.sum(per_example)) / (per_example.shape[0] * collectives.size)
+        """``(loss, terms, balancer)``: the scalar objective, a dict of its parts (``task``, each regulariser's
+        unweighted value under its :attr:`Regularizer.label`, ``flow`` with a flow), and the updated balancer
+        state."""
+        task = self.task_loss(output, labels, collectives)
         terms = {"task": task}
         reg_total = jnp.zeros((), task.dtype)
         for reg in self.regularizers:
             terms[reg.label] = self.regularizer_value(reg, output, params, labels, collectives)
             reg_total = reg_total + reg.weight * terms[reg.label]
         if self.combine == "sum":
-            return task + reg_total, terms, balancer
-        if self.combine == "weighted":
-            return self.alpha * task + (1 - self.alpha) * reg_total, terms, balancer
-        loss, balancer = losses.balancer_update(balancer, jnp.stack([task, reg_total]), smoothing=self.smoothing)
+            loss = task + reg_total
+        elif self.combine == "weighted":
+            loss = self.alpha * task + (1 - self.alpha) * reg_total
+        else:
+            loss, balancer = losses.balancer_update(balancer, jnp.stack([task, reg_total]), smoothing=self.smoothing)
+        if output.flow_log_likelihood is not None:
+            terms["flow"] = flow_loss(output.flow_log_likelihood, output.flow_mask, collectives)
+            loss = loss + terms["flow"]
         return loss, terms, balancer
 

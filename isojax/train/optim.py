@@ -3,8 +3,16 @@
     clip_by_global_norm(max_grad_norm)
     -> per group:  model      AdamW(schedule(learning_rate), weight_decay) on matrices (ndim >= 2)
                    transform  Adam(schedule(transform_learning_rate))       SoftDecay alpha, Isotropy Layer
-                   frozen     zero updates                                   parameters the stage does not train
+                   flow       AdamW(transform_learning_rate, weight_decay)  a trained flow (method flow)
+                   frozen     zero updates                                   parameters the stage does not train,
+                                                                             BART's final_logits_bias
     -> MultiSteps(accumulation)   averages ``accumulation`` batches' gradients per update
+
+The flow group follows BERT-flow's fine-tuning code (``optimization_bert_flow.py``): its own optimiser at a
+constant learning rate (``transform_learning_rate``, BERT-flow's 1e-3) with weight decay, and its gradient clipped
+to ``max_grad_norm`` on its own, while the other groups' gradients are clipped together as without a flow (the
+flow's maximum-likelihood gradient never shrinks the model's step). ``final_logits_bias`` is a buffer in
+transformers (never trained there), so it is frozen here too.
 
 ``schedule``: linear warm-up over ``warmup_steps`` updates to the peak, then linear decay to 0 at
 ``total_updates`` ("linear", as in BERT), cosine decay, or constant after warm-up. Weight decay skips biases,
@@ -22,17 +30,22 @@ from isojax.models import TRANSFORM
 
 SCHEDULES = ("linear", "cosine", "constant")
 TRANSFORM_PREFIXES = (("encoder", TRANSFORM), ("isotropy_layer",))
+FLOW_PREFIX = ("flow",)
+BUFFERS = (("encoder", "final_logits_bias"),)
 
 
 def param_labels(params, frozen: Sequence[str] = ()):
-    """Group of every parameter: ``"frozen"`` under a top-level key in ``frozen``, ``"transform"`` under the
-    last-layer transform (SoftDecay) or the Isotropy Layer, else ``"model"``."""
+    """Group of every parameter: ``"frozen"`` under a top-level key in ``frozen`` or a buffer (BART's
+    ``final_logits_bias``), ``"transform"`` under the last-layer transform (SoftDecay) or the Isotropy Layer,
+    ``"flow"`` under the flow, else ``"model"``."""
     def label(path, _):
         keys = tuple(getattr(k, "key", str(k)) for k in path)
-        if keys[0] in frozen:
+        if keys[0] in frozen or any(keys[:len(p)] == p for p in BUFFERS):
             return "frozen"
         if any(keys[:len(p)] == p for p in TRANSFORM_PREFIXES):
             return "transform"
+        if keys[:len(FLOW_PREFIX)] == FLOW_PREFIX:
+            return "flow"
         return "model"
 
     return jax.tree_util.tree_map_with_path(label, params)
@@ -62,13 +75,21 @@ def make_optimizer(params, *, learning_rate: float, transform_learning_rate: flo
                    max_grad_norm: float | None = 1.0, accumulation: int = 1,
                    frozen: Sequence[str] = ()) -> optax.GradientTransformation:
     """The optimiser of the module docstring for ``params`` (whose structure fixes the groups)."""
+    labels = param_labels(params, frozen)
     groups = {
         "model": optax.adamw(schedule(learning_rate, total_updates, warmup_steps, schedule_kind),
                              weight_decay=weight_decay, mask=decay_mask),
         "transform": optax.adam(schedule(transform_learning_rate, total_updates, warmup_steps, schedule_kind)),
         "frozen": optax.set_to_zero(),
     }
-    tx = optax.multi_transform(groups, param_labels(params, frozen))
+    has_flow = "flow" in jax.tree.leaves(labels)
+    if has_flow:  # only then: the optimiser state of a run without a flow keeps its structure
+        groups["flow"] = optax.adamw(transform_learning_rate, weight_decay=weight_decay, mask=decay_mask)
+    tx = optax.multi_transform(groups, labels)
     if max_grad_norm:
-        tx = optax.chain(optax.clip_by_global_norm(max_grad_norm), tx)
+        clip = optax.clip_by_global_norm(max_grad_norm)
+        if has_flow:  # the flow's gradient is clipped on its own (module docstring)
+            clip = optax.multi_transform({"flow": clip, "rest": clip},
+                                         jax.tree.map(lambda g: "flow" if g == "flow" else "rest", labels))
+        tx = optax.chain(clip, tx)
     return optax.MultiSteps(tx, every_k_schedule=accumulation) if accumulation > 1 else tx

@@ -19,6 +19,8 @@ class TrainState:
       ``fold_in(key, step)``, so a resumed run draws the same masks). params, opt_state: model parameters and
       the optax state. batch_stats: IsoBN running statistics (``{}`` without IsoBN). balancer: the joint-loss
       balancer (:class:`isojax.losses.BalancerState`). rng: ``[2]`` uint32 raw key data of the run's key.
+      constants: model variables that are neither trained nor updated, the ``constants`` collection (the
+      permutations, signs and ActNorm centres of a trained flow, :class:`isojax.calibrate.Flow`; ``{}`` without one).
     """
 
     step: jax.Array
@@ -27,6 +29,7 @@ class TrainState:
     batch_stats: Any
     balancer: losses.BalancerState
     rng: jax.Array
+    constants: Any = flax.struct.field(default_factory=dict)
 
     @property
     def key(self) -> jax.Array:
@@ -36,10 +39,11 @@ class TrainState:
 
 def create_state(variables: dict, optimizer: optax.GradientTransformation, seed: int, *, step: int = 0,
                  balancer: losses.BalancerState | None = None) -> TrainState:
-    """A fresh state for ``variables`` (``{"params", "batch_stats"}``): optimiser initialised, balancer reset
-    (unless given), key from ``seed``; ``step`` is where the stage starts in the run's step count."""
+    """A fresh state for ``variables`` (``{"params", "batch_stats", "constants"}``, the last two optional): optimiser
+    initialised, balancer reset (unless given), key from ``seed``; ``step`` is where the stage starts in the run's
+    step count."""
     params = variables["params"]
     return TrainState(step=jnp.asarray(step, jnp.int32), params=params, opt_state=optimizer.init(params),
                       batch_stats=variables.get("batch_stats", {}),
                       balancer=losses.balancer_init(2) if balancer is None else balancer,
-                      rng=jax.random.key_data(jax.random.key(seed)))
+                      rng=jax.random.key_data(jax.random.key(seed)), constants=variables.get("constants", {}))

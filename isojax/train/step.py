@@ -1,8 +1,9 @@
 """The pure training and prediction steps. :mod:`isojax.train.parallel` runs them under ``jit`` on a mesh or
 under ``pmap``; the only difference is the :class:`~isojax.train.collectives.Collectives` they are built with.
 
-A batch is a dict of ``input_ids``, ``attention_mask``, ``token_type_ids`` (``[B, L]`` int32) and ``labels``
-(``[B]``, int32 class ids or float32 scores).
+A batch is a dict of the model's ``INPUTS`` and ``labels``: for :class:`~isojax.train.model.TaskModel`,
+``input_ids``, ``attention_mask``, ``token_type_ids`` (``[B, L]`` int32) and ``labels`` (``[B]``, int32 class ids or
+float32 scores); for :class:`~isojax.train.seq2seq.Seq2SeqModel`, see :mod:`isojax.train.seq2seq`.
 """
 from __future__ import annotations
 
@@ -16,13 +17,29 @@ from isojax.train.collectives import GLOBAL, Collectives
 from isojax.train.gradient_stats import gradient_statistics
 from isojax.train.model import TaskModel, TaskOutput
 from isojax.train.objective import Objective
+from isojax.train.optim import BUFFERS
 from isojax.train.state import TrainState
 
 
 def _stop_frozen(params: dict, frozen: Sequence[str]) -> dict:
-    """``params`` with the top-level subtrees named in ``frozen`` behind ``stop_gradient``: their gradient is
-    zero and XLA drops the backward pass through them (a frozen encoder costs a forward pass only)."""
-    return {k: jax.lax.stop_gradient(v) if k in frozen else v for k, v in params.items()}
+    """``params`` with the top-level subtrees named in ``frozen`` and the buffers (:data:`~isojax.train.optim.BUFFERS`,
+    BART's ``final_logits_bias``) behind ``stop_gradient``: their gradient is zero and XLA drops the backward pass
+    through them (a frozen encoder costs a forward pass only)."""
+    params = {k: jax.lax.stop_gradient(v) if k in frozen else v for k, v in params.items()}
+    for top, key in BUFFERS:
+        if key in params.get(top, {}):
+            params[top] = {**params[top], key: jax.lax.stop_gradient(params[top][key])}
+    return params
+
+
+def model_variables(state: TrainState, params=None) -> dict:
+    """The variables to apply the model with: ``params`` (default ``state.params``), and ``batch_stats`` and
+    ``constants`` where the state has them."""
+    variables = {"params": state.params if params is None else params}
+    for name in ("batch_stats", "constants"):
+        if getattr(state, name):
+            variables[name] = getattr(state, name)
+    return variables
 
 
 def make_train_step(model: TaskModel, objective: Objective, optimizer: optax.GradientTransformation, *,
@@ -38,14 +55,12 @@ def make_train_step(model: TaskModel, objective: Objective, optimizer: optax.Gra
     ``frozen`` names top-level parameter subtrees that get no gradient. The model runs in training mode
     (dropout on, IsoBN updating its statistics, averaged over the collectives' axis).
     """
-    model = model.clone(axis_name=collectives.axis_name)
+    if hasattr(model, "axis_name"):  # the axis over which IsoBN averages its batch statistics
+        model = model.clone(axis_name=collectives.axis_name)
 
     def loss_fn(params, state: TrainState, batch, key):
-        variables = {"params": _stop_frozen(params, frozen)}
-        if state.batch_stats:
-            variables["batch_stats"] = state.batch_stats
-        output, updates = model.apply(variables, batch["input_ids"], batch["attention_mask"],
-                                      batch["token_type_ids"], deterministic=False,
+        variables = model_variables(state, _stop_frozen(params, frozen))
+        output, updates = model.apply(variables, *(batch[k] for k in model.INPUTS), deterministic=False,
                                       rngs={"dropout": key}, mutable=["batch_stats"])
         loss, terms, balancer = objective(output, variables["params"], batch["labels"], state.balancer, collectives)
         return loss, (terms, balancer, updates.get("batch_stats", state.batch_stats))
@@ -73,11 +88,7 @@ def make_predict_step(model: TaskModel) -> Callable[[TrainState, dict], dict]:
     """``predict(state, batch) -> {"logits": [B, C], "head_input": [B, H]}``, deterministic (no dropout,
     IsoBN on its running statistics)."""
     def predict(state: TrainState, batch: dict):
-        variables = {"params": state.params}
-        if state.batch_stats:
-            variables["batch_stats"] = state.batch_stats
-        out: TaskOutput = model.apply(variables, batch["input_ids"], batch["attention_mask"],
-                                      batch["token_type_ids"], deterministic=True)
+        out: TaskOutput = model.apply(model_variables(state), *(batch[k] for k in model.INPUTS), deterministic=True)
         return {"logits": out.logits, "head_input": out.head_input}
 
     return predict
