@@ -58,7 +58,7 @@ def tiny_run(tmp_path_factory):
     (root / "test_planted_module.py").write_text('import pytest\n\npytest.skip("the module\'s planted skip", '
                                                  'allow_module_level=True)\n')
     out = root / "out"
-    payload = accelerator.main([*TINY, "--out", str(out), "--pytest-args", str(root)])
+    payload = accelerator.main([*TINY, "--out", str(out), "--pytest-args", f"--rootdir={root} {root}"])
     return out, payload
 
 
