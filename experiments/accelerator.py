@@ -180,16 +180,21 @@ def _num(v, fmt=",.0f") -> str:
     return "–" if v is None else format(v, fmt)
 
 
-def _provenance_note(part: dict, now: dict) -> str:
-    p = part.get("provenance", {})
-    if p.get("date") == now.get("date"):
+def _provenance_note(part: dict) -> str:
+    if not part.get("kept"):  # measured by this run
         return ""
+    p = part.get("provenance", {})
     return f"From an earlier run: commit `{p.get('commit')}`, {p.get('date')}, `{p.get('command')}`.\n\n"
 
 
-def bench_sections(bench: dict, peak: dict | None, now: dict) -> list[str]:
+def _kept(part: dict | None) -> dict | None:
+    """A part of an earlier run's JSON kept by a run that skipped it (marked, so the report names its run)."""
+    return None if part is None else {**part, "kept": True}
+
+
+def bench_sections(bench: dict, peak: dict | None) -> list[str]:
     c = bench["config"]
-    head = (f"{_provenance_note(bench, now)}Encoder: {c['layers']} layers × {c['hidden']} wide, {c['heads']} heads, "
+    head = (f"{_provenance_note(bench)}Encoder: {c['layers']} layers × {c['hidden']} wide, {c['heads']} heads, "
             f"intermediate {c['intermediate']}, vocabulary {c['vocab']}, random weights; batch {c['batch']} × "
             f"{c['length']} tokens (all real), medians of {c['repeats']} calls after warm-up; float32 matmul "
             f"precision `{c['matmul_precision']}` (`jax_default_matmul_precision`). FLOPs per step: analytic 3 × forward = 6·N·T + 12·n·B·L²·H "
@@ -227,8 +232,8 @@ def bench_sections(bench: dict, peak: dict | None, now: dict) -> list[str]:
             f"`auto` picks `{sd['auto']}` here.\n\n{sd_table}"]
 
 
-def test_section(tests: dict, now: dict) -> str:
-    text = [f"## Test suite\n\n{_provenance_note(tests, now)}`{tests['command']}`"
+def test_section(tests: dict) -> str:
+    text = [f"## Test suite\n\n{_provenance_note(tests)}`{tests['command']}`"
             + (f" with {', '.join(f'{k}={v}' for k, v in tests['extra_env'].items())}" if tests.get("extra_env")
                else "")
             + f": **{tests.get('summary') or 'no summary'}** ({tests['seconds']:.0f} s)."]
@@ -259,9 +264,9 @@ def report(payload: dict, directory: str) -> str:
         [[g["goal"], g["target"], _pct(g["value"]) if isinstance(g["value"], float) else _num(g["value"], "d"),
           g["status"], g["note"]] for g in payload["goals"]]))
     if payload.get("benchmarks"):
-        sections += bench_sections(payload["benchmarks"], payload["benchmarks"].get("peak"), prov)
+        sections += bench_sections(payload["benchmarks"], payload["benchmarks"].get("peak"))
     if payload.get("tests"):
-        sections.append(test_section(payload["tests"], prov))
+        sections.append(test_section(payload["tests"]))
     body = {k: v for k, v in payload.items() if k != "provenance"}
     return write_result(dev["slug"], f"Accelerator validation: {dev['kind']} ({dev['platform']})", sections, body,
                         prov, directory=directory)
@@ -353,11 +358,11 @@ def main(argv=None) -> dict | None:
     previous = json.load(open(previous_path)) if os.path.exists(previous_path) else {}
     payload = {"provenance": prov, "device": dev}
     if args.skip_tests:
-        payload["tests"] = previous.get("tests")
+        payload["tests"] = _kept(previous.get("tests"))
     else:
         payload["tests"] = {**run_tests(args, platform), "provenance": prov}
     if args.skip_bench:
-        payload["benchmarks"] = previous.get("benchmarks")
+        payload["benchmarks"] = _kept(previous.get("benchmarks"))
     else:
         bench = run_benchmarks(args, platform)
         add_mfu(bench, bf16_peak(dev["kind"], args.peak_tflops))

@@ -88,7 +88,7 @@ def test_two_processes_rows_make_up_the_single_process_batches(tokenizer, monkey
     order = batch_indices(N_TRAIN, BATCH, **position)
     halves = [np.arange(BATCH // 2), np.arange(BATCH // 2, BATCH)]
     lengths = whole["attention_mask"].sum(1)
-    longest = [np.array([lengths[b[h]].max() for b in order]) for h in halves]
+    longest = [np.array([[lengths[b[h]].max() for b in order]]) for h in halves]  # [groups=1, batches]
     monkeypatch.setattr(jax, "process_count", lambda: 2)
     got = []
     for p in (0, 1):
@@ -103,7 +103,7 @@ def test_two_processes_rows_make_up_the_single_process_batches(tokenizer, monkey
     widths = [w["input_ids"].shape[1] for w in want]
     assert len(set(widths)) > 1  # the data give batches of different widths ...
     # ... and a half whose own rows are all shorter than its batch's width (it is padded up to it)
-    assert any(max(longest[p]) < width for p in (0, 1) for width in widths)
+    assert any(longest[p].max() < width for p in (0, 1) for width in widths)
 
 
 @pytest.mark.parametrize("extra, message", [
