@@ -11,15 +11,13 @@ import subprocess
 import sys
 import time
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.stats
 import transformers
 
 from experiments import glue_methods
-from isojax.models import EncoderConfig, build_encoder, save_pretrained
+from conftest import save_tiny_encoder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORDS = "the a man dog runs plays guitar park red blue car house sleeps eats green big small".split()
@@ -33,11 +31,7 @@ def _sentence(rng, n):
 def campaign(tmp_path_factory, default_model_path):
     root = tmp_path_factory.mktemp("campaign")
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(default_model_path))
-    cfg = EncoderConfig(vocab_size=tokenizer.vocab_size, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=64)
-    module = build_encoder(cfg)
-    model = save_pretrained(module, module.init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))["params"],
-                            str(root / "model"), tokenizer=tokenizer)
+    model = save_tiny_encoder(root / "model", tokenizer)
     rng = np.random.default_rng(0)
     rte, mrpc = root / "data" / "glue" / "RTE", root / "data" / "glue" / "MRPC"
     rte.mkdir(parents=True)

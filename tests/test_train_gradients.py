@@ -20,7 +20,7 @@ from isojax.train.model import TaskModel, init_variables
 from isojax.train.objective import Objective
 from isojax.train.state import create_state
 from isojax.train.step import make_train_step
-from conftest import require
+from conftest import require, save_tiny_encoder
 
 
 def test_parameter_groups():
@@ -79,16 +79,11 @@ def test_the_step_logs_the_statistics_of_the_objectives_gradient():
 def test_finetune_with_log_gradients_writes_the_records_and_the_panels(tmp_path, default_model_path):
     import transformers
 
-    from isojax.models import save_pretrained
     from isojax.train import TrainConfig, fit
 
     require("datasets")  # STS-B is read through it
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(default_model_path))
-    cfg = EncoderConfig(vocab_size=tokenizer.vocab_size, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=64)
-    module = build_encoder(cfg)
-    model = save_pretrained(module, module.init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))["params"],
-                            str(tmp_path / "model"), tokenizer=tokenizer)
+    model = save_tiny_encoder(tmp_path / "model", tokenizer)
     with pytest.raises(ValueError, match="log_gradients needs log_every > 0"):
         TrainConfig(log_gradients=True, log_every=0)
     fit(TrainConfig(task="stsb", model=model, output_dir=str(tmp_path / "run"), steps=4, batch_size=8,

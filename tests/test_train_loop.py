@@ -12,14 +12,13 @@ import signal
 import subprocess
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 import transformers
 
-from isojax.models import EncoderConfig, build_encoder, save_pretrained
 from isojax.train import Regularizer, TrainConfig, fit
+from conftest import save_tiny_encoder
 from isojax.train.cli import add_finetune_parser, config_from_args
 import train_worker
 
@@ -29,17 +28,9 @@ def tokenizer(default_model_path):
     return transformers.AutoTokenizer.from_pretrained(str(default_model_path))
 
 
-def _tiny_model(path, tokenizer, *, pooler=True):
-    cfg = EncoderConfig(vocab_size=tokenizer.vocab_size, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=64)
-    module = build_encoder(cfg, add_pooling_layer=pooler)
-    params = module.init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))["params"]
-    return save_pretrained(module, params, str(path), tokenizer=tokenizer)
-
-
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory, tokenizer):
-    return _tiny_model(tmp_path_factory.mktemp("tiny") / "model", tokenizer)
+    return save_tiny_encoder(tmp_path_factory.mktemp("tiny") / "model", tokenizer)
 
 
 def _args(model, out, *extra):
@@ -164,7 +155,7 @@ def test_bad_configuration_raises_on_construction(tiny, tmp_path, make, message)
 def test_bad_setup_fails_before_training(tiny, tokenizer, tmp_path, kwargs, message):
     if jax.device_count() < 8:
         pytest.skip("needs 8 devices")
-    model = _tiny_model(tmp_path / "no_pooler", tokenizer, pooler=False) if kwargs.pop("pooler_model", False) \
+    model = save_tiny_encoder(tmp_path / "no_pooler", tokenizer, pooler=False) if kwargs.pop("pooler_model", False) \
         else tiny
     config = TrainConfig(task="stsb", model=model, output_dir=str(tmp_path / "run"), steps=2, **kwargs)
     with pytest.raises(ValueError, match=message):
