@@ -12,7 +12,7 @@ with an optional ``mask [..., n]`` (true = real row) that selects the rows the s
 while a transform is applied to every row; leading axes are independent fits (:func:`fit_flow` pools them).
 """
 from isojax.calibrate.centering import TopDirections, all_but_the_top, center, fit_all_but_the_top, scaled_center
-from isojax.calibrate.flow import Flow, FlowState, fit_flow, flow_forward, flow_inverse
+from isojax.calibrate.flow import Flow, FlowState, fit_flow, flow_forward, flow_inverse, scale_lu_updates
 from isojax.calibrate.isobn import IsoBN, isobn_scale
 from isojax.calibrate.isotropy_layer import IsotropyLayer
 from isojax.calibrate.whitening import WhiteningState, fit_whitening, whiten
@@ -32,6 +32,7 @@ __all__ = [
     "flow_forward",
     "flow_inverse",
     "isobn_scale",
+    "scale_lu_updates",
     "scaled_center",
     "whiten",
 ]

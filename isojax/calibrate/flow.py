@@ -13,7 +13,10 @@ steps of
    ``lr / std``, which is ``1e3`` on a dead feature;
 2. an invertible linear map ``h = W x`` with ``W = P L (U + diag(sign * exp(log_s)))`` (LU parameterisation:
    fixed permutation ``P`` and signs, unit lower-triangular ``L``, strictly upper ``U``;
-   ``log|det| = sum log_s``), initialised at a random rotation;
+   ``log|det| = sum log_s``), initialised at a random rotation. Its optimiser steps on ``L`` and ``U`` are
+   scaled by ``1/sqrt(m)`` (:func:`scale_lu_updates`): Adam moves each of their ``m^2 / 2`` entries by about the
+   learning rate, so an unscaled step changes ``W`` by a matrix of norm up to ``lr * m``, which diverges at
+   BERT-base width;
 3. an additive coupling ``(x_a, x_b) -> (x_a, x_b + t(x_a))`` with ``t`` a two-hidden-layer ReLU MLP of width
    ``hidden`` whose last layer starts at zero (``log|det| = 0``);
 
@@ -103,6 +106,30 @@ class _InvertibleLinear(nn.Module):
             return jax.scipy.linalg.solve_triangular(upper, h, lower=False).T
         y = jnp.matmul(jnp.matmul(x, upper.T, precision=HIGHEST), lower.T, precision=HIGHEST)[..., perm]
         return y, jnp.sum(log_s)
+
+
+def scale_lu_updates() -> optax.GradientTransformation:
+    """Scale the updates of every invertible linear map's triangular factors (``lower``, ``upper`` ``[m, m]``) by
+    ``1 / sqrt(m)``; other updates pass unchanged. Chain it after the optimiser of a flow's parameters.
+
+    Why: Adam (and AdamW) moves every coordinate by about its learning rate ``lr`` per step, so one step changes a
+    triangular factor by ``Delta`` with ``|Delta_ij| ~ lr``: spectral norm ``~ lr sqrt(m)`` for independent signs,
+    up to ``lr m`` for coherent ones. At ``m = 768`` and BERT-flow's ``lr = 1e-3`` that is a change of order one
+    in ``W`` per step. Measured on all-mpnet-base-v2's mean-pooled STS15 embeddings (4000 x 768, Adam 1e-3,
+    300 steps): unscaled, the mean log-likelihood per dimension falls from 0.96 to -8.7 within two steps and
+    ``mean ||z||`` ends at 1.1e5; scaled by ``1/sqrt(m)`` it rises to 1.62 with ``mean ||z||`` 25.7 (a standard
+    Gaussian's is ~sqrt(768) = 27.7); scaled by ``1/m`` it rises more slowly (1.33). At 384 features the unscaled
+    fit converged, more slowly than the scaled one at 768.
+    """
+    def scale(path, update):
+        name = getattr(path[-1], "key", None)
+        return update / math.sqrt(update.shape[-1]) if name in ("lower", "upper") else update
+
+    def update_fn(updates, state, params=None):
+        del params
+        return jax.tree_util.tree_map_with_path(scale, updates), state
+
+    return optax.GradientTransformation(lambda params: optax.EmptyState(), update_fn)
 
 
 class _AdditiveCoupling(nn.Module):
@@ -274,7 +301,7 @@ def fit_flow(
     """Fit the flow by maximum likelihood on the rows of ``x [..., n, d]`` (frozen embeddings).
 
     Minimises ``-mean_i log p(x_i) / d`` with ``log p(x) = log N(f(x); 0, I) + log|det df/dx|`` by optax Adam
-    (``learning_rate``) for ``steps`` steps on mini-batches of ``batch_size`` rows drawn with replacement from
+    (``learning_rate``; steps on the LU factors scaled by :func:`scale_lu_updates`) for ``steps`` steps on mini-batches of ``batch_size`` rows drawn with replacement from
     the rows where ``mask [..., n]`` is true (all rows when ``mask=None``; leading axes are pooled). ActNorm
     layers are initialised from the statistics of all real rows; ``key`` seeds the rotations that start the
     invertible linear maps and the batch draws. Defaults follow BERT-flow (3 levels, depth 3, coupling width 32,
@@ -307,7 +334,7 @@ def _fit(module: _Glow, key, rows, row_mask, learning_rate, *, steps: int, batch
     init_key, train_key = jax.random.split(key)
     variables = module.init(init_key, rows, init_mask=row_mask)
     constants = variables["constants"]
-    optimizer = optax.adam(learning_rate)
+    optimizer = optax.chain(optax.adam(learning_rate), scale_lu_updates())
     p = row_mask / jnp.sum(row_mask)
 
     def negative_log_likelihood(params, batch):

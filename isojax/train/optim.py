@@ -3,7 +3,8 @@
     clip_by_global_norm(max_grad_norm)
     -> per group:  model      AdamW(schedule(learning_rate), weight_decay) on matrices (ndim >= 2)
                    transform  Adam(schedule(transform_learning_rate))       SoftDecay alpha, Isotropy Layer
-                   flow       AdamW(transform_learning_rate, weight_decay)  a trained flow (method flow)
+                   flow       AdamW(transform_learning_rate, weight_decay)  a trained flow (method flow),
+                              -> scale_lu_updates()                 its LU steps scaled by 1/sqrt(m)
                    frozen     zero updates                                   parameters the stage does not train,
                                                                              BART's final_logits_bias
     -> MultiSteps(accumulation)   averages ``accumulation`` batches' gradients per update
@@ -26,6 +27,7 @@ from typing import Sequence
 import jax
 import optax
 
+from isojax.calibrate.flow import scale_lu_updates
 from isojax.models import TRANSFORM
 
 SCHEDULES = ("linear", "cosine", "constant")
@@ -84,7 +86,8 @@ def make_optimizer(params, *, learning_rate: float, transform_learning_rate: flo
     }
     has_flow = "flow" in jax.tree.leaves(labels)
     if has_flow:  # only then: the optimiser state of a run without a flow keeps its structure
-        groups["flow"] = optax.adamw(transform_learning_rate, weight_decay=weight_decay, mask=decay_mask)
+        groups["flow"] = optax.chain(optax.adamw(transform_learning_rate, weight_decay=weight_decay, mask=decay_mask),
+                                     scale_lu_updates())
     tx = optax.multi_transform(groups, labels)
     if max_grad_norm:
         clip = optax.clip_by_global_norm(max_grad_norm)
