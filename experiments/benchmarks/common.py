@@ -24,6 +24,25 @@ def median_ms(fn: Callable[[], object], *, warmup: int = 2, repeats: int = 10) -
     return statistics.median(times)
 
 
+def interleaved_medians(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Median milliseconds of each function of :func:`interleaved_ms` (one warm-up call each, then alternating
+    run by run, so that a change in the machine's load reaches both sides alike)."""
+    return {name: statistics.median(t) for name, t in interleaved_ms(fns, repeats).items()}
+
+
+def interleaved_ms(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:
+    """Milliseconds of each ``fn()`` (results waited for), the functions alternating, after one warm-up call each."""
+    for fn in fns.values():
+        jax.block_until_ready(fn())
+    times = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            jax.block_until_ready(fn())
+            times[name].append((time.perf_counter() - start) * 1e3)
+    return times
+
+
 def machine() -> str:
     """One line naming the JAX backend, device and CPU count."""
     dev = jax.devices()[0]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
 from typing import Callable
 
 import flax.linen as nn
@@ -22,25 +21,12 @@ import jax
 import jax.numpy as jnp
 
 import isojax.models.layers as layers
-from experiments.benchmarks.common import add_model_arguments, bert_config, machine
+from experiments.benchmarks.common import add_model_arguments, bert_config, interleaved_ms, machine
 from experiments.benchmarks.throughput import random_batch
 from experiments.benchmarks.train_step import isojax_step
 from isojax.models import EncoderConfig, build_encoder
 
 CLASSES = {"flax.linen.Dropout": nn.Dropout, "isojax Dropout": layers.Dropout}
-
-
-def interleaved_ms(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:
-    """Milliseconds of each ``fn()`` (results waited for), the functions alternating, after one warm-up call each."""
-    for fn in fns.values():
-        jax.block_until_ready(fn())
-    times = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            jax.block_until_ready(fn())
-            times[name].append((time.perf_counter() - start) * 1e3)
-    return times
 
 
 def print_times(title: str, times: dict[str, list[float]]) -> None:

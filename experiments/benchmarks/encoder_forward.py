@@ -4,7 +4,7 @@
 
 Both sides use the same weights (PyTorch's random init, converted) and the same threads (``torch.set_num_threads``
 = the CPU count, which XLA's CPU client also uses). Prints median milliseconds and the ratio isojax / PyTorch
-(goal on CPU: <= 1.0). On a GPU it also prints tokens/s and achieved TFLOP/s of a bf16 forward as a fraction of
+(goal on CPU: <= 1.0); the two sides are timed alternately, run by run, after warm-up. On a GPU it also prints tokens/s and achieved TFLOP/s of a bf16 forward as a fraction of
 ``--peak-tflops`` (the card's dense bf16 peak).
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.benchmarks.common import machine, median_ms, report
+from experiments.benchmarks.common import interleaved_medians, machine, median_ms, report
 from isojax.models import EncoderConfig, build_encoder, config_to_hf
 from isojax.models.bert import BERT_HF_NAMES
 from isojax.models.checkpoint import params_from_state_dict
@@ -69,8 +69,9 @@ def main(argv=None):
     print(machine(), f"| torch {torch.__version__}, {torch.get_num_threads()} threads")
     print(f"BERT-base ({cfg.num_hidden_layers} layers) forward, batch {args.batch} x {args.length}; "
           f"max |isojax - torch| = {err:.2e}")
-    jax_ms = median_ms(lambda: fwd(params, ids_j, mask_j), repeats=args.repeats)
-    torch_ms = median_ms(torch_forward, repeats=args.repeats)
+    ms = interleaved_medians({"isojax": lambda: fwd(params, ids_j, mask_j), "pytorch": torch_forward},
+                             repeats=args.repeats)
+    jax_ms, torch_ms = ms["isojax"], ms["pytorch"]
     report([("forward float32", jax_ms, torch_ms)], "isojax", "pytorch")
 
     if jax.devices()[0].platform == "gpu":

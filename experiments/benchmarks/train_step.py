@@ -6,7 +6,8 @@
 One step = forward, cross-entropy on a 2-class head over [CLS], backward, global-norm clipping and an AdamW
 update, dropout on. isojax: :func:`isojax.train.make_train_step` under ``jit`` (state donated); PyTorch:
 ``transformers.BertModel`` + ``nn.Linear`` head with ``torch.optim.AdamW`` in eager mode, the same weights
-(PyTorch's init, converted) and the same threads, both in this process. Defaults are the bundled model's shape
+(PyTorch's init, converted) and the same threads, both in this process, timed alternately step by step after
+warm-up (a change in the machine's load reaches both sides alike). Defaults are the bundled model's shape
 (all-MiniLM-L6-v2: 6 layers, 384 wide). Prints median ms per step, steps/s and the ratio isojax / PyTorch.
 On a GPU it also times a BERT-base bf16 step and prints its model FLOPs utilisation (3 x forward matmul FLOPs
 per step / time / ``--peak-tflops``; goal above 40%).
@@ -20,7 +21,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.benchmarks.common import add_model_arguments, bert_config, machine, median_ms, report
+from experiments.benchmarks.common import (add_model_arguments, bert_config, interleaved_medians, machine, median_ms,
+                                          report)
 from experiments.benchmarks.encoder_forward import forward_flops
 from isojax.models import EncoderConfig, build_encoder, config_to_hf
 from isojax.models.bert import BERT_HF_NAMES
@@ -102,8 +104,8 @@ def main(argv=None):
     print(machine(), f"| torch {torch.__version__}, {torch.get_num_threads()} threads")
     print(f"BERT {args.layers} layers x {args.hidden} wide, {args.heads} heads; train step on batch {args.batch} x "
           f"{args.length} (fwd + bwd + clip + AdamW), float32")
-    jax_ms = median_ms(jax_step, repeats=args.repeats)
-    torch_ms = median_ms(torch_step, repeats=args.repeats)
+    ms = interleaved_medians({"isojax": jax_step, "pytorch": torch_step}, repeats=args.repeats)
+    jax_ms, torch_ms = ms["isojax"], ms["pytorch"]
     report([("train step float32", jax_ms, torch_ms)], "isojax", "pytorch")
     print(f"steps/s: isojax {1e3 / jax_ms:.2f}, pytorch {1e3 / torch_ms:.2f}")
 
