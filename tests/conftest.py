@@ -94,12 +94,13 @@ def shared_data_dir() -> Path:
     return SHARED_DATA
 
 
-def save_tiny_encoder(path, tokenizer, *, pooler: bool = True) -> str:
-    """A random 1-layer, 16-wide BERT with ``tokenizer``'s vocabulary, saved (with the tokenizer) to ``path``."""
+def save_tiny_encoder(path, tokenizer, *, pooler: bool = True, layers: int = 1) -> str:
+    """A random ``layers``-layer, 16-wide BERT with ``tokenizer``'s vocabulary, saved (with the tokenizer) to
+    ``path``."""
     import jax.numpy as jnp
     from isojax.models import EncoderConfig, build_encoder, save_pretrained
 
-    cfg = EncoderConfig(vocab_size=tokenizer.vocab_size, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+    cfg = EncoderConfig(vocab_size=tokenizer.vocab_size, hidden_size=16, num_hidden_layers=layers, num_attention_heads=2,
                         intermediate_size=32, max_position_embeddings=64)
     module = build_encoder(cfg, add_pooling_layer=pooler)
     params = module.init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))["params"]

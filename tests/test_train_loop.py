@@ -139,6 +139,7 @@ def test_resume_with_a_different_training_configuration_is_refused(tiny, referen
     (lambda m, o: TrainConfig(regularizers=(Regularizer("isoscore", representation="logits"),), model=m,
                               output_dir=o), "representation 'logits'"),
     (lambda m, o: TrainConfig(parallel="pmap", model_parallel=2, model=m, output_dir=o), "needs parallel='mesh'"),
+    (lambda m, o: TrainConfig(remat="sometimes", model=m, output_dir=o), "remat must be one of"),
 ])
 def test_bad_configuration_raises_on_construction(tiny, tmp_path, make, message):
     with pytest.raises(ValueError, match=message):
@@ -231,3 +232,20 @@ def test_finetune_reads_glue_from_the_data_dir(tiny, tokenizer, shared_data_dir,
     assert result.step == 2 and correct == pytest.approx(round(correct)) and 0 <= correct <= 16
     with pytest.raises(ValueError, match="data_dir is read with data_source='auto'"):
         TrainConfig(task="rte", data_dir=str(shared_data_dir), data_source="hub")
+
+
+def test_scanned_layers_with_remat_train_to_the_unrolled_parameters(tokenizer, tmp_path):
+    """``--scan-layers --remat full`` changes how the blocks run, not what they compute: without dropout (whose masks
+    are drawn per layer from split keys under scan) 4 steps end at the unrolled run's parameters."""
+    from isojax.models import from_pretrained, to_unscanned
+
+    model = save_tiny_encoder(tmp_path / "two_layers", tokenizer, layers=2)
+    extra = ("--method", "baseline", "--no-dropout", "--steps", "4", "--save-every", "0")
+    unrolled = fit(_config(_args(model, tmp_path / "unrolled", *extra))).params
+    scanned = fit(_config(_args(model, tmp_path / "scanned", *extra, "--scan-layers", "--remat", "full"))).params
+    encoder = from_pretrained(model, scan_layers=True)[0]
+    assert "layer_0" not in scanned["encoder"]["encoder"]
+    scanned = {**scanned, "encoder": to_unscanned(encoder, scanned["encoder"])}
+    assert jax.tree.structure(scanned) == jax.tree.structure(unrolled)
+    for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(scanned), jax.tree.leaves(unrolled)):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6, err_msg=jax.tree_util.keystr(path))

@@ -118,6 +118,10 @@ def add_finetune_parser(subparsers) -> argparse.ArgumentParser:
     h.add_argument("--stage2-steps", type=int, default=None)
     h.add_argument("--no-dropout", action="store_true", help="turn dropout off")
     h.add_argument("--dtype", default=d.dtype, choices=("float32", "bfloat16"), help="compute dtype")
+    h.add_argument("--scan-layers", action="store_true",
+                   help="run the encoder's blocks as one nn.scan loop (compile time flat in depth)")
+    h.add_argument("--remat", default=d.remat, choices=("none", "full", "dots"),
+                   help="recompute each block's forward in the backward pass (default none)")
     h.add_argument("--seed", type=int, default=d.seed)
     r = p.add_argument_group("devices, checkpoints, logs")
     r.add_argument("--devices", type=int, default=None, help="use the first N devices (default all)")
@@ -155,7 +159,8 @@ def config_from_args(args) -> TrainConfig:
         transform_learning_rate=args.transform_lr, weight_decay=args.weight_decay, warmup_ratio=args.warmup_ratio,
         schedule=args.schedule, max_grad_norm=args.max_grad_norm, grad_accumulation=args.grad_accumulation,
         epochs=args.epochs, steps=args.steps, stage2_epochs=args.stage2_epochs, stage2_steps=args.stage2_steps,
-        dropout=not args.no_dropout, dtype=args.dtype, seed=args.seed, devices=args.devices,
+        dropout=not args.no_dropout, dtype=args.dtype, scan_layers=args.scan_layers, remat=args.remat,
+        seed=args.seed, devices=args.devices,
         parallel=args.parallel, model_parallel=args.model_parallel, output_dir=args.out,
         save_every=args.save_every, keep_checkpoints=args.keep_checkpoints, eval_every=args.eval_every,
         log_every=args.log_every, log_gradients=args.log_gradients, train_limit=args.train_limit,

@@ -36,7 +36,7 @@ from isojax.calibrate import Flow
 from isojax.data.glue import glue_task
 from isojax.data.seq2seq import SEQ2SEQ_TASKS, seq2seq_task
 from isojax.models.heads import POOLINGS
-from isojax.models.layers import TRANSFORM_PLACEMENTS
+from isojax.models.layers import REMAT_POLICIES, TRANSFORM_PLACEMENTS
 from isojax.train.objective import COMBINATIONS, Regularizer
 from isojax.train.optim import SCHEDULES
 from isojax.train.parallel import PARALLEL_MODES
@@ -116,7 +116,10 @@ class TrainConfig:
     Isotropy Layer stage. ``save_every``/``eval_every``/``log_every`` count steps (0 = only at the end of each
     stage). ``log_gradients`` adds per-layer gradient norms and the word-embedding gradient's alignment with the
     mean embedding direction (:mod:`isojax.train.gradient_stats`) to the logged train records.
-    ``train_limit``/``eval_limit`` keep the first N examples (0 = all).
+    ``train_limit``/``eval_limit`` keep the first N examples (0 = all). ``scan_layers`` runs the encoder's blocks as
+    one ``nn.scan`` loop (compile time flat in depth; checkpoints hold the stacked layout) and ``remat`` ("none",
+    "full", "dots") recomputes each block's forward in the backward pass (encoders only; see
+    :func:`isojax.models.from_pretrained`); ``log_gradients`` then reports the scanned stack as one group.
 
     Sequence-to-sequence tasks: ``max_length`` / ``max_target_length`` tokens of source / target,
     ``label_smoothing`` of the token cross-entropy, and the decoding of the dev set: ``num_beams`` (1 = greedy),
@@ -151,6 +154,8 @@ class TrainConfig:
     stage2_steps: int | None = None
     dropout: bool = True
     dtype: str = "float32"
+    scan_layers: bool = False
+    remat: str = "none"
     seed: int = 0
     devices: int | None = None
     parallel: str = "mesh"
@@ -193,7 +198,8 @@ class TrainConfig:
         for reg in self.method_spec.regularizers:
             reg.check()
         choices = {"pooling": POOLINGS, "combine": COMBINATIONS, "schedule": SCHEDULES, "parallel": PARALLEL_MODES,
-                   "dtype": ("float32", "bfloat16"), "softdecay_placement": TRANSFORM_PLACEMENTS}
+                   "dtype": ("float32", "bfloat16"), "softdecay_placement": TRANSFORM_PLACEMENTS,
+                   "remat": ("none", *REMAT_POLICIES)}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")

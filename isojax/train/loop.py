@@ -73,12 +73,13 @@ class FitResult:
 
 
 def build_model(config: TrainConfig):
-    """``(TaskModel, pretrained encoder params, tokenizer)`` for the configuration (SoftDecay, dtype, dropout)."""
+    """``(TaskModel, pretrained encoder params, tokenizer)`` for the configuration (SoftDecay, dtype, dropout,
+    scanned layers and remat)."""
     spec = config.method_spec
     transform = SoftDecay(alpha_init=config.softdecay_alpha) if spec.softdecay else None
     dtype = jnp.bfloat16 if config.dtype == "bfloat16" else jnp.float32
-    encoder, params, tokenizer = from_pretrained(config.model, dtype=dtype, last_layer_transform=transform,
-                                                 transform_placement=config.softdecay_placement)
+    layout = dict(transform_placement=config.softdecay_placement, scan_layers=config.scan_layers, remat=config.remat)
+    encoder, params, tokenizer = from_pretrained(config.model, dtype=dtype, last_layer_transform=transform, **layout)
     require_kind(encoder.config, ("encoder",), "fine-tuning a classifier (isojax finetune)")
     if tokenizer is None:
         raise ValueError(f"model {config.model!r} has no tokenizer files; fine-tuning needs one")
@@ -87,8 +88,7 @@ def build_model(config: TrainConfig):
         encoder = build_encoder(dataclasses.replace(encoder.config, hidden_dropout_prob=0.0,
                                                     attention_probs_dropout_prob=0.0),
                                 dtype=dtype, last_layer_transform=transform,
-                                add_pooling_layer=encoder.add_pooling_layer,
-                                transform_placement=config.softdecay_placement)
+                                add_pooling_layer=encoder.add_pooling_layer, **layout)
     model = TaskModel(encoder, num_labels=config.num_labels, pooling=config.pooling, dropout_rate=dropout,
                       use_isobn=spec.isobn, use_isotropy_layer=spec.isotropy_layer, flow=config.make_flow())
     return model, params, tokenizer
