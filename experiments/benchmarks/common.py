@@ -8,6 +8,7 @@ import time
 from typing import Callable
 
 import jax
+import numpy as np
 
 from isojax.models import EncoderConfig
 
@@ -27,20 +28,19 @@ def median_ms(fn: Callable[[], object], *, warmup: int = 2, repeats: int = 10) -
 def interleaved_medians(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
     """Median milliseconds of each function of :func:`interleaved_ms` (one warm-up call each, then alternating
     run by run, so that a change in the machine's load reaches both sides alike)."""
-    return {name: statistics.median(t) for name, t in interleaved_ms(fns, repeats).items()}
+    return {name: float(np.median(t)) for name, t in interleaved_ms(fns, repeats).items()}
 
 
-def interleaved_ms(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:
-    """Milliseconds of each ``fn()`` (results waited for), the functions alternating, after one warm-up call each."""
+def interleaved_ms(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, np.ndarray]:
+    """Milliseconds ``[repeats]`` of each ``fn()`` (results waited for) in ``repeats`` rounds that run every function
+    once, after one warm-up call each (so that load drifting on a shared machine hits all of them alike)."""
     for fn in fns.values():
         jax.block_until_ready(fn())
     times = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
-            start = time.perf_counter()
-            jax.block_until_ready(fn())
-            times[name].append((time.perf_counter() - start) * 1e3)
-    return times
+            times[name].append(median_ms(fn, warmup=0, repeats=1))
+    return {name: np.array(t) for name, t in times.items()}
 
 
 def machine() -> str:

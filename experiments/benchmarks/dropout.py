@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import isojax.models.layers as layers
 from experiments.benchmarks.common import add_model_arguments, bert_config, interleaved_ms, machine
 from experiments.benchmarks.throughput import random_batch
-from experiments.benchmarks.train_step import isojax_step
+from experiments.benchmarks.train_step import isojax_step, step_runner
 from isojax.models import EncoderConfig, build_encoder
 
 CLASSES = {"flax.linen.Dropout": nn.Dropout, "isojax Dropout": layers.Dropout}
@@ -54,13 +54,7 @@ def step_fns(cfg: EncoderConfig, batch: dict) -> dict[str, Callable[[], object]]
     for name, cls in CLASSES.items():
         layers.Dropout = cls  # the layers look the class up when traced
         try:
-            step, state = isojax_step(cfg, jax.tree.map(jnp.copy, params))  # the step donates its state
-            holder = [state]
-
-            def run(step=step, holder=holder):
-                holder[0], metrics = step(holder[0], batch)
-                return metrics["loss"]
-
+            run = step_runner(*isojax_step(cfg, jax.tree.map(jnp.copy, params)), batch)  # the step donates its state
             jax.block_until_ready(run())  # traced now, with this class
         finally:
             layers.Dropout = CLASSES["isojax Dropout"]

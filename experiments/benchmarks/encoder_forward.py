@@ -4,8 +4,8 @@
 
 Both sides use the same weights (PyTorch's random init, converted) and the same threads (``torch.set_num_threads``
 = the CPU count, which XLA's CPU client also uses). Prints median milliseconds and the ratio isojax / PyTorch
-(goal on CPU: <= 1.0); the two sides are timed alternately, run by run, after warm-up. On a GPU it also prints tokens/s and achieved TFLOP/s of a bf16 forward as a fraction of
-``--peak-tflops`` (the card's dense bf16 peak).
+(goal on CPU: <= 1.0); the two sides are timed alternately, run by run, after warm-up. On a GPU it also prints
+tokens/s and achieved TFLOP/s of a bf16 forward as a fraction of ``--peak-tflops`` (the card's dense bf16 peak).
 """
 from __future__ import annotations
 

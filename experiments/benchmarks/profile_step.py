@@ -29,10 +29,10 @@ import jax.numpy as jnp
 
 from experiments.benchmarks.common import add_model_arguments, bert_config, machine, median_ms
 from experiments.benchmarks.throughput import random_batch
-from experiments.benchmarks.train_step import isojax_step
+from experiments.benchmarks.train_step import isojax_step, step_runner
 from isojax.models import build_encoder
 
-_RUNTIME_EVENTS = ("ThunkExecutor", "$", "PjitFunction", "end:", "SlinkyThreadPool")
+_RUNTIME_EVENTS = ("ThunkExecutor", "$", "PjitFunction", "end:", "SlinkyThreadPool", "CommonPjRt")
 _CONTROL_FLOW = ("call", "while", "conditional")  # their time is that of the operations inside, traced on their own
 
 
@@ -82,11 +82,7 @@ def main(argv=None):
     step, state = isojax_step(cfg, params)
     batch = random_batch(cfg, args.batch, args.length)
     names = op_names(step.lower(state, batch).compile().as_text())
-    holder = [state]
-
-    def run():
-        holder[0], metrics = step(holder[0], batch)
-        return metrics["loss"]
+    run = step_runner(step, state, batch)
 
     wall = median_ms(run, repeats=args.repeats)
     with tempfile.TemporaryDirectory() as trace_dir:

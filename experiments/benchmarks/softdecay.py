@@ -30,7 +30,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from experiments.benchmarks.common import machine, median_ms, report  # noqa: E402
+from experiments.benchmarks.common import interleaved_ms, machine, median_ms, report  # noqa: E402
 from isojax.softdecay import SoftDecay, soft_decay  # noqa: E402
 from isojax.spectral import available_methods, select_method  # noqa: E402
 
@@ -52,18 +52,6 @@ def torch_soft_decay_step(x, w, alpha, transpose: bool):
     loss = (y * w).sum()
     loss.backward()
     return loss.detach(), x.grad, alpha.grad
-
-
-def interleaved_times(steps: dict, repeats: int) -> dict[str, np.ndarray]:
-    """ms of each ``steps[name]()`` in ``repeats`` rounds that run every step once, after one warm-up call each
-    (so that load drifting on a shared machine hits all of them alike)."""
-    for run in steps.values():
-        jax.block_until_ready(run())
-    times = {name: [] for name in steps}
-    for _ in range(repeats):
-        for name, run in steps.items():
-            times[name].append(median_ms(run, warmup=0, repeats=1))
-    return {name: np.array(t) for name, t in times.items()}
 
 
 def bench_reference(args) -> None:
@@ -92,7 +80,7 @@ def bench_reference(args) -> None:
         steps[m] = lambda step=step: step(xj, aj, wj)
     steps["torch [L, H]"] = lambda: torch_soft_decay_step(xt, wt, at, transpose=False)
     steps["torch [H, L]"] = lambda: torch_soft_decay_step(xt, wt, at, transpose=True)
-    ms = {name: np.median(t) for name, t in interleaved_times(steps, args.repeats).items()}
+    ms = {name: np.median(t) for name, t in interleaved_ms(steps, args.repeats).items()}
     rows = []
     for m in args.method:
         rows += [(f"{m} / torch [L, H] (authors')", ms[m], ms["torch [L, H]"]),
@@ -121,13 +109,13 @@ def bench_encoder(args) -> None:
 
         step = jax.jit(lambda params, loss=loss: jax.value_and_grad(loss)(params))
         steps[name] = lambda step=step, params=params: step(params)
-    times = interleaved_times(steps, args.repeats)  # overhead = median ratio of the pairs of a round
+    times = interleaved_ms(steps, args.repeats)  # overhead = median ratio of the pairs of a round
     base = times["without SoftDecay"]
     h = cfg.hidden_size
     x = jax.device_put(rng.standard_normal((args.batch, args.length, h)).astype(np.float32))
     alone = {m: jax.jit(jax.grad(lambda x, a, m=m: jnp.sum(soft_decay(x, a, mask=mask, method=m) ** 2),
                                  argnums=(0, 1))) for m in args.method}
-    alone_ms = {m: np.median(t) for m, t in interleaved_times(
+    alone_ms = {m: np.median(t) for m, t in interleaved_ms(
         {m: lambda f=f: f(x, np.float32(args.alpha)) for m, f in alone.items()}, args.repeats).items()}
     print(f"(b) BERT-base ({cfg.num_hidden_layers} layers) training step (forward + backward for all params), batch "
           f"{args.batch} x {args.length}, {args.repeats} interleaved repeats")

@@ -21,10 +21,9 @@ import time
 import jax
 import numpy as np
 
-from experiments.benchmarks.common import median_ms
+from experiments.benchmarks.common import interleaved_ms, median_ms
 from experiments.benchmarks.encoder_forward import forward_flops
-from experiments.benchmarks.softdecay import interleaved_times
-from experiments.benchmarks.train_step import isojax_step
+from experiments.benchmarks.train_step import isojax_step, step_runner
 from isojax.models import EncoderConfig, build_encoder
 from isojax.softdecay import SoftDecay
 
@@ -66,13 +65,7 @@ def build_step(cfg: EncoderConfig, dtype, batch: dict, transform=None):
     params = jax.jit(build_encoder(cfg, last_layer_transform=transform).init)(jax.random.key(0), ids, mask)["params"]
     step, state = isojax_step(cfg, params, dtype, transform)
     compiled, seconds = _compile(step, state, batch)
-    holder = [state]
-
-    def run():
-        holder[0], metrics = compiled(holder[0], batch)
-        return metrics["loss"]
-
-    return run, {"compile_s": seconds, "xla_flops": xla_flops(compiled)}
+    return step_runner(compiled, state, batch), {"compile_s": seconds, "xla_flops": xla_flops(compiled)}
 
 
 def train_step(cfg: EncoderConfig, dtype, batch: dict, repeats: int):
@@ -105,7 +98,7 @@ def softdecay_share(cfg: EncoderConfig, dtype, batch: dict, methods, repeats: in
     for m in methods:
         try:
             with_sd, info = build_step(cfg, dtype, batch, SoftDecay(method=m))
-            times = interleaved_times({"base": base, "with": with_sd}, repeats)
+            times = interleaved_ms({"base": base, "with": with_sd}, repeats)
         except Exception as e:  # noqa: BLE001 - a validation run reports what breaks and goes on
             out[m] = {"error": f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"}
             log(f"SoftDecay ({m}): {out[m]['error']}")

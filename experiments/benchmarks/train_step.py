@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -49,6 +50,18 @@ def isojax_step(cfg: EncoderConfig, encoder_params, dtype=jnp.float32, last_laye
     return step, create_state(variables, optimizer, seed=0)
 
 
+def step_runner(step, state, batch: dict) -> Callable[[], jax.Array]:
+    """``run()``: one call of ``step`` (which donates its state) on ``batch``, returning the loss; the new state is
+    kept for the next call."""
+    holder = [state]
+
+    def run():
+        holder[0], metrics = step(holder[0], batch)
+        return metrics["loss"]
+
+    return run
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_arguments(ap, repeats=5)
@@ -74,13 +87,7 @@ def main(argv=None):
     ids = rng.integers(0, cfg.vocab_size, (args.batch, args.length)).astype(np.int32)
     batch = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids),
              "labels": rng.integers(0, 2, args.batch).astype(np.int32)}
-    step, state = isojax_step(cfg, jax.device_put(params))
-    device_batch = jax.device_put(batch)
-    holder = [state]
-
-    def jax_step():
-        holder[0], metrics = step(holder[0], device_batch)
-        return metrics["loss"]
+    jax_step = step_runner(*isojax_step(cfg, jax.device_put(params)), jax.device_put(batch))
 
     encoder.train()
     modules = torch.nn.ModuleList([encoder, head])
@@ -112,14 +119,9 @@ def main(argv=None):
     if jax.devices()[0].platform == "gpu":
         base = EncoderConfig.bert_base()
         base_params = build_encoder(base).init(jax.random.key(0), jnp.zeros((1, 2), jnp.int32))["params"]
-        step16, state16 = isojax_step(base, base_params, dtype=jnp.bfloat16)
         ids16 = rng.integers(0, base.vocab_size, (args.batch, args.length)).astype(np.int32)
-        batch16 = jax.device_put(dict(batch, input_ids=ids16))
-        holder16 = [state16]
-
-        def bf16_step():
-            holder16[0], metrics = step16(holder16[0], batch16)
-            return metrics["loss"]
+        bf16_step = step_runner(*isojax_step(base, base_params, dtype=jnp.bfloat16),
+                                jax.device_put(dict(batch, input_ids=ids16)))
 
         ms = median_ms(bf16_step, repeats=max(args.repeats, 10))
         flops = 3 * forward_flops(base, args.batch, args.length)
