@@ -149,6 +149,8 @@ def test_lengths_beyond_the_positions_are_refused(bart, reversal, tmp_path, kwar
     (dict(regularizers=("istar=1@cls",)), "has the representations"),
     (dict(label_smoothing=1.0), r"label_smoothing must be in \[0, 1\)"),
     (dict(task="wmt17"), "or a sequence-to-sequence task"),
+    (dict(scan_layers=True), "scan_layers and remat are for encoders"),
+    (dict(remat="dots"), "scan_layers and remat are for encoders"),
 ])
 def test_bad_seq2seq_configuration_raises_on_construction(kwargs, message):
     from isojax.train.config import parse_regularizer

@@ -301,12 +301,13 @@ def fit_flow(
     """Fit the flow by maximum likelihood on the rows of ``x [..., n, d]`` (frozen embeddings).
 
     Minimises ``-mean_i log p(x_i) / d`` with ``log p(x) = log N(f(x); 0, I) + log|det df/dx|`` by optax Adam
-    (``learning_rate``; steps on the LU factors scaled by :func:`scale_lu_updates`) for ``steps`` steps on mini-batches of ``batch_size`` rows drawn with replacement from
-    the rows where ``mask [..., n]`` is true (all rows when ``mask=None``; leading axes are pooled). ActNorm
-    layers are initialised from the statistics of all real rows; ``key`` seeds the rotations that start the
-    invertible linear maps and the batch draws. Defaults follow BERT-flow (3 levels, depth 3, coupling width 32,
-    Adam 1e-3); every level needs at least 2 features, i.e. ``d > 2**(levels-1)``. ``learning_rate`` is traced
-    (no recompile for a new value); the integer settings are static.
+    (``learning_rate``; the LU factors' steps scaled by :func:`scale_lu_updates`) for ``steps`` steps on
+    mini-batches of ``batch_size`` rows drawn with replacement from the rows where ``mask [..., n]`` is true (all
+    rows when ``mask=None``; leading axes are pooled). ActNorm layers are initialised from the statistics of all
+    real rows; ``key`` seeds the rotations that start the invertible linear maps and the batch draws. Defaults
+    follow BERT-flow (3 levels, depth 3, coupling width 32, Adam 1e-3); every level needs at least 2 features, i.e.
+    ``d > 2**(levels-1)``. ``learning_rate`` is traced (no recompile for a new value); the integer settings are
+    static.
     Returns a :class:`FlowState` for :func:`flow_forward` / :func:`flow_inverse`.
     """
     x = check_points(x, "x", min_n=2)

@@ -31,6 +31,7 @@ import sys
 from isojax.data.datadir import DATA_DIR_HELP
 from isojax.data.glue import GLUE_TASKS
 from isojax.data.seq2seq import SEQ2SEQ_TASKS
+from isojax.models.layers import REMAT_POLICIES
 from isojax.train.config import METHOD_ALIASES, METHODS, TrainConfig, parse_regularizer
 from isojax.train.model import REPRESENTATIONS
 from isojax.train.objective import REGULARIZERS
@@ -120,7 +121,7 @@ def add_finetune_parser(subparsers) -> argparse.ArgumentParser:
     h.add_argument("--dtype", default=d.dtype, choices=("float32", "bfloat16"), help="compute dtype")
     h.add_argument("--scan-layers", action="store_true",
                    help="run the encoder's blocks as one nn.scan loop (compile time flat in depth)")
-    h.add_argument("--remat", default=d.remat, choices=("none", "full", "dots"),
+    h.add_argument("--remat", default=d.remat, choices=("none", *REMAT_POLICIES),
                    help="recompute each block's forward in the backward pass (default none)")
     h.add_argument("--seed", type=int, default=d.seed)
     r = p.add_argument_group("devices, checkpoints, logs")

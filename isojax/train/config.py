@@ -241,6 +241,9 @@ class TrainConfig:
         if key not in SEQ2SEQ_METHODS:
             raise ValueError(f"method {self.method!r} does not apply to the sequence-to-sequence task {self.task}; "
                              f"expected one of {list(SEQ2SEQ_METHODS)}")
+        if self.scan_layers or self.remat != "none":
+            raise ValueError(f"scan_layers and remat are for encoders; the sequence-to-sequence task {self.task} "
+                             "runs its encoder-decoder unrolled")
         for reg in self.method_spec.regularizers + self.regularizers:
             if reg.representation not in SEQ2SEQ_REPRESENTATIONS:
                 raise ValueError(f"regulariser {reg.label}: a sequence-to-sequence model has the representations "

@@ -4,7 +4,7 @@
     -> per group:  model      AdamW(schedule(learning_rate), weight_decay) on matrices (ndim >= 2)
                    transform  Adam(schedule(transform_learning_rate))       SoftDecay alpha, Isotropy Layer
                    flow       AdamW(transform_learning_rate, weight_decay)  a trained flow (method flow),
-                              -> scale_lu_updates()                 its LU steps scaled by 1/sqrt(m)
+                              then scale_lu_updates()                      its LU factors' steps / sqrt(m)
                    frozen     zero updates                                   parameters the stage does not train,
                                                                              BART's final_logits_bias
     -> MultiSteps(accumulation)   averages ``accumulation`` batches' gradients per update

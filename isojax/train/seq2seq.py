@@ -286,9 +286,6 @@ class Seq2SeqRecipe:
         """``(Seq2SeqModel, pretrained params, tokenizer)``: an encoder-decoder (dtype, dropout off when asked),
         with the configuration's flow; an mBART tokenizer is set to the task's languages."""
         c = self.config
-        if c.scan_layers or c.remat != "none":
-            raise ValueError(f"scan_layers / remat are for encoders; sequence-to-sequence fine-tuning ({c.task}) "
-                             "runs its encoder-decoder unrolled")
         dtype = jnp.bfloat16 if c.dtype == "bfloat16" else jnp.float32
         network, params, tokenizer = from_pretrained(c.model, dtype=dtype)
         require_kind(network.config, ("encoder_decoder",), f"sequence-to-sequence fine-tuning ({c.task})")
