@@ -140,7 +140,7 @@ def load_split(config: TrainConfig, split: str, tokenizer, limit: int) -> Split:
 
 
 @dataclasses.dataclass
-class _Plan:
+class Plan:
     """A stage ready to run: optimiser, length, first global step, abstract state, runner, logged schedule."""
 
     index: int
@@ -241,7 +241,7 @@ def flow_init_rows(model, params, train, config: TrainConfig) -> np.ndarray:
     return np.concatenate(rows)
 
 
-def _plans(config: TrainConfig, recipe, model, variables: dict, per_epoch: int, references: dict) -> list[_Plan]:
+def _plans(config: TrainConfig, recipe, model, variables: dict, per_epoch: int, references: dict) -> list[Plan]:
     plans, start = [], 0
     for index, stage in enumerate(config.stages()):
         total = stage.steps or max(1, math.ceil(stage.epochs * per_epoch))
@@ -262,7 +262,7 @@ def _plans(config: TrainConfig, recipe, model, variables: dict, per_epoch: int, 
             predict=recipe.predict_step(model), abstract_state=abstract, partition_rules=model.partition_rules())
         # the logged learning rate: the encoder's, or the transform group's when the encoder is frozen
         peak = config.transform_learning_rate if "encoder" in stage.frozen else config.learning_rate
-        plans.append(_Plan(index, stage, optimizer, total, start, abstract, runner,
+        plans.append(Plan(index, stage, optimizer, total, start, abstract, runner,
                            schedule(peak, updates, warmup, config.schedule)))
         start += total
     return plans
@@ -277,8 +277,25 @@ def _check_resumable(config: TrainConfig, meta: dict, directory: str) -> None:
                          "resume with the same settings or choose a new output_dir")
 
 
-def fit(config: TrainConfig) -> FitResult:
-    """Run (or resume) the fine-tuning described by ``config``; see the module docstring."""
+@dataclasses.dataclass
+class Prepared:
+    """What :func:`prepare` builds before the first step: the task's ``recipe`` and ``model``, the tokenised
+    ``train`` and ``dev`` splits, ``per_epoch`` batches, the initial ``variables`` and one :class:`Plan` per
+    stage (whose runners compile their steps on first use)."""
+
+    recipe: Any
+    model: Any
+    train: Split
+    dev: Split
+    per_epoch: int
+    variables: dict
+    plans: list[Plan]
+
+
+def prepare(config: TrainConfig) -> Prepared:
+    """Check ``config`` against its model and devices, load and tokenise the data, initialise the variables (the
+    flow's ActNorm and the data references of the regularisers included) and plan every stage: all that
+    :func:`fit` does before its first step (also what :mod:`experiments.benchmarks.methods` times steps with)."""
     kind = recipe(config)
     model, pretrained, tokenizer = kind.build()
     kind.check(model)
@@ -293,6 +310,14 @@ def fit(config: TrainConfig) -> FitResult:
     variables = kind.init_variables(model, pretrained, jax.random.key(config.seed), flow_rows)
     references = kind.references(model, variables, train)
     plans = _plans(config, kind, model, variables, per_epoch, references)
+    return Prepared(kind, model, train, dev, per_epoch, variables, plans)
+
+
+def fit(config: TrainConfig) -> FitResult:
+    """Run (or resume) the fine-tuning described by ``config``; see the module docstring."""
+    prepared = prepare(config)
+    kind, train, dev, per_epoch, plans = (prepared.recipe, prepared.train, prepared.dev, prepared.per_epoch,
+                                          prepared.plans)
 
     main_process = jax.process_index() == 0
     os.makedirs(config.output_dir, exist_ok=True)
@@ -304,7 +329,7 @@ def fit(config: TrainConfig) -> FitResult:
         check=lambda meta: _check_resumable(config, meta, checkpoints.directory))
     if restored is None:
         index, step = 0, 0
-        placed = plans[0].runner.place(create_state(variables, plans[0].optimizer, config.seed))
+        placed = plans[0].runner.place(create_state(prepared.variables, plans[0].optimizer, config.seed))
         _evaluate(kind, plans[0], placed, dev, 0, run_log, main_process, stage_end=False)
     else:
         step, state, meta = restored
@@ -360,7 +385,7 @@ def epoch_seconds(records: list[dict], stage: str, per_epoch: int) -> dict:
     return {"seconds_per_epoch": round(steady / steps * per_epoch, 3), "compile_and_first_seconds": round(first, 3)}
 
 
-def _run_stage(config, kind, plan: _Plan, placed, done: int, train, dev, per_epoch, run_log, checkpoints,
+def _run_stage(config, kind, plan: Plan, placed, done: int, train, dev, per_epoch, run_log, checkpoints,
                main_process):
     """Run batches ``done, ..., total - 1`` of one stage; evaluate and checkpoint at its end. Returns the placed
     state and the final evaluation."""
@@ -399,7 +424,7 @@ def _run_stage(config, kind, plan: _Plan, placed, done: int, train, dev, per_epo
     return placed, result
 
 
-def _evaluate(kind, plan: _Plan, placed, dev, step, run_log, main_process, *, stage_end: bool) -> dict:
+def _evaluate(kind, plan: Plan, placed, dev, step, run_log, main_process, *, stage_end: bool) -> dict:
     result = kind.evaluate(plan.runner, placed, dev)
     if main_process:
         run_log.write({"kind": "eval", "step": step, "stage": plan.stage.name, "stage_end": stage_end, **result})

@@ -1,0 +1,107 @@
+"""Seconds per training epoch of each fine-tuning method of the GLUE campaign, timed side by side.
+
+    python -m experiments.benchmarks.methods [--task rte] [--protocol appB] [--methods cpu | all | NAME,NAME]
+                                             [--repeats 5] [--data-dir ../shared/data]
+
+The campaign's own seconds per epoch (``results.json``'s ``timing``) come from runs made hours apart, so on a
+shared machine they measure its load as much as the method (isotropy-calibration-evaluation reports time per
+epoch per method). Here every method's real train step is built as ``isojax finetune`` builds it for the campaign
+(:mod:`experiments.glue_methods`' configuration -> finetune options -> ``TrainConfig`` ->
+:func:`isojax.train.loop.prepare`: model, regulariser with its data references, optimiser, runner), fed the same
+first training batch, and timed in rounds that run every step once (:func:`common.interleaved_ms`), so that load
+reaches all alike. One step = forward, loss and regularisers, backward, update, dropout on, state donated.
+Printed per method and stage: median ms per step with its quartiles, seconds per epoch (= ms × the task's batches
+per epoch) and the ratio to the protocol's baseline. The Isotropy Layer's first stage is the baseline's step plus
+a frozen [B, H] layer, so its ratio shows how far the measurement itself scatters. ``--methods cpu`` (default)
+takes the methods of the configuration's ``cpu_campaign``, ``all`` every method of the protocol.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+
+import numpy as np
+
+from experiments.benchmarks.common import interleaved_ms, machine
+from experiments.glue_methods import DEFAULT_CONFIG, DEFAULT_DATA, expand, select
+from isojax.train.cli import add_finetune_parser, config_from_args
+from isojax.train.feed import batch_indices, process_batches
+from isojax.train.loop import prepare
+from isojax.train.state import create_state
+
+
+def finetune_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="isojax")
+    add_finetune_parser(parser.add_subparsers(dest="command", required=True))
+    return parser
+
+
+def stage_steps(run, data_dir: str, out: str) -> tuple[dict, int]:
+    """``({stage name: run()}, batches per epoch)`` for one campaign run: ``run()`` is one train step of that
+    stage on the first training batch, from the run's initial variables, its state kept between calls."""
+    config = config_from_args(finetune_parser().parse_args(run.arguments(out, data_dir)))
+    prepared = prepare(config)
+    order = batch_indices(len(prepared.train), config.batch_size, shuffle=True, seed=config.seed, epoch=0,
+                          drop_last=True)[:1]
+    steps = {}
+    for plan in prepared.plans:
+        runner = plan.runner
+        batch = next(process_batches(prepared.train, order, runner.process_rows(config.batch_size)))
+        holder = [runner.place(create_state(prepared.variables, plan.optimizer, config.seed, step=plan.start))]
+
+        def step(runner=runner, batch=batch, holder=holder):
+            holder[0], metrics = runner.train(holder[0], batch)
+            return metrics["loss"]
+
+        steps[plan.stage.name] = step
+    return steps, prepared.per_epoch
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", default=DEFAULT_CONFIG)
+    ap.add_argument("--data-dir", default=DEFAULT_DATA)
+    ap.add_argument("--task", default="rte")
+    ap.add_argument("--protocol", default="appB")
+    ap.add_argument("--methods", default="cpu", help="cpu (the cpu_campaign's), all, or names joined by commas")
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args(argv)
+
+    with open(args.config) as f:
+        config = json.load(f)
+    protocol = config["protocols"][args.protocol]
+    if args.methods == "cpu":
+        methods = config["cpu_campaign"]["only"]["method"]
+    elif args.methods == "all":
+        methods = list(protocol["methods"])
+    else:
+        methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = sorted(set(methods) - set(protocol["methods"]))
+    if unknown:
+        raise SystemExit(f"--methods: {unknown} not in protocol {args.protocol!r}: {sorted(protocol['methods'])}")
+    if protocol["baseline"] not in methods:
+        methods = [protocol["baseline"], *methods]
+    runs = select(expand(config), {"protocol": [args.protocol], "task": [args.task], "seed": [config["seeds"][0]],
+                                   "method": methods})
+
+    fns, per_epoch = {}, None
+    with tempfile.TemporaryDirectory() as out:
+        for run in runs:
+            steps, per_epoch = stage_steps(run, args.data_dir, out)
+            for stage, fn in steps.items():
+                fns[run.method if stage == "finetune" else f"{run.method} ({stage})"] = fn
+        times = interleaved_ms(fns, args.repeats)
+
+    base = np.median(times[protocol["baseline"]])
+    print(f"{args.task}, protocol {args.protocol}, batch {runs[0].options['batch-size']}, {per_epoch} batches per "
+          f"epoch; {machine()}; median (and quartiles) of {args.repeats} interleaved rounds")
+    print(f"{'method (stage)':<40} {'ms / step':>10} {'quartiles':>15} {'s / epoch':>10} {'/ baseline':>11}")
+    for name, t in times.items():
+        ms, (q1, q3) = np.median(t), np.percentile(t, [25, 75])
+        print(f"{name:<40} {ms:>10.1f} {f'{q1:.0f}-{q3:.0f}':>15} {ms * per_epoch / 1e3:>10.1f} {ms / base:>11.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
