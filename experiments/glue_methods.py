@@ -348,7 +348,9 @@ def main(argv=None) -> int:
                       if os.path.exists(p := os.path.join(d, "campaign.json"))})
     header = (f"Model `{config['model']}`; dev sets; mean ± std over seeds (population std); in brackets the "
               "two-sample t-test p-value against the protocol's baseline (scipy.stats.ttest_ind, equal variances; "
-              "* p < 0.05). Protocols:\n\n" + "\n".join(f"- **{k}**: {v['source']}"
+              "* p < 0.05). s / epoch is each run's own training time per epoch (evaluation and checkpoints left "
+              "out): runs made at different times on a shared machine differ by its load as well; `python -m "
+              "experiments.benchmarks.methods` times the methods' steps side by side. Protocols:\n\n" + "\n".join(f"- **{k}**: {v['source']}"
                                                     for k, v in config["protocols"].items())
               + f"\n\nSelection: {json.dumps(only) if only else 'all runs'}; runs made at commit(s) "
               f"{', '.join(commits) or '–'}.")
