@@ -11,8 +11,8 @@ its methods (a method = the ``isojax finetune`` options that make it: ``--method
 (protocol, method, task, seed); it lives in ``<runs-dir>/<protocol>/<task>/<method>/seed<seed>/`` and is done when
 its ``results.json`` exists there or in the committed run records (below). Running the command again skips
 done runs and resumes an interrupted one from its last checkpoint, so a campaign can be finished in several
-sittings, also from a fresh checkout. Runs go seed by seed (every method's seed 0 first), smallest task first. Each run is a separate
-``python -m isojax.cli finetune`` process (a killed campaign loses at most the steps since that run's last
+sittings, also from a fresh checkout. Runs go seed by seed (every method's seed 0 first), smallest task first.
+Each run is a separate ``python -m isojax.cli finetune`` process (a killed campaign loses at most the steps since that run's last
 checkpoint); JAX's persistent compilation cache is shared by the runs.
 
 The report (``<out>/glue_methods.md``, ``.json``, ``glue_methods_curves.png``) has, per task and protocol, one
@@ -350,8 +350,8 @@ def main(argv=None) -> int:
               "two-sample t-test p-value against the protocol's baseline (scipy.stats.ttest_ind, equal variances; "
               "* p < 0.05). s / epoch is each run's own training time per epoch (evaluation and checkpoints left "
               "out): runs made at different times on a shared machine differ by its load as well; `python -m "
-              "experiments.benchmarks.methods` times the methods' steps side by side. Protocols:\n\n" + "\n".join(f"- **{k}**: {v['source']}"
-                                                    for k, v in config["protocols"].items())
+              "experiments.benchmarks.methods` times the methods' steps side by side. Protocols:\n\n"
+              + "\n".join(f"- **{k}**: {v['source']}" for k, v in config["protocols"].items())
               + f"\n\nSelection: {json.dumps(only) if only else 'all runs'}; runs made at commit(s) "
               f"{', '.join(commits) or '–'}.")
     print(open(report(config, runs, args.runs_dir, args.out, name, prov, header)).read())

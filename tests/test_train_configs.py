@@ -3,7 +3,6 @@
 References: the hyperparameters stated in the papers (isotropy-calibration App. B, shrink-the-longest Table 1),
 written out here; the grid sizes are the products of the papers' model/task/method/seed lists.
 """
-import argparse
 import importlib.util
 import json
 import math
@@ -12,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from isojax.train.cli import add_finetune_parser, config_from_args
+from isojax.train.cli import config_from_argv
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "experiments" / "configs"
 CAMPAIGNS = ("glue_methods.json",)  # experiments.glue_methods' format (protocols), checked below
@@ -23,24 +22,18 @@ _spec.loader.exec_module(_run)
 expand = _run.expand
 
 
-def _parse(argv):
-    parser = argparse.ArgumentParser()
-    add_finetune_parser(parser.add_subparsers())
-    return config_from_args(parser.parse_args(argv))
-
-
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
 def test_every_run_is_a_valid_configuration(path):
     with open(path) as f:
         config = json.load(f)
-    runs = [_parse(argv) for argv in expand(config, "x", "/tmp/runs")]
+    runs = [config_from_argv(argv) for argv in expand(config, "x", "/tmp/runs")]
     sizes = [len(v) for v in config["grid"].values()]
     assert len(runs) == len({r.output_dir for r in runs}) == math.prod(sizes)
 
 
 def _runs(name):
     with open(CONFIG_DIR / name) as f:
-        return [_parse(argv) for argv in expand(json.load(f), "x")]
+        return [config_from_argv(argv) for argv in expand(json.load(f), "x")]
 
 
 def test_calibration_settings_follow_appendix_b():
@@ -122,7 +115,7 @@ def test_every_campaign_run_is_a_valid_configuration():
         config = json.load(f)
     for sweep in (False, True):
         runs = glue_methods.expand(config, sweep=sweep)
-        parsed = [(run, _parse(run.arguments("/tmp/runs", "/tmp/data"))) for run in runs]
+        parsed = [(run, config_from_argv(run.arguments("/tmp/runs", "/tmp/data"))) for run in runs]
         assert len({c.output_dir for _, c in parsed}) == len(runs)
         for run, c in parsed:
             if run.protocol == "appB":

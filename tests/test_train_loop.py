@@ -19,7 +19,7 @@ import transformers
 
 from isojax.train import Regularizer, TrainConfig, fit
 from conftest import save_tiny_encoder
-from isojax.train.cli import add_finetune_parser, config_from_args
+from isojax.train.cli import config_from_argv
 import train_worker
 
 
@@ -42,18 +42,10 @@ def _args(model, out, *extra):
             "--devices", "1", "--quiet", *extra]
 
 
-def _config(argv):
-    import argparse
-
-    parser = argparse.ArgumentParser()
-    add_finetune_parser(parser.add_subparsers())
-    return config_from_args(parser.parse_args(argv))
-
-
 @pytest.fixture(scope="module")
 def reference(tiny, tmp_path_factory):
     out = tmp_path_factory.mktemp("reference")
-    return out, fit(_config(_args(tiny, out)))
+    return out, fit(config_from_argv(_args(tiny, out)))
 
 
 def _child(stall, argv, tmp_path):
@@ -119,7 +111,7 @@ def test_unreadable_latest_checkpoints_fall_back_with_a_warning(tiny, reference,
             f.write_bytes(f.read_bytes()[:10])
     os.remove(tmp_path / "checkpoints" / "15" / "state" / "_METADATA")  # a file of step 15 is missing
     with pytest.warns(UserWarning, match="checkpoint step 16 .* cannot be read") as caught:
-        result = fit(_config(_args(tiny, tmp_path, "--devices", "8", "--model-parallel", "2")))
+        result = fit(config_from_argv(_args(tiny, tmp_path, "--devices", "8", "--model-parallel", "2")))
     assert any("checkpoint step 15" in str(w.message) for w in caught)
     resumes = [json.loads(x) for x in open(tmp_path / "log.jsonl") if '"resume"' in x]
     assert [r["step"] for r in resumes] == [12]
@@ -129,13 +121,13 @@ def test_unreadable_latest_checkpoints_fall_back_with_a_warning(tiny, reference,
 def test_resume_with_a_different_training_configuration_is_refused(tiny, reference, tmp_path):
     shutil.copytree(reference[0] / "checkpoints", tmp_path / "checkpoints")
     with pytest.raises(ValueError, match=r"different configuration \(learning_rate: 0.001 -> 0.002\)"):
-        fit(_config(_args(tiny, tmp_path, "--lr", "2e-3")))
+        fit(config_from_argv(_args(tiny, tmp_path, "--lr", "2e-3")))
 
 
 @pytest.mark.parametrize("make, message", [
     (lambda m, o: TrainConfig(task="sst-5", model=m, output_dir=o), "task: unknown GLUE task 'sst-5'"),
     (lambda m, o: TrainConfig(method="whitening", model=m, output_dir=o), "method: unknown method 'whitening'"),
-    (lambda m, o: _config(_args(m, o, "--reg", "entropy=0.1")), "unknown regulariser 'entropy'"),
+    (lambda m, o: config_from_argv(_args(m, o, "--reg", "entropy=0.1")), "unknown regulariser 'entropy'"),
     (lambda m, o: TrainConfig(regularizers=(Regularizer("isoscore", representation="logits"),), model=m,
                               output_dir=o), "representation 'logits'"),
     (lambda m, o: TrainConfig(parallel="pmap", model_parallel=2, model=m, output_dir=o), "needs parallel='mesh'"),
@@ -221,7 +213,7 @@ def test_finetune_reads_glue_from_the_data_dir(tiny, tokenizer, shared_data_dir,
     from isojax.data import load_glue
     from isojax.train.loop import load_split
 
-    config = _config(["finetune", "--task", "rte", "--model", tiny, "--data-dir", str(shared_data_dir), "--out",
+    config = config_from_argv(["finetune", "--task", "rte", "--model", tiny, "--data-dir", str(shared_data_dir), "--out",
                       str(tmp_path), "--max-length", "32", "--batch-size", "8", "--eval-batch-size", "8",
                       "--train-limit", "16", "--eval-limit", "16", "--steps", "2", "--devices", "1", "--quiet"])
     assert config.data_dir == str(shared_data_dir)
@@ -241,8 +233,8 @@ def test_scanned_layers_with_remat_train_to_the_unrolled_parameters(tokenizer, t
 
     model = save_tiny_encoder(tmp_path / "two_layers", tokenizer, layers=2)
     extra = ("--method", "baseline", "--no-dropout", "--steps", "4", "--save-every", "0")
-    unrolled = fit(_config(_args(model, tmp_path / "unrolled", *extra))).params
-    scanned = fit(_config(_args(model, tmp_path / "scanned", *extra, "--scan-layers", "--remat", "full"))).params
+    unrolled = fit(config_from_argv(_args(model, tmp_path / "unrolled", *extra))).params
+    scanned = fit(config_from_argv(_args(model, tmp_path / "scanned", *extra, "--scan-layers", "--remat", "full"))).params
     encoder = from_pretrained(model, scan_layers=True)[0]
     assert "layer_0" not in scanned["encoder"]["encoder"]
     scanned = {**scanned, "encoder": to_unscanned(encoder, scanned["encoder"])}

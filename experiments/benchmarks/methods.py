@@ -24,37 +24,26 @@ import tempfile
 import numpy as np
 
 from experiments.benchmarks.common import interleaved_ms, machine
+from experiments.benchmarks.train_step import step_runner
 from experiments.glue_methods import DEFAULT_CONFIG, DEFAULT_DATA, expand, select
-from isojax.train.cli import add_finetune_parser, config_from_args
+from isojax.train.cli import config_from_argv
 from isojax.train.feed import batch_indices, process_batches
 from isojax.train.loop import prepare
 from isojax.train.state import create_state
 
 
-def finetune_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="isojax")
-    add_finetune_parser(parser.add_subparsers(dest="command", required=True))
-    return parser
-
-
 def stage_steps(run, data_dir: str, out: str) -> tuple[dict, int]:
     """``({stage name: run()}, batches per epoch)`` for one campaign run: ``run()`` is one train step of that
     stage on the first training batch, from the run's initial variables, its state kept between calls."""
-    config = config_from_args(finetune_parser().parse_args(run.arguments(out, data_dir)))
+    config = config_from_argv(run.arguments(out, data_dir))
     prepared = prepare(config)
     order = batch_indices(len(prepared.train), config.batch_size, shuffle=True, seed=config.seed, epoch=0,
                           drop_last=True)[:1]
     steps = {}
     for plan in prepared.plans:
-        runner = plan.runner
-        batch = next(process_batches(prepared.train, order, runner.process_rows(config.batch_size)))
-        holder = [runner.place(create_state(prepared.variables, plan.optimizer, config.seed, step=plan.start))]
-
-        def step(runner=runner, batch=batch, holder=holder):
-            holder[0], metrics = runner.train(holder[0], batch)
-            return metrics["loss"]
-
-        steps[plan.stage.name] = step
+        batch = next(process_batches(prepared.train, order, plan.runner.process_rows(config.batch_size)))
+        state = plan.runner.place(create_state(prepared.variables, plan.optimizer, config.seed, step=plan.start))
+        steps[plan.stage.name] = step_runner(plan.runner.train, state, batch)
     return steps, prepared.per_epoch
 
 

@@ -191,10 +191,20 @@ def cmd_finetune(args) -> int:
     return 0
 
 
+def parser() -> argparse.ArgumentParser:
+    """The command line with the ``finetune`` command alone (``isojax.cli`` adds it beside its others)."""
+    p = argparse.ArgumentParser(prog="python -m isojax.train.cli")
+    add_finetune_parser(p.add_subparsers(dest="command", required=True))
+    return p
+
+
+def config_from_argv(argv: list[str]) -> TrainConfig:
+    """The :class:`TrainConfig` of a ``finetune`` command line (``["finetune", "--task", "rte", ...]``)."""
+    return config_from_args(parser().parse_args(argv))
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m isojax.train.cli")
-    add_finetune_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
     return args.func(args)
 
 

@@ -263,7 +263,7 @@ def _plans(config: TrainConfig, recipe, model, variables: dict, per_epoch: int, 
         # the logged learning rate: the encoder's, or the transform group's when the encoder is frozen
         peak = config.transform_learning_rate if "encoder" in stage.frozen else config.learning_rate
         plans.append(Plan(index, stage, optimizer, total, start, abstract, runner,
-                           schedule(peak, updates, warmup, config.schedule)))
+                          schedule(peak, updates, warmup, config.schedule)))
         start += total
     return plans
 
