@@ -311,6 +311,9 @@ def main(argv=None) -> int:
     mode.add_argument("--report-only", action="store_true", help="tabulate the finished runs, run nothing")
     mode.add_argument("--dry-run", action="store_true", help="print the runs' commands")
     args = ap.parse_args(argv)
+    # the runs are processes started in the repository root: the paths they are given must not depend on the cwd
+    args.runs_dir = os.path.abspath(args.runs_dir)
+    args.data_dir = args.data_dir and os.path.abspath(args.data_dir)
     with open(args.config) as f:
         config = json.load(f)
     only = _pairs(args.only)

@@ -117,6 +117,17 @@ def test_campaign_runs_reports_and_resumes_after_a_kill(campaign):
     assert (root / "out" / "glue_methods_curves.png").stat().st_size > 1000
 
 
+def test_relative_paths_are_the_callers_not_the_repository_roots(campaign, monkeypatch, capsys):
+    # the runs are processes started in the repository root; relative directories must still mean the caller's
+    root, path = campaign
+    monkeypatch.chdir(root)
+    assert glue_methods.main(["--config", str(path), "--data-dir", "data", "--runs-dir", "elsewhere", "--out",
+                              "out_dry", "--only", "task=rte", "seed=0", "--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    assert f"--out {root / 'elsewhere' / 'p' / 'rte' / 'cosine' / 'seed0'} " in printed
+    assert f"--data-dir {root / 'data'} " in printed
+
+
 def test_ttest_is_scipys_and_undefined_cases_are_none():
     a, b = [70.1, 71.5, 69.8], [68.0, 68.9, 69.5]
     assert glue_methods.ttest(a, b) == pytest.approx(scipy.stats.ttest_ind(a, b).pvalue, rel=1e-12)
