@@ -228,14 +228,17 @@ def curves(runs: list[Run], runs_dir: str, records_dir: str, path: str, title: s
     if not series:
         return None
     tasks = sorted(series)
+    labels = sorted({label for task in tasks for label in series[task]})
+    style = {label: dict(color=f"C{i % 10}", marker="os^Dv<>p"[i % 8], linestyle="-" if i % 2 == 0 else "--")
+             for i, label in enumerate(labels)}  # one look per protocol/method in every panel
     fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4.6), squeeze=False)
     for ax, task in zip(axes[0], tasks):
         metric = glue_task(task).metrics[0]
-        for i, (label, seeds) in enumerate(sorted(series[task].items())):
+        for label, seeds in sorted(series[task].items()):
             steps = sorted(set.intersection(*[{r["step"] for r in s} for s in seeds]))
             values = [np.mean([next(r[metric] for r in s if r["step"] == step) for s in seeds]) for step in steps]
-            ax.plot(steps, values, marker="os^Dv<>p"[i % 8], markersize=3, label=f"{label} ({len(seeds)} seeds)",
-                    linestyle="-" if i % 2 == 0 else "--")
+            count = f"{len(seeds)} seed" + ("s" if len(seeds) > 1 else "")
+            ax.plot(steps, values, markersize=3, label=f"{label} ({count})", **style[label])
         ax.set(title=f"{task}: {metric} (dev)", xlabel="step")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
