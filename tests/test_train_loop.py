@@ -118,6 +118,28 @@ def test_unreadable_latest_checkpoints_fall_back_with_a_warning(tiny, reference,
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=0, atol=1e-5), result.params, ref.params)
 
 
+def test_a_run_that_fails_mid_stage_writes_its_pending_checkpoint_first(tiny, tmp_path, monkeypatch):
+    """An exception in the loop (here: in the evaluation at step 4) still closes the checkpoint manager, so the
+    asynchronous save of step 3 is finished on disk when ``fit`` raises and a rerun resumes from it."""
+    import isojax.train.loop as loop
+    from isojax.train.checkpoint import Checkpoints
+
+    evaluate, closed = loop._evaluate, []
+
+    def failing(kind, plan, placed, dev, step, *args, **kwargs):
+        if step == 4:
+            raise RuntimeError("evaluation failed at step 4")
+        return evaluate(kind, plan, placed, dev, step, *args, **kwargs)
+
+    close = Checkpoints.close
+    monkeypatch.setattr(loop, "_evaluate", failing)
+    monkeypatch.setattr(Checkpoints, "close", lambda self: (closed.append(self.directory), close(self)))
+    with pytest.raises(RuntimeError, match="evaluation failed at step 4"):
+        fit(config_from_argv(_args(tiny, tmp_path, "--eval-every", "4")))
+    assert closed == [str(tmp_path / "checkpoints")]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["3"]  # finished, no temporary folder
+
+
 def test_resume_with_a_different_training_configuration_is_refused(tiny, reference, tmp_path):
     shutil.copytree(reference[0] / "checkpoints", tmp_path / "checkpoints")
     with pytest.raises(ValueError, match=r"different configuration \(learning_rate: 0.001 -> 0.002\)"):

@@ -119,5 +119,12 @@ class Checkpoints:
         self.manager.reload()
 
     def close(self) -> None:
+        """Write pending saves and release the manager."""
         self.manager.wait_until_finished()
         self.manager.close()
+
+    def __enter__(self) -> "Checkpoints":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

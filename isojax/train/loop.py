@@ -322,34 +322,33 @@ def fit(config: TrainConfig) -> FitResult:
     main_process = jax.process_index() == 0
     os.makedirs(config.output_dir, exist_ok=True)
     run_log = JsonLog(os.path.join(config.output_dir, "log.jsonl"))
-    checkpoints = Checkpoints(os.path.join(config.output_dir, "checkpoints"), save_every=config.save_every,
-                              keep=config.keep_checkpoints)
-    restored = checkpoints.restore_latest(
-        lambda meta: plans[meta["stage"]].runner.restore_target(plans[meta["stage"]].abstract_state),
-        check=lambda meta: _check_resumable(config, meta, checkpoints.directory))
-    if restored is None:
-        index, step = 0, 0
-        placed = plans[0].runner.place(create_state(prepared.variables, plans[0].optimizer, config.seed))
-        _evaluate(kind, plans[0], placed, dev, 0, run_log, main_process, stage_end=False)
-    else:
-        step, state, meta = restored
-        index, placed = meta["stage"], plans[meta["stage"]].runner.from_checkpoint(state)
-        if main_process:
-            run_log.write({"kind": "resume", "step": step, "stage": meta["stage"], "epoch": meta["epoch"],
-                           "batch": meta["batch"]})
+    with Checkpoints(os.path.join(config.output_dir, "checkpoints"), save_every=config.save_every,
+                     keep=config.keep_checkpoints) as checkpoints:  # closed (pending saves written) on errors too
+        restored = checkpoints.restore_latest(
+            lambda meta: plans[meta["stage"]].runner.restore_target(plans[meta["stage"]].abstract_state),
+            check=lambda meta: _check_resumable(config, meta, checkpoints.directory))
+        if restored is None:
+            index, step = 0, 0
+            placed = plans[0].runner.place(create_state(prepared.variables, plans[0].optimizer, config.seed))
+            _evaluate(kind, plans[0], placed, dev, 0, run_log, main_process, stage_end=False)
+        else:
+            step, state, meta = restored
+            index, placed = meta["stage"], plans[meta["stage"]].runner.from_checkpoint(state)
+            if main_process:
+                run_log.write({"kind": "resume", "step": step, "stage": meta["stage"], "epoch": meta["epoch"],
+                               "batch": meta["batch"]})
 
-    stage_results, last = {}, {}
-    for plan in plans[index:]:
-        if plan.index > index:  # a new stage starts from the previous stage's parameters and statistics
-            previous = plans[plan.index - 1].runner.host(placed)
-            placed = plan.runner.place(create_state({"params": previous.params, "batch_stats": previous.batch_stats,
-                                                     "constants": previous.constants},
-                                                    plan.optimizer, config.seed, step=step))
-        placed, last = _run_stage(config, kind, plan, placed, step - plan.start, train, dev, per_epoch, run_log,
-                                  checkpoints, main_process)
-        step = plan.start + plan.total
-        stage_results[plan.stage.name] = last
-    checkpoints.close()
+        stage_results, last = {}, {}
+        for plan in plans[index:]:
+            if plan.index > index:  # a new stage starts from the previous stage's parameters and statistics
+                previous = plans[plan.index - 1].runner.host(placed)
+                placed = plan.runner.place(create_state({"params": previous.params, "batch_stats": previous.batch_stats,
+                                                         "constants": previous.constants},
+                                                        plan.optimizer, config.seed, step=step))
+            placed, last = _run_stage(config, kind, plan, placed, step - plan.start, train, dev, per_epoch, run_log,
+                                      checkpoints, main_process)
+            step = plan.start + plan.total
+            stage_results[plan.stage.name] = last
     params = plans[-1].runner.host(placed.params)
     if main_process:
         records = run_log.read()
