@@ -138,6 +138,9 @@ def test_a_run_that_fails_mid_stage_writes_its_pending_checkpoint_first(tiny, tm
         fit(config_from_argv(_args(tiny, tmp_path, "--eval-every", "4")))
     assert closed == [str(tmp_path / "checkpoints")]
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["3"]  # finished, no temporary folder
+    monkeypatch.undo()
+    fit(config_from_argv(_args(tiny, tmp_path, "--eval-every", "4")))
+    assert [json.loads(x)["step"] for x in open(tmp_path / "log.jsonl") if '"resume"' in x] == [3]
 
 
 def test_resume_with_a_different_training_configuration_is_refused(tiny, reference, tmp_path):
