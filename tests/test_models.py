@@ -276,6 +276,24 @@ def test_distilbert_rejects_token_types():
         module.apply({"params": params}, jnp.ones((1, 3), jnp.int32), None, jnp.zeros((1, 3), jnp.int32))
 
 
+def test_distilbert_sinusoidal_positions_start_as_transformers_table():
+    """``sinusoidal_pos_embds=True``: a freshly initialised position table equals the one transformers' DistilBERT
+    builds (sin on even, cos on odd columns); without it the table is random (std initializer_range)."""
+    hf = dict(vocab_size=20, dim=10, n_layers=1, n_heads=2, hidden_dim=8, max_position_embeddings=16)
+    torch.manual_seed(0)
+    reference = transformers.DistilBertModel(transformers.DistilBertConfig(**hf, sinusoidal_pos_embds=True))
+    expected = reference.embeddings.position_embeddings.weight.detach().numpy()
+    ids = jnp.ones((1, 3), jnp.int32)
+    for sinusoidal in (True, False):
+        module = build_encoder(config_from_hf(dict(model_type="distilbert", **hf, sinusoidal_pos_embds=sinusoidal)))
+        params = module.init(jax.random.key(0), ids)["params"]
+        table = np.asarray(params["embeddings"]["position_embeddings"]["embedding"])
+        if sinusoidal:
+            np.testing.assert_allclose(table, expected, atol=1e-6)
+        else:
+            assert np.abs(table - expected).max() > 0.5 and 0.01 < table.std() < 0.03
+
+
 # ---------------------------------------------------------------- last-layer SoftDecay
 
 def test_softdecay_on_the_last_layer(bert_tiny, tmp_path):

@@ -33,6 +33,9 @@ class EncoderConfig:
       embedding_size: width of the token embeddings (ALBERT factorises them; elsewhere = hidden_size).
       num_hidden_groups, inner_group_num: ALBERT's parameter sharing (layer i uses group
         ``i * num_hidden_groups // num_hidden_layers``; each group holds ``inner_group_num`` blocks).
+      sinusoidal_pos_embds: DistilBERT's option: the position table starts as the fixed sinusoidal table
+        (:func:`isojax.models.layers.sinusoidal_init`) instead of random values. It stays a trainable parameter,
+        as in transformers 5 (freeze it with an optax mask); a loaded checkpoint's table replaces it either way.
       embedding_projection: whether a dense layer maps the embeddings to hidden_size (ALBERT).
       attention_output_dropout, ffn_output_dropout: whether dropout follows the attention output
         projection / the feed-forward output (DistilBERT omits the first, ALBERT the second).

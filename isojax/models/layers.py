@@ -246,6 +246,15 @@ class Dropout(nn.Module):
         return jnp.where(mask, x / jnp.asarray(keep, x.dtype), jnp.zeros((), x.dtype))
 
 
+def sinusoidal_init(key, shape: tuple[int, int], dtype: Any = jnp.float32) -> Array:
+    """The fixed sinusoidal position table ``P [num, features]`` of Vaswani et al. (2017), DistilBERT's
+    ``sinusoidal_pos_embds`` initialisation: ``P[p, 2i] = sin(p / 10000^(2i/d))``, ``P[p, 2i+1] = cos(p /
+    10000^(2i/d))`` with ``d = features``. A flax initializer; ``key`` is unused."""
+    num, features = shape
+    angle = np.arange(num)[:, None] / np.power(10000.0, 2 * (np.arange(features) // 2) / features)
+    return jnp.asarray(np.where(np.arange(features) % 2 == 0, np.sin(angle), np.cos(angle)), dtype)
+
+
 class Embed(nn.Module):
     """An embedding table ``[num, features]`` whose lookup never clamps silently.
 
@@ -257,10 +266,12 @@ class Embed(nn.Module):
     features: int
     init_std: float = 0.02
     dtype: Any = jnp.float32
+    sinusoidal: bool = False  # initialise with :func:`sinusoidal_init` instead of N(0, init_std²)
 
     @nn.compact
     def __call__(self, ids: Array) -> Array:
-        table = self.param("embedding", nn.initializers.normal(self.init_std), (self.num_embeddings, self.features))
+        init = sinusoidal_init if self.sinusoidal else nn.initializers.normal(self.init_std)
+        table = self.param("embedding", init, (self.num_embeddings, self.features))
         return jnp.take(table, ids, axis=0, mode="fill", fill_value=jnp.nan).astype(self.dtype)
 
 
@@ -304,7 +315,8 @@ class Embeddings(nn.Module):
         x = table(cfg.vocab_size, name="word_embeddings")(input_ids) if word_vectors is None else word_vectors
         if position_ids is None:
             position_ids = self.position_ids(input_ids)
-        x = x + table(cfg.max_position_embeddings, name="position_embeddings")(position_ids)
+        positions = table(cfg.max_position_embeddings, sinusoidal=cfg.sinusoidal_pos_embds, name="position_embeddings")
+        x = x + positions(position_ids)
         if cfg.type_vocab_size:
             x = x + table(cfg.type_vocab_size, name="token_type_embeddings")(token_type_ids)
         if cfg.embedding_norm:
