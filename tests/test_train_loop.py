@@ -110,9 +110,9 @@ def test_unreadable_latest_checkpoints_fall_back_with_a_warning(tiny, reference,
         if f.is_file() and f.parent.name == "d":
             f.write_bytes(f.read_bytes()[:10])
     os.remove(tmp_path / "checkpoints" / "15" / "state" / "_METADATA")  # a file of step 15 is missing
-    with pytest.warns(UserWarning, match="checkpoint step 16 .* cannot be read") as caught:
+    with pytest.warns(UserWarning, match="checkpoint step 1[56] .* cannot be read") as caught:
         result = fit(config_from_argv(_args(tiny, tmp_path, "--devices", "8", "--model-parallel", "2")))
-    assert any("checkpoint step 15" in str(w.message) for w in caught)
+    assert [str(w.message)[:18] for w in caught] == ["checkpoint step 16", "checkpoint step 15"]
     resumes = [json.loads(x) for x in open(tmp_path / "log.jsonl") if '"resume"' in x]
     assert [r["step"] for r in resumes] == [12]
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=0, atol=1e-5), result.params, ref.params)
