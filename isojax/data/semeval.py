@@ -3,11 +3,10 @@
 **STS 2012–2016** (one folder per year). Each sub-corpus ``<name>`` is a pair of files:
 ``STS.input.<name>.txt`` (tab-separated ``sentence1, sentence2``; STS16 names its files
 ``STS2016.input.<name>.txt`` and adds two source columns) and ``STS.gs.<name>.txt`` (one gold score in
-[0, 5] per line, aligned with the input; an empty line marks an unscored pair, which is skipped, the count
-logged). A gold file
-without its input file (STS12's ``STS.gs.ALL.txt``, the concatenation of the others; STS13's ``SMT``, whose
-text was never redistributed) is skipped with a logged note. A year pools the pairs of all its sub-corpora
-(the MTEB and SentEval "all" convention).
+[0, 5] per line, aligned with the input; an empty line marks an unscored pair, which is skipped and counted
+in the log). A gold file without its input file (STS12's ``STS.gs.ALL.txt``, the concatenation of the others;
+STS13's ``SMT``, whose text was never redistributed) is skipped with a logged note. A year pools the pairs of
+all its sub-corpora (the MTEB and SentEval "all" convention).
 
 **SICK 2014** (SemEval-2014 task 1): ``SICK_train.txt`` (4500 pairs), ``SICK_trial.txt`` (500),
 ``SICK_test_annotated.txt`` (4927), tab-separated with a header ``pair_ID, sentence_A, sentence_B,
