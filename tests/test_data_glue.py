@@ -123,7 +123,9 @@ def test_unknown_task_and_split():
 
 
 @pytest.mark.parametrize("task,labels,message", [
-    ("cola", [1, 2, 0], r"row 2: column 'label' must lie in \[0, 1\] or one of \[-1.0\], got 2"),
+    ("cola", [1, 2, 0], r"row 2: column 'label' must lie in \[0, 1\], got 2"),
+    ("sst2", [1, -1, 0], r"row 2: column 'label' must lie in \[0, 1\], got -1"),  # -1: unlabelled, test only
+    ("stsb", [4.0, -1.0, 1.0], r"row 2: column 'label' must lie in \[0.0, 5.0\], got -1.0"),
     ("mnli", [0, 1.5, 2], r"row 2: column 'label' must be an integer, got 1.5"),
     ("stsb", [4.0, 5.5, 1.0], r"row 2: column 'label' must lie in \[0.0, 5.0\]"),
 ])

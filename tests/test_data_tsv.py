@@ -58,5 +58,5 @@ def test_empty_missing_and_non_utf8(tmp_path):
         read_tsv(tmp_path / "nope.tsv")
     latin = tmp_path / "latin.tsv"
     latin.write_bytes("a\tb\ncaf\xe9\tx\n".encode("latin-1"))
-    with pytest.raises(ValueError, match=re.escape(f"{latin}: not UTF-8 text")):
+    with pytest.raises(ValueError, match=re.escape(f"{latin}: line 2: not UTF-8 text (bytes b'\\xe9' at byte 4")):
         read_tsv(latin)

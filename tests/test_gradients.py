@@ -263,6 +263,29 @@ def test_alignment_finds_a_planted_common_direction_and_not_an_isotropic_one():
     assert np.median(np.abs(control.row_mean_cosines)) < 0.3 and np.median(control.row_principal_cosines) < 0.3
 
 
+def test_mean_cosine_sign_follows_the_side_of_w_the_states_lie_on():
+    """The README's "both cosines exceed 0.95" holds for states along −u, against W's mean direction (the setup
+    above). With the same W and states along +u the non-target descent step points against mean(W): the mean
+    cosine is close to −1, while the principal cosine (an absolute value) and the coherence stay high. Reference:
+    the non-target rows sum to Σ_n ω_n (1 − p_n,t) h_n (each prediction's p_j, j ≠ t, sum to 1 − p_t), in numpy."""
+    rng = np.random.default_rng(7)
+    w, h, targets, u = planted_layer(rng)
+    cosines = {}
+    for side, states in (("-u", h), ("+u", h + 4 * u)):  # h = 0.5 ε' − 2u, then 0.5 ε' + 2u
+        split = gradients.softmax_gradient_split(w, states, targets)
+        result = gradients.common_enemies_alignment(w, split.non_target)
+        logits = states @ w.T
+        p = np.exp(logits - logits.max(1, keepdims=True))
+        p /= p.sum(1, keepdims=True)
+        descent = -((1 - p[np.arange(len(states)), targets])[:, None] * states).mean(0)
+        mean_w = w.mean(0)
+        expected = descent @ mean_w / np.linalg.norm(descent) / np.linalg.norm(mean_w)
+        np.testing.assert_allclose(result.mean_cosine, expected, rtol=1e-10)
+        assert result.principal_cosine > 0.95 and result.coherence > 0.6, (side, result)
+        cosines[side] = float(result.mean_cosine)
+    assert cosines["-u"] > 0.95 and cosines["+u"] < -0.95, cosines
+
+
 def test_alignment_definitions_and_mask():
     rng = np.random.default_rng(8)
     w = rng.normal(size=(30, 5)) + 1.0

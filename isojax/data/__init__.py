@@ -5,6 +5,13 @@ Nothing downloads at import. The original releases of STS12–16, SICK and GLUE 
 :mod:`isojax.data.datadir`); without one, STS and GLUE sets come through 🤗 ``datasets`` from the Hub or from
 local files in the Hub's layout. Offline assets (STS-B, word-similarity sets) are fetched once by
 ``python -m isojax.data.assets`` (or :func:`isojax.data.assets.fetch`).
+
+Bad files: a malformed line, text that is not UTF-8, an empty (or whitespace-only) sentence, a gold score outside
+the set's range or a label outside the task's classes (``-1``, unlabelled, in GLUE test splits only) is a
+``ValueError`` naming the file and line; except that rows with an empty text are left out of GLUE ``train`` and
+of sequence-to-sequence tables, and unscored STS pairs (empty gold lines) are left out, each with a logged
+count. :func:`tokenize` truncates to ``max_length`` and logs how many rows it cut. A single ``str`` where a
+sequence of texts is expected is a ``TypeError``.
 """
 from isojax.data.batching import DEFAULT_BUCKETS, batches, bucket_length, num_batches, tokenize
 from isojax.data.datadir import DATA_DIR_ENV

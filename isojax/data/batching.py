@@ -16,17 +16,21 @@ position ``(epoch, start)`` by passing them back to :func:`batches`.
 """
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["DEFAULT_BUCKETS", "batches", "bucket_length", "num_batches", "tokenize"]
+__all__ = ["DEFAULT_BUCKETS", "as_texts", "batches", "bucket_length", "num_batches", "tokenize"]
 
 DEFAULT_BUCKETS = (32, 64, 128, 256, 512)
+log = logging.getLogger(__name__)
 
 
-def _texts(texts, name: str) -> list[str]:
+def as_texts(texts, name: str) -> list[str]:
+    """``texts`` as a list, checked to be a sequence of strings: a single ``str`` (a sequence of characters) or a
+    non-string item is a ``TypeError`` naming ``name``."""
     if isinstance(texts, str) or not isinstance(texts, Sequence):
         raise TypeError(f"{name} must be a sequence of strings, got {type(texts).__name__}")
     for i, t in enumerate(texts):
@@ -38,15 +42,16 @@ def _texts(texts, name: str) -> list[str]:
 def tokenize(tokenizer, texts_a, texts_b=None, *, max_length: int) -> dict[str, np.ndarray]:
     """Tokenise single texts or text pairs with a Hugging Face tokenizer.
 
-    Pairs are truncated longest-first to ``max_length`` tokens in total (special tokens included).
+    Texts (pairs: together) longer than ``max_length`` tokens, special tokens included, are truncated to it (pairs
+    longest-first), and how many were is logged (``INFO``); an empty text is encoded as the special tokens alone.
     Rows are right-padded with the tokenizer's pad id to the longest row ``W <= max_length``.
 
     Returns a dict of int32 arrays ``input_ids``, ``attention_mask`` (1 = real token) and
     ``token_type_ids`` (all zero when the tokenizer has no segment ids, e.g. RoBERTa), each ``[N, W]``.
     """
-    texts_a = _texts(texts_a, "texts_a")
+    texts_a = as_texts(texts_a, "texts_a")
     if texts_b is not None:
-        texts_b = _texts(texts_b, "texts_b")
+        texts_b = as_texts(texts_b, "texts_b")
         if len(texts_b) != len(texts_a):
             raise ValueError(f"texts_b must have the same length as texts_a ({len(texts_a)}), got {len(texts_b)}")
     if not texts_a:
@@ -63,7 +68,21 @@ def tokenize(tokenizer, texts_a, texts_b=None, *, max_length: int) -> dict[str, 
         else np.zeros_like(mask),
     }
     _check_right_padded(mask, "tokenizer output attention_mask")
+    _log_truncated(tokenizer, texts_a, texts_b, mask, max_length)
     return out
+
+
+def _log_truncated(tokenizer, texts_a, texts_b, mask, max_length: int) -> None:
+    """Log how many rows truncation shortened. Only a row that fills ``max_length`` can have been cut, so only
+    those rows are encoded again, without truncation, to find their full length."""
+    full = np.flatnonzero(mask.sum(1) == max_length)
+    if not full.size:
+        return
+    ids = tokenizer([texts_a[i] for i in full], None if texts_b is None else [texts_b[i] for i in full])["input_ids"]
+    cut = sum(len(row) > max_length for row in ids)
+    if cut:
+        log.info("tokenize: %d of %d %s truncated to max_length=%d tokens", cut, len(texts_a),
+                 "text pairs" if texts_b is not None else "texts", max_length)
 
 
 def _check_right_padded(mask: np.ndarray, name: str) -> None:

@@ -16,7 +16,10 @@ Sources (``data_dir=`` / ``source=``, as for :mod:`isojax.data.sts`):
   PyPI package (see :mod:`isojax.data.sts`) when the Hub cannot be reached.
 
 GLUE test splits are unlabelled: their labels are ``-1`` (the package copy of the STS-B test set does carry
-scores).
+scores); in ``train`` and ``validation`` a label outside the task's classes (or STS-B's [0, 5]), ``-1``
+included, is a ``ValueError`` naming the file and line. A row with an empty (or whitespace-only) text is left
+out of ``train``, with a logged count (it holds nothing to learn from), and is a ``ValueError`` naming the file
+and line in the splits that are evaluated. Text that is not UTF-8 is a ``ValueError`` naming the file and line.
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from isojax.data.batching import as_texts
 from isojax.data.datadir import DATA_DIR_HINT, release_path, resolve_data_dir
 from isojax.data.sts import load_stsb
 from isojax.data.tables import Table, load_table
@@ -120,6 +124,11 @@ class GlueData:
     task: GlueTask
     split: str
 
+    def __post_init__(self):
+        as_texts(self.texts_a, "texts_a")
+        if self.texts_b is not None:
+            as_texts(self.texts_b, "texts_b")
+
     def __len__(self) -> int:
         return len(self.texts_a)
 
@@ -133,12 +142,17 @@ def glue_task(task: str) -> GlueTask:
 
 
 def _labelled(task: GlueTask, table: Table, split: str, classes=()) -> GlueData:
-    """GlueData of a table with the Hub's columns (``label`` -1 marks an unlabelled row)."""
-    texts = [table.text(c) for c in task.text_columns]
+    """GlueData of a table with the Hub's columns (``label`` -1 marks an unlabelled row, in test splits only).
+
+    Rows with an empty text are left out of ``train`` (logged) and an error in the other splits."""
+    if split == "train":
+        table = table.without_blank(task.text_columns)
+    texts = [table.sentences(c) for c in task.text_columns]
+    unlabelled = (-1.0,) if split.startswith("test") else ()
     if task.is_regression:
-        labels = table.number("label", low=0.0, high=5.0, allowed=(-1.0,)).astype(np.float32)
+        labels = table.number("label", low=0.0, high=5.0, allowed=unlabelled).astype(np.float32)
     else:
-        labels = table.number("label", low=0, high=task.num_labels - 1, integer=True, allowed=(-1.0,),
+        labels = table.number("label", low=0, high=task.num_labels - 1, integer=True, allowed=unlabelled,
                               classes=classes).astype(np.int32)
     return GlueData(texts[0], texts[1] if task.is_pair else None, labels, task, split)
 

@@ -3,16 +3,18 @@
 **STS 2012–2016** (one folder per year). Each sub-corpus ``<name>`` is a pair of files:
 ``STS.input.<name>.txt`` (tab-separated ``sentence1, sentence2``; STS16 names its files
 ``STS2016.input.<name>.txt`` and adds two source columns) and ``STS.gs.<name>.txt`` (one gold score in
-[0, 5] per line, aligned with the input; an empty line marks an unscored pair, which is skipped). A gold file
-without its input file (STS12's ``STS.gs.ALL.txt``, the concatenation of the others; STS13's ``SMT``, whose
-text was never redistributed) is skipped with a logged note. A year pools the pairs of all its sub-corpora
-(the MTEB and SentEval "all" convention).
+[0, 5] per line, aligned with the input; an empty line marks an unscored pair, which is skipped and counted
+in the log). A gold file without its input file (STS12's ``STS.gs.ALL.txt``, the concatenation of the others;
+STS13's ``SMT``, whose text was never redistributed) is skipped with a logged note. A year pools the pairs of
+all its sub-corpora (the MTEB and SentEval "all" convention).
 
 **SICK 2014** (SemEval-2014 task 1): ``SICK_train.txt`` (4500 pairs), ``SICK_trial.txt`` (500),
 ``SICK_test_annotated.txt`` (4927), tab-separated with a header ``pair_ID, sentence_A, sentence_B,
 relatedness_score, entailment_judgment``; relatedness lies in [1, 5].
 
-Sentences are kept verbatim. A malformed file is a ``ValueError`` naming the file and line.
+Sentences are kept verbatim. A malformed file (a line with the wrong number of fields, a score that is not a
+number in the set's range, an empty sentence, text that is not UTF-8) is a ``ValueError`` naming the file and
+line.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import numpy as np
 
 from isojax.data.tables import Table
 from isojax.data.tsv import read_tsv
+from isojax.data.utf8 import utf8_lines
 
 __all__ = ["SICK_FILES", "read_sick", "read_sts_pair", "read_sts_release", "sts_release_files"]
 
@@ -38,22 +41,25 @@ def read_sts_pair(input_path, gold_path) -> tuple[list[str], list[str], np.ndarr
     """One SemEval STS sub-corpus: ``(sentences1, sentences2, scores [n] float64)`` of its scored pairs.
 
     The input file has ``n`` lines of 2 (or, STS16, 4) tab-separated fields; the gold file has the same
-    ``n`` lines, each a score in [0, 5] or empty (unscored: the pair is left out).
+    ``n`` lines, each a score in [0, 5] or empty (unscored: the pair is left out, and the count logged). The
+    sentences of a scored pair must hold text.
     """
     inputs = read_tsv(input_path, ("sentence1", "sentence2"), extra=("source1", "source2"))
     gold_path = Path(gold_path)
-    with gold_path.open(encoding="utf-8") as fh:
-        lines = fh.read().split("\n")
+    lines = "".join(utf8_lines(gold_path)).split("\n")
     if lines[-1] == "":
         lines.pop()  # the final newline ends the last line; it does not start another
     if len(lines) != len(inputs):
         raise ValueError(f"{gold_path}: {len(lines)} lines, but its input file {input_path} has {len(inputs)}; "
                          "each input line needs one gold line (empty when unscored)")
     scored = [i for i, line in enumerate(lines) if line.strip()]
+    if len(scored) < len(lines):
+        log.info("%s: %d of %d pairs unscored (empty gold line), left out", gold_path, len(lines) - len(scored),
+                 len(lines))
     gold = Table.from_file(str(gold_path), {"score": [lines[i] for i in scored]}, [i + 1 for i in scored])
     scores = gold.number("score", low=0.0, high=5.0)
-    s1, s2 = inputs.text("sentence1"), inputs.text("sentence2")
-    return [s1[i] for i in scored], [s2[i] for i in scored], scores
+    inputs = inputs.take(scored)
+    return inputs.sentences("sentence1"), inputs.sentences("sentence2"), scores
 
 
 def sts_release_files(directory) -> dict[str, tuple[Path, Path | None]]:
@@ -112,7 +118,7 @@ def read_sick(directory, split: str) -> tuple[list[str], list[str], np.ndarray]:
     s1, s2, scores = [], [], []
     for name in names:
         table = read_tsv(Path(directory) / SICK_FILES[name])
-        s1 += table.text("sentence_A")
-        s2 += table.text("sentence_B")
+        s1 += table.sentences("sentence_A")
+        s2 += table.sentences("sentence_B")
         scores.append(table.number("relatedness_score", low=1.0, high=5.0))
     return s1, s2, np.concatenate(scores)

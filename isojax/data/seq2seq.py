@@ -11,12 +11,16 @@ Tasks (:data:`SEQ2SEQ_TASKS`; the papers' runs are isotropy-calibration-evaluati
 data sets.) Every source goes through :func:`isojax.data.tables.load_table`, as GLUE does: the Hub id, or a local
 file or directory in the Hub's layout (``ro-en/train-00000-of-00001.parquet``, ``train.jsonl``, ``validation.tsv``,
 ...). A column is named ``name`` or, inside a column of dictionaries (WMT's ``translation``), ``name.key``. A missing
-column, or a value that is not text, is a ``ValueError`` naming the file and line.
+column, a value that is not text, or text that is not UTF-8 is a ``ValueError`` naming the file and line. A pair
+whose source or target is empty (or whitespace only) is left out, in every split, and how many were left out (and
+where the first ones were) is logged as a warning: there is nothing to translate or summarise, or nothing to
+compare an output with.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from isojax.data.batching import as_texts
 from isojax.data.tables import Table, load_table
 
 __all__ = ["SEQ2SEQ_TASKS", "Seq2SeqData", "Seq2SeqTask", "load_seq2seq", "seq2seq_task"]
@@ -62,6 +66,8 @@ class Seq2SeqData:
     split: str
 
     def __post_init__(self):
+        as_texts(self.sources, "sources")
+        as_texts(self.targets, "targets")
         if len(self.sources) != len(self.targets):
             raise ValueError(f"sources ({len(self.sources)}) and targets ({len(self.targets)}) must have the same "
                              "length")
@@ -111,4 +117,6 @@ def load_seq2seq(task: str, split: str = "train", *, source="auto") -> Seq2SeqDa
                              f"{spec.source!r} and {spec.target!r}> (command line: --data-source)")
         source = spec.hub_id
     table = load_table(source, split, config=spec.hub_config)
-    return Seq2SeqData(_texts(table, spec.source), _texts(table, spec.target), spec, split)
+    pairs = Table({"source": _texts(table, spec.source), "target": _texts(table, spec.target)}, table.parts)
+    pairs = pairs.without_blank(["source", "target"])
+    return Seq2SeqData(pairs.columns["source"], pairs.columns["target"], spec, split)

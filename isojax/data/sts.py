@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from isojax.data.batching import as_texts
 from isojax.data.datadir import DATA_DIR_HINT, release_path, resolve_data_dir
 from isojax.data.semeval import read_sick, read_sts_release
 from isojax.data.tables import load_table
@@ -53,6 +54,8 @@ class StsData:
     split: str
 
     def __post_init__(self):
+        as_texts(self.sentences1, "sentences1")
+        as_texts(self.sentences2, "sentences2")
         n = len(self.sentences1)
         if len(self.sentences2) != n or self.scores.shape != (n,):
             raise ValueError(f"StsData {self.name}: sentences1 ({n}), sentences2 ({len(self.sentences2)}) "
@@ -143,13 +146,13 @@ def read_stsb_file(path, *, name: str = "stsb", split: str = "") -> StsData:
     """Read an STS-B file in the original distribution format.
 
     Tab-separated, no header, no quoting: ``genre, file, year, id, score, sentence1, sentence2`` and
-    optionally two source columns (197 training rows carry them). Scores must lie in [0, 5]. A malformed
-    line raises ``ValueError`` naming the file and line.
+    optionally two source columns (197 training rows carry them). Scores must lie in [0, 5] and sentences
+    must hold text. A malformed line raises ``ValueError`` naming the file and line.
     """
     table = read_tsv(path, ("genre", "file", "year", "id", "score", "sentence1", "sentence2"),
                      extra=("source1", "source2"))
-    return StsData(table.text("sentence1"), table.text("sentence2"), table.number("score", low=0.0, high=5.0),
-                   name, split)
+    return StsData(table.sentences("sentence1"), table.sentences("sentence2"),
+                   table.number("score", low=0.0, high=5.0), name, split)
 
 
 def _from_table(name: str, split: str, source) -> StsData:
@@ -160,7 +163,7 @@ def _from_table(name: str, split: str, source) -> StsData:
     table = load_table(source, spec.hub_splits[split])
     table.require(["sentence1", "sentence2", "score"])
     low, high = spec.score_range
-    return StsData(table.text("sentence1"), table.text("sentence2"),
+    return StsData(table.sentences("sentence1"), table.sentences("sentence2"),
                    table.number("score", low=low, high=high), name, split)
 
 

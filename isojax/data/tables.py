@@ -13,6 +13,7 @@ served from the local ``datasets`` cache or fails at once with ``ConnectionError
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import os
 import re
@@ -24,7 +25,11 @@ from typing import Sequence
 
 import numpy as np
 
+from isojax.data.utf8 import not_utf8
+
 __all__ = ["Table", "load_table", "local_files"]
+
+log = logging.getLogger(__name__)
 
 # suffix -> (datasets builder, extra builder kwargs, first data line of row 0 or None for "row N")
 _FORMATS = {
@@ -54,11 +59,11 @@ class _Part:
     name: str
     start: int
     stop: int
-    lines: Sequence[int] | None  # 1-based line of each row of the block, or None to count rows
+    numbers: Sequence[int]  # 1-based line (or row) number of each row of the block
+    unit: str = "line"  # "line", or "row" where the file's records are counted, not its lines
 
     def where(self, i: int) -> str:
-        k = i - self.start
-        return f"{self.name}: line {self.lines[k]}" if self.lines is not None else f"{self.name}: row {k + 1}"
+        return f"{self.name}: {self.unit} {self.numbers[i - self.start]}"
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,39 @@ class Table:
             if not isinstance(v, str):
                 raise ValueError(f"{self.where(i)}: column {name!r} must be text, got {v!r}")
         return list(values)
+
+    def sentences(self, name: str) -> list[str]:
+        """Column ``name`` as :meth:`text`, each value holding a non-space character: an empty or
+        whitespace-only sentence is a ``ValueError`` at its line (drop such rows first with
+        :meth:`without_blank` where that is the documented handling)."""
+        values = self.text(name)
+        for i, v in enumerate(values):
+            if not v.strip():
+                raise ValueError(f"{self.where(i)}: column {name!r} is empty{' (whitespace only)' if v else ''}; "
+                                 "every sentence must hold text")
+        return values
+
+    def take(self, rows: Sequence[int]) -> Table:
+        """Rows ``rows`` (increasing indices), each still reported at its own file and line."""
+        rows = list(rows)
+        parts, start = [], 0
+        for p in self.parts:
+            kept = [p.numbers[i - p.start] for i in rows if p.start <= i < p.stop]
+            parts.append(_Part(p.name, start, start + len(kept), kept, p.unit))
+            start += len(kept)
+        return Table({k: [v[i] for i in rows] for k, v in self.columns.items()}, tuple(parts))
+
+    def without_blank(self, names) -> Table:
+        """This table without its rows whose text in a column of ``names`` is empty or whitespace only; how
+        many were left out, and where the first ones were, is logged as a warning."""
+        self.require(names)
+        blank = {i for name in names for i, v in enumerate(self.columns[name]) if isinstance(v, str) and not v.strip()}
+        if not blank:
+            return self
+        first = "; ".join(self.where(i) for i in sorted(blank)[:3])
+        log.warning("%s: skipped %d of %d rows with an empty text in %s (first: %s)", self.origin, len(blank),
+                    len(self), ", ".join(names), first)
+        return self.take([i for i in range(len(self)) if i not in blank])
 
     def number(self, name: str, *, low=None, high=None, integer=False, allowed=(), classes=()) -> np.ndarray:
         """Column ``name`` as float64; each value must be finite, within ``[low, high]`` (and an integer
@@ -174,13 +212,18 @@ def _is_data(path: Path) -> bool:
     return True
 
 
-def _read_file(path: Path):
+def _read_file(path: Path) -> dict[str, list]:
+    """The columns of one local file, read by ``datasets``."""
     import datasets
 
     builder, kwargs, _ = _format(path)
     try:
-        return datasets.load_dataset(builder, data_files=str(path), split="train", **kwargs)
+        return datasets.load_dataset(builder, data_files=str(path), split="train", **kwargs).to_dict()
+    except UnicodeDecodeError:  # the json builder keeps undecodable bytes; converting them to Python fails
+        raise not_utf8(path) from None
     except datasets.exceptions.DatasetGenerationError as e:
+        if isinstance(e.__cause__, UnicodeDecodeError):  # the csv builder fails while reading
+            raise not_utf8(path) from None
         raise ValueError(f"{path}: cannot read as {builder}: {e.__cause__ or e}") from e
 
 
@@ -230,17 +273,17 @@ def load_table(source, split: str, *, config: str | None = None) -> Table:
     else:
         _require_hub()
         ds = datasets.load_dataset(str(source), config, split=split)
-        pieces = [(f"{source}{'/' + config if config else ''} [{split}]", ds, None)]
+        pieces = [(f"{source}{'/' + config if config else ''} [{split}]", ds.to_dict(), None)]
 
     columns: dict[str, list] = {}
     parts, start = [], 0
-    for name, ds, first_line in pieces:
-        if parts and sorted(ds.column_names) != sorted(columns):
-            raise ValueError(f"{name}: columns {sorted(ds.column_names)} differ from {sorted(columns)} "
-                             f"in {parts[0].name}")
-        for col, values in ds.to_dict().items():  # one Arrow conversion; ds[col] iterates row by row
+    for name, piece, first_line in pieces:  # piece: {column: values}, from one Arrow conversion
+        if parts and sorted(piece) != sorted(columns):
+            raise ValueError(f"{name}: columns {sorted(piece)} differ from {sorted(columns)} in {parts[0].name}")
+        for col, values in piece.items():
             columns.setdefault(col, []).extend(values)
-        lines = range(first_line, first_line + len(ds)) if first_line else None
-        parts.append(_Part(name, start, start + len(ds), lines))
-        start += len(ds)
+        n = len(next(iter(piece.values()), ()))
+        numbers = range(first_line or 1, (first_line or 1) + n)
+        parts.append(_Part(name, start, start + n, numbers, "line" if first_line else "row"))
+        start += n
     return Table(columns, tuple(parts))

@@ -5,7 +5,8 @@ per line, fields separated by tabs. They are read here as they were written: no 
 unbalanced double quotes, which a CSV reader would take as the start of a quoted field spanning lines), a
 UTF-8 byte-order mark dropped (GLUE's MRPC files start with one), ``\\n`` or ``\\r\\n`` line ends, a last line
 without a final newline kept. Every row must have exactly the expected number of fields; anything else is a
-``ValueError`` that names the file and the line. Field values are kept verbatim (no stripping).
+``ValueError`` that names the file and the line, and so is text that is not UTF-8. Field values are kept verbatim
+(no stripping).
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Sequence
 
 from isojax.data.tables import Table
+from isojax.data.utf8 import not_utf8
 
 __all__ = ["read_tsv"]
 
@@ -56,8 +58,8 @@ def read_tsv(path, names: Sequence[str] | None = None, *, extra: Sequence[str] =
                 for values, value in zip(columns.values(), row):
                     values.append(value)
                 lines.append(reader.line_num)
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: not UTF-8 text ({e})") from None
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
     if not lines:
         raise ValueError(f"{path}: no data rows")
     return Table.from_file(str(path), columns, lines)

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from isojax.data.utf8 import utf8_lines
+
 __all__ = ["WORDSIM_SETS", "WordSimData", "load_wordsim", "read_word_pairs"]
 
 
@@ -61,31 +63,30 @@ def read_word_pairs(path, *, score_range: tuple[float, float] | None = None, nam
     One pair per line; fields separated by tabs when the line has a tab (so a tab-separated word may
     contain spaces), else by runs of spaces. Blank lines and lines starting with ``#`` are skipped.
     Each line must have exactly three fields and a finite score, within ``score_range`` when given;
-    otherwise ``ValueError`` names the file and 1-based line.
+    otherwise ``ValueError`` names the file and 1-based line, as it does for text that is not UTF-8.
     """
     path = Path(path)
     pairs, scores = [], []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            fields = [f.strip() for f in line.split("\t")] if "\t" in line else line.split()
-            where = f"{path}: line {lineno}"
-            if len(fields) != 3 or not all(fields):
-                raise ValueError(f"{where}: expected 3 fields 'word1 word2 score' (tab or space separated), "
-                                 f"got {len(fields)}: {line!r}")
-            try:
-                score = float(fields[2])
-            except ValueError:
-                score = math.nan
-            if not math.isfinite(score):
-                raise ValueError(f"{where}: score (field 3) must be a finite number, got {fields[2]!r}")
-            if score_range is not None and not score_range[0] <= score <= score_range[1]:
-                raise ValueError(f"{where}: score (field 3) must lie in [{score_range[0]}, {score_range[1]}], "
-                                 f"got {fields[2]!r}")
-            pairs.append((fields[0], fields[1]))
-            scores.append(score)
+    for lineno, line in enumerate(utf8_lines(path), start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        fields = [f.strip() for f in line.split("\t")] if "\t" in line else line.split()
+        where = f"{path}: line {lineno}"
+        if len(fields) != 3 or not all(fields):
+            raise ValueError(f"{where}: expected 3 fields 'word1 word2 score' (tab or space separated), "
+                             f"got {len(fields)}: {line!r}")
+        try:
+            score = float(fields[2])
+        except ValueError:
+            score = math.nan
+        if not math.isfinite(score):
+            raise ValueError(f"{where}: score (field 3) must be a finite number, got {fields[2]!r}")
+        if score_range is not None and not score_range[0] <= score <= score_range[1]:
+            raise ValueError(f"{where}: score (field 3) must lie in [{score_range[0]}, {score_range[1]}], "
+                             f"got {fields[2]!r}")
+        pairs.append((fields[0], fields[1]))
+        scores.append(score)
     if not pairs:
         raise ValueError(f"{path}: no word pairs found")
     return WordSimData(pairs, np.asarray(scores, np.float64), name or path.stem)
