@@ -37,6 +37,7 @@ from isojax.data.glue import glue_task
 from isojax.data.seq2seq import SEQ2SEQ_TASKS, seq2seq_task
 from isojax.models.heads import POOLINGS
 from isojax.models.layers import REMAT_POLICIES, TRANSFORM_PLACEMENTS
+from isojax.train.hyperparams import StepSchedule, hyperparameter, is_schedule_text, to_json
 from isojax.train.objective import COMBINATIONS, Regularizer
 from isojax.train.optim import SCHEDULES
 from isojax.train.parallel import PARALLEL_MODES
@@ -288,9 +289,11 @@ class TrainConfig:
                       self.stage2_epochs, self.stage2_steps))
 
     def to_json(self) -> dict:
-        """A JSON-ready dict of the fields (regularisers as dicts)."""
+        """A JSON-ready dict of the fields: regularisers as dicts whose scheduled weight or options are the text
+        of their :class:`~isojax.train.hyperparams.StepSchedule` (``Regularizer(**d)`` reads such a dict back)."""
         out = dataclasses.asdict(self)
-        out["regularizers"] = [dataclasses.asdict(r) for r in self.regularizers]
+        out["regularizers"] = [{"name": r.name, "weight": to_json(r.weight), "representation": r.representation,
+                                "options": tuple((k, to_json(v)) for k, v in r.options)} for r in self.regularizers]
         return out
 
 
@@ -306,8 +309,10 @@ def _task_name(task: str) -> str:
 
 
 def parse_regularizer(text: str) -> Regularizer:
-    """Parse ``NAME[=WEIGHT][@REPRESENTATION][,KEY=VALUE...]``, e.g. ``isoscore=0.5@cls`` or
-    ``persistent_entropy=0.1@cls,bars=all,classwise=false``. Values parse as bool, int, float or string."""
+    """Parse ``NAME[=WEIGHT][@REPRESENTATION][,KEY=VALUE...]``, e.g. ``isoscore=0.5@cls``,
+    ``persistent_entropy=0.1@cls,bars=all,classwise=false`` or ``istar=linear:0:1:500@cls``. WEIGHT is a number or
+    a schedule of the step (:mod:`isojax.train.hyperparams`: ``constant:V``, ``linear:A:B:N[:S]``,
+    ``warmup:V:N[:S]``, ``cosine:A:N[:F]``); option values parse as bool, int, float, schedule or string."""
     head, *opts = [p.strip() for p in text.split(",")]
     head, _, rep = head.partition("@")
     name, _, weight = head.partition("=")
@@ -317,16 +322,20 @@ def parse_regularizer(text: str) -> Regularizer:
         if not sep:
             raise ValueError(f"regulariser {text!r}: option {opt!r} is not KEY=VALUE")
         options.append((key.strip(), _parse_value(value.strip())))
+    weight = weight.strip()
     try:
-        weight_value = float(weight) if weight else 1.0
-    except ValueError:
-        raise ValueError(f"regulariser {text!r}: weight {weight!r} is not a number") from None
+        weight_value = hyperparameter(weight, "weight") if is_schedule_text(weight) else float(weight or 1.0)
+    except ValueError as e:
+        reason = e if is_schedule_text(weight) else f"weight {weight!r} is not a number or a schedule"
+        raise ValueError(f"regulariser {text!r}: {reason}") from None
     return Regularizer(name.strip(), weight_value, rep.strip() or None, tuple(options))
 
 
 def _parse_value(value: str):
     if value.lower() in ("true", "false"):
         return value.lower() == "true"
+    if is_schedule_text(value):
+        return StepSchedule.parse(value)
     for cast in (int, float):
         try:
             return cast(value)
