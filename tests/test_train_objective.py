@@ -3,7 +3,8 @@
 References: numpy log-softmax cross-entropy and squared error; numpy pairwise cosines on the real rows;
 the ``isoscore`` package (Rudman et al.) for IsoScore; ``ripser`` 0-dim barcodes for persistent entropy;
 numpy SVD for c1="auto"; closed forms of the balancer's first steps, of Adam's first update
-(``-lr * sign(g)``) and of the warm-up/decay schedule.
+(``-lr * sign(g)``) and of the warm-up/decay schedule; numpy closed forms of the weight schedules and optax's own
+schedules, with ``isojax.losses`` on the step's outputs for the scheduled loss.
 """
 import dataclasses
 import json
@@ -16,14 +17,17 @@ import pytest
 
 from isojax import losses
 from isojax.models import EncoderConfig, build_encoder
+from isojax.train import fit
+from isojax.train.cli import config_from_argv
 from isojax.train.collectives import GLOBAL
 from isojax.train.config import TrainConfig, parse_regularizer
+from isojax.train.hyperparams import StepSchedule
 from isojax.train.model import TaskModel, TaskOutput, init_variables
 from isojax.train.objective import Objective, Regularizer, class_ids, resolve_auto_options, task_losses
 from isojax.train.optim import make_optimizer, param_labels, schedule
 from isojax.train.state import create_state
 from isojax.train.step import make_train_step
-from conftest import require
+from conftest import require, save_tiny_encoder
 
 RNG = np.random.default_rng(0)
 N, H, V = 14, 6, 40
@@ -351,3 +355,28 @@ def test_constant_weights_keep_their_json_form():
     regs = (Regularizer("isoscore", 0.5, "cls"), parse_regularizer("persistent_entropy=0.1@cls,bars=all"))
     saved = json.loads(json.dumps(TrainConfig(regularizers=regs).to_json()))["regularizers"]
     assert saved == json.loads(json.dumps([dataclasses.asdict(r) for r in regs]))
+
+
+def test_cli_weight_schedule_runs_compiled_once_and_logs_the_weight(default_model_path, tmp_path, monkeypatch):
+    """``isojax finetune --reg istar=linear:0:1:4:1@cls`` on a tiny random encoder (6 STS-B steps): the schedule is
+    evaluated in one trace of the step, the log's ``istar@cls/weight`` is clip((t - 1) / 4, 0, 1) at step t (closed
+    form), each logged loss is task + weight * istar@cls, and results.json keeps the schedule's text."""
+    tokenizer = require("transformers").AutoTokenizer.from_pretrained(str(default_model_path))
+    model = save_tiny_encoder(tmp_path / "model", tokenizer)
+    traces, evaluate = [], StepSchedule.__call__
+    monkeypatch.setattr(StepSchedule, "__call__", lambda self, step: traces.append(str(self)) or evaluate(self, step))
+    out = tmp_path / "run"
+    fit(config_from_argv(["finetune", "--task", "stsb", "--model", model, "--reg", "istar=linear:0:1:4:1@cls",
+                          "--out", str(out), "--max-length", "32", "--batch-size", "8", "--eval-batch-size", "8",
+                          "--train-limit", "48", "--eval-limit", "8", "--steps", "6", "--log-every", "1",
+                          "--devices", "1", "--quiet"]))
+    train = [r for r in map(json.loads, open(out / "log.jsonl")) if r["kind"] == "train"]
+    assert [r["step"] for r in train] == [1, 2, 3, 4, 5, 6]
+    weights = np.array([r["istar@cls/weight"] for r in train])
+    np.testing.assert_allclose(weights, np.clip((np.arange(6) - 1) / 4, 0, 1), atol=1e-7)
+    np.testing.assert_allclose([r["loss"] for r in train],
+                               [r["task"] + w * r["istar@cls"] for r, w in zip(train, weights)], rtol=1e-6)
+    assert traces == ["linear:0.0:1.0:4:1"]
+    saved = json.load(open(out / "results.json"))["config"]["regularizers"]
+    assert saved == [{"name": "istar", "weight": "linear:0.0:1.0:4:1", "representation": "cls",
+                      "options": [["c0", "identity"], ["zeta", 0.2]]}]
