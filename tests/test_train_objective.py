@@ -297,7 +297,7 @@ def test_scalar_weights_equal_the_float_weight(make):
     (jnp.int32(1), TypeError, "regulariser istar: weight must be a float, got a scalar of dtype int32"),
     (np.complex64(1), TypeError, "weight must be a float, got a scalar of dtype complex64"),
     (True, TypeError, "weight must be a float or a schedule of the step, got True"),
-    ("heavy", ValueError, "weight must be a number or a schedule"),
+    ("heavy", ValueError, "weight 'heavy' is not a number or a schedule"),
     (float("nan"), ValueError, "weight must be finite, got nan"),
     ("linear:0:1", ValueError, r"schedule linear takes linear:A:B:N:S \(3 to 4 numbers\)"),
     ("linear:0:1:0", ValueError, "N .steps. must be a positive integer, got 0"),
@@ -380,3 +380,17 @@ def test_cli_weight_schedule_runs_compiled_once_and_logs_the_weight(default_mode
     saved = json.load(open(out / "results.json"))["config"]["regularizers"]
     assert saved == [{"name": "istar", "weight": "linear:0.0:1.0:4:1", "representation": "cls",
                       "options": [["c0", "identity"], ["zeta", 0.2]]}]
+
+
+def test_cli_joint_alpha_takes_a_number_or_a_schedule():
+    """``--joint-alpha`` is read by TrainConfig: a number as before, a schedule as a StepSchedule kept as text in
+    the JSON; bad text names the field."""
+    base = ["finetune", "--combine", "weighted", "--reg", "istar@cls"]
+    assert config_from_argv(base + ["--joint-alpha", "0.3"]).joint_alpha == 0.3
+    config = config_from_argv(base + ["--joint-alpha", "linear:1:0.5:300"])
+    assert config.joint_alpha == StepSchedule("linear", (1.0, 0.5, 300))
+    assert config.to_json()["joint_alpha"] == "linear:1.0:0.5:300" and TrainConfig().to_json()["joint_alpha"] == 0.5
+    with pytest.raises(ValueError, match="joint_alpha 'half' is not a number or a schedule"):
+        config_from_argv(base + ["--joint-alpha", "half"])
+    with pytest.raises(ValueError, match=r"joint_alpha must be in \[0, 1\], got 1.5"):
+        config_from_argv(base + ["--joint-alpha", "1.5"])

@@ -52,9 +52,9 @@ def _methods_help() -> str:
 
 
 SCHEDULES_HELP = """\
-weight schedules (a WEIGHT or float option VALUE of --reg; t = batches trained so far in the run, N > 0 and S >= 0
-integers of steps; one compilation serves the whole run; each scheduled value is logged as LABEL/weight or
-LABEL/OPTION in log.jsonl):
+weight schedules (a WEIGHT or float option VALUE of --reg, or --joint-alpha; t = batches trained so far in
+the run, N > 0 and S >= 0 integers of steps; one compilation serves the whole run; each scheduled value is logged
+as LABEL/weight, LABEL/OPTION or joint/alpha in log.jsonl):
   constant:V          V
   linear:A:B:N[:S]    A until step S (default 0), linear to B at step S + N, then B      (optax.linear_schedule)
   warmup:V:N[:S]      linear:0:V:N[:S]
@@ -82,7 +82,8 @@ def add_finetune_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--combine", default=d.combine, choices=("sum", "balanced", "weighted"),
                    help="task loss + regularisers: sum, balanced (moving-average balancer), weighted "
                    "(alpha L1 + (1-alpha) L2); isotropy_layer's second stage is balanced unless 'weighted'")
-    g.add_argument("--joint-alpha", type=float, default=d.joint_alpha, help="alpha of --combine weighted")
+    g.add_argument("--joint-alpha", default=d.joint_alpha,
+                   help="alpha of --combine weighted: a number or a schedule of the step (grammar below)")
     g.add_argument("--softdecay-alpha", type=float, default=d.softdecay_alpha,
                    help=f"initial SoftDecay alpha in (-1, 0) (default {d.softdecay_alpha})")
     g.add_argument("--softdecay-placement", default=d.softdecay_placement, choices=("output", "block"),

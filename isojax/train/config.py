@@ -37,7 +37,8 @@ from isojax.data.glue import glue_task
 from isojax.data.seq2seq import SEQ2SEQ_TASKS, seq2seq_task
 from isojax.models.heads import POOLINGS
 from isojax.models.layers import REMAT_POLICIES, TRANSFORM_PLACEMENTS
-from isojax.train.hyperparams import StepSchedule, hyperparameter, is_schedule_text, to_json
+from isojax.train.hyperparams import (Hyperparameter, StepSchedule, hyperparameter, is_schedule_text, is_scheduled,
+                                      to_json)
 from isojax.train.objective import COMBINATIONS, Regularizer
 from isojax.train.optim import SCHEDULES
 from isojax.train.parallel import PARALLEL_MODES
@@ -122,6 +123,9 @@ class TrainConfig:
     "full", "dots") recomputes each block's forward in the backward pass (encoders only; see
     :func:`isojax.models.from_pretrained`); ``log_gradients`` then reports the scanned stack as one group.
 
+    ``joint_alpha`` and ``balancer_smoothing`` (and the regularisers' weights and float options) are numbers or
+    schedules of the step (:mod:`isojax.train.hyperparams`; text such as ``"linear:1:0.5:300"`` is read as one).
+
     Sequence-to-sequence tasks: ``max_length`` / ``max_target_length`` tokens of source / target,
     ``label_smoothing`` of the token cross-entropy, and the decoding of the dev set: ``num_beams`` (1 = greedy),
     ``length_penalty``, ``generation_max_length`` (decoder start token included; default max_target_length + 1).
@@ -135,8 +139,8 @@ class TrainConfig:
     regularizers: tuple[Regularizer, ...] = ()
     pooling: str = "cls"
     combine: str = "sum"
-    joint_alpha: float = 0.5
-    balancer_smoothing: float = 0.15
+    joint_alpha: Hyperparameter = 0.5
+    balancer_smoothing: Hyperparameter = 0.15
     softdecay_alpha: float = -0.2
     softdecay_placement: str = "output"
     max_length: int = 128
@@ -219,9 +223,11 @@ class TrainConfig:
                 _positive(getattr(self, name), name, integer=True)
         if not 0 <= self.warmup_ratio < 1:
             raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio!r}")
-        if not 0 <= self.joint_alpha <= 1:
+        for name in ("joint_alpha", "balancer_smoothing"):
+            object.__setattr__(self, name, hyperparameter(getattr(self, name), name))
+        if not is_scheduled(self.joint_alpha) and not 0 <= self.joint_alpha <= 1:
             raise ValueError(f"joint_alpha must be in [0, 1], got {self.joint_alpha!r}")
-        if not 0 < self.balancer_smoothing <= 1:
+        if not is_scheduled(self.balancer_smoothing) and not 0 < self.balancer_smoothing <= 1:
             raise ValueError(f"balancer_smoothing must be in (0, 1], got {self.balancer_smoothing!r}")
         if not -1 < self.softdecay_alpha < 0:
             raise ValueError(f"softdecay_alpha must be in (-1, 0), got {self.softdecay_alpha!r}")
@@ -289,9 +295,11 @@ class TrainConfig:
                       self.stage2_epochs, self.stage2_steps))
 
     def to_json(self) -> dict:
-        """A JSON-ready dict of the fields: regularisers as dicts whose scheduled weight or options are the text
-        of their :class:`~isojax.train.hyperparams.StepSchedule` (``Regularizer(**d)`` reads such a dict back)."""
+        """A JSON-ready dict of the fields: a scheduled ``joint_alpha`` / ``balancer_smoothing`` as the text of its
+        :class:`~isojax.train.hyperparams.StepSchedule`, regularisers as dicts whose scheduled weight or options are
+        such text (``Regularizer(**d)`` reads such a dict back)."""
         out = dataclasses.asdict(self)
+        out.update(joint_alpha=to_json(self.joint_alpha), balancer_smoothing=to_json(self.balancer_smoothing))
         out["regularizers"] = [{"name": r.name, "weight": to_json(r.weight), "representation": r.representation,
                                 "options": tuple((k, to_json(v)) for k, v in r.options)} for r in self.regularizers]
         return out
@@ -322,12 +330,10 @@ def parse_regularizer(text: str) -> Regularizer:
         if not sep:
             raise ValueError(f"regulariser {text!r}: option {opt!r} is not KEY=VALUE")
         options.append((key.strip(), _parse_value(value.strip())))
-    weight = weight.strip()
     try:
-        weight_value = hyperparameter(weight, "weight") if is_schedule_text(weight) else float(weight or 1.0)
+        weight_value = hyperparameter(weight.strip() or 1.0, "weight")
     except ValueError as e:
-        reason = e if is_schedule_text(weight) else f"weight {weight!r} is not a number or a schedule"
-        raise ValueError(f"regulariser {text!r}: {reason}") from None
+        raise ValueError(f"regulariser {text!r}: {e}") from None
     return Regularizer(name.strip(), weight_value, rep.strip() or None, tuple(options))
 
 

@@ -97,14 +97,18 @@ def is_schedule_text(text: str) -> bool:
 
 
 def hyperparameter(value, name: str) -> Hyperparameter:
-    """``value`` checked and normalised: a Python number or 0-d real NumPy / JAX float scalar becomes a Python float,
-    schedule text (module docstring) a :class:`StepSchedule`, a callable is kept as the schedule it is. Anything
+    """``value`` checked and normalised: a Python number, a 0-d NumPy / JAX float scalar or the text of a number
+    becomes a Python float, schedule text (module docstring) a :class:`StepSchedule`, a callable is kept as the
+    schedule it is. Anything
     else (a bool, an array with axes, an integer or complex array, a non-finite number, a traced value) is a
     ``TypeError`` / ``ValueError`` naming ``name``."""
     if isinstance(value, str):
-        if not is_schedule_text(value):
-            raise ValueError(f"{name} must be a number or a schedule ({', '.join(SCHEDULE_KINDS)}), got {value!r}")
-        return StepSchedule.parse(value)
+        if is_schedule_text(value):
+            return StepSchedule.parse(value)
+        try:
+            value = float(value)
+        except ValueError:
+            raise ValueError(f"{name} {value!r} is not a number or a schedule ({', '.join(SCHEDULE_KINDS)})") from None
     if callable(value):
         return value
     if isinstance(value, bool) or value is None:
