@@ -309,6 +309,11 @@ def test_bad_weights_raise_naming_the_weight(weight, error, message):
         Regularizer("istar", weight)
 
 
+def test_a_traced_weight_is_refused_with_the_way_to_schedule_it():
+    with pytest.raises(TypeError, match="weight must be a concrete value .* pass a schedule of the step"):
+        jax.jit(lambda w: Regularizer("istar", w).weight)(0.3)
+
+
 def test_option_and_joint_hyperparameters_take_scalars_and_schedules():
     """A scheduled option (I-STAR's zeta) and a scheduled alpha of the weighted joint loss are evaluated at the step
     and logged; a NumPy scalar option is held as a float; a bad one names the option."""
