@@ -3,8 +3,12 @@
 References: numpy log-softmax cross-entropy and squared error; numpy pairwise cosines on the real rows;
 the ``isoscore`` package (Rudman et al.) for IsoScore; ``ripser`` 0-dim barcodes for persistent entropy;
 numpy SVD for c1="auto"; closed forms of the balancer's first steps, of Adam's first update
-(``-lr * sign(g)``) and of the warm-up/decay schedule.
+(``-lr * sign(g)``) and of the warm-up/decay schedule; numpy closed forms of the weight schedules and optax's own
+schedules, with ``isojax.losses`` on the step's outputs for the scheduled loss.
 """
+import dataclasses
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,12 +16,18 @@ import optax
 import pytest
 
 from isojax import losses
+from isojax.models import EncoderConfig, build_encoder
+from isojax.train import fit
+from isojax.train.cli import config_from_argv
 from isojax.train.collectives import GLOBAL
 from isojax.train.config import TrainConfig, parse_regularizer
-from isojax.train.model import TaskOutput
+from isojax.train.hyperparams import StepSchedule
+from isojax.train.model import TaskModel, TaskOutput, init_variables
 from isojax.train.objective import Objective, Regularizer, class_ids, resolve_auto_options, task_losses
 from isojax.train.optim import make_optimizer, param_labels, schedule
-from conftest import require
+from isojax.train.state import create_state
+from isojax.train.step import make_train_step
+from conftest import require, save_tiny_encoder
 
 RNG = np.random.default_rng(0)
 N, H, V = 14, 6, 40
@@ -210,3 +220,182 @@ def test_istar_with_a_data_reference_equals_the_isoscore_package():
                                                 jnp.zeros(N, jnp.int32), GLOBAL)) - float(value)) > 1e-3
     with pytest.raises(ValueError, match="c0 must be 'identity' or 'data'"):
         parse_regularizer("istar@cls,c0=batch").check()
+
+
+def _tiny_task_model():
+    """A 1-layer, 16-wide random encoder with a 3-class head, dropout off (the step's forward is then the
+    deterministic forward): ``(model, variables)``."""
+    cfg = EncoderConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+                        max_position_embeddings=16, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    encoder = build_encoder(cfg)
+    model = TaskModel(encoder, num_labels=3, dropout_rate=0.0)
+    params = encoder.init(jax.random.key(3), jnp.zeros((1, 4), jnp.int32))["params"]
+    return model, init_variables(model, params, jax.random.key(4))
+
+
+def _token_batch(i, b=8, length=6):
+    r = np.random.default_rng(100 + i)
+    mask = (np.arange(length) < r.integers(2, length + 1, b)[:, None]).astype(np.int32)
+    return {"input_ids": (r.integers(1, 50, (b, length)) * mask).astype(np.int32), "attention_mask": mask,
+            "token_type_ids": np.zeros((b, length), np.int32), "labels": r.integers(0, 3, b).astype(np.int32)}
+
+
+def test_scheduled_weight_compiles_once_is_logged_and_weights_the_loss():
+    """A linear weight schedule (0.1 at steps <= 1, to 1.0 at step 5): the jitted step is traced once over 7 steps,
+    ``isoscore@cls/weight`` follows the closed form 0.1 + 0.9 clip((t - 1) / 4, 0, 1) and optax's own linear
+    schedule, and each step's loss is numpy's cross-entropy + weight(t) * losses.isoscore_loss of the [CLS] vectors
+    that the step's parameters give."""
+    traces = []
+
+    def weight(step):
+        traces.append(step)
+        return optax.linear_schedule(0.1, 1.0, 4, 1)(step)
+
+    model, variables = _tiny_task_model()
+    objective = Objective(3, (Regularizer("isoscore", weight, "cls"),))
+    optimizer = optax.adam(1e-2)
+    step = jax.jit(make_train_step(model, objective, optimizer))
+    state = create_state(variables, optimizer, seed=0)
+    want_weights = 0.1 + 0.9 * np.clip((np.arange(7) - 1) / 4, 0, 1)
+    independent = optax.linear_schedule(0.1, 1.0, 4, 1)
+    for t in range(7):
+        batch = _token_batch(t)
+        out = model.apply({"params": state.params}, batch["input_ids"], batch["attention_mask"],
+                          batch["token_type_ids"], deterministic=True)
+        logits = np.asarray(out.logits, np.float64)
+        log_softmax = logits - np.log(np.exp(logits).sum(1, keepdims=True))
+        ce = -np.mean(log_softmax[np.arange(len(logits)), batch["labels"]])
+        isoscore = float(losses.isoscore_loss(out.cls))
+        state, metrics = step(state, batch)
+        assert float(metrics["isoscore@cls/weight"]) == pytest.approx(want_weights[t], abs=1e-6)
+        assert float(metrics["isoscore@cls/weight"]) == pytest.approx(float(independent(t)), abs=1e-7)
+        np.testing.assert_allclose(float(metrics["isoscore@cls"]), isoscore, rtol=1e-5)
+        np.testing.assert_allclose(float(metrics["loss"]), ce + want_weights[t] * isoscore, rtol=1e-5)
+    assert len(traces) == 1 and step._cache_size() == 1
+    assert int(state.step) == 7
+
+
+@pytest.mark.parametrize("make", [lambda: jnp.float32(0.3), lambda: np.float32(0.3), lambda: 0.3,
+                                  lambda: jnp.asarray(0.3, jnp.bfloat16)], ids=["jax", "numpy", "float", "bfloat16"])
+def test_scalar_weights_equal_the_float_weight(make):
+    """A 0-d NumPy / JAX float weight gives the loss task + w * R of its value, R = losses.istar_loss, and is held as
+    a Python float (the regulariser stays hashable and the step static)."""
+    out = _output()
+    labels = jnp.asarray(RNG.integers(0, 3, N))
+    reg = Regularizer("istar", make(), "cls")
+    assert type(reg.weight) is float and hash(reg)
+    loss, terms, _ = Objective(3, (reg,))(out, PARAMS, labels, losses.balancer_init(2), GLOBAL)
+    w = np.float32(make())
+    want = np.float32(terms["task"]) + w * np.float32(losses.istar_loss(out.cls))
+    assert float(loss) == pytest.approx(float(want), rel=1e-6)
+    assert set(terms) == {"task", "istar@cls"}  # a constant weight is not logged as a schedule
+
+
+@pytest.mark.parametrize("weight, error, message", [
+    (jnp.ones(2), ValueError, r"regulariser istar: weight must be a scalar, got an array of shape \(2,\)"),
+    (np.array([0.3]), ValueError, r"weight must be a scalar, got an array of shape \(1,\)"),
+    (jnp.int32(1), TypeError, "regulariser istar: weight must be a float, got a scalar of dtype int32"),
+    (np.complex64(1), TypeError, "weight must be a float, got a scalar of dtype complex64"),
+    (True, TypeError, "weight must be a float or a schedule of the step, got True"),
+    ("heavy", ValueError, "weight 'heavy' is not a number or a schedule"),
+    (float("nan"), ValueError, "weight must be finite, got nan"),
+    ("linear:0:1", ValueError, r"schedule linear takes linear:A:B:N:S \(3 to 4 numbers\)"),
+    ("linear:0:1:0", ValueError, "N .steps. must be a positive integer, got 0"),
+    ("warmup:1:2.5", ValueError, "N .steps. must be a positive integer, got 2.5"),
+    ("cosine:x:4", ValueError, "the fields after 'cosine' must be numbers"),
+])
+def test_bad_weights_raise_naming_the_weight(weight, error, message):
+    with pytest.raises(error, match=message):
+        Regularizer("istar", weight)
+
+
+def test_a_traced_weight_is_refused_with_the_way_to_schedule_it():
+    with pytest.raises(TypeError, match="weight must be a concrete value .* pass a schedule of the step"):
+        jax.jit(lambda w: Regularizer("istar", w).weight)(0.3)
+
+
+def test_option_and_joint_hyperparameters_take_scalars_and_schedules():
+    """A scheduled option (I-STAR's zeta) and a scheduled alpha of the weighted joint loss are evaluated at the step
+    and logged; a NumPy scalar option is held as a float; a bad one names the option."""
+    out = _output()
+    labels = jnp.asarray(RNG.integers(0, 3, N))
+    reg = parse_regularizer("istar=0.5@cls,zeta=linear:0.5:0.1:4")
+    objective = Objective(3, (reg,), "weighted", alpha=optax.linear_schedule(1.0, 0.0, 10))
+    with pytest.raises(ValueError, match="pass step"):
+        objective(out, PARAMS, labels, losses.balancer_init(2), GLOBAL)
+    loss, terms, _ = objective(out, PARAMS, labels, losses.balancer_init(2), GLOBAL, step=jnp.asarray(2))
+    zeta, alpha = 0.5 + (0.1 - 0.5) * 2 / 4, 1.0 - 2 / 10
+    istar = float(losses.istar_loss(out.cls, zeta=zeta))
+    np.testing.assert_allclose([terms["istar@cls/zeta"], terms["joint/alpha"], terms["istar@cls"]],
+                               [zeta, alpha, istar], rtol=1e-5)
+    np.testing.assert_allclose(loss, alpha * terms["task"] + (1 - alpha) * 0.5 * istar, rtol=1e-5)
+    assert dict(Regularizer("istar", options=(("zeta", np.float64(0.3)),)).options)["zeta"] == 0.3
+    with pytest.raises(ValueError, match="regulariser istar: option zeta must be a scalar"):
+        Regularizer("istar", options=(("zeta", np.ones(3)),))
+
+
+@pytest.mark.parametrize("text, closed_form", [
+    ("constant:0.7", lambda t: np.full_like(t, 0.7)),
+    ("linear:0:1.5:4", lambda t: 1.5 * np.clip(t / 4, 0, 1)),
+    ("linear:1:0.5:4:2", lambda t: 1 - 0.5 * np.clip((t - 2) / 4, 0, 1)),
+    ("warmup:2:5", lambda t: 2 * np.clip(t / 5, 0, 1)),
+    ("warmup:2:5:3", lambda t: 2 * np.clip((t - 3) / 5, 0, 1)),
+    ("cosine:2:8", lambda t: 2 * (1 + np.cos(np.pi * np.minimum(t, 8) / 8)) / 2),
+    ("cosine:2:8:0.25", lambda t: 2 * (0.25 + 0.75 * (1 + np.cos(np.pi * np.minimum(t, 8) / 8)) / 2)),
+])
+def test_weight_schedule_text_follows_its_closed_form_and_round_trips(text, closed_form):
+    """``--reg istar=TEXT@cls``: the weight at steps 0..11 equals the grammar's closed form (numpy), and the
+    configuration's JSON holds the text, which reads back to the same regulariser."""
+    reg = parse_regularizer(f"istar={text}@cls")
+    t = np.arange(12.0)
+    np.testing.assert_allclose([float(reg.weight(jnp.asarray(k, jnp.int32))) for k in range(12)], closed_form(t),
+                               rtol=1e-6, atol=1e-7)
+    saved = json.loads(json.dumps(TrainConfig(regularizers=(reg,)).to_json()))["regularizers"][0]
+    assert saved["weight"] == str(reg.weight) and Regularizer(**saved) == reg
+
+
+def test_constant_weights_keep_their_json_form():
+    """A configuration without schedules writes the same JSON as before schedules existed (``dataclasses.asdict``
+    of each regulariser), so checkpoints of earlier runs still resume."""
+    regs = (Regularizer("isoscore", 0.5, "cls"), parse_regularizer("persistent_entropy=0.1@cls,bars=all"))
+    saved = json.loads(json.dumps(TrainConfig(regularizers=regs).to_json()))["regularizers"]
+    assert saved == json.loads(json.dumps([dataclasses.asdict(r) for r in regs]))
+
+
+def test_cli_weight_schedule_runs_compiled_once_and_logs_the_weight(default_model_path, tmp_path, monkeypatch):
+    """``isojax finetune --reg istar=linear:0:1:4:1@cls`` on a tiny random encoder (6 STS-B steps): the schedule is
+    evaluated in one trace of the step, the log's ``istar@cls/weight`` is clip((t - 1) / 4, 0, 1) at step t (closed
+    form), each logged loss is task + weight * istar@cls, and results.json keeps the schedule's text."""
+    tokenizer = require("transformers").AutoTokenizer.from_pretrained(str(default_model_path))
+    model = save_tiny_encoder(tmp_path / "model", tokenizer)
+    traces, evaluate = [], StepSchedule.__call__
+    monkeypatch.setattr(StepSchedule, "__call__", lambda self, step: traces.append(str(self)) or evaluate(self, step))
+    out = tmp_path / "run"
+    fit(config_from_argv(["finetune", "--task", "stsb", "--model", model, "--reg", "istar=linear:0:1:4:1@cls",
+                          "--out", str(out), "--max-length", "32", "--batch-size", "8", "--eval-batch-size", "8",
+                          "--train-limit", "48", "--eval-limit", "8", "--steps", "6", "--log-every", "1",
+                          "--devices", "1", "--quiet"]))
+    train = [r for r in map(json.loads, open(out / "log.jsonl")) if r["kind"] == "train"]
+    assert [r["step"] for r in train] == [1, 2, 3, 4, 5, 6]
+    weights = np.array([r["istar@cls/weight"] for r in train])
+    np.testing.assert_allclose(weights, np.clip((np.arange(6) - 1) / 4, 0, 1), atol=1e-7)
+    np.testing.assert_allclose([r["loss"] for r in train],
+                               [r["task"] + w * r["istar@cls"] for r, w in zip(train, weights)], rtol=1e-6)
+    assert traces == ["linear:0.0:1.0:4:1"]
+    saved = json.load(open(out / "results.json"))["config"]["regularizers"]
+    assert saved == [{"name": "istar", "weight": "linear:0.0:1.0:4:1", "representation": "cls",
+                      "options": [["c0", "identity"], ["zeta", 0.2]]}]
+
+
+def test_cli_joint_alpha_takes_a_number_or_a_schedule():
+    """``--joint-alpha`` is read by TrainConfig: a number as before, a schedule as a StepSchedule kept as text in
+    the JSON; bad text names the field."""
+    base = ["finetune", "--combine", "weighted", "--reg", "istar@cls"]
+    assert config_from_argv(base + ["--joint-alpha", "0.3"]).joint_alpha == 0.3
+    config = config_from_argv(base + ["--joint-alpha", "linear:1:0.5:300"])
+    assert config.joint_alpha == StepSchedule("linear", (1.0, 0.5, 300))
+    assert config.to_json()["joint_alpha"] == "linear:1.0:0.5:300" and TrainConfig().to_json()["joint_alpha"] == 0.5
+    with pytest.raises(ValueError, match="joint_alpha 'half' is not a number or a schedule"):
+        config_from_argv(base + ["--joint-alpha", "half"])
+    with pytest.raises(ValueError, match=r"joint_alpha must be in \[0, 1\], got 1.5"):
+        config_from_argv(base + ["--joint-alpha", "1.5"])

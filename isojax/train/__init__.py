@@ -3,19 +3,24 @@ Orbax checkpoints, evaluation of task metrics and isotropy, and :func:`fit`, the
 
 Modules: :mod:`~isojax.train.config` (the run, the methods), :mod:`~isojax.train.model` (encoder + isotropy
 modules + head), :mod:`~isojax.train.objective` (task loss + regularisers / joint loss),
-:mod:`~isojax.train.optim`, :mod:`~isojax.train.state`, :mod:`~isojax.train.step`,
+:mod:`~isojax.train.hyperparams` (weights and other hyperparameters as
+numbers or schedules of the step), :mod:`~isojax.train.optim`, :mod:`~isojax.train.state`, :mod:`~isojax.train.step`,
 :mod:`~isojax.train.collectives` and :mod:`~isojax.train.parallel` (mesh and pmap),
 :mod:`~isojax.train.feed` (each process's rows of every batch), :mod:`~isojax.train.checkpoint`,
 :mod:`~isojax.train.evaluation`, :mod:`~isojax.train.logs`, :mod:`~isojax.train.loop`, :mod:`~isojax.train.cli`.
 """
 from isojax.train.config import METHODS, Method, TrainConfig, parse_regularizer
+from isojax.train.hyperparams import StepSchedule
 from isojax.train.loop import FitResult, fit
-from isojax.train.model import REPRESENTATIONS, TaskModel
+from isojax.train.model import REPRESENTATIONS, TaskModel, init_variables
 from isojax.train.objective import REGULARIZERS, Objective, Regularizer
-from isojax.train.state import TrainState
+from isojax.train.optim import make_optimizer
+from isojax.train.parallel import make_mesh, make_runner
+from isojax.train.state import TrainState, create_state
 from isojax.train.step import make_predict_step, make_train_step
 
 __all__ = [
-    "METHODS", "REGULARIZERS", "REPRESENTATIONS", "FitResult", "Method", "Objective", "Regularizer", "TaskModel",
-    "TrainConfig", "TrainState", "fit", "make_predict_step", "make_train_step", "parse_regularizer",
+    "METHODS", "REGULARIZERS", "REPRESENTATIONS", "FitResult", "Method", "Objective", "Regularizer", "StepSchedule",
+    "TaskModel", "TrainConfig", "TrainState", "create_state", "fit", "init_variables", "make_mesh",
+    "make_optimizer", "make_predict_step", "make_runner", "make_train_step", "parse_regularizer",
 ]

@@ -47,7 +47,19 @@ def _methods_help() -> str:
     reps = [f"  {name:<12} {text}" for name, text in REPRESENTATIONS.items()]
     return ("methods:\n" + "\n".join(lines)
             + "\n\nregularisers (--reg NAME[=WEIGHT][@REPRESENTATION][,KEY=VALUE...]):\n" + "\n".join(regs)
+            + "\n\n" + SCHEDULES_HELP
             + "\n\nrepresentations:\n" + "\n".join(reps))
+
+
+SCHEDULES_HELP = """\
+weight schedules (a WEIGHT or float option VALUE of --reg, or --joint-alpha; t = batches trained so far in
+the run, N > 0 and S >= 0 integers of steps; one compilation serves the whole run; each scheduled value is logged
+as LABEL/weight, LABEL/OPTION or joint/alpha in log.jsonl):
+  constant:V          V
+  linear:A:B:N[:S]    A until step S (default 0), linear to B at step S + N, then B      (optax.linear_schedule)
+  warmup:V:N[:S]      linear:0:V:N[:S]
+  cosine:A:N[:F]      A (F + (1 - F)(1 + cos(pi min(t, N) / N)) / 2), from A to F A      (optax.cosine_decay_schedule)
+  e.g. --reg istar=linear:0:1.0:500@cls      --reg istar=warmup:0.1:200:100@cls,zeta=linear:0.5:0.2:1000"""
 
 
 def add_finetune_parser(subparsers) -> argparse.ArgumentParser:
@@ -63,13 +75,15 @@ def add_finetune_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--model", default=d.model, help="model directory, Hub id, or 'default' (all-MiniLM-L6-v2)")
     g.add_argument("--method", default=d.method, help=f"isotropy method (default {d.method}; list below)")
     g.add_argument("--reg", action="append", default=[], metavar="SPEC",
-                   help="extra regulariser NAME[=WEIGHT][@REPRESENTATION][,KEY=VALUE...] (repeatable)")
+                   help="extra regulariser NAME[=WEIGHT][@REPRESENTATION][,KEY=VALUE...] (repeatable); WEIGHT and "
+                   "float VALUEs are numbers or schedules of the step, e.g. istar=linear:0:1:500@cls (list below)")
     g.add_argument("--pooling", default=d.pooling, help=f"sentence representation fed to the head (default "
                    f"{d.pooling}): cls, pooler, mean, first_last_avg, last2avg")
     g.add_argument("--combine", default=d.combine, choices=("sum", "balanced", "weighted"),
                    help="task loss + regularisers: sum, balanced (moving-average balancer), weighted "
                    "(alpha L1 + (1-alpha) L2); isotropy_layer's second stage is balanced unless 'weighted'")
-    g.add_argument("--joint-alpha", type=float, default=d.joint_alpha, help="alpha of --combine weighted")
+    g.add_argument("--joint-alpha", default=d.joint_alpha,
+                   help="alpha of --combine weighted: a number or a schedule of the step (grammar below)")
     g.add_argument("--softdecay-alpha", type=float, default=d.softdecay_alpha,
                    help=f"initial SoftDecay alpha in (-1, 0) (default {d.softdecay_alpha})")
     g.add_argument("--softdecay-placement", default=d.softdecay_placement, choices=("output", "block"),

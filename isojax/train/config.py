@@ -37,6 +37,8 @@ from isojax.data.glue import glue_task
 from isojax.data.seq2seq import SEQ2SEQ_TASKS, seq2seq_task
 from isojax.models.heads import POOLINGS
 from isojax.models.layers import REMAT_POLICIES, TRANSFORM_PLACEMENTS
+from isojax.train.hyperparams import (Hyperparameter, StepSchedule, hyperparameter, is_schedule_text, is_scheduled,
+                                      to_json)
 from isojax.train.objective import COMBINATIONS, Regularizer
 from isojax.train.optim import SCHEDULES
 from isojax.train.parallel import PARALLEL_MODES
@@ -121,6 +123,9 @@ class TrainConfig:
     "full", "dots") recomputes each block's forward in the backward pass (encoders only; see
     :func:`isojax.models.from_pretrained`); ``log_gradients`` then reports the scanned stack as one group.
 
+    ``joint_alpha`` and ``balancer_smoothing`` (and the regularisers' weights and float options) are numbers or
+    schedules of the step (:mod:`isojax.train.hyperparams`; text such as ``"linear:1:0.5:300"`` is read as one).
+
     Sequence-to-sequence tasks: ``max_length`` / ``max_target_length`` tokens of source / target,
     ``label_smoothing`` of the token cross-entropy, and the decoding of the dev set: ``num_beams`` (1 = greedy),
     ``length_penalty``, ``generation_max_length`` (decoder start token included; default max_target_length + 1).
@@ -134,8 +139,8 @@ class TrainConfig:
     regularizers: tuple[Regularizer, ...] = ()
     pooling: str = "cls"
     combine: str = "sum"
-    joint_alpha: float = 0.5
-    balancer_smoothing: float = 0.15
+    joint_alpha: Hyperparameter = 0.5
+    balancer_smoothing: Hyperparameter = 0.15
     softdecay_alpha: float = -0.2
     softdecay_placement: str = "output"
     max_length: int = 128
@@ -218,9 +223,11 @@ class TrainConfig:
                 _positive(getattr(self, name), name, integer=True)
         if not 0 <= self.warmup_ratio < 1:
             raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio!r}")
-        if not 0 <= self.joint_alpha <= 1:
+        for name in ("joint_alpha", "balancer_smoothing"):
+            object.__setattr__(self, name, hyperparameter(getattr(self, name), name))
+        if not is_scheduled(self.joint_alpha) and not 0 <= self.joint_alpha <= 1:
             raise ValueError(f"joint_alpha must be in [0, 1], got {self.joint_alpha!r}")
-        if not 0 < self.balancer_smoothing <= 1:
+        if not is_scheduled(self.balancer_smoothing) and not 0 < self.balancer_smoothing <= 1:
             raise ValueError(f"balancer_smoothing must be in (0, 1], got {self.balancer_smoothing!r}")
         if not -1 < self.softdecay_alpha < 0:
             raise ValueError(f"softdecay_alpha must be in (-1, 0), got {self.softdecay_alpha!r}")
@@ -288,9 +295,13 @@ class TrainConfig:
                       self.stage2_epochs, self.stage2_steps))
 
     def to_json(self) -> dict:
-        """A JSON-ready dict of the fields (regularisers as dicts)."""
+        """A JSON-ready dict of the fields: a scheduled ``joint_alpha`` / ``balancer_smoothing`` as the text of its
+        :class:`~isojax.train.hyperparams.StepSchedule`, regularisers as dicts whose scheduled weight or options are
+        such text (``Regularizer(**d)`` reads such a dict back)."""
         out = dataclasses.asdict(self)
-        out["regularizers"] = [dataclasses.asdict(r) for r in self.regularizers]
+        out.update(joint_alpha=to_json(self.joint_alpha), balancer_smoothing=to_json(self.balancer_smoothing))
+        out["regularizers"] = [{"name": r.name, "weight": to_json(r.weight), "representation": r.representation,
+                                "options": tuple((k, to_json(v)) for k, v in r.options)} for r in self.regularizers]
         return out
 
 
@@ -306,8 +317,10 @@ def _task_name(task: str) -> str:
 
 
 def parse_regularizer(text: str) -> Regularizer:
-    """Parse ``NAME[=WEIGHT][@REPRESENTATION][,KEY=VALUE...]``, e.g. ``isoscore=0.5@cls`` or
-    ``persistent_entropy=0.1@cls,bars=all,classwise=false``. Values parse as bool, int, float or string."""
+    """Parse ``NAME[=WEIGHT][@REPRESENTATION][,KEY=VALUE...]``, e.g. ``isoscore=0.5@cls``,
+    ``persistent_entropy=0.1@cls,bars=all,classwise=false`` or ``istar=linear:0:1:500@cls``. WEIGHT is a number or
+    a schedule of the step (:mod:`isojax.train.hyperparams`: ``constant:V``, ``linear:A:B:N[:S]``,
+    ``warmup:V:N[:S]``, ``cosine:A:N[:F]``); option values parse as bool, int, float, schedule or string."""
     head, *opts = [p.strip() for p in text.split(",")]
     head, _, rep = head.partition("@")
     name, _, weight = head.partition("=")
@@ -318,15 +331,17 @@ def parse_regularizer(text: str) -> Regularizer:
             raise ValueError(f"regulariser {text!r}: option {opt!r} is not KEY=VALUE")
         options.append((key.strip(), _parse_value(value.strip())))
     try:
-        weight_value = float(weight) if weight else 1.0
-    except ValueError:
-        raise ValueError(f"regulariser {text!r}: weight {weight!r} is not a number") from None
+        weight_value = hyperparameter(weight.strip() or 1.0, "weight")
+    except ValueError as e:
+        raise ValueError(f"regulariser {text!r}: {e}") from None
     return Regularizer(name.strip(), weight_value, rep.strip() or None, tuple(options))
 
 
 def _parse_value(value: str):
     if value.lower() in ("true", "false"):
         return value.lower() == "true"
+    if is_schedule_text(value):
+        return StepSchedule.parse(value)
     for cast in (int, float):
         try:
             return cast(value)

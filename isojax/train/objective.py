@@ -32,6 +32,12 @@ points is at hand) or ``"data"``: the covariance (ddof 1) of the representation 
 start of training over the training set (:func:`data_references`), which the objective holds in
 ``references`` under the term's label.
 
+Weights ``lambda_k``, the regularisers' float options and the joint loss's ``alpha`` and ``smoothing`` are each a
+number or a schedule of the step (:mod:`isojax.train.hyperparams`: an optax schedule, or text such as
+``linear:0:1:500``), evaluated in the train step on the traced step count, so one compilation serves the whole run.
+A scheduled value is logged beside the terms: ``<label>/weight``, ``<label>/<option>``, ``joint/alpha``,
+``joint/smoothing``.
+
 Class-wise persistent entropy (shrink-the-longest §4) splits the cloud by label; for the regression task
 (STS-B, scores in [0, 5]) the classes are ``bins`` equal-width score bins. Every batch-level regulariser is
 computed on the *global* batch (see :mod:`isojax.train.collectives`).
@@ -48,6 +54,7 @@ import optax
 
 from isojax import losses, topology
 from isojax.train.collectives import Collectives
+from isojax.train.hyperparams import Hyperparameter, hyperparameter, is_schedule_text, is_scheduled, value_at
 from isojax.train.model import REPRESENTATIONS, TaskOutput, word_embeddings
 
 REGRESSION_RANGE = (0.0, 5.0)  # STS-B scores, GLUE's only regression task
@@ -116,15 +123,17 @@ REGULARIZERS: dict[str, RegularizerKind] = {
 
 @dataclasses.dataclass(frozen=True)
 class Regularizer:
-    """One weighted regulariser term: ``weight * REGULARIZERS[name](representation, **options)``.
+    """One weighted regulariser term: ``weight(step) * REGULARIZERS[name](representation, **options(step))``.
 
+    ``weight`` and the float options are numbers, 0-d float NumPy / JAX scalars (kept as Python floats) or schedules
+    of the step (:mod:`isojax.train.hyperparams`; text such as ``"linear:0:1:500"`` is read as one).
     ``representation`` None means the regulariser's default; ``options`` is a tuple of ``(name, value)`` pairs
     (hashable, so objectives can be static under ``jit``) overriding the defaults. Unknown names, options or
-    representations raise ``ValueError`` here, at construction.
+    representations, and a weight that is not a float scalar or a schedule, raise here, at construction.
     """
 
     name: str
-    weight: float = 1.0
+    weight: Hyperparameter = 1.0
     representation: str | None = None
     options: tuple[tuple[str, Any], ...] = ()
 
@@ -132,8 +141,7 @@ class Regularizer:
         kind = REGULARIZERS.get(self.name)
         if kind is None:
             raise ValueError(f"unknown regulariser {self.name!r}; expected one of {sorted(REGULARIZERS)}")
-        if isinstance(self.weight, bool) or not isinstance(self.weight, (int, float)):
-            raise ValueError(f"regulariser {self.name}: weight must be a number, got {self.weight!r}")
+        object.__setattr__(self, "weight", hyperparameter(self.weight, f"regulariser {self.name}: weight"))
         if self.representation is None:
             object.__setattr__(self, "representation", kind.representation)
         if self.representation not in kind.representations:
@@ -143,6 +151,7 @@ class Regularizer:
         unknown = sorted(set(options) - set(kind.options))
         if unknown:
             raise ValueError(f"regulariser {self.name}: unknown option(s) {unknown}; it takes {dict(kind.options)}")
+        options = {k: _option_value(v, f"regulariser {self.name}: option {k}") for k, v in options.items()}
         object.__setattr__(self, "options", tuple(sorted({**kind.options, **options}.items())))
 
     @property
@@ -155,9 +164,15 @@ class Regularizer:
         """Options passed to the regulariser function (``bins`` is used to build class labels instead)."""
         return {k: v for k, v in self.options if k != "bins"}
 
-    def fn(self) -> Callable:
-        """``fn(x, mask, labels, num_classes)`` with the options bound."""
-        return functools.partial(REGULARIZERS[self.name].fn, **self.kwargs)
+    def fn(self, step=None) -> Callable:
+        """``fn(x, mask, labels, num_classes)`` with the options bound (scheduled ones at ``step``)."""
+        return functools.partial(REGULARIZERS[self.name].fn,
+                                 **{k: value_at(v, step) for k, v in self.kwargs.items()})
+
+    def scheduled_values(self, step) -> dict:
+        """``{"<label>/weight" | "<label>/<option>": value at step}`` of the scheduled weight and options."""
+        values = (("weight", self.weight), *self.options)
+        return {f"{self.label}/{k}": value_at(v, step) for k, v in values if is_scheduled(v)}
 
     @property
     def needs_reference(self) -> bool:
@@ -171,13 +186,21 @@ class Regularizer:
         if self.name == "istar" and dict(self.options)["c0"] not in ("identity", "data"):
             raise ValueError(f"regulariser {self.label}: c0 must be 'identity' or 'data', "
                              f"got {dict(self.options)['c0']!r}")
-        kwargs = {k: (1.0 if v == "auto" else v) for k, v in self.kwargs.items()}
+        kwargs = {k: (1.0 if v == "auto" else value_at(v, 0)) for k, v in self.kwargs.items()}
         fn = functools.partial(REGULARIZERS[self.name].fn, **kwargs)
         try:
             jax.eval_shape(lambda x, y: fn(x, None, y, 2), jax.ShapeDtypeStruct((8, 4), jnp.float32),
                            jax.ShapeDtypeStruct((8,), jnp.int32))
         except (TypeError, ValueError) as e:
             raise ValueError(f"regulariser {self.label}: {e}") from e
+
+
+def _option_value(value, name: str):
+    """A regulariser option as given (a bool, an int, a string) or, for a float, a scalar or schedule checked and
+    normalised by :func:`isojax.train.hyperparams.hyperparameter`."""
+    if isinstance(value, (bool, int)) or (isinstance(value, str) and not is_schedule_text(value)):
+        return value
+    return hyperparameter(value, name)
 
 
 def resolve_auto_options(regularizers, params) -> tuple[Regularizer, ...]:
@@ -240,14 +263,15 @@ class Objective:
 
     Fields: ``num_labels`` (1 = regression), ``regularizers`` (with resolved options), ``combine`` (``"sum"``,
     ``"balanced"`` or ``"weighted"``), ``alpha`` (for ``"weighted"``), ``smoothing`` (s of the balancer),
-    ``references`` (term label -> reference statistic, :func:`data_references`).
+    ``references`` (term label -> reference statistic, :func:`data_references`). ``alpha`` and ``smoothing`` are
+    numbers or schedules of the step (:mod:`isojax.train.hyperparams`).
     """
 
     num_labels: int
     regularizers: tuple[Regularizer, ...] = ()
     combine: str = "sum"
-    alpha: float = 0.5
-    smoothing: float = 0.15
+    alpha: Hyperparameter = 0.5
+    smoothing: Hyperparameter = 0.15
     references: Mapping[str, jax.Array] = dataclasses.field(default_factory=dict, compare=False)
 
     def __post_init__(self):
@@ -255,7 +279,10 @@ class Objective:
             raise ValueError(f"combine must be one of {COMBINATIONS}, got {self.combine!r}")
         if self.combine != "sum" and not self.regularizers:
             raise ValueError(f"combine={self.combine!r} joins the task loss with regularisers; none were given")
-        if not 0.0 <= self.alpha <= 1.0:
+        object.__setattr__(self, "regularizers", tuple(self.regularizers))
+        for name in ("alpha", "smoothing"):
+            object.__setattr__(self, name, hyperparameter(getattr(self, name), name))
+        if not is_scheduled(self.alpha) and not 0.0 <= self.alpha <= 1.0:
             raise ValueError(f"alpha must be in [0, 1], got {self.alpha!r}")
         missing = [r.label for r in self.regularizers if r.needs_reference and r.label not in self.references]
         if missing:
@@ -274,14 +301,16 @@ class Objective:
             return tokens.reshape(-1, tokens.shape[-1]), mask.reshape(-1), per_token
         return collectives.gather(getattr(output, reg.representation)), None, collectives.gather(labels)
 
-    def regularizer_value(self, reg: Regularizer, output: TaskOutput, params, labels, collectives: Collectives):
-        """Unweighted value of one regulariser on the global batch (or on the parameters)."""
+    def regularizer_value(self, reg: Regularizer, output: TaskOutput, params, labels, collectives: Collectives,
+                          step=None):
+        """Unweighted value of one regulariser on the global batch (or on the parameters); scheduled options
+        at ``step``."""
         x, mask, per_row = self.cloud(reg, output, params, labels, collectives)
         classes = num_classes = None
         if per_row is not None:
             classes, num_classes = class_ids(per_row, self.num_labels, dict(reg.options).get("bins", 1))
         extra = {"reference": self.references[reg.label]} if reg.needs_reference else {}
-        value = reg.fn()(x, mask, classes, num_classes, **extra)
+        value = reg.fn(step)(x, mask, classes, num_classes, **extra)
         return collectives.replicated(value) if reg.representation == "embedding" else value
 
     def task_loss(self, output: TaskOutput, labels, collectives: Collectives):
@@ -289,23 +318,39 @@ class Objective:
         per_example = task_losses(output.logits, labels, self.num_labels)
         return collectives.total(jnp.sum(per_example)) / (per_example.shape[0] * collectives.size)
 
+    @property
+    def scheduled(self) -> bool:
+        """Whether a weight, an option, ``alpha`` or ``smoothing`` is a schedule of the step."""
+        return is_scheduled(self.alpha) or is_scheduled(self.smoothing) or any(
+            is_scheduled(v) for reg in self.regularizers for v in (reg.weight, *dict(reg.options).values()))
+
     def __call__(self, output: TaskOutput, params, labels, balancer: losses.BalancerState,
-                 collectives: Collectives):
+                 collectives: Collectives, step=None):
         """``(loss, terms, balancer)``: the scalar objective, a dict of its parts (``task``, each regulariser's
-        unweighted value under its :attr:`Regularizer.label`, ``flow`` with a flow), and the updated balancer
-        state."""
+        unweighted value under its :attr:`Regularizer.label`, ``flow`` with a flow, the scheduled values at
+        ``step``), and the updated balancer state. ``step`` (``[]`` int, traced in the train step: batches trained
+        so far) is needed when something is scheduled."""
+        if step is None and self.scheduled:
+            raise ValueError("the objective has scheduled hyperparameters: pass step (TrainState.step)")
         task = self.task_loss(output, labels, collectives)
         terms = {"task": task}
         reg_total = jnp.zeros((), task.dtype)
         for reg in self.regularizers:
-            terms[reg.label] = self.regularizer_value(reg, output, params, labels, collectives)
-            reg_total = reg_total + reg.weight * terms[reg.label]
+            terms[reg.label] = self.regularizer_value(reg, output, params, labels, collectives, step)
+            scheduled = {k: jnp.asarray(v, task.dtype) for k, v in reg.scheduled_values(step).items()}
+            terms.update(scheduled)
+            reg_total = reg_total + scheduled.get(f"{reg.label}/weight", reg.weight) * terms[reg.label]
+        joint = {f"joint/{name}": jnp.asarray(value_at(v, step), task.dtype)
+                 for name, v in (("alpha", self.alpha), ("smoothing", self.smoothing)) if is_scheduled(v)}
+        terms.update(joint)
         if self.combine == "sum":
             loss = task + reg_total
         elif self.combine == "weighted":
-            loss = self.alpha * task + (1 - self.alpha) * reg_total
+            alpha = joint.get("joint/alpha", self.alpha)
+            loss = alpha * task + (1 - alpha) * reg_total
         else:
-            loss, balancer = losses.balancer_update(balancer, jnp.stack([task, reg_total]), smoothing=self.smoothing)
+            loss, balancer = losses.balancer_update(balancer, jnp.stack([task, reg_total]),
+                                                    smoothing=joint.get("joint/smoothing", self.smoothing))
         if output.flow_log_likelihood is not None:
             terms["flow"] = flow_loss(output.flow_log_likelihood, output.flow_mask, collectives)
             loss = loss + terms["flow"]

@@ -62,7 +62,8 @@ def make_train_step(model: TaskModel, objective: Objective, optimizer: optax.Gra
         variables = model_variables(state, _stop_frozen(params, frozen))
         output, updates = model.apply(variables, *(batch[k] for k in model.INPUTS), deterministic=False,
                                       rngs={"dropout": key}, mutable=["batch_stats"])
-        loss, terms, balancer = objective(output, variables["params"], batch["labels"], state.balancer, collectives)
+        loss, terms, balancer = objective(output, variables["params"], batch["labels"], state.balancer, collectives,
+                                          step=state.step)
         return loss, (terms, balancer, updates.get("batch_stats", state.batch_stats))
 
     def step(state: TrainState, batch: dict):

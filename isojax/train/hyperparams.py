@@ -1,0 +1,151 @@
+"""Float hyperparameters of fine-tuning methods that may follow the training step: a constant or a schedule.
+
+    value(step) = v              v a Python number or a 0-d float NumPy / JAX scalar (held as a Python float)
+                = schedule(step)  an optax schedule (any ``Callable[[step], scalar]``), evaluated in the train step
+                                  on the traced ``TrainState.step``: one compilation serves the whole run
+
+``step`` is the number of batches trained so far in the run (:class:`~isojax.train.state.TrainState`'s ``step``,
+over all stages): the first batch sees ``schedule(0)``.
+
+Schedules written as text (``isojax finetune --reg``, the configuration's JSON) are :class:`StepSchedule`
+values (``A``, ``B``, ``V``, ``F`` numbers; ``N`` > 0 and ``S`` >= 0 integers of steps):
+
+    constant:V          V at every step                                              (optax.constant_schedule)
+    linear:A:B:N[:S]    A until step S (default 0), then linear to B at step S + N, then B  (optax.linear_schedule)
+    warmup:V:N[:S]      linear:0:V:N[:S], the term switched on gradually
+    cosine:A:N[:F]      A (F + (1 - F) (1 + cos(pi min(t, N) / N)) / 2): A down to F A at step N
+                                                                               (optax.cosine_decay_schedule)
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Union
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+Hyperparameter = Union[float, Callable[[Any], Any]]
+
+# kind -> (argument names, how many of them are required, the optax schedule of the arguments)
+_KINDS: dict[str, tuple[tuple[str, ...], int, Callable[..., optax.Schedule]]] = {
+    "constant": (("V",), 1, optax.constant_schedule),
+    "linear": (("A", "B", "N", "S"), 3, lambda a, b, n, s=0: optax.linear_schedule(a, b, n, s)),
+    "warmup": (("V", "N", "S"), 2, lambda v, n, s=0: optax.linear_schedule(0.0, v, n, s)),
+    "cosine": (("A", "N", "F"), 2, lambda a, n, f=0.0: optax.cosine_decay_schedule(a, n, alpha=f)),
+}
+SCHEDULE_KINDS = tuple(_KINDS)
+_STEP_ARGUMENTS = {"N": "a positive integer", "S": "a non-negative integer"}
+
+
+@dataclasses.dataclass(frozen=True)
+class StepSchedule:
+    """A schedule of the step written as text (module docstring): ``kind`` and its numeric ``args``.
+
+    ``str(s)`` is the text form and :meth:`parse` reads it back; calling ``s(step)`` evaluates the optax schedule.
+    Frozen and hashable, so a :class:`~isojax.train.objective.Regularizer` holding one stays hashable."""
+
+    kind: str
+    args: tuple[float, ...]
+
+    def __post_init__(self):
+        if self.kind not in _KINDS:
+            raise ValueError(f"schedule kind must be one of {list(_KINDS)}, got {self.kind!r}")
+        names, required, _ = _KINDS[self.kind]
+        if not required <= len(self.args) <= len(names):
+            raise ValueError(f"schedule {self.kind} takes {self.kind}:{':'.join(names)} ({required} to {len(names)} "
+                             f"numbers), got {len(self.args)}: {self.args!r}")
+        args = []
+        for name, value in zip(names, self.args):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"schedule {self.kind}: {name} must be a finite number, got {value!r}")
+            if name in _STEP_ARGUMENTS:
+                if value != int(value) or value < (1 if name == "N" else 0):
+                    raise ValueError(f"schedule {self.kind}: {name} (steps) must be {_STEP_ARGUMENTS[name]}, "
+                                     f"got {value!r}")
+                value = int(value)
+            else:
+                value = float(value)
+            args.append(value)
+        object.__setattr__(self, "args", tuple(args))
+
+    @classmethod
+    def parse(cls, text: str) -> StepSchedule:
+        """``"linear:0:1:500"`` -> ``StepSchedule("linear", (0.0, 1.0, 500))``; ``ValueError`` naming the text."""
+        kind, *fields = [f.strip() for f in text.split(":")]
+        try:
+            args = tuple(float(f) for f in fields)
+        except ValueError:
+            raise ValueError(f"schedule {text!r}: the fields after {kind!r} must be numbers") from None
+        try:
+            return cls(kind, args)
+        except ValueError as e:
+            raise ValueError(f"schedule {text!r}: {e}") from None
+
+    def __str__(self) -> str:
+        return ":".join([self.kind, *map(repr, self.args)])
+
+    def __call__(self, step):
+        return _KINDS[self.kind][2](*self.args)(step)
+
+
+def is_schedule_text(text: str) -> bool:
+    """Whether ``text`` is written as a schedule (``KIND:...`` with a kind of :data:`SCHEDULE_KINDS`)."""
+    return text.partition(":")[0].strip() in _KINDS and ":" in text
+
+
+def hyperparameter(value, name: str) -> Hyperparameter:
+    """``value`` checked and normalised: a Python number, a 0-d NumPy / JAX float scalar or the text of a number
+    becomes a Python float, schedule text (module docstring) a :class:`StepSchedule`, a callable is kept as the
+    schedule it is. Anything
+    else (a bool, an array with axes, an integer or complex array, a non-finite number, a traced value) is a
+    ``TypeError`` / ``ValueError`` naming ``name``."""
+    if isinstance(value, str):
+        if is_schedule_text(value):
+            return StepSchedule.parse(value)
+        try:
+            value = float(value)
+        except ValueError:
+            raise ValueError(f"{name} {value!r} is not a number or a schedule ({', '.join(SCHEDULE_KINDS)})") from None
+    if callable(value):
+        return value
+    if isinstance(value, bool) or value is None:
+        raise TypeError(f"{name} must be a float or a schedule of the step, got {value!r}")
+    if isinstance(value, jax.core.Tracer):
+        raise TypeError(f"{name} must be a concrete value (it is fixed when the step is built), got a traced "
+                        "value; pass a schedule of the step for a value that changes")
+    if isinstance(value, (np.ndarray, np.generic, jax.Array)):
+        if np.shape(value) != ():
+            raise ValueError(f"{name} must be a scalar, got an array of shape {np.shape(value)}")
+        if not jnp.issubdtype(value.dtype, jnp.floating):
+            raise TypeError(f"{name} must be a float, got a scalar of dtype {value.dtype}")
+        value = float(value)
+    elif not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a float or a schedule of the step, got {type(value).__name__} {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return float(value)
+
+
+def is_scheduled(value: Hyperparameter) -> bool:
+    """Whether a normalised hyperparameter (:func:`hyperparameter`) changes with the step."""
+    return callable(value)
+
+
+def value_at(value: Hyperparameter, step):
+    """The hyperparameter at ``step`` (traced or concrete): ``value(step)`` for a schedule, else ``value``."""
+    return value(step) if callable(value) else value
+
+
+def to_json(value: Hyperparameter):
+    """A JSON-ready form: the float, the text of a :class:`StepSchedule` (which :func:`hyperparameter` reads back),
+    or, for any other callable, its ``repr`` (which cannot be read back)."""
+    if isinstance(value, StepSchedule):
+        return str(value)
+    return repr(value) if callable(value) else value
+
+
+__all__ = ["SCHEDULE_KINDS", "Hyperparameter", "StepSchedule", "hyperparameter", "is_schedule_text", "is_scheduled",
+           "to_json", "value_at"]
