@@ -6,6 +6,7 @@ device (loss, and the parameters after AdamW's update); the schedule against opt
 loss falls on every pass over the data.
 """
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -17,28 +18,9 @@ from isojax import losses
 
 pytestmark = pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 devices (conftest gives 8 virtual CPUs)")
 
-# The README block, verbatim (``batches`` is the user's data).
-EXAMPLE = '''
-import jax, jax.numpy as jnp, optax
-from jax.sharding import NamedSharding, PartitionSpec as P
-from isojax.models import EncoderConfig, build_encoder
-from isojax.train import (Objective, Regularizer, TaskModel, create_state, init_variables, make_mesh,
-                          make_train_step)
-
-encoder = build_encoder(EncoderConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                      intermediate_size=64))  # or: encoder, params, _ = isojax.from_pretrained(name)
-params = encoder.init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"]
-model = TaskModel(encoder, num_labels=3)
-variables = init_variables(model, params, jax.random.key(1))
-objective = Objective(3, (Regularizer("istar", optax.linear_schedule(0.1, 1.0, 50), "cls"),))
-optimizer = optax.adamw(1e-3)  # or isojax.train.make_optimizer (warm-up, decay, parameter groups, clipping)
-mesh = make_mesh()  # axes (data, model) over all devices
-state = jax.device_put(create_state(variables, optimizer, seed=0), NamedSharding(mesh, P()))
-train_step = jax.jit(make_train_step(model, objective, optimizer))
-for batch in batches:  # {input_ids, attention_mask, token_type_ids: [B, L] int32, labels: [B]}
-    state, metrics = train_step(state, jax.device_put(batch, NamedSharding(mesh, P("data"))))
-    print(int(state.step), float(metrics["loss"]), float(metrics["task"]), float(metrics["istar@cls/weight"]))
-'''
+# The README block (its "From Python" example), read from the README so that the two cannot drift apart.
+README = Path(__file__).resolve().parents[1] / "README.md"
+EXAMPLE = README.read_text().split("**From Python.**", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
 
 B, L, EPOCHS = 16, 8, 6
 
