@@ -1,7 +1,9 @@
 """The fine-tuning loop end to end: resume after SIGKILL, checkpoint fall-back, the two-stage Isotropy Layer
-protocol, configuration errors, and a short offline STS-B fine-tune of the default model.
+protocol, configuration errors, a run stopped by non-finite steps, and a short offline STS-B fine-tune of the
+default model.
 
-References: an uninterrupted run (the killed-and-resumed run must end with the same parameters); the
+References: an uninterrupted run (the killed-and-resumed run must end with the same parameters, the run stopped by
+non-finite steps must have left its state after the last clean step on disk); the
 checkpoint written at the end of stage 1 (stage 2 must leave the encoder and head as they were there); the
 untrained model (Spearman of its regression head on the same dev pairs).
 """

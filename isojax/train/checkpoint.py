@@ -36,7 +36,8 @@ def nonfinite_arrays(state) -> list[str]:
     """Paths (``params/encoder/...``) of the floating-point arrays of ``state`` (host or device arrays, sharded
     ones included) that hold a NaN or an infinity; checked in one compiled pass on device."""
     leaves = [(jax.tree_util.keystr(path, simple=True, separator="/"), x)
-              for path, x in jax.tree_util.tree_leaves_with_path(state) if jnp.issubdtype(jnp.result_type(x), jnp.inexact)]
+              for path, x in jax.tree_util.tree_leaves_with_path(state)
+              if jnp.issubdtype(jnp.result_type(x), jnp.inexact)]
     finite = jax.device_get(jax.jit(_all_finite)([x for _, x in leaves]))
     return [path for (path, _), ok in zip(leaves, finite) if not ok]
 
@@ -124,7 +125,8 @@ class Checkpoints:
 
     def _restore_state(self, step: int, target):
         """The state of ``step`` restored into ``target`` (a dataclass of arrays or abstract arrays); fields the
-        checkpoint lacks and that hold no array in ``target`` keep their ``target`` value (module docstring)."""
+        checkpoint lacks keep their ``target`` value when it holds no array, and are zeros when ``target``'s class
+        names them in ``ZERO_WHEN_MISSING`` (module docstring)."""
         saved = self.manager.item_metadata(step)["state"]  # None when its metadata cannot be read
         zeroed = getattr(type(target), "ZERO_WHEN_MISSING", ())
         missing = set() if saved is None else {f.name for f in dataclasses.fields(target) if f.name not in saved and (
