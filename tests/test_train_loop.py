@@ -159,6 +159,8 @@ def test_resume_with_a_different_training_configuration_is_refused(tiny, referen
                               output_dir=o), "representation 'logits'"),
     (lambda m, o: TrainConfig(parallel="pmap", model_parallel=2, model=m, output_dir=o), "needs parallel='mesh'"),
     (lambda m, o: TrainConfig(remat="sometimes", model=m, output_dir=o), "remat must be one of"),
+    (lambda m, o: config_from_argv(_args(m, o, "--max-nonfinite-steps", "0")),
+     "max_nonfinite_steps must be a positive integer, got 0"),
 ])
 def test_bad_configuration_raises_on_construction(tiny, tmp_path, make, message):
     with pytest.raises(ValueError, match=message):
