@@ -1,7 +1,9 @@
 """The fine-tuning loop end to end: resume after SIGKILL, checkpoint fall-back, the two-stage Isotropy Layer
-protocol, configuration errors, and a short offline STS-B fine-tune of the default model.
+protocol, configuration errors, a run stopped by non-finite steps, and a short offline STS-B fine-tune of the
+default model.
 
-References: an uninterrupted run (the killed-and-resumed run must end with the same parameters); the
+References: an uninterrupted run (the killed-and-resumed run must end with the same parameters, the run stopped by
+non-finite steps must have left its state after the last clean step on disk); the
 checkpoint written at the end of stage 1 (stage 2 must leave the encoder and head as they were there); the
 untrained model (Spearman of its regression head on the same dev pairs).
 """
@@ -157,6 +159,8 @@ def test_resume_with_a_different_training_configuration_is_refused(tiny, referen
                               output_dir=o), "representation 'logits'"),
     (lambda m, o: TrainConfig(parallel="pmap", model_parallel=2, model=m, output_dir=o), "needs parallel='mesh'"),
     (lambda m, o: TrainConfig(remat="sometimes", model=m, output_dir=o), "remat must be one of"),
+    (lambda m, o: config_from_argv(_args(m, o, "--max-nonfinite-steps", "0")),
+     "max_nonfinite_steps must be a positive integer, got 0"),
 ])
 def test_bad_configuration_raises_on_construction(tiny, tmp_path, make, message):
     with pytest.raises(ValueError, match=message):
@@ -266,3 +270,53 @@ def test_scanned_layers_with_remat_train_to_the_unrolled_parameters(tokenizer, t
     assert jax.tree.structure(scanned) == jax.tree.structure(unrolled)
     for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(scanned), jax.tree.leaves(unrolled)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6, err_msg=jax.tree_util.keystr(path))
+
+
+def _poisoned_from(monkeypatch, first: int) -> None:
+    """Every batch of step ``first`` onwards (global step count, 1-based) carries NaN scores: its loss is NaN."""
+    from isojax.train.parallel import MeshRunner
+
+    train = MeshRunner.train
+
+    def poisoned(self, placed, rows):
+        if int(self.host(placed.step)) + 1 >= first:
+            rows = {**rows, "labels": np.full_like(rows["labels"], np.nan)}
+        return train(self, placed, rows)
+
+    monkeypatch.setattr(MeshRunner, "train", poisoned)
+
+
+def test_nonfinite_steps_in_a_row_stop_the_run_and_the_rerun_resumes_from_the_last_good_checkpoint(
+        tiny, reference, tmp_path, monkeypatch):
+    """Batches from step 7 on are poisoned, --max-nonfinite-steps 2: steps 7 and 8 are skipped and the run stops
+    (well within the alarm) naming step 8 and the checkpoint of step 6, the last one written (no checkpoint of a
+    skipped step, although --save-every is 1); it equals the clean run's state after step 6. The rerun, on clean
+    data, resumes from it and ends with the clean run's parameters."""
+    import isojax.train.loop as loop
+
+    ref_dir, ref = reference
+    out = tmp_path / "run"
+    argv = _args(tiny, out, "--save-every", "1", "--max-nonfinite-steps", "2")
+    _poisoned_from(monkeypatch, 7)
+    signal.signal(signal.SIGALRM, lambda *_: pytest.fail("the poisoned run did not stop within 300 s"))
+    signal.alarm(300)
+    try:
+        with pytest.raises(loop.NonFiniteTrainingError, match=(
+                rf"steps 7 to 8 \(stage 'finetune'\) had a non-finite loss or gradient, 2 in a row .* The last good "
+                rf"checkpoint is step 6 in {out / 'checkpoints'}: rerunning the same command resumes from it")):
+            fit(config_from_argv(argv))
+    finally:
+        signal.alarm(0)
+    assert sorted(int(p.name) for p in (out / "checkpoints").iterdir()) == [1, 2, 3, 4, 5, 6]
+    saved, want = _restore_raw(out, 6), _restore_raw(ref_dir, 6)
+    assert jax.tree.structure(saved) == jax.tree.structure(want)
+    jax.tree.map(np.testing.assert_array_equal, saved, want)
+    train = {r["step"]: r for r in map(json.loads, open(out / "log.jsonl")) if r["kind"] == "train"}
+    assert sorted(train) == list(range(1, 9))
+    assert [train[s]["nonfinite_steps"] for s in (6, 7, 8)] == [0, 1, 2]
+    assert np.isnan(train[7]["loss"]) and np.isfinite(train[6]["loss"])
+
+    monkeypatch.undo()
+    result = fit(config_from_argv(argv))
+    assert [json.loads(x)["step"] for x in open(out / "log.jsonl") if '"resume"' in x] == [6]
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=0, atol=1e-6), result.params, ref.params)

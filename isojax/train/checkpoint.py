@@ -7,8 +7,12 @@ half-written step behind. A step that cannot be read (a truncated or deleted fil
 and moved aside to ``<step>.unreadable.<time>`` (so that the resumed run can write that step again), and the
 next older one is restored; ``keep`` checkpoints are kept so that there is one to fall back to.
 
-A checkpoint written before a field was added to the state (``TrainState.constants``) lacks it; it is restored
-when the field is empty in the run that resumes (no arrays: a run without a flow), the field keeping its empty value.
+A checkpoint written before a field was added to the state lacks it; it is restored when the field is empty in the
+run that resumes (no arrays: ``TrainState.constants`` of a run without a flow), the field keeping its empty value, or
+when the state's class names the field in ``ZERO_WHEN_MISSING`` (counters that start at zero: the skipped-step
+counters of :class:`~isojax.train.state.TrainState`), the field then restored as zeros.
+
+A state holding a non-finite floating-point value is never saved: :meth:`Checkpoints.save` raises instead.
 """
 from __future__ import annotations
 
@@ -20,10 +24,33 @@ import warnings
 from typing import Any, Callable
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
 log = logging.getLogger(__name__)
+
+
+def nonfinite_arrays(state) -> list[str]:
+    """Paths (``params/encoder/...``) of the floating-point arrays of ``state`` (host or device arrays, sharded
+    ones included) that hold a NaN or an infinity; checked in one compiled pass on device."""
+    leaves = [(jax.tree_util.keystr(path, simple=True, separator="/"), x)
+              for path, x in jax.tree_util.tree_leaves_with_path(state)
+              if jnp.issubdtype(jnp.result_type(x), jnp.inexact)]
+    finite = jax.device_get(jax.jit(_all_finite)([x for _, x in leaves]))
+    return [path for (path, _), ok in zip(leaves, finite) if not ok]
+
+
+def _all_finite(arrays: list) -> list:
+    return [jnp.isfinite(x).all() for x in arrays]
+
+
+def _zeros(x):
+    """Zeros of the shape and dtype of ``x`` (an array or an abstract one), on its sharding when it has one."""
+    zeros = np.zeros(x.shape, x.dtype)
+    sharding = getattr(x, "sharding", None)
+    return zeros if sharding is None else jax.make_array_from_callback(x.shape, sharding, zeros.__getitem__)
 
 
 class Checkpoints:
@@ -51,9 +78,14 @@ class Checkpoints:
 
     def save(self, step: int, state, meta: dict) -> bool:
         """Save ``state`` and ``meta`` at ``step`` unless that step is already saved; asynchronous (call
-        :meth:`wait` before reading it back or exiting). Returns whether a save was started."""
+        :meth:`wait` before reading it back or exiting). Returns whether a save was started. ``ValueError`` naming
+        the arrays when ``state`` holds a NaN or an infinity (nothing is written)."""
         if step in self.manager.all_steps():
             return False
+        bad = nonfinite_arrays(state)
+        if bad:
+            raise ValueError(f"refusing to checkpoint step {step} in {self.directory}: non-finite values in "
+                             f"{', '.join(bad[:5])}{f' and {len(bad) - 5} more arrays' if len(bad) > 5 else ''}")
         self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
                                                         meta=ocp.args.JsonSave(meta)), force=True)
         return True
@@ -93,14 +125,19 @@ class Checkpoints:
 
     def _restore_state(self, step: int, target):
         """The state of ``step`` restored into ``target`` (a dataclass of arrays or abstract arrays); fields the
-        checkpoint lacks and that hold no array in ``target`` keep their ``target`` value (module docstring)."""
+        checkpoint lacks keep their ``target`` value when it holds no array, and are zeros when ``target``'s class
+        names them in ``ZERO_WHEN_MISSING`` (module docstring)."""
         saved = self.manager.item_metadata(step)["state"]  # None when its metadata cannot be read
-        kept = set() if saved is None else {f.name for f in dataclasses.fields(target)
-                                            if f.name not in saved and not jax.tree.leaves(getattr(target, f.name))}
-        fields = {f.name: getattr(target, f.name) for f in dataclasses.fields(target) if f.name not in kept}
+        zeroed = getattr(type(target), "ZERO_WHEN_MISSING", ())
+        missing = set() if saved is None else {f.name for f in dataclasses.fields(target) if f.name not in saved and (
+            f.name in zeroed or not jax.tree.leaves(getattr(target, f.name)))}
+        fields = {f.name: getattr(target, f.name) for f in dataclasses.fields(target) if f.name not in missing}
         restored = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(
-            fields if kept else target))).state
-        return target.replace(**restored) if kept else restored
+            fields if missing else target))).state
+        if not missing:
+            return restored
+        return target.replace(**restored, **{name: jax.tree.map(_zeros, getattr(target, name))
+                                              for name in missing & set(zeroed)})
 
     def _unreadable(self, step: int, error: Exception) -> int:
         warnings.warn(f"checkpoint step {step} in {self.directory} cannot be read ({type(error).__name__}: "

@@ -155,6 +155,9 @@ def add_finetune_parser(subparsers) -> argparse.ArgumentParser:
     r.add_argument("--keep-checkpoints", type=int, default=d.keep_checkpoints)
     r.add_argument("--eval-every", type=int, default=d.eval_every, help="evaluate every N steps (0 = stage ends)")
     r.add_argument("--log-every", type=int, default=d.log_every)
+    r.add_argument("--max-nonfinite-steps", type=int, default=d.max_nonfinite_steps,
+                   help="stop after this many steps in a row with a non-finite loss or gradient (each is skipped; "
+                        f"default {d.max_nonfinite_steps}); rerunning resumes from the last good checkpoint")
     r.add_argument("--log-gradients", action="store_true",
                    help="log per-layer gradient norms and the word-embedding gradient's alignment with the mean "
                    "embedding direction (common enemies) every --log-every steps, with a curve in curves.png")
@@ -178,7 +181,8 @@ def config_from_args(args) -> TrainConfig:
         seed=args.seed, devices=args.devices,
         parallel=args.parallel, model_parallel=args.model_parallel, output_dir=args.out,
         save_every=args.save_every, keep_checkpoints=args.keep_checkpoints, eval_every=args.eval_every,
-        log_every=args.log_every, log_gradients=args.log_gradients, train_limit=args.train_limit,
+        log_every=args.log_every, log_gradients=args.log_gradients,
+        max_nonfinite_steps=args.max_nonfinite_steps, train_limit=args.train_limit,
         eval_limit=args.eval_limit, data_source=args.data_source, data_dir=args.data_dir, progress=not args.quiet,
         max_target_length=args.max_target_length, label_smoothing=args.label_smoothing, num_beams=args.num_beams,
         length_penalty=args.length_penalty, generation_max_length=args.generation_max_length,

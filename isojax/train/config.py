@@ -117,7 +117,9 @@ class TrainConfig:
     step is one batch and the optimiser updates every k steps. ``stage2_epochs``/``stage2_steps`` size the
     Isotropy Layer stage. ``save_every``/``eval_every``/``log_every`` count steps (0 = only at the end of each
     stage). ``log_gradients`` adds per-layer gradient norms and the word-embedding gradient's alignment with the
-    mean embedding direction (:mod:`isojax.train.gradient_stats`) to the logged train records.
+    mean embedding direction (:mod:`isojax.train.gradient_stats`) to the logged train records. A step with a
+    non-finite loss or gradient is skipped; ``max_nonfinite_steps`` of them in a row stop the run
+    (:mod:`isojax.train.loop`).
     ``train_limit``/``eval_limit`` keep the first N examples (0 = all). ``scan_layers`` runs the encoder's blocks as
     one ``nn.scan`` loop (compile time flat in depth; checkpoints hold the stacked layout) and ``remat`` ("none",
     "full", "dots") recomputes each block's forward in the backward pass (encoders only; see
@@ -171,6 +173,7 @@ class TrainConfig:
     eval_every: int = 0
     log_every: int = 10
     log_gradients: bool = False
+    max_nonfinite_steps: int = 10
     train_limit: int = 0
     eval_limit: int = 0
     data_source: Any = "auto"
@@ -210,7 +213,7 @@ class TrainConfig:
                 raise ValueError(f"{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
         for name in ("max_length", "batch_size", "eval_batch_size", "grad_accumulation", "model_parallel",
                      "keep_checkpoints", "max_target_length", "num_beams", "flow_levels", "flow_depth",
-                     "flow_hidden", "flow_init_batches"):
+                     "flow_hidden", "flow_init_batches", "max_nonfinite_steps"):
             _positive(getattr(self, name), name, integer=True)
         for name in ("save_every", "eval_every", "log_every", "train_limit", "eval_limit", "seed"):
             _positive(getattr(self, name), name, integer=True, allow_zero=True)

@@ -8,6 +8,13 @@ of a stage is batch ``k mod E`` of epoch ``k // E`` (E = batches per epoch, ``dr
 interrupted one had left. Checkpoints record the position too (``meta``), with the configuration: resuming
 with a configuration that changes the training itself is refused.
 
+Non-finite steps: a step whose loss or gradient is NaN or infinite is skipped (its update is not applied, the batch
+is consumed; :func:`~isojax.train.step.make_train_step`), logged as a warning and counted in the train records
+(``nonfinite_steps``, per stage). No checkpoint is written while the latest steps were skipped, so every checkpoint
+holds the state after an applied update (and :class:`~isojax.train.checkpoint.Checkpoints` refuses a non-finite
+state). After ``max_nonfinite_steps`` skipped steps in a row the run stops with :class:`NonFiniteTrainingError`,
+naming the steps and the last good checkpoint; rerunning the same command resumes from that checkpoint.
+
 In a multi-process run (:mod:`isojax.train.parallel`) every process runs this loop: each tokenises and feeds
 only its rows of every batch (:mod:`isojax.train.feed`), each writes its shards of the checkpoints, and process 0
 alone writes the logs, curves and results.
@@ -57,7 +64,12 @@ log = logging.getLogger(__name__)
 # Fields that may differ when a run is resumed: where and how it runs, how often it reports.
 RESUMABLE_CHANGES = frozenset({"devices", "parallel", "model_parallel", "progress", "output_dir", "save_every",
                                "keep_checkpoints", "eval_every", "log_every", "log_gradients", "eval_batch_size",
-                               "eval_limit", "num_beams", "length_penalty", "generation_max_length"})
+                               "eval_limit", "num_beams", "length_penalty", "generation_max_length",
+                               "max_nonfinite_steps"})
+
+
+class NonFiniteTrainingError(FloatingPointError):
+    """``max_nonfinite_steps`` steps in a row had a non-finite loss or gradient (module docstring)."""
 
 
 @dataclasses.dataclass
@@ -390,7 +402,7 @@ def _run_stage(config, kind, plan: Plan, placed, done: int, train, dev, per_epoc
     state and the final evaluation."""
     runner = plan.runner
     bar = tqdm(total=plan.total, initial=done, desc=plan.stage.name, disable=not (config.progress and main_process))
-    epoch_batches, epoch = None, None
+    epoch_batches, epoch, streak = None, None, 0
     clock = time.perf_counter()  # training time between log records (evaluation and checkpoints excluded)
     for k in range(done, plan.total):
         if divmod(k, per_epoch)[0] != epoch:
@@ -400,27 +412,50 @@ def _run_stage(config, kind, plan: Plan, placed, done: int, train, dev, per_epoc
             epoch_batches = process_batches(train, order, runner.process_rows(config.batch_size))
         placed, metrics = runner.train(placed, next(epoch_batches))
         step = plan.start + k + 1
+        streak, skipped = (int(x) for x in runner.host((placed.nonfinite_streak, placed.nonfinite_steps)))
         bar.update(1)
         if config.log_every and (k + 1) % config.log_every == 0 and main_process:
             values = {n: float(v) for n, v in runner.host(metrics).items()}
-            lr = float(plan.learning_rate((k + 1) // config.grad_accumulation))
+            # the schedule counts applied updates: skipped steps do not advance it
+            lr = float(plan.learning_rate((k + 1 - skipped) // config.grad_accumulation))
             now = time.perf_counter()
             run_log.write({"kind": "train", "step": step, "stage": plan.stage.name, "epoch": epoch, "lr": lr,
-                           "seconds": round(now - clock, 4), **values})
+                           "seconds": round(now - clock, 4), **values, "nonfinite_steps": skipped})
             clock = now
             bar.set_postfix(loss=f"{values['loss']:.4f}")
+        if streak:
+            _nonfinite_step(step, streak, plan, config, checkpoints)
         if config.eval_every and (k + 1) % config.eval_every == 0 and k + 1 < plan.total:
             _evaluate(kind, plan, placed, dev, step, run_log, main_process, stage_end=False)
             clock = time.perf_counter()
-        if checkpoints.due(step):
+        if checkpoints.due(step) and not streak:
             checkpoints.save(step, runner.checkpoint_view(placed), plan.meta(step, per_epoch, config))
             clock = time.perf_counter()
     bar.close()
     step = plan.start + plan.total
     result = _evaluate(kind, plan, placed, dev, step, run_log, main_process, stage_end=True)
-    checkpoints.save(step, runner.checkpoint_view(placed), plan.meta(step, per_epoch, config))
+    if not streak:
+        checkpoints.save(step, runner.checkpoint_view(placed), plan.meta(step, per_epoch, config))
     checkpoints.wait()
     return placed, result
+
+
+def _nonfinite_step(step: int, streak: int, plan: Plan, config: TrainConfig, checkpoints: Checkpoints) -> None:
+    """Warn that ``step`` was skipped (the ``streak``-th in a row); :class:`NonFiniteTrainingError` at
+    ``config.max_nonfinite_steps`` in a row, naming the last good checkpoint."""
+    log.warning("step %d (%s): non-finite loss or gradient, update skipped (%d in a row)", step, plan.stage.name,
+                streak)
+    if streak < config.max_nonfinite_steps:
+        return
+    checkpoints.wait()
+    saved = checkpoints.steps()
+    resume = (f"The last good checkpoint is step {saved[-1]} in {checkpoints.directory}: rerunning the same command "
+              "resumes from it" if saved else
+              f"No checkpoint was written in {checkpoints.directory}: rerunning the same command starts over")
+    raise NonFiniteTrainingError(
+        f"steps {step - streak + 1} to {step} (stage {plan.stage.name!r}) had a non-finite loss or gradient, "
+        f"{streak} in a row (max_nonfinite_steps={config.max_nonfinite_steps}); their updates were skipped and the "
+        f"run stops. {resume} (if it fails again, lower the learning rate or look at the data of these steps)")
 
 
 def _evaluate(kind, plan: Plan, placed, dev, step, run_log, main_process, *, stage_end: bool) -> dict:

@@ -1,7 +1,7 @@
 """The training state: one pytree that a step maps to the next and a checkpoint stores whole."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import flax.struct
 import jax
@@ -21,6 +21,9 @@ class TrainState:
       balancer (:class:`isojax.losses.BalancerState`). rng: ``[2]`` uint32 raw key data of the run's key.
       constants: model variables that are neither trained nor updated, the ``constants`` collection (the
       permutations, signs and ActNorm centres of a trained flow, :class:`isojax.calibrate.Flow`; ``{}`` without one).
+    nonfinite_steps: ``[]`` int32, steps of the current stage whose update was skipped because their loss or
+      gradient was not finite (:func:`isojax.train.step.make_train_step`). nonfinite_streak: ``[]`` int32, how
+      many of the latest steps in a row were skipped (0 after a step whose update was applied).
     """
 
     step: jax.Array
@@ -30,6 +33,12 @@ class TrainState:
     balancer: losses.BalancerState
     rng: jax.Array
     constants: Any = flax.struct.field(default_factory=dict)
+    nonfinite_steps: jax.Array = flax.struct.field(default_factory=lambda: jnp.zeros((), jnp.int32))
+    nonfinite_streak: jax.Array = flax.struct.field(default_factory=lambda: jnp.zeros((), jnp.int32))
+
+    ZERO_WHEN_MISSING: ClassVar[tuple[str, ...]] = ("nonfinite_steps", "nonfinite_streak")
+    """Counters added after checkpoints were first written: a checkpoint that lacks them restores them as zero
+    (:meth:`isojax.train.checkpoint.Checkpoints.restore_latest`)."""
 
     @property
     def key(self) -> jax.Array:
@@ -40,8 +49,8 @@ class TrainState:
 def create_state(variables: dict, optimizer: optax.GradientTransformation, seed: int, *, step: int = 0,
                  balancer: losses.BalancerState | None = None) -> TrainState:
     """A fresh state for ``variables`` (``{"params", "batch_stats", "constants"}``, the last two optional): optimiser
-    initialised, balancer reset (unless given), key from ``seed``; ``step`` is where the stage starts in the run's
-    step count."""
+    initialised, balancer reset (unless given), key from ``seed``, no skipped steps; ``step`` is where the stage starts
+    in the run's step count."""
     params = variables["params"]
     return TrainState(step=jnp.asarray(step, jnp.int32), params=params, opt_state=optimizer.init(params),
                       batch_stats=variables.get("batch_stats", {}),

@@ -47,6 +47,14 @@ def make_train_step(model: TaskModel, objective: Objective, optimizer: optax.Gra
                     stage_start: int = 0) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
     """``step(state, batch) -> (state, metrics)``: one batch forward and backward, one optimiser update.
 
+    A step whose loss or gradient is not finite (NaN or ±inf anywhere: the global gradient norm is then not finite)
+    is skipped, as :func:`optax.apply_if_finite` does: the parameters, optimiser state (moments, schedule count,
+    accumulated gradients), IsoBN statistics and balancer stay as they were; ``state.step`` still advances (the
+    batch is consumed: the data position and the next step's dropout key follow the step count as on a clean run),
+    ``nonfinite_steps`` counts the skip and ``nonfinite_streak`` the skips in a row (reset by an applied step).
+    Under ``pmap`` the test reads the reduced gradient and the global loss, so every device decides alike.
+    A finite step computes exactly what it computes without this test.
+
     The dropout key of the step is ``fold_in(state.key, state.step)`` (so a resumed run repeats its masks);
     ``metrics`` holds ``loss``, the objective's terms and ``grad_norm`` (of the gradient before clipping), and
     with ``gradient_every = k > 0`` the statistics of :mod:`isojax.train.gradient_stats`, computed on every k-th
@@ -78,8 +86,14 @@ def make_train_step(model: TaskModel, objective: Objective, optimizer: optax.Gra
             skipped = lambda: jax.tree.map(lambda s: jnp.full(s.shape, jnp.nan, s.dtype), stats)  # noqa: E731
             metrics.update(jax.lax.cond((state.step - stage_start + 1) % gradient_every == 0,
                                         lambda: gradient_statistics(state.params, grads), skipped))
-        state = state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
-                              opt_state=opt_state, batch_stats=batch_stats, balancer=balancer)
+        finite = jnp.isfinite(loss) & jnp.isfinite(metrics["grad_norm"])
+        applied = {"params": optax.apply_updates(state.params, updates), "opt_state": opt_state,
+                   "batch_stats": batch_stats, "balancer": balancer}
+        kept = {name: getattr(state, name) for name in applied}
+        state = state.replace(
+            step=state.step + 1, **jax.tree.map(lambda new, old: jnp.where(finite, new, old), applied, kept),
+            nonfinite_steps=state.nonfinite_steps + (~finite).astype(jnp.int32),
+            nonfinite_streak=jnp.where(finite, 0, state.nonfinite_streak + 1))
         return state, metrics
 
     return step
