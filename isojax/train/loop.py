@@ -13,7 +13,10 @@ is consumed; :func:`~isojax.train.step.make_train_step`), logged as a warning an
 (``nonfinite_steps``, per stage). No checkpoint is written while the latest steps were skipped, so every checkpoint
 holds the state after an applied update (and :class:`~isojax.train.checkpoint.Checkpoints` refuses a non-finite
 state). After ``max_nonfinite_steps`` skipped steps in a row the run stops with :class:`NonFiniteTrainingError`,
-naming the steps and the last good checkpoint; rerunning the same command resumes from that checkpoint.
+naming the steps and the last good checkpoint; rerunning the same command resumes from that checkpoint. The skip
+counters live in the train state and are read where the loop waits for the device anyway (log, evaluation and
+checkpoint steps, the stage's end), so the steps are not synchronised one by one; a run stops at the first such
+step at or after the streak's limit.
 
 In a multi-process run (:mod:`isojax.train.parallel`) every process runs this loop: each tokenises and feeds
 only its rows of every batch (:mod:`isojax.train.feed`), each writes its shards of the checkpoints, and process 0
@@ -402,7 +405,7 @@ def _run_stage(config, kind, plan: Plan, placed, done: int, train, dev, per_epoc
     state and the final evaluation."""
     runner = plan.runner
     bar = tqdm(total=plan.total, initial=done, desc=plan.stage.name, disable=not (config.progress and main_process))
-    epoch_batches, epoch, streak = None, None, 0
+    epoch_batches, epoch, streak, skipped, previous = None, None, 0, 0, 0
     clock = time.perf_counter()  # training time between log records (evaluation and checkpoints excluded)
     for k in range(done, plan.total):
         if divmod(k, per_epoch)[0] != epoch:
@@ -412,9 +415,14 @@ def _run_stage(config, kind, plan: Plan, placed, done: int, train, dev, per_epoc
             epoch_batches = process_batches(train, order, runner.process_rows(config.batch_size))
         placed, metrics = runner.train(placed, next(epoch_batches))
         step = plan.start + k + 1
-        streak, skipped = (int(x) for x in runner.host((placed.nonfinite_streak, placed.nonfinite_steps)))
         bar.update(1)
-        if config.log_every and (k + 1) % config.log_every == 0 and main_process:
+        log_due = config.log_every and (k + 1) % config.log_every == 0
+        evaluating = config.eval_every and (k + 1) % config.eval_every == 0 and k + 1 < plan.total
+        saving = checkpoints.due(step)
+        if log_due or evaluating or saving or k + 1 == plan.total:
+            # the skip counters are read where the loop waits for the device anyway, never after every step
+            streak, skipped = (int(x) for x in runner.host((placed.nonfinite_streak, placed.nonfinite_steps)))
+        if log_due and main_process:
             values = {n: float(v) for n, v in runner.host(metrics).items()}
             # the schedule counts applied updates: skipped steps do not advance it
             lr = float(plan.learning_rate((k + 1 - skipped) // config.grad_accumulation))
@@ -423,12 +431,13 @@ def _run_stage(config, kind, plan: Plan, placed, done: int, train, dev, per_epoc
                            "seconds": round(now - clock, 4), **values, "nonfinite_steps": skipped})
             clock = now
             bar.set_postfix(loss=f"{values['loss']:.4f}")
-        if streak:
-            _nonfinite_step(step, streak, plan, config, checkpoints)
-        if config.eval_every and (k + 1) % config.eval_every == 0 and k + 1 < plan.total:
+        if skipped > previous:
+            _nonfinite_steps(step, streak, skipped - previous, plan, config, checkpoints)
+            previous = skipped
+        if evaluating:
             _evaluate(kind, plan, placed, dev, step, run_log, main_process, stage_end=False)
             clock = time.perf_counter()
-        if checkpoints.due(step) and not streak:
+        if saving and not streak:
             checkpoints.save(step, runner.checkpoint_view(placed), plan.meta(step, per_epoch, config))
             clock = time.perf_counter()
     bar.close()
@@ -440,11 +449,14 @@ def _run_stage(config, kind, plan: Plan, placed, done: int, train, dev, per_epoc
     return placed, result
 
 
-def _nonfinite_step(step: int, streak: int, plan: Plan, config: TrainConfig, checkpoints: Checkpoints) -> None:
-    """Warn that ``step`` was skipped (the ``streak``-th in a row); :class:`NonFiniteTrainingError` at
-    ``config.max_nonfinite_steps`` in a row, naming the last good checkpoint."""
-    log.warning("step %d (%s): non-finite loss or gradient, update skipped (%d in a row)", step, plan.stage.name,
-                streak)
+def _nonfinite_steps(step: int, streak: int, new: int, plan: Plan, config: TrainConfig,
+                     checkpoints: Checkpoints) -> None:
+    """Warn that ``new`` more steps up to ``step`` were skipped (``streak`` in a row at ``step``);
+    :class:`NonFiniteTrainingError` once the streak reaches ``config.max_nonfinite_steps``, naming the last good
+    checkpoint. The loop reads the counters at its log, evaluation and checkpoint steps and at the stage's end, so
+    a run stops at the first of those at or after the streak's limit."""
+    log.warning("%d step(s) up to step %d (%s) had a non-finite loss or gradient, updates skipped (%d in a row)",
+                new, step, plan.stage.name, streak)
     if streak < config.max_nonfinite_steps:
         return
     checkpoints.wait()
