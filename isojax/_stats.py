@@ -53,6 +53,19 @@ def centered_rows(x, mask):
     return select_rows(x - mean[..., None, :], mask), mean, count
 
 
+def rowwise(fn, x, stats):
+    """``fn(x, stats)``, a map applied to every row of ``x [..., n, d]`` with statistics ``stats`` (a pytree)
+    estimated from the real rows, such that a row holding NaN or inf takes no part in any gradient.
+
+    Its own output row is still ``fn`` of it (non-finite), but it cannot turn the statistics' gradient NaN
+    (``0 · NaN`` in the backward pass of a product): the finite rows are mapped as ``fn(x, stats)`` (same values
+    and gradient as without this wrapper), the others as ``stop_gradient(fn(x, stats))``.
+    """
+    finite = jnp.all(jnp.isfinite(x), axis=-1, keepdims=True)
+    safe = fn(jnp.where(finite, x, 0), stats)
+    return jnp.where(finite, safe, jax.lax.stop_gradient(fn(x, stats)))
+
+
 def unit_scale(x, mask):
     """``x / s`` with ``s`` (no gradient, ``[...]``) the power of two at or just above the largest ``|x|`` of the
     real rows (1 when that is 0 or not finite).

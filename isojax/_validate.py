@@ -21,7 +21,7 @@ import numpy as np
 from isojax._numeric import nan_unless
 
 __all__ = ["check_choice", "check_cloud", "check_finite_rows", "check_float", "check_hyperparameter",
-           "check_labels", "check_mask", "check_mask_values", "check_points", "check_positive_int", "check_square", "check_texts",
+           "check_labels", "check_mask", "check_mask_values", "check_points", "check_real_rows", "check_positive_int", "check_square", "check_texts",
            "nan_unless"]
 
 
@@ -115,6 +115,24 @@ def check_cloud(x, mask=None, name: str = "x", *, min_n: int = 1, min_d: int = 1
     if mask is not None and _traced(raw) and raw.dtype != jnp.bool_:
         ok = ok & jnp.all((raw == 0) | (raw == 1), axis=-1)
     return x, mask, ok
+
+
+def check_real_rows(mask, minimum: int, name: str = "mask"):
+    """Whether every cloud of ``mask [..., n]`` (bool, or None = every row) has at least ``minimum`` true rows.
+
+    Concrete: ``ValueError`` naming the first cloud with fewer, else ``True``; traced: the flag ``[...]`` for
+    :func:`nan_unless`.
+    """
+    if mask is None:
+        return True
+    if _traced(mask):
+        return jnp.sum(mask, axis=-1) >= minimum
+    counts = np.asarray(jnp.sum(mask, axis=-1))
+    if (counts < minimum).any():
+        index = tuple(int(i) for i in np.argwhere(counts < minimum)[0]) if counts.ndim else ()
+        where = f" (cloud {index})" if index else ""
+        raise ValueError(f"{name} must select at least {minimum} row(s) per cloud, got {int(counts[index])}{where}")
+    return True
 
 
 def check_texts(texts, name: str = "texts"):

@@ -162,8 +162,8 @@ def isoscore_loss(x, *, mask=None, eps=1e-6):
       ``[...]`` non-negative losses (≤ −log eps).
     """
     eps, eps_ok = check_hyperparameter(eps, "eps", low=0.0, low_open=True)
-    score = isoscore(x, mask=mask)
-    return nan_unless(eps_ok, -jnp.log(jnp.where(score > 0, score, 0) + eps))
+    score = isoscore(x, mask=mask)  # NaN (traced bad input) stays NaN: the floor below must not hide it
+    return nan_unless(eps_ok & ~jnp.isnan(score), -jnp.log(jnp.where(score > 0, score, 0) + eps))
 
 
 def istar_loss(x, *, c0=None, zeta=0.2, mask=None, weight=1.0):

@@ -52,7 +52,7 @@ from isojax._numeric import HIGHEST, finite_matrix, promote_float32, safe_div, s
 from isojax._stats import (centered_rows, cosine_sums, covariance, covariance_moments, gram_eigenvalues, masked_rows,
                            select_rows, squared_distances, unit_rows, unit_scale)
 from isojax._validate import (check_choice, check_cloud, check_finite_rows, check_float, check_hyperparameter,
-                              check_points, check_positive_int, check_square, nan_unless)
+                              check_points, check_positive_int, check_real_rows, check_square, nan_unless)
 
 __all__ = [
     "explained_variance",
@@ -216,13 +216,15 @@ def partition_isotropy(w, *, mask=None, center: bool = False):
 
     Args:
       w: ``[..., V, d]`` float embedding matrix (V rows).
-      mask: optional ``[..., V]`` bool, true = real row (at least one real row).
+      mask: optional ``[..., V]`` bool, true = real row (at least one real row: ``ValueError`` for a concrete
+        mask without one, NaN for a traced one).
       center: subtract the mean of the real rows first (the "centered" column of too-much Table 1).
 
     Returns:
       ``(I1, I2)``, each ``[...]``.
     """
     w, mask, ok = check_cloud(w, mask, "w")
+    ok = ok & check_real_rows(mask, 1)  # Z of an empty cloud is 0 in every direction: I1, I2 undefined
     w, weights, _ = masked_rows(promote_float32(w), mask)
     if center:
         w = centered_rows(w, mask)[0]

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from isojax._numeric import HIGHEST, nan_unless, promote_float32, safe_norm
-from isojax._stats import covariance, masked_mean, unit_scale
+from isojax._stats import covariance, masked_mean, rowwise, select_rows, unit_scale
 from isojax._validate import check_cloud, check_float
 from isojax.calibrate.whitening import eigh_descending
 
@@ -57,9 +57,14 @@ def scaled_center(x, *, mask=None):
     """
     x, mask, ok = check_cloud(x, mask)
     x, scale = unit_scale(promote_float32(x), mask)  # 1-homogeneous: computed at unit scale, scaled back
-    norm = safe_norm(x, keepdims=True)
-    unit = x / jnp.where(norm > 0, norm, 1)
-    return nan_unless(ok, (x - norm * masked_mean(unit, mask)[..., None, :]) * scale[..., None, None])
+    real = select_rows(x, mask)
+    norm = safe_norm(real, keepdims=True)
+    mean_direction = masked_mean(real / jnp.where(norm > 0, norm, 1), mask)
+
+    def transform(rows, mu_hat):
+        return rows - safe_norm(rows, keepdims=True) * mu_hat[..., None, :]
+
+    return nan_unless(ok, rowwise(transform, x, mean_direction) * scale[..., None, None])
 
 
 @struct.dataclass
@@ -115,9 +120,10 @@ def all_but_the_top(x, *, D: int | None = None, mode: str = "centered", mask=Non
             raise ValueError("D and mask configure the fit; pass them to fit_all_but_the_top, not with state")
         _check_stat(state.mean, "state.mean", x)
         _check_stat(state.directions, "state.directions", x, extra_dims=1)
-    x = promote_float32(x)
-    x_tilde = x - state.mean[..., None, :]
-    source = x_tilde if mode == "centered" else x
-    u = state.directions
-    coefficients = jnp.matmul(source, u, precision=HIGHEST)
-    return nan_unless(ok, x_tilde - jnp.matmul(coefficients, jnp.swapaxes(u, -1, -2), precision=HIGHEST))
+    def transform(rows, state):
+        rows_tilde = rows - state.mean[..., None, :]
+        u = state.directions
+        coefficients = jnp.matmul(rows_tilde if mode == "centered" else rows, u, precision=HIGHEST)
+        return rows_tilde - jnp.matmul(coefficients, jnp.swapaxes(u, -1, -2), precision=HIGHEST)
+
+    return nan_unless(ok, rowwise(transform, promote_float32(x), state))
