@@ -21,8 +21,8 @@ import numpy as np
 from isojax._numeric import nan_unless
 
 __all__ = ["check_choice", "check_cloud", "check_finite_rows", "check_float", "check_hyperparameter",
-           "check_labels", "check_mask", "check_mask_values", "check_points", "check_real_rows", "check_positive_int", "check_square", "check_texts",
-           "nan_unless"]
+           "check_labels", "check_mask", "check_mask_values", "check_points", "check_positive_int", "check_real_rows",
+           "check_square", "check_texts", "nan_unless"]
 
 
 def _traced(*values) -> bool:
