@@ -85,12 +85,14 @@ def check_finite_rows(x, mask, name: str = "x"):
     (its index, with the leading indices for batched clouds), else ``True``. Traced: the flag ``[...]``, which
     the caller passes to :func:`nan_unless` so that the result is NaN, never a finite number.
     """
-    finite = jnp.all(jnp.isfinite(x), axis=-1)
-    if mask is not None:
-        finite = finite | ~mask
     if _traced(x, mask):
-        return jnp.all(finite, axis=-1)
-    bad = np.argwhere(~np.asarray(finite))
+        finite = jnp.all(jnp.isfinite(x), axis=-1)
+        return jnp.all(finite if mask is None else finite | ~mask, axis=-1)
+    # Concrete: numpy, so that the check also runs (and raises) on constants inside a jit trace.
+    bad = ~np.isfinite(np.asarray(x).astype(np.float64)).all(axis=-1)
+    if mask is not None:
+        bad &= np.asarray(mask)
+    bad = np.argwhere(bad)
     if len(bad):
         index = tuple(int(i) for i in bad[0])
         where = f"row {index[-1]}" + (f" of cloud {index[:-1]}" if len(index) > 1 else "")
@@ -127,7 +129,7 @@ def check_real_rows(mask, minimum: int, name: str = "mask"):
         return True
     if _traced(mask):
         return jnp.sum(mask, axis=-1) >= minimum
-    counts = np.asarray(jnp.sum(mask, axis=-1))
+    counts = np.sum(np.asarray(mask), axis=-1)
     if (counts < minimum).any():
         index = tuple(int(i) for i in np.argwhere(counts < minimum)[0]) if counts.ndim else ()
         where = f" (cloud {index})" if index else ""

@@ -129,3 +129,25 @@ def test_nothing_is_jitted_at_definition():
     """Issue 29: topology._cloud_losses was wrapped in jax.jit where it was defined."""
     for core in (topology._cloud_losses, topology._cloud_loss_grads, topology._edges, topology._prominent):
         assert not hasattr(core, "lower"), f"{core} is jitted at definition"
+
+
+def test_a_cloud_closed_over_inside_jit_is_checked_with_numpy(cloud):
+    """A concrete cloud inside a jit trace (a closure constant) is checked as concrete input: the check must not
+    turn it into a tracer (it did, and np.asarray of that tracer raised TracerArrayConversionError)."""
+    x, padded = jnp.asarray(cloud[0]), jnp.asarray(cloud[1])  # jax arrays: concrete inside the trace
+    np.testing.assert_allclose(jax.jit(lambda: metrics.isoscore(x))(), reference_isoscore(cloud[0]), rtol=1e-5)
+    with pytest.raises(ValueError, match="row 6"):
+        jax.jit(lambda: metrics.isoscore(padded))()
+
+
+def test_isobn_keeps_its_statistics_through_a_non_finite_batch(cloud):
+    """Traced: a batch with a NaN counted row gives a NaN output for its cloud only and leaves the running
+    statistics unchanged (0 · NaN in the moving average would have made them NaN for good)."""
+    x = np.stack([cloud[0], cloud[0] * 2])
+    x[1, 2, 0] = np.nan
+    module = calibrate.IsoBN(use_running_average=False)
+    variables = module.init(jax.random.key(0), x[:1])
+    y, state = jax.jit(lambda v, a: module.apply(v, a, mutable=["batch_stats"]))(variables, x)
+    assert np.isfinite(y[0]).all() and np.isnan(y[1]).all()
+    np.testing.assert_array_equal(state["batch_stats"]["cov"], np.eye(3))
+    np.testing.assert_array_equal(state["batch_stats"]["std"], np.ones(3))

@@ -77,11 +77,14 @@ class IsoBN(nn.Module):
         cov = self.variable("batch_stats", "cov", lambda: start * jnp.eye(d, dtype=jnp.float32))
         std = self.variable("batch_stats", "std", lambda: jnp.full((d,), start, jnp.float32))
         if not use_running_average and not self.is_initializing():
+            # One flag for the whole (global) batch, the same on every device: all counted rows finite.
+            all_ok = ok if ok is True else self._total(jnp.sum(~ok)) == 0
             batch_cov, count = self._batch_covariance(x, mask)
-            rate = jnp.where((count > 0) & ok, self.momentum, 0.0)
+            rate = jnp.where(count > 0, self.momentum, 0.0)
             batch_std = jnp.sqrt(jnp.maximum(jnp.diagonal(batch_cov), 0))
-            cov.value = cov.value + rate * (batch_cov - cov.value)
-            std.value = std.value + rate * (batch_std - std.value)
+            # A batch with a non-finite counted row leaves the statistics unchanged (selected, not multiplied by 0).
+            cov.value = jnp.where(all_ok, cov.value + rate * (batch_cov - cov.value), cov.value)
+            std.value = jnp.where(all_ok, std.value + rate * (batch_std - std.value), std.value)
         scale = jax.lax.stop_gradient(isobn_scale(cov.value, std.value, eps=self.eps))
         return nan_unless(ok, (x * scale).astype(x.dtype))
 
