@@ -54,18 +54,19 @@ def _mst_parents(sq, real):
     root = jnp.argmax(real)
     in_tree = jnp.zeros(n, bool).at[root].set(True)
     parent = jnp.full(n, root)
-
-    def add_nearest(_, carry):
-        in_tree, best, parent = carry
-        j = jnp.argmin(jnp.where(in_tree, jnp.inf, best))
-        in_tree = in_tree.at[j].set(True)
-        row = sq[j]
-        closer = (row < best) & ~in_tree
-        return in_tree, jnp.where(closer, row, best), jnp.where(closer, j, parent)
-
-    _, _, parent = jax.lax.fori_loop(0, n - 1, add_nearest, (in_tree, sq[root], parent))
+    _, _, _, parent = jax.lax.fori_loop(0, n - 1, _add_nearest, (sq, in_tree, sq[root], parent))
     is_edge = real & (jnp.arange(n) != root)
     return parent, is_edge
+
+
+def _add_nearest(_, carry):
+    """One step of Prim's algorithm (a module-level body, so that eager calls reuse the traced loop)."""
+    sq, in_tree, best, parent = carry
+    j = jnp.argmin(jnp.where(in_tree, jnp.inf, best))
+    in_tree = in_tree.at[j].set(True)
+    row = sq[j]
+    closer = (row < best) & ~in_tree
+    return sq, in_tree, jnp.where(closer, row, best), jnp.where(closer, j, parent)
 
 
 def _edges(x, real):
