@@ -1,7 +1,9 @@
 """Safe numeric primitives shared by the statistics (:mod:`isojax._stats`), metrics, losses, topology and calibration.
 
 Each is safe where the naive formula is not: finite values *and* finite gradients at zero denominators,
-zero norms and empty masks (the double-``where`` trick keeps the untaken branch's gradient finite).
+zero norms and empty masks (the double-``where`` trick keeps the untaken branch's gradient finite), and
+decompositions that never see a non-finite matrix (:func:`finite_matrix`, whose flag :func:`nan_unless` turns
+into NaN afterwards).
 """
 from __future__ import annotations
 
@@ -33,3 +35,33 @@ def safe_norm(v, axis=-1, keepdims: bool = False):
     """Euclidean norm ``sqrt(sum v^2)`` along ``axis``, with a finite (zero) gradient at the zero vector."""
     return safe_sqrt(jnp.sum(v * v, axis=axis, keepdims=keepdims))
 
+
+
+def nan_unless(ok, result):
+    """``result`` where ``ok`` holds, NaN elsewhere; ``ok=True`` returns ``result`` itself.
+
+    ``ok`` is ``True`` or a bool array whose shape is the leading shape of every floating leaf of the pytree
+    ``result`` (``[...]`` against ``[...]``, ``[..., n, d]`` ...): it is broadcast along the leaves' trailing
+    axes. Non-floating leaves (indices, bool masks) are returned unchanged.
+    """
+    if ok is True:
+        return result
+    ok = jnp.asarray(ok)
+
+    def poison(leaf):
+        if not jnp.issubdtype(jnp.result_type(leaf), jnp.floating):
+            return leaf
+        leaf = jnp.asarray(leaf)
+        return jnp.where(ok.reshape(ok.shape + (1,) * (leaf.ndim - ok.ndim)), leaf, jnp.nan)
+
+    return jax.tree.map(poison, result)
+
+
+def finite_matrix(m):
+    """``(m, ok)``: each matrix of ``m [..., a, b]`` if all its entries are finite, else zeros, and ``ok [...]``.
+
+    Decompositions (SVD, eigh, QR, solve) receive this stand-in instead of a non-finite matrix, which LAPACK's
+    iterative solvers may never finish on; the caller poisons the result with :func:`nan_unless` ``(ok, ...)``.
+    """
+    ok = jnp.all(jnp.isfinite(m), axis=(-2, -1))
+    return jnp.where(ok[..., None, None], m, 0), ok

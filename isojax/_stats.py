@@ -2,16 +2,24 @@
 
 One home for the quantities those modules would otherwise each compute their own way. Conventions: ``x`` is
 ``[..., n, d]`` (leading axes are independent clouds), ``mask`` is ``[..., n]`` bool or None (true = real row,
-None = every row). Padding rows are excluded exactly: they never enter a mean, a count, a covariance or a pair.
+None = every row). Padding rows are excluded exactly: they never enter a mean, a count, a covariance or a pair,
+and they are selected out with ``jnp.where`` before any arithmetic, so whatever they hold (NaN, inf) reaches
+neither a result nor a gradient (``0 * NaN`` would be NaN).
 The helpers are unvalidated (the public callers check their arguments), jit-free and differentiable, with
 finite gradients at zero denominators (see :mod:`isojax._numeric`). Matrix products use full float32 precision
 (``HIGHEST``) whatever the backend's default.
 """
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
-from isojax._numeric import HIGHEST, safe_div, safe_norm
+from isojax._numeric import HIGHEST, finite_matrix, safe_div, safe_norm
+
+
+def select_rows(x, mask):
+    """``x`` with the padding rows replaced by zeros (``jnp.where``: their values never enter arithmetic)."""
+    return x if mask is None else jnp.where(mask[..., None], x, 0)
 
 
 def masked_rows(x, mask):
@@ -20,7 +28,7 @@ def masked_rows(x, mask):
         weights = jnp.ones(x.shape[:-1], x.dtype)
     else:
         weights = mask.astype(x.dtype)
-        x = x * weights[..., None]
+        x = select_rows(x, mask)
     return x, weights, jnp.sum(weights, axis=-1)
 
 
@@ -32,16 +40,45 @@ def masked_mean(x, mask=None):
     """
     if mask is None:
         return jnp.mean(x, axis=-2)
-    w = mask.astype(x.dtype)[..., None]
-    return jnp.sum(w * x, axis=-2) / jnp.maximum(jnp.sum(w, axis=-2), 1)
+    mask = mask.astype(bool)
+    count = jnp.sum(mask, axis=-1, dtype=x.dtype)[..., None]
+    return jnp.sum(select_rows(x, mask), axis=-2) / jnp.maximum(count, 1)
 
 
 def centered_rows(x, mask):
     """``(x_i − μ for the real rows and 0 for padding rows, μ [..., d], row count [...])``, μ the mean of the
     real rows."""
     mean = masked_mean(x, mask)
-    x, weights, count = masked_rows(x, mask)
-    return (x - mean[..., None, :]) * weights[..., None], mean, count
+    x, _, count = masked_rows(x, mask)
+    return select_rows(x - mean[..., None, :], mask), mean, count
+
+
+def rowwise(fn, x, stats):
+    """``fn(x, stats)``, a map applied to every row of ``x [..., n, d]`` with statistics ``stats`` (a pytree)
+    estimated from the real rows, such that a row holding NaN or inf takes no part in any gradient.
+
+    Its own output row is still ``fn`` of it (non-finite), but it cannot turn the statistics' gradient NaN
+    (``0 · NaN`` in the backward pass of a product): the finite rows are mapped as ``fn(x, stats)`` (same values
+    and gradient as without this wrapper), the others as ``stop_gradient(fn(x, stats))``.
+    """
+    finite = jnp.all(jnp.isfinite(x), axis=-1, keepdims=True)
+    safe = fn(jnp.where(finite, x, 0), stats)
+    return jnp.where(finite, safe, jax.lax.stop_gradient(fn(x, stats)))
+
+
+def unit_scale(x, mask):
+    """``x / s`` with ``s`` (no gradient, ``[...]``) the power of two at or just above the largest ``|x|`` of the
+    real rows (1 when that is 0 or not finite).
+
+    Dividing by a power of two is exact, so a scale-invariant (0-homogeneous) measure of ``x / s`` is bit for
+    bit that of ``x`` -- value and gradient -- wherever ``x`` itself neither overflows nor underflows when
+    squared, and it stays right where it would (float32 clouds scaled by 1e±20).
+    """
+    big = jax.lax.stop_gradient(jnp.max(jnp.abs(select_rows(x, mask)), axis=(-2, -1)))
+    usable = jnp.isfinite(big) & (big > 0)
+    _, exponent = jnp.frexp(jnp.where(usable, big, 1))
+    scale = jnp.where(usable, jnp.ldexp(jnp.ones_like(big), exponent), 1)
+    return x / scale[..., None, None], scale
 
 
 def covariance(x, mask, *, ddof: int = 1):
@@ -77,13 +114,15 @@ def smaller_gram(x):
 
 
 def gram_eigenvalues(x):
-    """Eigenvalues (descending) of xᵀx, ``[..., min(n, d)]``: the squared singular values of ``x``.
+    """Eigenvalues (descending) of xᵀx, ``[..., min(n, d)]``: the squared singular values of ``x`` (NaN when the
+    Gram matrix is not finite, which the SVD never sees).
 
     Computed on the smaller Gram matrix. It is PSD, so its eigenvalues are its singular values: the values-only
     SVD is used (no eigenvectors in the forward pass; on CPU it is cheaper than ``eigvalsh``, which also
     computes them), and its gradient stays finite when values repeat.
     """
-    return jnp.linalg.svd(smaller_gram(x), compute_uv=False)
+    gram, ok = finite_matrix(smaller_gram(x))  # a non-finite Gram matrix: NaN out, no decomposition of it
+    return jnp.where(ok[..., None], jnp.linalg.svd(gram, compute_uv=False), jnp.nan)
 
 
 def unit_rows(x):

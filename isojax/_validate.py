@@ -2,8 +2,13 @@
 
 Each check raises ``ValueError`` or ``TypeError`` naming the argument and what was expected. Shapes and dtypes
 are static, so those checks run unchanged under ``jit``. Values are checked only where they are concrete:
-:func:`check_hyperparameter` returns a validity flag for traced values, which the caller turns into NaN
-(:func:`nan_unless`), and :func:`check_labels` checks label ranges only for concrete labels.
+:func:`check_hyperparameter` and :func:`check_cloud` return a validity flag for traced values, which the caller
+turns into NaN (:func:`nan_unless`), and :func:`check_labels` checks label ranges only for concrete labels.
+
+**The bad-input rule for point clouds** (:func:`check_cloud`): rows where the mask is false never influence a
+result or its gradient, whatever they hold (the statistics select rows with ``jnp.where`` before any
+arithmetic); a NaN or inf in a counted row is a ``ValueError`` naming the argument and the row for concrete
+input and makes the result NaN when traced (never a finite number); integer masks hold only 0 and 1.
 """
 from __future__ import annotations
 
@@ -12,6 +17,16 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from isojax._numeric import nan_unless
+
+__all__ = ["check_choice", "check_cloud", "check_finite_rows", "check_float", "check_hyperparameter",
+           "check_labels", "check_mask", "check_mask_values", "check_points", "check_positive_int", "check_real_rows",
+           "check_square", "check_texts", "nan_unless"]
+
+
+def _traced(*values) -> bool:
+    return any(isinstance(v, jax.core.Tracer) for v in values)
 
 
 def check_float(x, name: str):
@@ -36,15 +51,105 @@ def check_points(x, name: str = "x", *, min_n: int = 1, min_d: int = 1):
 
 
 def check_mask(mask, x, name: str = "mask"):
-    """Check an optional boolean mask of shape ``x.shape[:-1]`` (true = real row); return it as bool or None."""
+    """Check an optional mask of shape ``x.shape[:-1]`` (true = real row); return it as bool or None.
+
+    Boolean, or integer holding only 0 and 1: a concrete integer mask with any other value is a ``ValueError``
+    naming the values found. A traced integer mask cannot be checked here; :func:`check_cloud` flags it (the
+    result is NaN unless it holds only 0 and 1), functions that call only this check read it as ``mask != 0``.
+    """
     if mask is None:
         return None
     mask = jnp.asarray(mask)
     if mask.shape != x.shape[:-1]:
         raise ValueError(f"{name} must have shape {x.shape[:-1]} (x.shape[:-1]), got {mask.shape}")
+    return check_mask_values(mask, name)
+
+
+def check_mask_values(mask, name: str = "mask"):
+    """A boolean mask, or an integer one holding only 0 and 1 (``ValueError`` naming the values found when it
+    is concrete; ``TypeError`` for other dtypes), as bool (a traced integer mask: ``mask != 0``)."""
+    mask = jnp.asarray(mask)
     if not (mask.dtype == jnp.bool_ or jnp.issubdtype(mask.dtype, jnp.integer)):
         raise TypeError(f"{name} must be boolean or integer 0/1, got {mask.dtype}")
-    return mask.astype(bool)
+    if mask.dtype != jnp.bool_ and not _traced(mask):
+        values = np.unique(np.asarray(mask))
+        if not np.isin(values, (0, 1)).all():
+            raise ValueError(f"{name} must be boolean or hold only 0 and 1, found the values {values[:8].tolist()}")
+    return mask != 0
+
+
+def check_finite_rows(x, mask, name: str = "x"):
+    """Whether every counted row of ``x [..., n, d]`` is finite (``mask [...,n]`` bool or None = every row).
+
+    Concrete ``x`` and ``mask``: ``ValueError`` naming ``name`` and the first counted row holding NaN or inf
+    (its index, with the leading indices for batched clouds), else ``True``. Traced: the flag ``[...]``, which
+    the caller passes to :func:`nan_unless` so that the result is NaN, never a finite number.
+    """
+    if _traced(x, mask):
+        finite = jnp.all(jnp.isfinite(x), axis=-1)
+        return jnp.all(finite if mask is None else finite | ~mask, axis=-1)
+    # Concrete: numpy, so that the check also runs (and raises) on constants inside a jit trace.
+    bad = ~np.isfinite(np.asarray(x).astype(np.float64)).all(axis=-1)
+    if mask is not None:
+        bad &= np.asarray(mask)
+    bad = np.argwhere(bad)
+    if len(bad):
+        index = tuple(int(i) for i in bad[0])
+        where = f"row {index[-1]}" + (f" of cloud {index[:-1]}" if len(index) > 1 else "")
+        raise ValueError(f"{name} has a non-finite value (NaN or inf) in {where}"
+                         + (", a row the mask counts" if mask is not None else ""))
+    return True
+
+
+def check_cloud(x, mask=None, name: str = "x", *, min_n: int = 1, min_d: int = 1, mask_name: str = "mask"):
+    """Check a point cloud ``x [..., n, d]`` and its optional mask by the bad-input rule (module docstring).
+
+    Returns ``(x, mask, ok)``: ``x`` as an array (:func:`check_points`), the mask as bool or None
+    (:func:`check_mask`) and ``ok`` -- ``True`` for concrete input (which raises instead) or a traced ``[...]``
+    flag that is false where a counted row is not finite or a traced integer mask holds a value other than 0/1.
+    The caller returns ``nan_unless(ok, result)`` and selects rows with ``jnp.where`` (the :mod:`isojax._stats`
+    helpers do) so that masked rows never reach any arithmetic.
+    """
+    x = check_points(x, name, min_n=min_n, min_d=min_d)
+    raw = mask
+    mask = check_mask(mask, x, mask_name)
+    ok = check_finite_rows(x, mask, name)
+    if mask is not None and _traced(raw) and raw.dtype != jnp.bool_:
+        ok = ok & jnp.all((raw == 0) | (raw == 1), axis=-1)
+    return x, mask, ok
+
+
+def check_real_rows(mask, minimum: int, name: str = "mask"):
+    """Whether every cloud of ``mask [..., n]`` (bool, or None = every row) has at least ``minimum`` true rows.
+
+    Concrete: ``ValueError`` naming the first cloud with fewer, else ``True``; traced: the flag ``[...]`` for
+    :func:`nan_unless`.
+    """
+    if mask is None:
+        return True
+    if _traced(mask):
+        return jnp.sum(mask, axis=-1) >= minimum
+    counts = np.sum(np.asarray(mask), axis=-1)
+    if (counts < minimum).any():
+        index = tuple(int(i) for i in np.argwhere(counts < minimum)[0]) if counts.ndim else ()
+        where = f" (cloud {index})" if index else ""
+        raise ValueError(f"{name} must select at least {minimum} row(s) per cloud, got {int(counts[index])}{where}")
+    return True
+
+
+def check_texts(texts, name: str = "texts"):
+    """Check a sequence of strings (a single ``str`` is a ``TypeError``: it would be read as its characters)."""
+    if isinstance(texts, (str, bytes)):
+        raise TypeError(f"{name} must be a sequence of strings, got a single {type(texts).__name__} "
+                        f"({texts[:40]!r}); wrap it in a list: [text]")
+    try:
+        items = list(texts)
+    except TypeError:
+        raise TypeError(f"{name} must be a sequence of strings, got {type(texts).__name__}") from None
+    for i, text in enumerate(items):
+        if not isinstance(text, str):
+            raise TypeError(f"{name}[{i}] must be a string, got {type(text).__name__}")
+    return items
 
 
 def check_square(c, name: str, d: int):
@@ -99,12 +204,6 @@ def check_hyperparameter(value, name: str, *, low: float = -math.inf, high: floa
             expected = f"be in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
         raise ValueError(f"{name} must {expected}, got {concrete!r}")
     return (concrete if isinstance(value, (int, float)) else value), True
-
-
-def nan_unless(in_range, result):
-    """``result`` where ``in_range`` holds, NaN elsewhere (for traced hyperparameters, see
-    :func:`check_hyperparameter`; ``in_range=True`` returns ``result`` itself)."""
-    return result if in_range is True else jnp.where(in_range, result, jnp.nan)
 
 
 def check_choice(value, name: str, choices: tuple):

@@ -31,7 +31,11 @@ the "common enemies" effect, which the paper blames for the common direction sha
 :func:`softmax_gradient_split` computes the two parts and :func:`common_enemies_alignment` measures how the
 non-target part aligns with W's mean vector and first principal direction.
 
-Conventions as in :mod:`isojax.metrics`: plain functions (the caller jits), float hyperparameters traced.
+Conventions as in :mod:`isojax.metrics`: plain functions (the caller jits), float hyperparameters traced, and
+its bad-input rule (padding rows never count; a NaN or inf in a counted row raises ``ValueError`` when concrete
+and gives NaN when traced; no decomposition sees a non-finite matrix). The gradients of the scale-invariant
+measures (cosine regularisation, IsoScore and its loss) are homogeneous of degree −1 and are computed on the
+cloud divided by a power of two (exact), so they hold at any finite float32 scale.
 """
 from __future__ import annotations
 
@@ -42,10 +46,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from isojax import losses, metrics
-from isojax._numeric import HIGHEST, promote_float32, safe_div, safe_norm
-from isojax._stats import centered_rows, covariance, masked_rows, unit_rows
-from isojax._validate import (check_float, check_hyperparameter, check_mask, check_points, check_square,
-                              nan_unless)
+from isojax._numeric import HIGHEST, finite_matrix, promote_float32, safe_div, safe_norm
+from isojax._stats import centered_rows, covariance, masked_rows, unit_rows, unit_scale
+from isojax._validate import (check_cloud, check_finite_rows, check_float, check_hyperparameter, check_points,
+                              check_square, nan_unless)
 from isojax.softdecay import softdecay_derivative
 from isojax.spectral import SpectralDerivative, spectral_derivative
 from isojax.topology import persistent_entropy_loss_grad
@@ -87,24 +91,25 @@ def cosine_regularization_grad(w, *, mask=None, weight=1.0):
     Returns:
       ``[..., N, d]`` gradient, in ``w``'s dtype.
     """
-    w = check_points(w, "w", min_n=2)
-    mask = check_mask(mask, w)
+    w, mask, ok = check_cloud(w, mask, "w", min_n=2)
     weight, _ = check_hyperparameter(weight, "weight")
-    rows, _, count = masked_rows(promote_float32(w), mask)
+    rows, scale = unit_scale(promote_float32(w), mask)  # the gradient of a 0-homogeneous R is (−1)-homogeneous
+    rows, _, count = masked_rows(rows, mask)
     norms = safe_norm(rows, keepdims=True)
     unit = unit_rows(rows)
     total = jnp.sum(unit, axis=-2, keepdims=True)
     orthogonal = total - jnp.sum(unit * total, axis=-1, keepdims=True) * unit
     grad = 2 * weight * safe_div(safe_div(orthogonal, norms), count[..., None, None] ** 2)
-    return grad.astype(w.dtype)
+    return nan_unless(ok, (grad / scale[..., None, None]).astype(w.dtype))
 
 
 def _spectrum_grad(w, prior, weight):
     """λ Σ_k 2 (σ_k − prior_k) u_k v_kᵀ = U diag(2λ(σ − prior)) Vᵀ (thin SVD)."""
     weight, _ = check_hyperparameter(weight, "weight")
-    u, sigma, vt = jnp.linalg.svd(promote_float32(w), full_matrices=False)
+    matrix, ok = finite_matrix(promote_float32(w))  # the SVD never sees a non-finite matrix: NaN out instead
+    u, sigma, vt = jnp.linalg.svd(matrix, full_matrices=False)
     scale = 2 * weight * (sigma - prior)
-    return jnp.matmul(u * scale[..., None, :], vt, precision=HIGHEST).astype(w.dtype)
+    return nan_unless(ok, jnp.matmul(u * scale[..., None, :], vt, precision=HIGHEST).astype(w.dtype))
 
 
 def spectrum_polynomial_grad(w, *, c1, gamma, weight=1.0):
@@ -121,14 +126,14 @@ def spectrum_polynomial_grad(w, *, c1, gamma, weight=1.0):
     Returns:
       ``[..., V, d]`` gradient, in ``w``'s dtype.
     """
-    w = check_points(w, "w")
+    w = check_cloud(w, None, "w")[0]
     return _spectrum_grad(w, losses.polynomial_decay(min(w.shape[-2:]), c1=c1, gamma=gamma), weight)
 
 
 def spectrum_exponential_grad(w, *, c1, c2, gamma, weight=1.0):
     """Closed-form gradient of :func:`isojax.losses.spectrum_exponential`:
     ∂R/∂W = U diag(2λ(σ − c1 exp(−c2 k^γ))) Vᵀ (see :func:`spectrum_polynomial_grad`)."""
-    w = check_points(w, "w")
+    w = check_cloud(w, None, "w")[0]
     return _spectrum_grad(w, losses.exponential_decay(min(w.shape[-2:]), c1=c1, c2=c2, gamma=gamma), weight)
 
 
@@ -136,7 +141,13 @@ def spectrum_exponential_grad(w, *, c1, c2, gamma, weight=1.0):
 # IsoScore and IsoScore*
 # ----------------------------------------------------------------------------------------------
 def _isoscore_star_grad(x, mask, c0, zeta):
-    """∂IsoScore*/∂x of checked input (ζ = 0 with ``c0=None``: IsoScore); see :func:`isoscore_grad`."""
+    """∂IsoScore*/∂x of checked input (ζ = 0 with ``c0=None``: IsoScore); see :func:`isoscore_grad`.
+
+    IsoScore (``c0=None``, ζ = 0) is scale-invariant, so its gradient is computed on ``x / s`` (a power of two,
+    exact) and divided by ``s``; IsoScore* is not (ζ·C0 sets a scale) and is computed on ``x`` itself."""
+    scale = None
+    if c0 is None and isinstance(zeta, float) and zeta == 0:
+        x, scale = unit_scale(x, mask)
     x32 = promote_float32(x)
     xc, _, count = centered_rows(x32, mask)
     _, cov = covariance(x32, mask)
@@ -148,6 +159,8 @@ def _isoscore_star_grad(x, mask, c0, zeta):
     eye = jnp.eye(d, dtype=cov.dtype)
     d_score = (1 - zeta) * (safe_div(2 * trace, sq_norm) * eye - safe_div(2 * trace**2, sq_norm**2) * shrunk) / (d - 1)
     grad = 2 * jnp.matmul(xc, d_score, precision=HIGHEST) / jnp.maximum(count - 1, 1)[..., None, None]
+    if scale is not None:
+        grad = grad / scale[..., None, None]
     return grad.astype(x.dtype)
 
 
@@ -178,8 +191,8 @@ def isoscore_grad(x, *, mask=None):
     Returns:
       ``[..., n, d]`` gradient, in ``x``'s dtype.
     """
-    x = check_points(x, "x", min_n=2, min_d=2)
-    return _isoscore_star_grad(x, check_mask(mask, x), None, 0.0)
+    x, mask, ok = check_cloud(x, mask, min_n=2, min_d=2)
+    return nan_unless(ok, _isoscore_star_grad(x, mask, None, 0.0))
 
 
 def isoscore_star_grad(x, *, c0=None, zeta=0.2, mask=None):
@@ -192,11 +205,10 @@ def isoscore_star_grad(x, *, c0=None, zeta=0.2, mask=None):
 
     S = tr C_ζ, Q = ‖C_ζ‖_F². A traced ζ outside [0, 1] gives NaN.
     """
-    x = check_points(x, "x", min_n=2, min_d=2)
-    mask = check_mask(mask, x)
+    x, mask, ok = check_cloud(x, mask, min_n=2, min_d=2)
     zeta, zeta_ok = check_hyperparameter(zeta, "zeta", low=0.0, high=1.0)
     c0 = None if c0 is None else check_square(c0, "c0", x.shape[-1])
-    return nan_unless(zeta_ok, _isoscore_star_grad(x, mask, c0, zeta))
+    return nan_unless(ok, nan_unless(zeta_ok, _isoscore_star_grad(x, mask, c0, zeta)))
 
 
 def isoscore_loss_grad(x, *, mask=None, eps=1e-6):
@@ -269,6 +281,7 @@ def softmax_gradient_split(w, h, targets, *, bias=None, weights=None) -> Softmax
     h = check_float(h, "h")
     if h.ndim != 2 or h.shape[1] != w.shape[1]:
         raise ValueError(f"h must have shape [N, {w.shape[1]}] (d of w), got {h.shape}")
+    ok = check_finite_rows(w, None, "w") & check_finite_rows(h, None, "h")
     targets = _check_targets(targets, h.shape[0], w.shape[0])
     work = jnp.promote_types(jnp.promote_types(w.dtype, h.dtype), jnp.float32)
     w, h = w.astype(work), h.astype(work)
@@ -285,7 +298,7 @@ def softmax_gradient_split(w, h, targets, *, bias=None, weights=None) -> Softmax
     non_target = jnp.matmul(pushes.T, h, precision=HIGHEST)
     target = jnp.zeros_like(w).at[targets].add(-jnp.sum(pushes, axis=1)[:, None] * h)  # ω_n (1 − p_t) = Σ_{j≠t}
     loss = -jnp.sum(omega * jnp.sum(jnp.where(is_target, log_p, 0), axis=1))
-    return SoftmaxGradients(loss=loss, target=target, non_target=non_target)
+    return nan_unless(ok, SoftmaxGradients(loss=loss, target=target, non_target=non_target))
 
 
 def _check_matrix(w):
@@ -369,16 +382,18 @@ def common_enemies_alignment(w, grad, *, mask=None) -> CommonEnemiesAlignment:
     grad = check_float(grad, "grad")
     if grad.shape != w.shape:
         raise ValueError(f"grad must have the shape of w {w.shape}, got {grad.shape}")
-    mask = check_mask(mask, w)
+    w, mask, ok = check_cloud(w, mask, "w")
+    ok = ok & check_finite_rows(grad, mask, "grad")
     w = jax.lax.stop_gradient(promote_float32(w))
     grad, _, _ = masked_rows(grad.astype(w.dtype), mask)
     mean, cov = covariance(w, mask)
+    cov, cov_ok = finite_matrix(cov)
     principal = jnp.linalg.eigh(cov)[1][:, -1]
     total = jnp.sum(grad, axis=0)
-    return CommonEnemiesAlignment(
+    return nan_unless(ok & cov_ok, CommonEnemiesAlignment(
         mean_cosine=_cosine(-total, mean),
         principal_cosine=jnp.abs(_cosine(total, principal)),
         row_mean_cosines=_cosine(-grad, mean),
         row_principal_cosines=jnp.abs(_cosine(grad, principal)),
         coherence=metrics.token_uniformity(grad, mask=mask),
-    )
+    ))

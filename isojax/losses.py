@@ -27,7 +27,9 @@ Conventions (as in :mod:`isojax.metrics`, and in optax's style):
   padding rows exactly. ``weight`` λ multiplies the result (a convenience: ``weight * loss(x)`` is the same).
 
 All losses are to be minimised and have finite gradients on degenerate input (zero rows, identical rows,
-repeated singular values). Closed-form gradients of the regularisers are in :mod:`isojax.gradients`.
+repeated singular values). Bad input follows the rule of :mod:`isojax.metrics`: padding rows never count, a
+NaN or inf in a counted row raises ``ValueError`` (concrete) or gives NaN (traced), and no SVD ever sees a
+non-finite matrix. Closed-form gradients of the regularisers are in :mod:`isojax.gradients`.
 """
 from __future__ import annotations
 
@@ -36,9 +38,9 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from isojax._numeric import promote_float32, safe_div
-from isojax._stats import cosine_sums
-from isojax._validate import check_float, check_hyperparameter, check_mask, check_points, nan_unless
+from isojax._numeric import finite_matrix, promote_float32, safe_div
+from isojax._stats import cosine_sums, unit_scale
+from isojax._validate import check_cloud, check_float, check_hyperparameter, nan_unless
 from isojax.metrics import isoscore, isoscore_star
 
 __all__ = [
@@ -71,11 +73,10 @@ def cosine_regularization(w, *, mask=None, weight=1.0):
     Returns:
       ``[...]`` values in [−λ/N, λ(N − 1)/N].
     """
-    w = check_points(w, "w", min_n=2)
-    mask = check_mask(mask, w)
+    w, mask, ok = check_cloud(w, mask, "w", min_n=2)
     weight, _ = check_hyperparameter(weight, "weight")
-    all_pairs, diagonal, count = cosine_sums(promote_float32(w), mask)
-    return weight * safe_div(all_pairs - diagonal, count**2)
+    all_pairs, diagonal, count = cosine_sums(unit_scale(promote_float32(w), mask)[0], mask)  # scale-invariant
+    return nan_unless(ok, weight * safe_div(all_pairs - diagonal, count**2))
 
 
 def _ranks(num: int):
@@ -101,10 +102,12 @@ def exponential_decay(num: int, *, c1, c2, gamma):
 
 def _spectrum_penalty(w, prior, weight):
     """λ Σ_k (σ_k − prior_k)² with σ the singular values of ``w`` (``svd(compute_uv=False)``, in at least
-    float32: its gradient is finite even where singular values repeat or vanish)."""
+    float32: its gradient is finite even where singular values repeat or vanish). A non-finite ``w`` (checked
+    by the caller) reaches the SVD as zeros and the result is NaN."""
     weight, _ = check_hyperparameter(weight, "weight")
-    sigma = jnp.linalg.svd(promote_float32(w), compute_uv=False)
-    return weight * jnp.sum((sigma - prior) ** 2, axis=-1)
+    w, ok = finite_matrix(promote_float32(w))
+    sigma = jnp.linalg.svd(w, compute_uv=False)
+    return nan_unless(ok, weight * jnp.sum((sigma - prior) ** 2, axis=-1))
 
 
 def spectrum_polynomial(w, *, c1, gamma, weight=1.0):
@@ -115,13 +118,14 @@ def spectrum_polynomial(w, *, c1, gamma, weight=1.0):
     (:func:`polynomial_decay`).
 
     Args:
-      w: ``[..., V, d]`` float matrix (for instance the output embedding matrix).
+      w: ``[..., V, d]`` float matrix (for instance the output embedding matrix). Not scale-invariant: the
+        squared differences overflow float32 for σ above about 1e19.
       c1: scale of the prior; gamma: decay exponent γ; weight: λ (all traced).
 
     Returns:
       ``[...]`` penalties.
     """
-    w = check_points(w, "w")
+    w = check_cloud(w, None, "w")[0]
     return _spectrum_penalty(w, polynomial_decay(min(w.shape[-2:]), c1=c1, gamma=gamma), weight)
 
 
@@ -138,7 +142,7 @@ def spectrum_exponential(w, *, c1, c2, gamma, weight=1.0):
     Returns:
       ``[...]`` penalties.
     """
-    w = check_points(w, "w")
+    w = check_cloud(w, None, "w")[0]
     return _spectrum_penalty(w, exponential_decay(min(w.shape[-2:]), c1=c1, c2=c2, gamma=gamma), weight)
 
 
@@ -158,8 +162,8 @@ def isoscore_loss(x, *, mask=None, eps=1e-6):
       ``[...]`` non-negative losses (≤ −log eps).
     """
     eps, eps_ok = check_hyperparameter(eps, "eps", low=0.0, low_open=True)
-    score = isoscore(x, mask=mask)
-    return nan_unless(eps_ok, -jnp.log(jnp.where(score > 0, score, 0) + eps))
+    score = isoscore(x, mask=mask)  # NaN (traced bad input) stays NaN: the floor below must not hide it
+    return nan_unless(eps_ok & ~jnp.isnan(score), -jnp.log(jnp.where(score > 0, score, 0) + eps))
 
 
 def istar_loss(x, *, c0=None, zeta=0.2, mask=None, weight=1.0):

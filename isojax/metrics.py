@@ -17,7 +17,15 @@ Conventions (the same in :mod:`isojax.metrics`, :mod:`isojax.losses`, :mod:`isoj
   the leading axes: reducing or weighting them is left to the caller.
 
 All functions work under ``jit``, ``vmap`` and ``grad``; degenerate input (identical points, zero rows,
-n = 2, rank deficiency) gives finite values and finite gradients. Spectral work (Gram/covariance matrices,
+n = 2, rank deficiency) gives finite values and finite gradients.
+
+**Bad input** (the rule of :func:`isojax._validate.check_cloud`): padding rows never influence a result or
+its gradient, whatever they hold; a NaN or inf in a counted row is a ``ValueError`` naming the argument and
+the row for concrete input and gives NaN under tracing; integer masks hold only 0 and 1 (a traced integer mask
+with another value gives NaN). The scale-invariant measures (:func:`explained_variance`, :func:`anisotropy`,
+:func:`isoscore`, :func:`token_uniformity`, :func:`rbf_uniformity`, :func:`singular_value_stats`) divide the
+cloud by a power of two near its largest entry first, so they are exact for any finite float32 scale (1e±20
+included); the others say what range they handle. Spectral work (Gram/covariance matrices,
 eigenvalues, singular values) is done in at least float32 with full-precision matmuls, whatever the input
 dtype.
 
@@ -40,11 +48,11 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from isojax._numeric import HIGHEST, promote_float32, safe_div, safe_sqrt
+from isojax._numeric import HIGHEST, finite_matrix, promote_float32, safe_div, safe_sqrt
 from isojax._stats import (centered_rows, cosine_sums, covariance, covariance_moments, gram_eigenvalues, masked_rows,
-                           squared_distances, unit_rows)
-from isojax._validate import (check_choice, check_float, check_hyperparameter, check_mask, check_points,
-                              check_positive_int, check_square, nan_unless)
+                           select_rows, squared_distances, unit_rows, unit_scale)
+from isojax._validate import (check_choice, check_cloud, check_finite_rows, check_float, check_hyperparameter,
+                              check_points, check_positive_int, check_real_rows, check_square, nan_unless)
 
 __all__ = [
     "explained_variance",
@@ -81,10 +89,9 @@ def explained_variance(x, k: int = 1, *, mask=None, center: bool = False):
     Returns:
       ``[...]`` values in [0, 1].
     """
-    x = check_points(x, "x")
-    mask = check_mask(mask, x)
+    x, mask, ok = check_cloud(x, mask)
     check_positive_int(k, "k", upper=min(x.shape[-2:]))
-    return jnp.sum(_variance_shares(x, mask, center)[..., :k], axis=-1)
+    return nan_unless(ok, jnp.sum(_variance_shares(x, mask, center)[..., :k], axis=-1))
 
 
 def anisotropy(x, *, k: int = 1, mask=None, center: bool = False):
@@ -103,15 +110,14 @@ def anisotropy(x, *, k: int = 1, mask=None, center: bool = False):
     Returns:
       ``[...]`` values in [0, 1].
     """
-    x = check_points(x, "x")
-    mask = check_mask(mask, x)
+    x, mask, ok = check_cloud(x, mask)
     check_positive_int(k, "k", upper=min(x.shape[-2:]))
-    return _variance_shares(x, mask, center)[..., k - 1]
+    return nan_unless(ok, _variance_shares(x, mask, center)[..., k - 1])
 
 
 def _variance_shares(x, mask, center):
     """σ_i² / Σ_j σ_j², descending, ``[..., min(n, d)]``, of the (centered) real rows; 0 for x = 0."""
-    x = promote_float32(x)
+    x = unit_scale(promote_float32(x), mask)[0]
     x = centered_rows(x, mask)[0] if center else masked_rows(x, mask)[0]
     return safe_div(gram_eigenvalues(x), jnp.sum(x * x, axis=(-2, -1))[..., None])
 
@@ -148,9 +154,9 @@ def isoscore(x, *, mask=None):
     Returns:
       ``[...]`` scores.
     """
-    x = check_points(x, "x", min_n=2, min_d=2)
-    mask = check_mask(mask, x)
-    return _isoscore_from_moments(*covariance_moments(promote_float32(x), mask), x.shape[-1])
+    x, mask, ok = check_cloud(x, mask, min_n=2, min_d=2)
+    moments = covariance_moments(unit_scale(promote_float32(x), mask)[0], mask)
+    return nan_unless(ok, _isoscore_from_moments(*moments, x.shape[-1]))
 
 
 def isoscore_star(x, *, c0=None, zeta: float = 0.2, mask=None):
@@ -161,6 +167,9 @@ def isoscore_star(x, *, c0=None, zeta: float = 0.2, mask=None):
     the ``isoscore`` package recommends when no reference is available. The shrunk covariance C_ζ is
     then scored as in :func:`isoscore`, ((tr C_ζ)² / ‖C_ζ‖_F² − 1) / (d − 1). ζ = 0 gives IsoScore.
 
+    Not scale-invariant (ζ·C0 sets a scale): C is formed from the squared entries, so float32 input needs
+    ``|x|`` below about 1e19 (and above about 1e-19 to be distinguished from a zero cloud).
+
     Args:
       x: ``[..., n, d]`` float array (d ≥ 2).
       c0: optional ``[d, d]`` (or broadcastable ``[..., d, d]``) symmetric PSD reference covariance.
@@ -170,8 +179,7 @@ def isoscore_star(x, *, c0=None, zeta: float = 0.2, mask=None):
     Returns:
       ``[...]`` scores.
     """
-    x = check_points(x, "x", min_n=2, min_d=2)
-    mask = check_mask(mask, x)
+    x, mask, ok = check_cloud(x, mask, min_n=2, min_d=2)
     zeta, zeta_ok = check_hyperparameter(zeta, "zeta", low=0.0, high=1.0)
     d = x.shape[-1]
     if c0 is None:
@@ -185,7 +193,7 @@ def isoscore_star(x, *, c0=None, zeta: float = 0.2, mask=None):
         shrunk = (1 - zeta) * cov + zeta * promote_float32(c0)
         shrunk_trace = jnp.trace(shrunk, axis1=-2, axis2=-1)
         shrunk_sq_norm = jnp.sum(shrunk**2, axis=(-2, -1))
-    return nan_unless(zeta_ok, _isoscore_from_moments(shrunk_trace, shrunk_sq_norm, d))
+    return nan_unless(ok, nan_unless(zeta_ok, _isoscore_from_moments(shrunk_trace, shrunk_sq_norm, d)))
 
 
 def partition_isotropy(w, *, mask=None, center: bool = False):
@@ -203,21 +211,24 @@ def partition_isotropy(w, *, mask=None, center: bool = False):
 
     Gradients treat the eigenvectors as constants (``stop_gradient``): eigenvector derivatives are
     undefined for repeated eigenvalues. The returned gradient is that of Z over fixed directions.
+    Not scale-invariant (Z depends on the norms); WᵀW is formed in float32, so |w| must stay below about 1e19
+    (a non-finite WᵀW gives NaN, and the eigensolver never sees it).
 
     Args:
       w: ``[..., V, d]`` float embedding matrix (V rows).
-      mask: optional ``[..., V]`` bool, true = real row (at least one real row).
+      mask: optional ``[..., V]`` bool, true = real row (at least one real row: ``ValueError`` for a concrete
+        mask without one, NaN for a traced one).
       center: subtract the mean of the real rows first (the "centered" column of too-much Table 1).
 
     Returns:
       ``(I1, I2)``, each ``[...]``.
     """
-    w = check_points(w, "w")
-    mask = check_mask(mask, w)
+    w, mask, ok = check_cloud(w, mask, "w")
+    ok = ok & check_real_rows(mask, 1)  # Z of an empty cloud is 0 in every direction: I1, I2 undefined
     w, weights, _ = masked_rows(promote_float32(w), mask)
     if center:
         w = centered_rows(w, mask)[0]
-    gram = jnp.matmul(jnp.swapaxes(w, -1, -2), w, precision=HIGHEST)
+    gram, gram_ok = finite_matrix(jnp.matmul(jnp.swapaxes(w, -1, -2), w, precision=HIGHEST))
     _, directions = jnp.linalg.eigh(jax.lax.stop_gradient(gram))
     projections = jnp.matmul(w, directions, precision=HIGHEST)  # [..., V, d]: c_kᵀ w_i
     logits = jnp.concatenate([projections, -projections], axis=-1)  # both signs: [..., V, 2d]
@@ -228,7 +239,7 @@ def partition_isotropy(w, *, mask=None, center: bool = False):
     i1 = jnp.min(z, axis=-1)
     z_mean = jnp.mean(z, axis=-1, keepdims=True)
     i2 = safe_sqrt(jnp.mean((z - z_mean) ** 2, axis=-1)) / z_mean[..., 0]
-    return i1, i2
+    return nan_unless(ok & gram_ok, (i1, i2))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -250,12 +261,11 @@ def token_uniformity(x, *, mask=None, include_diagonal: bool = False):
     Returns:
       ``[...]`` values in [-1, 1].
     """
-    x = check_points(x, "x", min_n=1 if include_diagonal else 2)
-    mask = check_mask(mask, x)
-    all_pairs, diagonal, count = cosine_sums(promote_float32(x), mask)
+    x, mask, ok = check_cloud(x, mask, min_n=1 if include_diagonal else 2)
+    all_pairs, diagonal, count = cosine_sums(unit_scale(promote_float32(x), mask)[0], mask)
     if include_diagonal:
-        return safe_div(all_pairs, count**2)
-    return safe_div(all_pairs - diagonal, count * (count - 1))
+        return nan_unless(ok, safe_div(all_pairs, count**2))
+    return nan_unless(ok, safe_div(all_pairs - diagonal, count * (count - 1)))
 
 
 def _masked_logmeanexp(values, where, axis):
@@ -291,12 +301,11 @@ def rbf_uniformity(x, *, mask=None, t: float = 2.0):
     Returns:
       ``[...]`` values.
     """
-    x = check_points(x, "x", min_n=2)
-    mask = check_mask(mask, x)
+    x, mask, ok = check_cloud(x, mask, min_n=2)
     t, t_ok = check_hyperparameter(t, "t", low=0.0, low_open=True)
-    x, weights, _ = masked_rows(promote_float32(x), mask)
+    x, weights, _ = masked_rows(unit_scale(promote_float32(x), mask)[0], mask)
     sq = squared_distances(unit_rows(x))
-    return nan_unless(t_ok, _masked_logmeanexp(-t * sq, _pair_mask(weights), axis=(-2, -1)))
+    return nan_unless(ok & t_ok, _masked_logmeanexp(-t * sq, _pair_mask(weights), axis=(-2, -1)))
 
 
 def _barycentric_weights(diffs, valid, reg):
@@ -315,7 +324,8 @@ def _barycentric_weights(diffs, valid, reg):
     eye = jnp.eye(k, dtype=diffs.dtype)
     # Padding neighbours: identity row/column and a zero right-hand side, so their weight is 0.
     system = gram + eye * (ridge[..., None, None] * validf[..., None, :] + (1 - validf)[..., None, :])
-    solution = jnp.linalg.solve(system, validf[..., None])[..., 0]
+    system, system_ok = finite_matrix(system)
+    solution = jnp.where(system_ok[..., None], jnp.linalg.solve(system, validf[..., None])[..., 0], jnp.nan)
     return safe_div(solution, jnp.sum(solution, axis=-1, keepdims=True))
 
 
@@ -328,6 +338,8 @@ def lsds(x, fx, *, k: int = 12, t: float = 1.0, weights: str = "rbf", reg: float
     LLE barycentric weights that best reconstruct x_i from its neighbours, summing to 1, with
     ridge ``reg``·trace. Lower = the transform f preserved the local neighbourhoods better.
     Gradients flow through f(x) and through the weights; the neighbour sets are piecewise constant.
+    Not scale-invariant (the RBF weights and the residuals have scales): distances and residuals are squared
+    in float32, so |x| and |f(x)| must stay below about 1e19.
 
     Args:
       x: ``[..., n, d]`` original points.
@@ -342,17 +354,17 @@ def lsds(x, fx, *, k: int = 12, t: float = 1.0, weights: str = "rbf", reg: float
     Returns:
       ``[...]`` mean LSDS over the real points.
     """
-    x = check_points(x, "x", min_n=2)
+    x, mask, ok = check_cloud(x, mask, min_n=2)
     fx = check_points(fx, "fx", min_n=2)
     if fx.shape[:-1] != x.shape[:-1]:
         raise ValueError(f"fx must have shape {x.shape[:-1]} + (d',) to match x, got {fx.shape}")
-    mask = check_mask(mask, x)
+    ok = ok & check_finite_rows(fx, mask, "fx")
     check_positive_int(k, "k", upper=x.shape[-2] - 1)
     t, t_ok = check_hyperparameter(t, "t", low=0.0, low_open=True)
     reg, reg_ok = check_hyperparameter(reg, "reg", low=0.0, low_open=True)
     check_choice(weights, "weights", ("rbf", "barycentric"))
     n = x.shape[-2]
-    x, fx = promote_float32(x), promote_float32(fx)
+    x, fx = select_rows(promote_float32(x), mask), select_rows(promote_float32(fx), mask)
     _, row_weights, count = masked_rows(x, mask)
     real = row_weights > 0
     candidate = real[..., None, :] & ~jnp.eye(n, dtype=bool)
@@ -370,7 +382,7 @@ def lsds(x, fx, *, k: int = 12, t: float = 1.0, weights: str = "rbf", reg: float
         w = _barycentric_weights(diffs, neighbour_valid, reg)
     reconstruction = jnp.einsum("...nk,...nke->...ne", w, gather(fx), precision=HIGHEST)
     residual = jnp.sum((fx - reconstruction) ** 2, axis=-1)
-    return nan_unless(t_ok & reg_ok, safe_div(jnp.sum(residual * row_weights, axis=-1), count))
+    return nan_unless(ok & t_ok & reg_ok, safe_div(jnp.sum(residual * row_weights, axis=-1), count))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -410,9 +422,9 @@ def singular_value_stats(x, *, mask=None):
     Returns:
       :class:`SingularValueStats`.
     """
-    x = check_points(x, "x")
-    mask = check_mask(mask, x)
-    x, _, count = masked_rows(promote_float32(x), mask)
+    x, mask, ok = check_cloud(x, mask)
+    x, _, count = masked_rows(unit_scale(promote_float32(x), mask)[0], mask)
+    x, x_ok = finite_matrix(x)
     sigma = jnp.linalg.svd(x, compute_uv=False)  # descending
     normalized = safe_div(sigma, sigma[..., :1])
     slots = normalized.shape[-1]
@@ -428,7 +440,7 @@ def singular_value_stats(x, *, mask=None):
     last = jnp.maximum(n_valid.astype(jnp.int32) - 1, 0)
     lo = jnp.take_along_axis(normalized, (last // 2)[..., None], axis=-1)[..., 0]
     hi = jnp.take_along_axis(normalized, ((last + 1) // 2)[..., None], axis=-1)[..., 0]
-    return SingularValueStats(normalized, valid, mean, (lo + hi) / 2, skewness)
+    return nan_unless(ok & x_ok, SingularValueStats(normalized, valid, mean, (lo + hi) / 2, skewness))
 
 
 def empirical_cdf(values, grid, *, valid=None):

@@ -19,6 +19,8 @@ import jax.numpy as jnp
 from isojax._validate import check_float, check_points
 from isojax.spectral import SpectralDerivative, spectral_derivative, spectral_map, working_dtype
 
+__all__ = ["SoftDecay", "alpha_from_param", "decay_curve", "soft_decay", "softdecay_derivative"]
+
 _THETA_CLIP = 30.0  # |θ| bound of the SoftDecay module's parameter (see alpha_from_param)
 
 
@@ -81,7 +83,7 @@ def soft_decay(x, alpha, *, mask=None, rescale: bool = True, method: str = "auto
         A traced value (under ``jit``/``grad``) cannot be checked at trace time: outside ``[−1, 0)`` the whole
         output is NaN (loud, never a silently clamped α); :class:`SoftDecay` cannot produce such an α.
       mask: optional ``[..., n]`` boolean, true = real row (token). Masked rows are left out of the SVD and come
-        back as zeros.
+        back as zeros, whatever they hold (NaN and inf included).
       rescale: apply Algorithm 1's ``K`` (steps 3–4).
       method: how the SVD is computed: ``"auto"`` (chosen per backend and shape) or a name in
         :data:`isojax.spectral.DECOMPOSITIONS`; see :mod:`isojax.spectral` for the strategies, their accuracy and
@@ -95,6 +97,12 @@ def soft_decay(x, alpha, *, mask=None, rescale: bool = True, method: str = "auto
     Small inputs: Algorithm 1 assumes ``σ_max > |α|``. For ``σ_max < |α|``, ``f(σ_max) < 0`` and K is negative
     (the literal formula, kept); at ``σ_max = |α|`` K has a pole, and ``|f(σ_max)|`` is bounded below by
     ``eps·σ_max`` so that the output stays finite.
+
+    Non-finite input: a NaN or inf in a real row raises ``ValueError`` naming the row for concrete input; traced,
+    that matrix's output is NaN, and the SVD never sees it (zeros are decomposed in its place, see
+    :mod:`isojax.spectral`): a step whose activations overflow fails loudly instead of hanging. Range: SoftDecay
+    is not scale-invariant (α acts on the singular values themselves); the SVD routes handle any finite float32
+    input, the Gram routes (``gram_eigh*``) square it and need ``|x|`` below about 1e19.
 
     Gradients with respect to ``x`` and ``alpha`` are exact where singular values are distinct or repeated
     (not at a repeated ``σ_max``, where ``max`` has no derivative) and finite everywhere (custom JVP of

@@ -19,6 +19,13 @@ For ``g(0) ≠ 0`` no basis-independent definition can be continuous at a rank d
 ``ε a bᵀ`` in the null space gives ``g(0) a bᵀ`` for any ``a, b``); this one is the limit along matrices of
 the same rank, and its derivative below is the derivative of that rank-stratum map.
 
+**Non-finite input.** No decomposition ever receives a matrix holding NaN or inf (LAPACK's iterative SVD may
+never return on one, also under ``jit``): such a matrix is replaced by zeros before the decomposition and its
+outputs (``U``, ``s``, ``V``, hence ``Y`` and every derivative) are NaN. Concrete input is checked first: a
+NaN or inf in a real row raises ``ValueError`` naming the row (padding rows are zeroed before anything else,
+whatever they hold). Products of singular vectors are exact at any scale, but the Gram routes square the
+entries, so with them float32 input must stay below about 1e19.
+
 **Decompositions.** The derivative needs only ``U, s, V``, however they were computed, so the thin SVD is a
 choice (``method=``; :data:`DECOMPOSITIONS` lists them with the platforms whose JAX lowers them, :func:`thin_svd`
 runs one). Wide matrices are decomposed as ``Xᵀ`` (LAPACK's SVD is faster on tall matrices).
@@ -84,7 +91,22 @@ import jax.extend.backend
 import jax.numpy as jnp
 from jax import lax
 
-from isojax._validate import check_mask, check_points
+from isojax._numeric import finite_matrix, nan_unless
+from isojax._validate import check_cloud, check_points
+
+__all__ = [
+    "DECOMPOSITIONS",
+    "Decomposition",
+    "SpectralDerivative",
+    "SpectralMap",
+    "available_methods",
+    "current_platform",
+    "select_method",
+    "spectral_derivative",
+    "spectral_map",
+    "thin_svd",
+    "working_dtype",
+]
 
 _HIGHEST = lax.Precision.HIGHEST  # float32 products stay float32 on GPU/TPU (no TF32 / bf16 passes)
 _ALL = ("cpu", "cuda", "rocm", "tpu")
@@ -182,11 +204,17 @@ def thin_svd(x, method: str = "auto"):
       order (the Gram route: ``s_i = |R_ii|``, descending up to rounding). Differentiating these directly uses
       JAX's own rules (NaN on repeated values); differentiate through :func:`spectral_map` instead.
     """
-    x = check_points(x, "x")
+    x = check_cloud(x)[0]
     return _decompose(x.astype(working_dtype(x.dtype)), select_method(method, x.shape))
 
 
 def _decompose(x, method: str):
+    """``(u, s, vt)`` of ``x`` by ``method``; NaN, without decomposing it, for a matrix that is not finite."""
+    x, ok = finite_matrix(x)
+    return nan_unless(ok, _decompose_finite(x, method))
+
+
+def _decompose_finite(x, method: str):
     dec = DECOMPOSITIONS[method]
     if dec.route == "gram_eigh":
         return _gram_eigh(x, dec.algorithm, dec.float64)
@@ -239,8 +267,7 @@ def _prepare(x, fn, params, mask, rtol, method):
     rows zeroed, mask, params, rtol, method)``."""
     if not callable(fn):
         raise TypeError(f"fn must be callable as fn(s, *params), got {type(fn).__name__}")
-    x = check_points(x, "x")
-    mask = check_mask(mask, x, "mask")
+    x, mask, ok = check_cloud(x, mask)
     n, d = x.shape[-2:]
     work = working_dtype(x.dtype)
     if rtol is None:
@@ -250,6 +277,7 @@ def _prepare(x, fn, params, mask, rtol, method):
     xw = x.astype(work)
     if mask is not None:
         xw = jnp.where(mask[..., None], xw, 0)
+    xw = nan_unless(ok, xw)  # traced bad input: a NaN matrix, which the guarded decomposition turns into NaN out
     return xw, mask, tuple(jnp.asarray(p) for p in params), float(rtol), select_method(method, x.shape)
 
 

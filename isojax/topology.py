@@ -13,18 +13,22 @@ jits, with shape-like arguments (``num_classes``, the ``bars`` mode) static and 
 ``in_cluster_weight`` traced (a traced negative value gives NaN); ``x`` is ``[..., n, d]``, ``mask`` is
 ``[..., n]`` (true = real point), bar arrays are ``[..., n − 1]`` with an optional bar mask; one value
 per cloud, leading axes never reduced; everything works under ``jit``, ``vmap`` and ``grad``.
+
+Bad input follows the rule of :mod:`isojax.metrics`: padding points never influence the bars or their
+gradients, a NaN or inf in a real point raises ``ValueError`` (concrete) or gives NaN bars and losses (traced).
+The barcode is scale-equivariant and the losses with ``in_cluster_weight=0`` scale-invariant at any finite
+float32 scale (1e±20 included): the points are divided by a power of two near their largest entry before any
+squared distance, and the bars multiplied back (exact).
 """
 from __future__ import annotations
-
-import functools
 
 import jax
 import jax.numpy as jnp
 
 from isojax._numeric import HIGHEST, promote_float32, safe_div, safe_norm
-from isojax._stats import class_masks, masked_mean, squared_distances
-from isojax._validate import (check_choice, check_float, check_hyperparameter, check_labels, check_mask, check_points,
-                              nan_unless)
+from isojax._stats import class_masks, masked_mean, select_rows, squared_distances, unit_scale
+from isojax._validate import (check_choice, check_cloud, check_float, check_hyperparameter, check_labels,
+                              check_mask_values, nan_unless)
 
 __all__ = [
     "zero_dim_barcode",
@@ -50,34 +54,34 @@ def _mst_parents(sq, real):
     root = jnp.argmax(real)
     in_tree = jnp.zeros(n, bool).at[root].set(True)
     parent = jnp.full(n, root)
-
-    def add_nearest(_, carry):
-        in_tree, best, parent = carry
-        j = jnp.argmin(jnp.where(in_tree, jnp.inf, best))
-        in_tree = in_tree.at[j].set(True)
-        row = sq[j]
-        closer = (row < best) & ~in_tree
-        return in_tree, jnp.where(closer, row, best), jnp.where(closer, j, parent)
-
-    _, _, parent = jax.lax.fori_loop(0, n - 1, add_nearest, (in_tree, sq[root], parent))
+    _, _, _, parent = jax.lax.fori_loop(0, n - 1, _add_nearest, (sq, in_tree, sq[root], parent))
     is_edge = real & (jnp.arange(n) != root)
     return parent, is_edge
 
 
-# The unvalidated cores below are jitted internally (all arrays traced, only the ``bars`` mode static): an eager
-# call then compiles Prim's loop and the selection once per shape instead of re-tracing them op by op on every
-# call; under the caller's jit they are simply inlined. The public functions stay plain, as everywhere.
-@jax.jit
+def _add_nearest(_, carry):
+    """One step of Prim's algorithm (a module-level body, so that eager calls reuse the traced loop)."""
+    sq, in_tree, best, parent = carry
+    j = jnp.argmin(jnp.where(in_tree, jnp.inf, best))
+    in_tree = in_tree.at[j].set(True)
+    row = sq[j]
+    closer = (row < best) & ~in_tree
+    return sq, in_tree, jnp.where(closer, row, best), jnp.where(closer, j, parent)
+
+
 def _edges(x, real):
     """Unvalidated core of :func:`barcode_edges` for ``x`` ``[..., n, d]`` and ``real`` ``[..., n]``."""
     n = x.shape[-2]
+    # Padding points are zeroed (never in any arithmetic) and the cloud divided by a power of two s (exact, no
+    # gradient) so that squared distances neither overflow nor underflow; the lengths are multiplied back by s.
+    x, scale = unit_scale(select_rows(x, real), real)
     # Distances only choose the edges: translate to the real points' mean (less cancellation in the
     # Gram-matrix formula) and stop gradients; the chosen lengths are recomputed exactly below.
-    centered = (x - masked_mean(x, real)[..., None, :]) * real[..., None]
+    centered = select_rows(x - masked_mean(x, real)[..., None, :], real)
     sq = jax.lax.stop_gradient(squared_distances(centered))
     parent, is_edge = jnp.vectorize(_mst_parents, signature="(n,n),(n)->(n),(n)")(sq, real)
     partner = jnp.take_along_axis(x, parent[..., None], axis=-2)
-    lengths = jnp.where(is_edge, safe_norm(x - partner), 0)
+    lengths = jnp.where(is_edge, safe_norm(x - partner), 0) * scale[..., None]
     # n − 1 real edges at most; the dropped slot is a zero (the root's or a padding point's).
     child = jnp.argsort(-lengths, axis=-1, stable=True)[..., : n - 1]
     parent = jnp.where(jnp.take_along_axis(is_edge, child, axis=-1), jnp.take_along_axis(parent, child, axis=-1), child)
@@ -123,9 +127,8 @@ def barcode_edges(x, *, mask=None):
     Returns:
       ``(edges, bars)``: ``[..., n − 1, 2]`` int32 point indices and ``[..., n − 1]`` lengths, descending.
     """
-    x = check_points(x, "x", min_n=2)
-    mask = check_mask(mask, x)
-    return _edges(promote_float32(x), _real(x, mask))
+    x, mask, ok = check_cloud(x, mask, min_n=2)
+    return nan_unless(ok, _edges(promote_float32(x), _real(x, mask)))
 
 
 def barcode_mask(mask):
@@ -136,9 +139,7 @@ def barcode_mask(mask):
     mask = jnp.asarray(mask)
     if mask.ndim < 1 or mask.shape[-1] < 2:
         raise ValueError(f"mask must have shape [..., n] with n >= 2, got {mask.shape}")
-    if not (mask.dtype == jnp.bool_ or jnp.issubdtype(mask.dtype, jnp.integer)):
-        raise TypeError(f"mask must be boolean or integer 0/1, got {mask.dtype}")
-    count = jnp.sum(mask.astype(bool), axis=-1, keepdims=True)
+    count = jnp.sum(check_mask_values(mask), axis=-1, keepdims=True)
     return jnp.arange(mask.shape[-1] - 1) < count - 1
 
 
@@ -181,7 +182,6 @@ def persistent_entropy(bars, *, mask=None):
     return _entropy(bars, mask)
 
 
-@jax.jit
 def _prominent(bars, valid):
     """Unvalidated core of :func:`select_prominent` (no gradient)."""
     m = bars.shape[-1]
@@ -248,15 +248,16 @@ def select_prominent(bars, *, mask=None):
 
 def _loss_inputs(x, labels, mask, num_classes, bars, in_cluster_weight):
     """Validate the arguments of :func:`persistent_entropy_loss`; return ``(clouds [..., (C,) n, d],
-    real [..., (C,) n], in_cluster_weight, in_range)`` with one cloud per class when ``labels`` is given."""
-    x = check_points(x, "x", min_n=2)
-    mask = check_mask(mask, x)
+    real [..., (C,) n], in_cluster_weight, ok)`` with one cloud per class when ``labels`` is given (``ok``: the
+    points are finite and ``in_cluster_weight`` in range, see :func:`isojax._validate.check_cloud`)."""
+    x, mask, ok = check_cloud(x, mask, min_n=2)
     check_choice(bars, "bars", ("selected", "all"))
     weight, in_range = check_hyperparameter(in_cluster_weight, "in_cluster_weight", low=0.0)
     if bars == "all":
         if not isinstance(weight, jax.core.Tracer) and float(weight) != 0:
             raise ValueError("in_cluster_weight needs bars='selected' (the in-cluster bars are the non-selected ones)")
         in_range = in_range & (weight == 0)
+    in_range = ok & in_range
     x = promote_float32(x)
     if labels is None:
         return x, _real(x, mask), weight, in_range
@@ -306,7 +307,6 @@ def persistent_entropy_loss(x, labels=None, *, mask=None, num_classes: int | Non
     return nan_unless(in_range, loss if labels is None else jnp.sum(loss, axis=-1))
 
 
-@functools.partial(jax.jit, static_argnames="bars")
 def _cloud_losses(clouds, real, weight, *, bars):
     """R = −H(entropy bars) + w · mean(in-cluster bars) of each cloud, ``[..., (C)]``."""
     barcode = _edges(clouds, real)[1]
@@ -335,10 +335,10 @@ def persistent_entropy_loss_grad(x, labels=None, *, mask=None, num_classes: int 
     return nan_unless(in_range, grad if labels is None else jnp.sum(grad, axis=-3))
 
 
-@functools.partial(jax.jit, static_argnames="bars")
 def _cloud_loss_grads(clouds, real, weight, *, bars):
     """∂R/∂clouds of each cloud, ``[..., (C), n, d]`` (see :func:`persistent_entropy_loss_grad`)."""
     edges, barcode = _edges(clouds, real)
+    clouds = select_rows(clouds, real)
     entropy_bars, in_cluster = _entropy_and_in_cluster_bars(barcode, barcode_mask(real), bars)
     lengths = jnp.where(entropy_bars, barcode, 0)
     total = jnp.sum(lengths, axis=-1, keepdims=True)

@@ -1,7 +1,12 @@
 """Centering, scaled centering and all-but-the-top (too-much-in-common §5, eq. 9-11; Mu & Viswanath 2018).
 
 The statistics (mean, mean direction, principal directions) are estimated over the rows of ``x [..., n, d]``
-where ``mask [..., n]`` is true; the transform is then applied to every row, padded ones included.
+where ``mask [..., n]`` is true; the transform is then applied to every row, padded ones included. Bad input
+(:func:`isojax._validate.check_cloud`): a padding row never changes the statistics nor another row's result,
+whatever it holds (a NaN padding row only comes back NaN itself); a NaN or inf in a counted row raises
+``ValueError`` (concrete) or makes the whole result NaN (traced). The transforms are scale-equivariant at any
+finite float32 scale: the statistics that square the data are estimated on ``x`` divided by a power of two near
+its largest entry (exact) and scaled back.
 """
 from __future__ import annotations
 
@@ -11,9 +16,9 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from isojax._numeric import HIGHEST, promote_float32, safe_norm
-from isojax._stats import covariance, masked_mean
-from isojax._validate import check_float, check_mask, check_points
+from isojax._numeric import HIGHEST, nan_unless, promote_float32, safe_norm
+from isojax._stats import covariance, masked_mean, rowwise, select_rows, unit_scale
+from isojax._validate import check_cloud, check_float
 from isojax.calibrate.whitening import eigh_descending
 
 
@@ -32,8 +37,7 @@ def center(x, *, mask=None, mean=None):
     ``x [..., n, d]`` -> ``[..., n, d]``. Pass ``mean [..., d]`` (e.g. estimated on other data) to subtract it
     instead of the mean of ``x``.
     """
-    x = check_points(x, "x")
-    mask = check_mask(mask, x)
+    x, mask, ok = check_cloud(x, mask)
     x = promote_float32(x)
     if mean is None:
         mean = masked_mean(x, mask)
@@ -41,7 +45,7 @@ def center(x, *, mask=None, mean=None):
         raise ValueError("mask only selects the rows that estimate the mean; pass either mask or mean, not both")
     else:
         mean = _check_stat(mean, "mean", x)
-    return x - mean[..., None, :]
+    return nan_unless(ok, x - mean[..., None, :])
 
 
 def scaled_center(x, *, mask=None):
@@ -51,12 +55,16 @@ def scaled_center(x, *, mask=None):
     contributes a zero unit vector to ``mu_hat`` (it still counts in the denominator) and maps to itself;
     gradients there are finite.
     """
-    x = check_points(x, "x")
-    mask = check_mask(mask, x)
-    x = promote_float32(x)
-    norm = safe_norm(x, keepdims=True)
-    unit = x / jnp.where(norm > 0, norm, 1)
-    return x - norm * masked_mean(unit, mask)[..., None, :]
+    x, mask, ok = check_cloud(x, mask)
+    x, scale = unit_scale(promote_float32(x), mask)  # 1-homogeneous: computed at unit scale, scaled back
+    real = select_rows(x, mask)
+    norm = safe_norm(real, keepdims=True)
+    mean_direction = masked_mean(real / jnp.where(norm > 0, norm, 1), mask)
+
+    def transform(rows, mu_hat):
+        return rows - safe_norm(rows, keepdims=True) * mu_hat[..., None, :]
+
+    return nan_unless(ok, rowwise(transform, x, mean_direction) * scale[..., None, None])
 
 
 @struct.dataclass
@@ -82,12 +90,12 @@ def fit_all_but_the_top(x, *, D: int | None = None, mask=None) -> TopDirections:
     ``D = ceil(d / 100)``). Use it with ``all_but_the_top(x, state=...)`` to apply directions fitted on
     one split (e.g. dev) to another (test).
     """
-    x = check_points(x, "x")
-    mask = check_mask(mask, x)
+    x, mask, ok = check_cloud(x, mask)
     D = _default_D(x.shape[-1], D)
-    mu, cov = covariance(promote_float32(x), mask, ddof=1)
+    x, scale = unit_scale(promote_float32(x), mask)  # the directions are scale-invariant, the mean scales back
+    mu, cov = covariance(x, mask, ddof=1)
     _, u = eigh_descending(cov)
-    return TopDirections(mean=mu, directions=u[..., :D])
+    return nan_unless(ok, TopDirections(mean=mu * scale[..., None], directions=u[..., :D]))
 
 
 def all_but_the_top(x, *, D: int | None = None, mode: str = "centered", mask=None, state: TopDirections | None = None):
@@ -102,7 +110,7 @@ def all_but_the_top(x, *, D: int | None = None, mode: str = "centered", mask=Non
     ``x [..., n, d]`` -> ``[..., n, d]``. ``mu`` and ``U`` are estimated from the unmasked rows of ``x``,
     or taken from ``state`` (see :func:`fit_all_but_the_top`); ``state`` excludes ``D`` and ``mask``.
     """
-    x = check_points(x, "x")
+    x, _, ok = check_cloud(x, mask)
     if mode not in ("centered", "raw"):
         raise ValueError(f"mode must be 'centered' or 'raw', got {mode!r}")
     if state is None:
@@ -112,9 +120,10 @@ def all_but_the_top(x, *, D: int | None = None, mode: str = "centered", mask=Non
             raise ValueError("D and mask configure the fit; pass them to fit_all_but_the_top, not with state")
         _check_stat(state.mean, "state.mean", x)
         _check_stat(state.directions, "state.directions", x, extra_dims=1)
-    x = promote_float32(x)
-    x_tilde = x - state.mean[..., None, :]
-    source = x_tilde if mode == "centered" else x
-    u = state.directions
-    coefficients = jnp.matmul(source, u, precision=HIGHEST)
-    return x_tilde - jnp.matmul(coefficients, jnp.swapaxes(u, -1, -2), precision=HIGHEST)
+    def transform(rows, state):
+        rows_tilde = rows - state.mean[..., None, :]
+        u = state.directions
+        coefficients = jnp.matmul(rows_tilde if mode == "centered" else rows, u, precision=HIGHEST)
+        return rows_tilde - jnp.matmul(coefficients, jnp.swapaxes(u, -1, -2), precision=HIGHEST)
+
+    return nan_unless(ok, rowwise(transform, promote_float32(x), state))

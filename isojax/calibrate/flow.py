@@ -42,8 +42,8 @@ from flax import struct
 
 from isojax._numeric import HIGHEST, promote_float32
 from isojax._stats import masked_mean
-from isojax._validate import (check_float, check_hyperparameter, check_mask, check_points, check_positive_int,
-                              nan_unless)
+from isojax._validate import (check_cloud, check_finite_rows, check_float, check_hyperparameter, check_mask,
+                              check_positive_int, nan_unless)
 
 # ActNorm's smallest start std, relative to the root-mean-square std of its input's features.
 _STD_FLOOR = 1e-4
@@ -269,21 +269,22 @@ class Flow(nn.Module):
         if x.ndim < 1 or _level_sizes(x.shape[-1], self.levels)[-1] < 2:
             raise ValueError(f"x has shape {x.shape}: needs [..., d] with d > 2**(levels-1) = "
                              f"{2 ** (self.levels - 1)} features")
-        return promote_float32(x.reshape(-1, x.shape[-1])), mask
+        rows = x.reshape(-1, x.shape[-1])
+        return promote_float32(rows), mask, check_finite_rows(rows, mask, "x")
 
     def __call__(self, x, mask=None):
-        rows, mask = self._rows(x, mask)
+        rows, mask, ok = self._rows(x, mask)
         if self.is_initializing():
             z, _ = self.glow(rows, init_mask=mask)
         else:
             fixed = jax.tree.map(jax.lax.stop_gradient, self.glow.variables)
             z, _ = _Glow(self.levels, self.depth, self.hidden, parent=None).apply(fixed, rows)
-        return z.reshape(x.shape).astype(jnp.result_type(x))  # x.dtype as jax holds it (float64: x64 only)
+        return nan_unless(ok, z.reshape(x.shape).astype(jnp.result_type(x)))  # x.dtype as jax holds it
 
     def log_likelihood(self, x, mask=None):
-        rows, mask = self._rows(x, mask)
+        rows, mask, ok = self._rows(x, mask)
         z, logdet = self.glow(jax.lax.stop_gradient(rows), init_mask=mask)
-        return ((_gaussian_log_density(z) + logdet) / rows.shape[-1]).reshape(x.shape[:-1])
+        return nan_unless(ok, ((_gaussian_log_density(z) + logdet) / rows.shape[-1]).reshape(x.shape[:-1]))
 
 
 def fit_flow(
@@ -310,8 +311,7 @@ def fit_flow(
     static.
     Returns a :class:`FlowState` for :func:`flow_forward` / :func:`flow_inverse`.
     """
-    x = check_points(x, "x", min_n=2)
-    mask = check_mask(mask, x)
+    x, mask, ok = check_cloud(x, mask, min_n=2)
     for name, value in (("levels", levels), ("depth", depth), ("hidden", hidden), ("steps", steps),
                         ("batch_size", batch_size)):
         check_positive_int(value, name)
@@ -322,11 +322,12 @@ def fit_flow(
     rows = promote_float32(x.reshape(-1, d))
     row_mask = jnp.ones(rows.shape[:1], bool) if mask is None else mask.reshape(-1)
     module = _Glow(levels, depth, hidden)
-    # A traced learning rate <= 0 is NaN, so the fitted parameters are NaN (loud) rather than fitted uphill.
-    variables, log_likelihood = _fit(module, key, rows, row_mask, nan_unless(learning_rate_ok, learning_rate),
+    # A traced learning rate <= 0 or a non-finite real row (traced) makes the learning rate NaN, so the fitted
+    # parameters are NaN (loud) rather than fitted uphill or on garbage. Padding rows are never drawn.
+    variables, log_likelihood = _fit(module, key, rows, row_mask, nan_unless(ok & learning_rate_ok, learning_rate),
                                      steps=steps, batch_size=batch_size)
-    return FlowState(params=variables["params"], constants=variables["constants"], log_likelihood=log_likelihood,
-                     levels=levels, depth=depth, hidden=hidden)
+    return nan_unless(ok, FlowState(params=variables["params"], constants=variables["constants"],
+                                    log_likelihood=log_likelihood, levels=levels, depth=depth, hidden=hidden))
 
 
 @functools.partial(jax.jit, static_argnames=("module", "steps", "batch_size"))
@@ -360,15 +361,16 @@ def flow_forward(state: FlowState, x):
     ``z = f(x)`` is the calibrated (BERT-flow) embedding; ``logdet = log|det df/dx|`` per row, so
     ``log p(x) = -||z||^2 / 2 - d log(2 pi) / 2 + logdet``.
     """
-    x = _check_rows(x, state, "x")
+    x, ok = _check_rows(x, state, "x")
     z, logdet = _apply(state.module, state.variables, x.reshape(-1, x.shape[-1]), reverse=False)
-    return z.reshape(x.shape), jnp.broadcast_to(logdet, x.shape[:-1])
+    return nan_unless(ok, (z.reshape(x.shape), jnp.broadcast_to(logdet, x.shape[:-1])))
 
 
 def flow_inverse(state: FlowState, z):
     """Invert the flow: ``z [..., d]`` -> ``x = f^{-1}(z) [..., d]`` (triangular solves, exact up to rounding)."""
-    z = _check_rows(z, state, "z")
-    return _apply(state.module, state.variables, z.reshape(-1, z.shape[-1]), reverse=True).reshape(z.shape)
+    z, ok = _check_rows(z, state, "z")
+    x = _apply(state.module, state.variables, z.reshape(-1, z.shape[-1]), reverse=True)
+    return nan_unless(ok, x.reshape(z.shape))
 
 
 @functools.partial(jax.jit, static_argnames=("module", "reverse"))
@@ -381,4 +383,4 @@ def _check_rows(x, state: FlowState, name: str):
     d = state.params["level0_step0"]["actnorm"]["bias"].shape[-1]
     if x.ndim < 1 or x.shape[-1] != d:
         raise ValueError(f"{name} must have shape [..., d] with d={d} (the fitted flow's), got shape {x.shape}")
-    return promote_float32(x)
+    return promote_float32(x), check_finite_rows(x.reshape(-1, d), None, name)

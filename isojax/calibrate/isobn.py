@@ -18,8 +18,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from isojax._numeric import HIGHEST, promote_float32
-from isojax._validate import check_mask, check_points
+from isojax._numeric import HIGHEST, nan_unless, promote_float32
+from isojax._stats import select_rows
+from isojax._validate import check_cloud
 
 
 def isobn_scale(cov, std, *, eps: float = 1e-3):
@@ -50,6 +51,11 @@ class IsoBN(nn.Module):
     up to ``eps``) or ``"zeros"`` (the authors' code). From zeros, after ``t`` updates both averages carry a
     factor ``1 - (1 - momentum)^t``, so ``corr`` is inflated by ``1 / (1 - (1 - momentum)^t)`` (20x after the
     first step; clipped at 1) and, before any update, the output is all zeros.
+
+    Bad input (:func:`isojax._validate.check_cloud`): masked rows never enter the statistics, whatever they
+    hold; a NaN or inf in a counted row raises ``ValueError`` (concrete) or, traced, gives a NaN output and
+    leaves the running statistics unchanged. Not scale-invariant: the covariance squares the entries, so float32
+    input must stay below about 1e19.
     """
 
     use_running_average: bool | None = None
@@ -65,24 +71,28 @@ class IsoBN(nn.Module):
             raise ValueError(f"stats_init must be 'identity' or 'zeros', got {self.stats_init!r}")
         if not 0 < self.momentum <= 1:
             raise ValueError(f"momentum must be in (0, 1], got {self.momentum!r}")
-        x = check_points(x, "x")
-        mask = check_mask(mask, x)
+        x, mask, ok = check_cloud(x, mask)
         d = x.shape[-1]
         start = 1.0 if self.stats_init == "identity" else 0.0
         cov = self.variable("batch_stats", "cov", lambda: start * jnp.eye(d, dtype=jnp.float32))
         std = self.variable("batch_stats", "std", lambda: jnp.full((d,), start, jnp.float32))
         if not use_running_average and not self.is_initializing():
+            # One flag for the whole (global) batch, the same on every device: all counted rows finite.
+            all_ok = ok if ok is True else self._total(jnp.sum(~ok)) == 0
             batch_cov, count = self._batch_covariance(x, mask)
             rate = jnp.where(count > 0, self.momentum, 0.0)
             batch_std = jnp.sqrt(jnp.maximum(jnp.diagonal(batch_cov), 0))
-            cov.value = cov.value + rate * (batch_cov - cov.value)
-            std.value = std.value + rate * (batch_std - std.value)
+            # A batch with a non-finite counted row leaves the statistics unchanged (selected, not multiplied by 0).
+            cov.value = jnp.where(all_ok, cov.value + rate * (batch_cov - cov.value), cov.value)
+            std.value = jnp.where(all_ok, std.value + rate * (batch_std - std.value), std.value)
         scale = jax.lax.stop_gradient(isobn_scale(cov.value, std.value, eps=self.eps))
-        return (x * scale).astype(x.dtype)
+        return nan_unless(ok, (x * scale).astype(x.dtype))
 
     def _batch_covariance(self, x, mask):
         """Biased covariance ``[d, d]`` of the real rows of ``stop_gradient(x)`` and their number."""
         rows = promote_float32(jax.lax.stop_gradient(x).reshape(-1, x.shape[-1]))
+        if mask is not None:
+            rows = select_rows(rows, mask.reshape(-1))
         weight = jnp.ones(rows.shape[:1], rows.dtype) if mask is None else mask.reshape(-1).astype(rows.dtype)
         count = self._total(jnp.sum(weight))
         mean = self._total(jnp.matmul(weight, rows, precision=HIGHEST)) / jnp.maximum(count, 1)

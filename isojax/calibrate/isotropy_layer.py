@@ -7,7 +7,7 @@ from typing import Any
 import flax.linen as nn
 import jax.numpy as jnp
 
-from isojax._validate import check_float
+from isojax._validate import check_finite_rows, check_float, nan_unless
 
 
 def _identity(key, shape, dtype=jnp.float32):
@@ -32,5 +32,6 @@ class IsotropyLayer(nn.Module):
         x = check_float(x, "x")
         if x.ndim < 1:
             raise ValueError(f"x must have shape [..., d], got a scalar of shape {x.shape}")
-        return nn.Dense(x.shape[-1], kernel_init=_identity, bias_init=nn.initializers.zeros,
-                        dtype=self.dtype, param_dtype=self.param_dtype, name="dense")(x)
+        ok = check_finite_rows(x.reshape(-1, x.shape[-1]), None, "x")  # concrete: ValueError; traced: NaN out
+        return nan_unless(ok, nn.Dense(x.shape[-1], kernel_init=_identity, bias_init=nn.initializers.zeros,
+                        dtype=self.dtype, param_dtype=self.param_dtype, name="dense")(x))

@@ -11,9 +11,9 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from isojax._numeric import HIGHEST, promote_float32, safe_div, safe_norm
-from isojax._stats import covariance
-from isojax._validate import check_hyperparameter, check_mask, check_points, nan_unless
+from isojax._numeric import HIGHEST, finite_matrix, promote_float32, safe_div, safe_norm
+from isojax._stats import covariance, unit_scale
+from isojax._validate import check_cloud, check_hyperparameter, nan_unless
 
 
 @jax.custom_jvp
@@ -26,8 +26,12 @@ def eigh_descending(c):
     ``F_ij = 1/(s_j - s_i)``, except that ``F_ij = 0`` where ``|s_j - s_i| <= 1e-6 * max|s|``: inside a
     degenerate eigenspace (e.g. the null space of a rank-deficient covariance) the eigenvectors are not
     determined and this gives finite gradients instead of the inf/NaN of ``jnp.linalg.eigh``.
+    A matrix with a NaN or inf entry is never handed to the eigensolver (whose iterations need not end on it):
+    zeros are decomposed in its place and both outputs are NaN.
     """
+    c, ok = finite_matrix(c)
     s, u = jnp.linalg.eigh(c, symmetrize_input=True)
+    s, u = nan_unless(ok, (s, u))
     s, u = s[..., ::-1], u[..., ::-1]
     idx = jnp.argmax(jnp.abs(u), axis=-2, keepdims=True)
     sign = jnp.sign(jnp.take_along_axis(u, idx, axis=-2))
@@ -74,22 +78,24 @@ def fit_whitening(x, *, k: int | None = None, mask=None, eps: float | None = Non
     ``k`` (default ``d``) keeps the ``k`` leading principal directions (dimension reduction). Each column of
     ``U`` is signed so that its largest-magnitude entry is positive (see :func:`eigh_descending`), so the
     whitened coordinates are deterministic. Leading axes of ``x`` give a batch of independent fits:
-    ``mean [..., d]``, ``W [..., d, k]``.
+    ``mean [..., d]``, ``W [..., d, k]``. Bad input as in :mod:`isojax.calibrate.centering`; the covariance is
+    estimated on ``x`` divided by a power of two near its largest entry (exact) and ``mean``, ``W`` scaled back,
+    so any finite float32 scale works (1e±20 included).
     """
-    x = check_points(x, "x", min_n=2)
-    mask = check_mask(mask, x)
+    x, mask, ok = check_cloud(x, mask, min_n=2)
     d = x.shape[-1]
     k = d if k is None else k
     if not isinstance(k, int) or not 1 <= k <= d:
         raise ValueError(f"k must be an int in [1, d={d}], got {k!r}")
     x = promote_float32(x)
     eps, eps_ok = check_hyperparameter(float(jnp.finfo(x.dtype).eps) if eps is None else eps, "eps", low=0.0)
+    x, scale = unit_scale(x, mask)
     mu, cov = covariance(x, mask, ddof=1)
     s, u = eigh_descending(cov)
     s_max = jnp.max(s, axis=-1, keepdims=True)
     s = jnp.where(s_max > 0, jnp.maximum(s, 0) + eps * s_max, 1.0)
-    W = u[..., :k] * jax.lax.rsqrt(s[..., None, :k])
-    return WhiteningState(mean=mu, W=nan_unless(eps_ok, W))
+    W = u[..., :k] * jax.lax.rsqrt(s[..., None, :k]) / jnp.where(s_max > 0, scale[..., None], 1)[..., None]
+    return nan_unless(ok, WhiteningState(mean=mu * scale[..., None], W=nan_unless(eps_ok, W)))
 
 
 def whiten(x, state: WhiteningState, *, normalize: bool = False):
@@ -99,7 +105,7 @@ def whiten(x, state: WhiteningState, *, normalize: bool = False):
     With ``normalize=True`` each row is then divided by its L2 norm (``y / ||y||``, zero rows stay zero), as
     in BERT-whitening's cosine-similarity evaluation.
     """
-    x = check_points(x, "x")
+    x, _, ok = check_cloud(x)
     if state.mean.shape[-1] != x.shape[-1] or state.W.shape[-2] != x.shape[-1]:
         raise ValueError(
             f"x has d={x.shape[-1]} features but the whitening state was fitted on "
@@ -108,4 +114,4 @@ def whiten(x, state: WhiteningState, *, normalize: bool = False):
     y = jnp.matmul(promote_float32(x) - state.mean[..., None, :], state.W, precision=HIGHEST)
     if normalize:
         y = safe_div(y, safe_norm(y, keepdims=True))
-    return y
+    return nan_unless(ok, y)

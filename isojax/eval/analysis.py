@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from isojax import metrics
+from isojax._validate import check_texts
 from isojax.eval.encode import encode
 
 CDF_GRID = np.linspace(0.0, 1.0, 201)
@@ -62,7 +63,9 @@ def analyze_layers(module, params, tokenizer, texts: Sequence[str], *, batch_siz
 
     Returns a JSON-ready dict: ``layers``, one list per column of ``SENTENCE_COLUMNS`` and ``CORPUS_COLUMNS``
     (one value per layer), ``cdf_grid``, ``cdf`` (one list per layer), ``num_texts``, ``num_tokens``.
+    ``texts`` is a sequence of strings (a single ``str`` is a ``TypeError``).
     """
+    texts = check_texts(texts)
     per = encode(module, params, tokenizer, texts, batch_size=batch_size, max_length=max_length,
                  reduce=lambda out, mask: _per_sentence(out, mask, tokens_per_text), progress=progress,
                  desc="analyzing layers")

@@ -11,6 +11,7 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
+from isojax._validate import check_texts
 from isojax.models import require_kind, token_types
 from isojax.models.heads import pool
 
@@ -21,8 +22,10 @@ def encode(module, params, tokenizer, texts: Sequence[str], *, reduce: Callable 
     """Apply ``reduce(output, mask) -> pytree of [B, ...] arrays`` to every text; return numpy, original order.
 
     Default ``reduce`` is :func:`isojax.models.heads.pool` with ``pooling`` -> ``[N, H]`` sentence embeddings.
-    ``reduce`` must keep the batch as the leading axis of each leaf.
+    ``reduce`` must keep the batch as the leading axis of each leaf. ``texts`` is a sequence of strings: a single
+    ``str`` is a ``TypeError`` (it would be encoded character by character).
     """
+    texts = check_texts(texts)
     require_kind(module.config, ("encoder", "causal_lm"), "encoding texts")
     if not len(texts):
         raise ValueError("texts is empty")

@@ -13,6 +13,7 @@ import jax
 import numpy as np
 
 from isojax import calibrate, metrics
+from isojax._validate import check_texts
 from isojax.eval.sts import correlations
 from isojax.models import word_embeddings
 
@@ -40,8 +41,9 @@ def transform_embeddings(w, method: str = "raw") -> np.ndarray:
 
 
 def single_token_ids(tokenizer, words) -> dict[str, int | None]:
-    """Token id of each word the tokenizer keeps whole (no special tokens added); None for split words."""
-    words = sorted(set(words))
+    """Token id of each word the tokenizer keeps whole (no special tokens added); None for split words.
+    ``words`` is a sequence of strings (a single ``str`` is a ``TypeError``)."""
+    words = sorted(set(check_texts(words, "words")))
     ids = tokenizer(words, add_special_tokens=False)["input_ids"]
     return {w: (i[0] if len(i) == 1 else None) for w, i in zip(words, ids)}
 
