@@ -126,7 +126,20 @@ def test_integer_masks_hold_only_zero_and_one(cloud):
 
 
 def test_nothing_is_jitted_at_definition():
-    """Issue 29: topology._cloud_losses was wrapped in jax.jit where it was defined."""
+    """Issue 29: no public or private function of any isojax module is wrapped in jax.jit where it is defined
+    (topology._cloud_losses was; so were helpers of calibrate.flow, eval, train and models.generate). A jitted
+    function is recognised by its ``lower`` method."""
+    import importlib
+    import pkgutil
+
+    import isojax
+
+    jitted = []
+    for info in pkgutil.walk_packages(isojax.__path__, "isojax."):
+        module = importlib.import_module(info.name)
+        jitted += [f"{info.name}.{name}" for name, obj in vars(module).items()
+                   if callable(obj) and hasattr(obj, "lower") and hasattr(obj, "trace")]
+    assert jitted == []
     for core in (topology._cloud_losses, topology._cloud_loss_grads, topology._edges, topology._prominent):
         assert not hasattr(core, "lower"), f"{core} is jitted at definition"
 

@@ -31,7 +31,6 @@ flow``), whose parameters and constants are those of a :class:`FlowState`.
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import flax.linen as nn
@@ -324,13 +323,13 @@ def fit_flow(
     module = _Glow(levels, depth, hidden)
     # A traced learning rate <= 0 or a non-finite real row (traced) makes the learning rate NaN, so the fitted
     # parameters are NaN (loud) rather than fitted uphill or on garbage. Padding rows are never drawn.
-    variables, log_likelihood = _fit(module, key, rows, row_mask, nan_unless(ok & learning_rate_ok, learning_rate),
-                                     steps=steps, batch_size=batch_size)
+    fit = jax.jit(_fit, static_argnames=("module", "steps", "batch_size"))  # one compiled call per shape
+    variables, log_likelihood = fit(module, key, rows, row_mask, nan_unless(ok & learning_rate_ok, learning_rate),
+                                    steps=steps, batch_size=batch_size)
     return nan_unless(ok, FlowState(params=variables["params"], constants=variables["constants"],
                                     log_likelihood=log_likelihood, levels=levels, depth=depth, hidden=hidden))
 
 
-@functools.partial(jax.jit, static_argnames=("module", "steps", "batch_size"))
 def _fit(module: _Glow, key, rows, row_mask, learning_rate, *, steps: int, batch_size: int):
     """Data-dependent init, then ``steps`` Adam steps (``lax.scan``) on ``-mean log p / d``; one compiled call."""
     init_key, train_key = jax.random.split(key)
@@ -362,20 +361,15 @@ def flow_forward(state: FlowState, x):
     ``log p(x) = -||z||^2 / 2 - d log(2 pi) / 2 + logdet``.
     """
     x, ok = _check_rows(x, state, "x")
-    z, logdet = _apply(state.module, state.variables, x.reshape(-1, x.shape[-1]), reverse=False)
+    z, logdet = state.module.apply(state.variables, x.reshape(-1, x.shape[-1]), reverse=False)
     return nan_unless(ok, (z.reshape(x.shape), jnp.broadcast_to(logdet, x.shape[:-1])))
 
 
 def flow_inverse(state: FlowState, z):
     """Invert the flow: ``z [..., d]`` -> ``x = f^{-1}(z) [..., d]`` (triangular solves, exact up to rounding)."""
     z, ok = _check_rows(z, state, "z")
-    x = _apply(state.module, state.variables, z.reshape(-1, z.shape[-1]), reverse=True)
+    x = state.module.apply(state.variables, z.reshape(-1, z.shape[-1]), reverse=True)
     return nan_unless(ok, x.reshape(z.shape))
-
-
-@functools.partial(jax.jit, static_argnames=("module", "reverse"))
-def _apply(module: _Glow, variables, rows, *, reverse: bool):
-    return module.apply(variables, rows, reverse=reverse)
 
 
 def _check_rows(x, state: FlowState, name: str):

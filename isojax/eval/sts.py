@@ -16,7 +16,6 @@ a dev set, and averages over the sets.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Sequence
 
 import jax
@@ -121,13 +120,13 @@ def correlations(predicted, gold) -> dict[str, float]:
 def sentence_isotropy(raw: np.ndarray, transformed: np.ndarray, *, lsds_k: int = 12) -> dict[str, float]:
     """Figure-4 metrics of the SoftDecay paper on sentence embeddings ``[M, d]``: TokenUni (mean cosine of
     distinct pairs), log RBF_dis (t=2), EV_1, IsoScore, and LSDS of ``raw -> transformed`` (k neighbours)."""
-    measures = _sentence_isotropy(jnp.asarray(raw, jnp.float32), jnp.asarray(transformed, jnp.float32), lsds_k)
+    measures = jax.jit(_sentence_isotropy, static_argnums=2)(jnp.asarray(raw, jnp.float32),
+                                                           jnp.asarray(transformed, jnp.float32), lsds_k)
     return {name: float(value) for name, value in measures.items()}
 
 
-@functools.partial(jax.jit, static_argnums=2)
 def _sentence_isotropy(raw, x, lsds_k: int):
-    """One compiled call for the measures (isojax's metrics are plain functions; op by op they are slower)."""
+    """The measures, jitted by the caller as one call (isojax's metrics are plain functions; op by op they are slower)."""
     return {"token_uni": metrics.token_uniformity(x), "rbf_dis": metrics.rbf_uniformity(x),
             "ev1": metrics.explained_variance(x, 1), "isoscore": metrics.isoscore(x),
             "lsds": metrics.lsds(raw, x, k=lsds_k)}

@@ -18,7 +18,6 @@ from isojax.eval.sts import correlations
 from isojax.models import word_embeddings
 
 EMBEDDING_METHODS = ("raw", "center", "scaled_center", "abtt")
-_partition_isotropy = jax.jit(metrics.partition_isotropy)  # one compiled call per matrix shape
 SIMILARITIES = ("cosine", "inner")
 
 
@@ -76,7 +75,7 @@ def embedding_isotropy(w) -> dict[str, float]:
     avg_norm = float(np.linalg.norm(w, axis=1).mean())
     out = {}
     for name, method in (("I(W)", "raw"), ("I(W_c)", "center"), ("I(W_r)", "abtt")):
-        i1, i2 = _partition_isotropy(transform_embeddings(w, method))
+        i1, i2 = jax.jit(metrics.partition_isotropy)(transform_embeddings(w, method))  # one compilation per shape
         out[name], out[name.replace("I(", "I2(")] = float(i1), float(i2)
     out.update({"avg_norm": avg_norm, "mean_norm": float(np.linalg.norm(mu)),
                 "mean_norm_ratio": float(np.linalg.norm(mu)) / avg_norm})

@@ -133,7 +133,7 @@ def generate(module, params, input_ids, attention_mask=None, *, collections=None
         raise ValueError("every input sequence needs at least one real token (attention_mask row of zeros)")
     if model_kind(config) == "causal_lm" and ids.shape[1] >= gen.max_length:
         raise ValueError(f"max_length={gen.max_length} leaves no room after the prompt of length {ids.shape[1]}")
-    return _decode(module, gen, {"params": params, **(collections or {})}, ids, mask)
+    return jax.jit(_decode, static_argnums=(0, 1))(module, gen, {"params": params, **(collections or {})}, ids, mask)
 
 
 def left_align(ids: Array, mask: Array) -> tuple[Array, Array]:
@@ -142,9 +142,8 @@ def left_align(ids: Array, mask: Array) -> tuple[Array, Array]:
     return jnp.take_along_axis(ids, order, axis=1), jnp.take_along_axis(mask, order, axis=1)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1))
 def _decode(module, gen: GenerationConfig, variables, ids, mask) -> GenerateOutput:
-    """Prefill, then the greedy or beam loop; ``module`` and ``gen`` are static (one compilation per shape)."""
+    """Prefill, then the greedy or beam loop; ``module`` and ``gen`` are static (jitted by :func:`generate`: one compilation per shape)."""
     apply = functools.partial(module.apply, variables)
     batch, length = ids.shape[0], gen.max_length
     if model_kind(module.config) == "causal_lm":

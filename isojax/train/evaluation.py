@@ -57,13 +57,13 @@ def task_metrics(task: GlueTask, logits, labels) -> dict[str, float]:
 
 def isotropy_metrics(embeddings, word_embeddings) -> dict[str, float]:
     """Isotropy of the evaluated ``embeddings [N, H]`` and of the word embedding matrix ``[V, E]``."""
-    measures = _isotropy_metrics(np.asarray(embeddings, np.float32), np.asarray(word_embeddings, np.float32))
+    measures = jax.jit(_isotropy_metrics)(np.asarray(embeddings, np.float32), np.asarray(word_embeddings, np.float32))
     return {name: float(value) for name, value in measures.items()}
 
 
-@jax.jit
 def _isotropy_metrics(x, w):
-    """One compiled call (compiled once per run: the shapes are fixed); op by op the metrics are slower."""
+    """The measures of :func:`isotropy_metrics`, jitted by the caller as one call (compiled once per run: the shapes
+    are fixed); op by op they are slower."""
     out = {"isoscore": metrics.isoscore(x)}
     for k in (1, 2, 3):
         out[f"ev{k}"] = metrics.explained_variance(x, k, center=True)

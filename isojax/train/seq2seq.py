@@ -257,7 +257,6 @@ def make_generate_step(model: Seq2SeqModel, **settings):
     return predict
 
 
-@jax.jit
 def _embedding_isotropy(w):
     i1, i2 = metrics.partition_isotropy(w)
     return {"I1": i1, "I2": i2}
@@ -268,7 +267,7 @@ def evaluate(runner, placed_state, data: Seq2SeqSplit, task: Seq2SeqTask, embedd
     sequences = predict_all(runner, placed_state, data, batch_size)["sequences"]
     hypotheses = [t.strip() for t in data.tokenizer.batch_decode(sequences, skip_special_tokens=True)]
     out = generation_metrics(task.metrics, hypotheses, data.references)
-    return {**out, **{k: float(v) for k, v in _embedding_isotropy(np.asarray(embeddings, np.float32)).items()}}
+    return {**out, **{k: float(v) for k, v in jax.jit(_embedding_isotropy)(np.asarray(embeddings, np.float32)).items()}}
 
 
 class Seq2SeqRecipe:
