@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import re
@@ -122,6 +123,12 @@ def cell_text(cell: dict) -> str:
     return "lowers" + (f" ({'; '.join(notes)})" if notes else "")
 
 
+def _flat(f, args):
+    """``f`` as a function of the leaves of ``args`` returning the leaves of its result, and those leaves."""
+    leaves, tree = jax.tree.flatten(args)
+    return (lambda *xs: jax.tree.leaves(f(*jax.tree.unflatten(tree, xs)))), tuple(leaves)
+
+
 def run_entry(entry: Entry, platforms=PLATFORMS) -> dict:
     """The cells of one entry (and its round trip on the platform this process runs on)."""
     from isojax.spectral import current_platform
@@ -131,6 +138,8 @@ def run_entry(entry: Entry, platforms=PLATFORMS) -> dict:
         f, args = entry.build()
     except Exception as e:  # noqa: BLE001
         return {"group": entry.group, "name": entry.name, "build_error": f"{type(e).__name__}: {e}"[:300]}
+    if not hasattr(f, "trace"):  # flat arguments and results: the export serialises without pytree registrations
+        f, args = _flat(f, args)
     row = {"group": entry.group, "name": entry.name, "cells": {}}
     for p in platforms:
         cell = lower_cell(f, args, p)
@@ -194,6 +203,7 @@ def spectral_entries(methods=None) -> list[Entry]:
     return out
 
 
+@functools.cache
 def _function_calls() -> dict[str, tuple[Callable, tuple, bool]]:
     """``{module.name: (f, array args, differentiable)}`` for every function in the ``__all__`` of
     metrics, losses, topology, calibrate and gradients (classes: their modules' apply, or a state they build)."""
