@@ -479,14 +479,14 @@ def write(rows: list[dict], platforms, out_dir: str, meta: dict, stem: str = "lo
     return md
 
 
-def run(groups=tuple(GROUPS), platforms=PLATFORMS, out_dir: str = RESULTS, log=print, stem: str = "lowering",
+def run(groups=None, platforms=PLATFORMS, out_dir: str = RESULTS, log=print, stem: str = "lowering",
         meta: dict | None = None) -> dict:
-    """Every entry of ``groups`` exported for ``platforms``; writes ``out_dir/STEM.{md,json}`` and returns the
+    """Every entry of ``groups`` (default all) exported for ``platforms``; writes ``out_dir/STEM.{md,json}`` and returns the
     JSON's content."""
     from isojax.spectral import current_platform
 
     rows = []
-    for group in groups:
+    for group in groups or list(GROUPS):
         for entry in GROUPS[group]():
             row = run_entry(entry, platforms)
             rows.append(row)

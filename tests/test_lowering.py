@@ -130,3 +130,18 @@ def test_softdecay_train_step_lowers_without_host_callbacks(layout):
     for p, cell in row["cells"].items():
         assert cell["status"] == "lowers", (layout, p, cell["detail"])
         assert cell["host_callbacks"] == [] and not (p == "tpu" and cell["float64"]), (layout, p, cell)
+
+
+def test_accelerator_command_writes_the_matrix_for_its_platform(monkeypatch, tmp_path):
+    """experiments.accelerator --lowering: the matrix for the platform it runs on, round trip there, written beside
+    the device's results (one entry here; the device run takes every group)."""
+    from experiments import accelerator
+
+    monkeypatch.setattr(lowering, "GROUPS", {"spectral": lambda: lowering.spectral_entries(["auto"])[:2]})
+    prov = {"command": "python -m experiments.accelerator --lowering", "commit": "x", "machine": "m", "date": "d"}
+    summary = accelerator.run_lowering(str(tmp_path), "cpu", "cpu", prov)
+    assert summary["counts"] == {"lowers": 2, "refused": 0, "fails": 0} and summary["fails"] == []
+    assert summary["round_trip_errors"] == [] and summary["largest_round_trip_diff"] == 0.0
+    md = (tmp_path / "cpu-lowering.md").read_text()
+    assert "| spectral | soft_decay[auto] | lowers |" in md and "`python -m experiments.accelerator --lowering`" in md
+    assert not accelerator.parse_args([]).lowering and accelerator.parse_args(["--lowering"]).lowering
