@@ -224,49 +224,10 @@ def thin_svd(x, method: str = "auto"):
       JAX's own rules (NaN on repeated values); differentiate through :func:`spectral_map` instead.
     """
     x = check_points(x, "x")
-    return _decompose(x.astype(working_dtype(x.dtype)), _check_method(method))
+    return _decompose_on_platforms(x.astype(working_dtype(x.dtype)), _check_method(method))
 
 
 def _decompose(x, method: str):
-    """The thin SVD by ``method`` (a name or ``"auto"``) as :func:`select_method` resolves it for each platform the
-    computation is lowered for: one ``jax.lax.platform_dependent`` branch per distinct choice, so a program lowered
-    for one platform contains only that platform's decomposition (no float64 in a TPU module). A platform that
-    cannot run an explicitly named method gets a branch that raises :func:`select_method`'s ``ValueError`` when it
-    is lowered (or called outside ``jit``) instead of JAX's ``NotImplementedError`` from inside its lowering."""
-    runs = {p: _auto(x.shape, p) if method == "auto" else method for p in _ALL if _refusal(method, p) is None}
-    branches = {name: functools.partial(_run_decomposition, method=name) for name in dict.fromkeys(runs.values())}
-    per_platform = {p: branches[runs[p]] if p in runs else functools.partial(_refused_decomposition,
-                                                                            reason=_refusal(method, p))
-                    for p in _ALL}  # platforms that share a branch share one callable: platform_dependent joins them
-    # a float64 branch is traced and transformed (vmap, grad) with float64 enabled, as when it runs alone
-    with jax.enable_x64(True) if any(DECOMPOSITIONS[m].float64 for m in branches) else contextlib.nullcontext():
-        return lax.platform_dependent(x, **per_platform)
-
-
-def _refused_decomposition(x, reason: str):
-    """A stand-in branch of :func:`_decompose` for a platform that cannot run the method: raises ``reason`` as a
-    ``ValueError`` when it is lowered or evaluated; its shapes are those of any decomposition's."""
-    return _run_decomposition(_refuse_p.bind(x, reason=reason), "gram_eigh")
-
-
-def _refuse_raise(*_, reason: str, **__):
-    raise ValueError(reason)
-
-
-_refuse_p = jax.extend.core.Primitive("isojax_refused_decomposition")
-"""Identity on abstract values whose evaluation and lowering raise ``ValueError(reason)``: it marks a platform
-branch of :func:`_decompose` that must never be compiled."""
-_refuse_p.def_impl(_refuse_raise)
-_refuse_p.def_abstract_eval(lambda x, reason: x)
-jax.interpreters.mlir.register_lowering(_refuse_p, _refuse_raise)
-jax.interpreters.batching.primitive_batchers[_refuse_p] = (
-    lambda args, dims, reason: (_refuse_p.bind(*args, reason=reason), dims[0]))
-jax.interpreters.ad.primitive_jvps[_refuse_p] = (
-    lambda primals, tangents, reason: (_refuse_p.bind(*primals, reason=reason), tangents[0]))
-
-
-def _run_decomposition(x, method: str):
-    """The thin SVD of ``x`` by the named ``method`` (module docstring), on whatever platform it runs."""
     dec = DECOMPOSITIONS[method]
     if dec.route == "gram_eigh":
         return _gram_eigh(x, dec.algorithm, dec.float64)
@@ -297,6 +258,44 @@ def _gram_eigh(x, implementation, float64: bool):
         s = jnp.abs(r_diag)
         w, s, q = (t.astype(dtype) for t in (w, s, q))
     return (w, s, _t(q)) if wide else (q, s, _t(w))
+
+
+def _decompose_on_platforms(x, method: str):
+    """The thin SVD by ``method`` (a name or ``"auto"``) as :func:`select_method` resolves it for each platform the
+    computation is lowered for: one ``jax.lax.platform_dependent`` branch per distinct choice, so a program lowered
+    for one platform contains only that platform's decomposition (no float64 in a TPU module). A platform that
+    cannot run an explicitly named method gets a branch that raises :func:`select_method`'s ``ValueError`` when it
+    is lowered (or called outside ``jit``) instead of JAX's ``NotImplementedError`` from inside its lowering."""
+    runs = {p: _auto(x.shape, p) if method == "auto" else method for p in _ALL if _refusal(method, p) is None}
+    branches = {name: functools.partial(_decompose, method=name) for name in dict.fromkeys(runs.values())}
+    per_platform = {p: branches[runs[p]] if p in runs else functools.partial(_refused_decomposition,
+                                                                            reason=_refusal(method, p))
+                    for p in _ALL}  # platforms that share a branch share one callable: platform_dependent joins them
+    # a float64 branch is traced and transformed (vmap, grad) with float64 enabled, as when it runs alone
+    with jax.enable_x64(True) if any(DECOMPOSITIONS[m].float64 for m in branches) else contextlib.nullcontext():
+        return lax.platform_dependent(x, **per_platform)
+
+
+def _refused_decomposition(x, reason: str):
+    """A stand-in branch of :func:`_decompose_on_platforms` for a platform that cannot run the method: raises
+    ``reason`` as a ``ValueError`` when it is lowered or evaluated; its shapes are those of any decomposition's."""
+    return _decompose(_refuse_p.bind(x, reason=reason), "gram_eigh")
+
+
+def _refuse_raise(*_, reason: str, **__):
+    raise ValueError(reason)
+
+
+_refuse_p = jax.extend.core.Primitive("isojax_refused_decomposition")
+"""Identity on abstract values whose evaluation and lowering raise ``ValueError(reason)``: it marks a platform
+branch of :func:`_decompose_on_platforms` that must never be compiled."""
+_refuse_p.def_impl(_refuse_raise)
+_refuse_p.def_abstract_eval(lambda x, reason: x)
+jax.interpreters.mlir.register_lowering(_refuse_p, _refuse_raise)
+jax.interpreters.batching.primitive_batchers[_refuse_p] = (
+    lambda args, dims, reason: (_refuse_p.bind(*args, reason=reason), dims[0]))
+jax.interpreters.ad.primitive_jvps[_refuse_p] = (
+    lambda primals, tangents, reason: (_refuse_p.bind(*primals, reason=reason), tangents[0]))
 
 
 class SpectralMap(NamedTuple):
@@ -390,7 +389,7 @@ def _live_fn(fn, live, t, params):
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2))
 def _spectral_map(fn, rtol, method, x, params):
-    u, s, vt = _decompose(x, method)
+    u, s, vt = _decompose_on_platforms(x, method)
     live, s_eval = _null_split(rtol, s)
     g = _live_fn(fn, live, s_eval, params)
     return _mm(u * g[..., None, :], vt), s
@@ -413,7 +412,7 @@ class _Factors(NamedTuple):
 
 def _factor(fn, rtol, method, x, params) -> _Factors:
     """Decompose ``x`` and form ``A``, ``B``, ``h`` of the Daleckii–Krein derivative (:func:`spectral_map`)."""
-    u, s, vt = _decompose(x, method)
+    u, s, vt = _decompose_on_platforms(x, method)
     live, s_eval = _null_split(rtol, s)
     g, dg_ds = jax.jvp(lambda t: _live_fn(fn, live, t, params), (s_eval,), (jnp.ones_like(s),))
     s_live = jnp.where(live, s, 0)
