@@ -267,19 +267,27 @@ def _decompose_on_platforms(x, method: str):
     cannot run an explicitly named method gets a branch that raises :func:`select_method`'s ``ValueError`` when it
     is lowered (or called outside ``jit``) instead of JAX's ``NotImplementedError`` from inside its lowering."""
     runs = {p: _auto(x.shape, p) if method == "auto" else method for p in _ALL if _refusal(method, p) is None}
-    branches = {name: functools.partial(_decompose, method=name) for name in dict.fromkeys(runs.values())}
-    per_platform = {p: branches[runs[p]] if p in runs else functools.partial(_refused_decomposition,
-                                                                            reason=_refusal(method, p))
-                    for p in _ALL}  # platforms that share a branch share one callable: platform_dependent joins them
-    # a float64 branch is traced and transformed (vmap, grad) with float64 enabled, as when it runs alone
-    with jax.enable_x64(True) if any(DECOMPOSITIONS[m].float64 for m in branches) else contextlib.nullcontext():
+    float64 = any(DECOMPOSITIONS[m].float64 for m in runs.values())
+    x64 = bool(jax.config.jax_enable_x64)  # the caller's setting, kept in every branch that does not need float64
+    branches = {m: functools.partial(_branch, method=m, x64=x64 or DECOMPOSITIONS[m].float64)
+                for m in dict.fromkeys(runs.values())}
+    per_platform = {p: branches[runs[p]] if p in runs else functools.partial(
+        _branch, method="gram_eigh", x64=x64, reason=_refusal(method, p)) for p in _ALL}
+    # platforms that share a branch share one callable (platform_dependent joins them). With a float64 branch the
+    # whole dispatch is staged and transformed (vmap, grad) with float64 enabled, as that branch is when it runs
+    # alone; each branch sets its own mode, so the others (a TPU one) hold no float64 constant.
+    with jax.enable_x64(True) if float64 else contextlib.nullcontext():
         return lax.platform_dependent(x, **per_platform)
 
 
-def _refused_decomposition(x, reason: str):
-    """A stand-in branch of :func:`_decompose_on_platforms` for a platform that cannot run the method: raises
-    ``reason`` as a ``ValueError`` when it is lowered or evaluated; its shapes are those of any decomposition's."""
-    return _decompose(_refuse_p.bind(x, reason=reason), "gram_eigh")
+def _branch(x, method: str, x64: bool, reason: str | None = None):
+    """One platform's branch of :func:`_decompose_on_platforms`: ``method``'s decomposition with float64 enabled
+    as ``x64`` says; with a ``reason``, a stand-in that raises it as a ``ValueError`` when it is lowered or evaluated
+    (the platform cannot run the method; the shapes are those of any decomposition's)."""
+    with jax.enable_x64(x64):
+        if reason is not None:
+            x = _refuse_p.bind(x, reason=reason)
+        return _decompose(x, method)
 
 
 def _refuse_raise(*_, reason: str, **__):
