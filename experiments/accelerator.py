@@ -15,6 +15,9 @@ On ``jax.devices()[0]``'s backend it
     MFU against the card's dense bf16 peak, :data:`BF16_PEAK_TFLOPS` or ``--peak-tflops``), SoftDecay's share of
     the bf16 step for each decomposition strategy the backend lowers (``isojax.spectral.available_methods()``) and
     the one ``auto`` picks, and the forward in both dtypes;
+(c) on a GPU or TPU (``--lowering`` / ``--no-lowering`` change that) the lowering matrix
+    (:mod:`experiments.lowering`) for the device's platform, each export compiled and run there against the direct
+    call, written as ``DIR/<device>-lowering.{json,md}``;
 and writes ``DIR/<device>.json`` and ``.md`` (default ``experiments/results/accelerator/``, ``<device>`` the device
 kind in lower case, e.g. ``cpu``, ``nvidia-h100-80gb-hbm3``) with the command, commit, machine, JAX version, and the
 issue's goals marked met / not met: MFU above 45 % for the bf16 train step, SoftDecay under 15 % of that step, and
@@ -267,6 +270,13 @@ def report(payload: dict, directory: str) -> str:
         sections += bench_sections(payload["benchmarks"], payload["benchmarks"].get("peak"))
     if payload.get("tests"):
         sections.append(test_section(payload["tests"]))
+    if payload.get("lowering"):
+        low = payload["lowering"]
+        sections.append(f"## Lowering matrix on {dev['platform']}\n\n{low['counts']['lowers']} cells lower, "
+                        f"{low['counts']['refused']} refused, {low['counts']['fails']} fail "
+                        f"({', '.join(low['fails']) or 'none'}); round trips that failed: "
+                        f"{', '.join(low['round_trip_errors']) or 'none'}, largest difference from the direct call "
+                        f"{low['largest_round_trip_diff']}; every cell in `{dev['slug']}-lowering.md`.")
     body = {k: v for k, v in payload.items() if k != "provenance"}
     return write_result(dev["slug"], f"Accelerator validation: {dev['kind']} ({dev['platform']})", sections, body,
                         prov, directory=directory)
@@ -313,6 +323,8 @@ def parse_args(argv=None):
     ap.add_argument("--tests-timeout", type=float, default=None, help="seconds before the test run is stopped")
     ap.add_argument("--skip-tests", action="store_true", help="benchmarks only (tests kept from DIR's JSON)")
     ap.add_argument("--skip-bench", action="store_true", help="tests only (benchmarks kept from DIR's JSON)")
+    ap.add_argument("--lowering", action=argparse.BooleanOptionalAction, default=None,
+                    help="also run the lowering matrix for this platform (default: on a GPU or TPU, not on CPU)")
     ap.add_argument("--wheels", default=None, help="directory of wheels (and data/) to install for the tests")
     ap.add_argument("--model-dir", action="append", default=[],
                     help="directory holding parts of the default model's wheel (repeatable)")
@@ -368,9 +380,25 @@ def main(argv=None) -> dict | None:
         add_mfu(bench, bf16_peak(dev["kind"], args.peak_tflops))
         keep_earlier_strategies(bench, previous.get("benchmarks"))
         payload["benchmarks"] = {**bench, "provenance": prov}
+    if args.lowering if args.lowering is not None else platform != "cpu":
+        payload["lowering"] = run_lowering(args.out, dev["slug"], platform, prov)
     payload["goals"] = goals(payload)
     print(report(payload, args.out))
     return payload
+
+
+def run_lowering(directory: str, slug: str, platform: str, prov: dict) -> dict:
+    """The lowering matrix for ``platform`` (every entry point exported for it, compiled and run here against the
+    direct call), written as ``DIRECTORY/SLUG-lowering.{json,md}``; returns its counts and the cells that fail."""
+    from experiments import lowering
+
+    result = lowering.run(platforms=(platform,), out_dir=directory, stem=f"{slug}-lowering", meta=prov)
+    rows = result["rows"]
+    return {"counts": result["counts"],
+            "fails": [r["name"] for r in rows if r.get("cells", {}).get(platform, {}).get("status") == "fails"],
+            "round_trip_errors": [r["name"] for r in rows if "round_trip_error" in r],
+            "largest_round_trip_diff": max((r["round_trip_max_abs_diff"] for r in rows
+                                            if "round_trip_max_abs_diff" in r), default=None)}
 
 
 if __name__ == "__main__":

@@ -61,8 +61,18 @@ token states that is 2e-6 for single STS-B sentences (κ ≈ 36), 1.4e-5 for the
 sequences); for full sequences it gets wrong exactly the small singular values SoftDecay raises. It is never
 chosen automatically.
 
-**Automatic choice** (``method="auto"``, :func:`select_method`), from ``jax.default_backend()`` at trace time and
-the matrix shape:
+**Platforms.** The platform is the one the computation is *lowered* for, not the backend it is traced on: each
+call stages one ``jax.lax.platform_dependent`` branch per distinct choice, and lowering keeps only the branches of
+its platforms, so ``jax.export.export(..., platforms=("tpu",))`` from a CPU host holds the TPU choice alone (no
+float64) and one artifact exported for several platforms carries each platform's choice. A named strategy a
+platform has no lowering for (not in its :data:`DECOMPOSITIONS` entry) is refused for that platform with a
+``ValueError`` naming the platform and the strategies it has: when called outside ``jit``, else when that
+platform's branch is lowered, before JAX's own ``NotImplementedError``. ``svd_qr`` on CPU (LAPACK gesvd) and
+``svd_polar`` on GPUs (cuSOLVER gesvdp) lower and run, but their custom calls have no export compatibility
+guarantee: ``jax.export`` serialises them only with ``DisabledSafetyCheck.custom_call`` (``python -m
+experiments.lowering`` shows every platform's cells).
+
+**Automatic choice** (``method="auto"``, :func:`select_method`), per lowering platform and from the matrix shape:
 
 - CPU: ``svd``. On 2 shared CPU cores (``experiments/results/decompositions.md``: forward + backward of
   ``soft_decay`` on 32 × [128, 768], 32 × [128, 384] and [2758, 384], interleaved medians) ``svd``, ``svd_dc`` and
@@ -88,6 +98,10 @@ from typing import Callable, NamedTuple
 
 import jax
 import jax.extend.backend
+import jax.extend.core
+import jax.interpreters.ad
+import jax.interpreters.batching
+import jax.interpreters.mlir
 import jax.numpy as jnp
 from jax import lax
 
@@ -153,7 +167,9 @@ DECOMPOSITIONS: dict[str, Decomposition] = {
 
 
 def current_platform() -> str:
-    """``jax.default_backend()``, with GPUs split into ``cuda`` and ``rocm``."""
+    """``jax.default_backend()``, with GPUs split into ``cuda`` and ``rocm``: the platform code runs on when it is
+    not exported for another one (what the experiments time and report; the decomposition itself is chosen per
+    lowering platform, see :func:`select_method`)."""
     backend = jax.default_backend()
     if backend == "gpu":
         version = jax.extend.backend.get_backend().platform_version.lower()
@@ -163,8 +179,29 @@ def current_platform() -> str:
 
 def available_methods(platform: str | None = None) -> list[str]:
     """Names in :data:`DECOMPOSITIONS` that lower on ``platform`` (default :func:`current_platform`)."""
-    platform = current_platform() if platform is None else platform
+    platform = current_platform() if platform is None else _check_platform(platform)
     return [name for name, dec in DECOMPOSITIONS.items() if platform in dec.platforms]
+
+
+def _check_platform(platform: str) -> str:
+    if platform not in _ALL:
+        raise ValueError(f"platform must be one of {list(_ALL)}, got {platform!r}")
+    return platform
+
+
+def _check_method(method: str) -> str:
+    """``method`` if it is ``"auto"`` or a name in :data:`DECOMPOSITIONS`, else ``ValueError`` listing them."""
+    if method != "auto" and method not in DECOMPOSITIONS:
+        raise ValueError(f"method must be 'auto' or one of {list(DECOMPOSITIONS)}, got {method!r}")
+    return method
+
+
+def _refusal(method: str, platform: str) -> str | None:
+    """Why ``method`` cannot run on ``platform`` (None when it can)."""
+    if method == "auto" or platform in DECOMPOSITIONS[method].platforms:
+        return None
+    return (f"method {method!r} does not lower on {platform} (only on {', '.join(DECOMPOSITIONS[method].platforms)});"
+            f" on {platform} choose 'auto' or one of {available_methods(platform)}")
 
 
 def select_method(method: str, shape, platform: str | None = None) -> str:
@@ -172,16 +209,19 @@ def select_method(method: str, shape, platform: str | None = None) -> str:
 
     ``"auto"`` applies the rule of the module docstring; a name is checked against :data:`DECOMPOSITIONS` and the
     platform (default :func:`current_platform`). Raises ``ValueError`` listing the choices otherwise.
+
+    Inside isojax's functions the same rule is applied to each platform the computation is *lowered* for, not to
+    the backend it is traced on (``jax.lax.platform_dependent``): one program exported with
+    ``jax.export.export(..., platforms=("cpu", "cuda", "tpu"))`` runs ``svd`` on CPU and TPU and
+    ``gram_eigh_f64`` on a GPU, and a name a lowering platform does not support is refused when that platform's
+    branch is lowered (or, outside ``jit``, when it is called) with this function's ``ValueError``.
     """
-    platform = current_platform() if platform is None else platform
+    method = _check_method(method)
+    platform = current_platform() if platform is None else _check_platform(platform)
     if method == "auto":
         return _auto(shape, platform)
-    if method not in DECOMPOSITIONS:
-        raise ValueError(f"method must be 'auto' or one of {list(DECOMPOSITIONS)}, got {method!r}")
-    if platform not in DECOMPOSITIONS[method].platforms:
-        raise ValueError(f"method {method!r} does not lower on {platform} (only on "
-                         f"{', '.join(DECOMPOSITIONS[method].platforms)}); on {platform} choose 'auto' or one of "
-                         f"{available_methods(platform)}")
+    if (reason := _refusal(method, platform)) is not None:
+        raise ValueError(reason)
     return method
 
 
@@ -197,7 +237,8 @@ def thin_svd(x, method: str = "auto"):
 
     Args:
       x: ``[..., n, d]`` floating; decomposed in :func:`working_dtype` (float32 for bf16).
-      method: a name in :data:`DECOMPOSITIONS` or ``"auto"`` (:func:`select_method`).
+      method: a name in :data:`DECOMPOSITIONS` or ``"auto"``, resolved per lowering platform
+        (:func:`select_method`).
 
     Returns:
       ``(u [..., n, k], s [..., k], vt [..., k, d])`` in the working dtype, ``k = min(n, d)``, ``s ≥ 0`` in descending
@@ -205,7 +246,7 @@ def thin_svd(x, method: str = "auto"):
       JAX's own rules (NaN on repeated values); differentiate through :func:`spectral_map` instead.
     """
     x = check_cloud(x)[0]
-    return _decompose(x.astype(working_dtype(x.dtype)), select_method(method, x.shape))
+    return _decompose_on_platforms(x.astype(working_dtype(x.dtype)), _check_method(method))
 
 
 def _decompose(x, method: str):
@@ -247,6 +288,52 @@ def _gram_eigh(x, implementation, float64: bool):
     return (w, s, _t(q)) if wide else (q, s, _t(w))
 
 
+def _decompose_on_platforms(x, method: str):
+    """The thin SVD by ``method`` (a name or ``"auto"``) as :func:`select_method` resolves it for each platform the
+    computation is lowered for: one ``jax.lax.platform_dependent`` branch per distinct choice, so a program lowered
+    for one platform contains only that platform's decomposition (no float64 in a TPU module). A platform that
+    cannot run an explicitly named method gets a branch that raises :func:`select_method`'s ``ValueError`` when it
+    is lowered (or called outside ``jit``) instead of JAX's ``NotImplementedError`` from inside its lowering."""
+    runs = {p: _auto(x.shape, p) if method == "auto" else method for p in _ALL if _refusal(method, p) is None}
+    float64 = any(DECOMPOSITIONS[m].float64 for m in runs.values())
+    x64 = bool(jax.config.jax_enable_x64)  # the caller's setting, kept in every branch that does not need float64
+    branches = {m: functools.partial(_branch, method=m, x64=x64 or DECOMPOSITIONS[m].float64)
+                for m in dict.fromkeys(runs.values())}
+    per_platform = {p: branches[runs[p]] if p in runs else functools.partial(
+        _branch, method="gram_eigh", x64=x64, reason=_refusal(method, p)) for p in _ALL}
+    # platforms that share a branch share one callable (platform_dependent joins them). With a float64 branch the
+    # whole dispatch is staged and transformed (vmap, grad) with float64 enabled, as that branch is when it runs
+    # alone; each branch sets its own mode, so the others (a TPU one) hold no float64 constant.
+    with jax.enable_x64(True) if float64 else contextlib.nullcontext():
+        return lax.platform_dependent(x, **per_platform)
+
+
+def _branch(x, method: str, x64: bool, reason: str | None = None):
+    """One platform's branch of :func:`_decompose_on_platforms`: ``method``'s decomposition with float64 enabled
+    as ``x64`` says; with a ``reason``, a stand-in that raises it as a ``ValueError`` when it is lowered or evaluated
+    (the platform cannot run the method; the shapes are those of any decomposition's)."""
+    with jax.enable_x64(x64):
+        if reason is not None:
+            x = _refuse_p.bind(x, reason=reason)
+        return _decompose(x, method)
+
+
+def _refuse_raise(*_, reason: str, **__):
+    raise ValueError(reason)
+
+
+_refuse_p = jax.extend.core.Primitive("isojax_refused_decomposition")
+"""Identity on abstract values whose evaluation and lowering raise ``ValueError(reason)``: it marks a platform
+branch of :func:`_decompose_on_platforms` that must never be compiled."""
+_refuse_p.def_impl(_refuse_raise)
+_refuse_p.def_abstract_eval(lambda x, reason: x)
+jax.interpreters.mlir.register_lowering(_refuse_p, _refuse_raise)
+jax.interpreters.batching.primitive_batchers[_refuse_p] = (
+    lambda args, dims, reason: (_refuse_p.bind(*args, reason=reason), dims[0]))
+jax.interpreters.ad.primitive_jvps[_refuse_p] = (
+    lambda primals, tangents, reason: (_refuse_p.bind(*primals, reason=reason), tangents[0]))
+
+
 class SpectralMap(NamedTuple):
     """Result of :func:`spectral_map`."""
 
@@ -278,7 +365,7 @@ def _prepare(x, fn, params, mask, rtol, method):
     if mask is not None:
         xw = jnp.where(mask[..., None], xw, 0)
     xw = nan_unless(ok, xw)  # traced bad input: a NaN matrix, which the guarded decomposition turns into NaN out
-    return xw, mask, tuple(jnp.asarray(p) for p in params), float(rtol), select_method(method, x.shape)
+    return xw, mask, tuple(jnp.asarray(p) for p in params), float(rtol), _check_method(method)
 
 
 def spectral_map(x, fn: Callable, *params, mask=None, rtol: float | None = None,
@@ -338,7 +425,7 @@ def _live_fn(fn, live, t, params):
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2))
 def _spectral_map(fn, rtol, method, x, params):
-    u, s, vt = _decompose(x, method)
+    u, s, vt = _decompose_on_platforms(x, method)
     live, s_eval = _null_split(rtol, s)
     g = _live_fn(fn, live, s_eval, params)
     return _mm(u * g[..., None, :], vt), s
@@ -361,7 +448,7 @@ class _Factors(NamedTuple):
 
 def _factor(fn, rtol, method, x, params) -> _Factors:
     """Decompose ``x`` and form ``A``, ``B``, ``h`` of the Daleckii–Krein derivative (:func:`spectral_map`)."""
-    u, s, vt = _decompose(x, method)
+    u, s, vt = _decompose_on_platforms(x, method)
     live, s_eval = _null_split(rtol, s)
     g, dg_ds = jax.jvp(lambda t: _live_fn(fn, live, t, params), (s_eval,), (jnp.ones_like(s),))
     s_live = jnp.where(live, s, 0)
