@@ -106,7 +106,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from isojax._numeric import finite_matrix, nan_unless
-from isojax._validate import check_cloud, check_points
+from isojax._validate import check_cloud
 
 __all__ = [
     "DECOMPOSITIONS",
