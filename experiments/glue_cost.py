@@ -16,8 +16,9 @@ From each run's ``log.jsonl`` (every step logged, with its training seconds, eva
 - seconds per epoch: seconds per step x steps per epoch (``N // batch`` steps: the last partial batch is dropped);
 - seconds per evaluation: from the last step's record to the final dev evaluation's record (the whole dev set,
   with the isotropy columns);
-- start-up: the process's wall time less the steps and the evaluations (reading and tokenising the data,
-  loading the model, the compilation of the first step, the two evaluations' compilation and checkpoints).
+- start-up: the process's wall time less the steps after the first and the two evaluations (reading and
+  tokenising the data, loading the model, the first step with its compilation, the evaluations' compilation,
+  checkpoints).
 
 The bucket widths are those of the epoch's batches under the run's order (``batch_indices`` with the run's seed,
 epoch 0), from the token lengths of the training rows: a batch is padded to the smallest bucket that holds its
@@ -78,7 +79,8 @@ def measure(directory: str) -> dict:
     with open(os.path.join(directory, "log.jsonl")) as f:
         records = [json.loads(line) for line in f if line.strip()]
     with open(os.path.join(directory, "campaign.json")) as f:
-        wall = json.load(f)["wall_seconds"]
+        campaign = json.load(f)
+    wall = campaign["wall_seconds"]
     train = [r for r in records if r["kind"] == "train"]
     if [r["step"] for r in train] != list(range(1, len(train) + 1)):
         raise ValueError(f"{directory}: the timing run must log every step (log-every 1) in one session")
@@ -88,7 +90,8 @@ def measure(directory: str) -> dict:
     return {"steps_timed": len(train), "seconds_per_step": float(np.mean(steady)),
             "seconds_per_step_std": float(np.std(steady)), "first_step_seconds": train[0]["seconds"],
             "seconds_per_evaluation": evaluation,
-            "startup_seconds": wall - sum(r["seconds"] for r in train) - 2 * evaluation, "wall_seconds": wall}
+            "startup_seconds": wall - sum(steady) - 2 * evaluation, "wall_seconds": wall,
+            "commit": campaign["commit"], "machine": campaign["machine"]}
 
 
 def estimates(config: dict, task: str, row: dict) -> dict:
