@@ -3,7 +3,8 @@ evaluated on dev, in the papers' table shapes.
 
     python -m experiments.glue_methods [--config experiments/configs/glue_methods.json] [--data-dir ../shared/data]
         [--cpu-campaign | --only task=rte,mrpc method=baseline,cosine protocol=appB seed=0,1]
-        [--sweep] [--runs-dir runs/glue_methods] [--out experiments/results] [--report-only] [--dry-run]
+        [--sweep] [--runs-dir runs/glue_methods] [--out experiments/results]
+        [--cost experiments/results/glue_cost.json] [--report-only] [--dry-run]
 
 The configuration (committed) names the model, tasks, seeds and *protocols*: each protocol is one paper's
 hyperparameters (``defaults`` and ``overrides`` in ``isojax finetune`` option names) with its own baseline and
@@ -11,21 +12,27 @@ its methods (a method = the ``isojax finetune`` options that make it: ``--method
 (protocol, method, task, seed); it lives in ``<runs-dir>/<protocol>/<task>/<method>/seed<seed>/`` and is done when
 its ``results.json`` exists there or in the committed run records (below). Running the command again skips
 done runs and resumes an interrupted one from its last checkpoint, so a campaign can be finished in several
-sittings, also from a fresh checkout. Runs go seed by seed (every method's seed 0 first), smallest task first.
-Each run is a separate ``python -m isojax.cli finetune`` process (a killed campaign loses at most the steps since that run's last
-checkpoint); JAX's persistent compilation cache is shared by the runs.
+sittings, also from a fresh checkout. The cheapest run goes first, by the measured cost table
+(:mod:`experiments.glue_cost`, read again before each run), then the configuration's method priority, then the
+seed (:func:`campaign_order`). ``--cpu-campaign`` runs the configuration's ``cpu_campaign``: the union of its
+``selections`` and, with ``sweep``, the weight sweep, in one order. Each run is a separate ``python -m isojax.cli
+finetune`` process (a killed campaign loses at most the steps since that run's last checkpoint); JAX's persistent
+compilation cache is shared by the runs.
 
-The report (``<out>/glue_methods.md``, ``.json``, ``glue_methods_curves.png``) has, per task and protocol, one
-line per method: the task metrics as mean ± std over seeds with the two-sample t-test against the protocol's
-baseline (``scipy.stats.ttest_ind``, equal variances, as isotropy-calibration-evaluation Table 1; ``*`` marks
-p < 0.05), the isotropy of the evaluated representation (IsoScore, EV1-3 and the raw anisotropy of the [CLS] /
-head input, I1 and I2 of the word embedding matrix) and the training seconds per epoch (isotropy-calibration-
-evaluation reports time per epoch). The Isotropy Layer has two lines (stage 1, the fine-tuned model, and stage 2).
-Every finished run's ``results.json``, ``log.jsonl`` and ``campaign.json`` (wall time, commit, machine) are copied
-to ``<out>/glue_methods_runs/``, so every number of the report can be traced to a run's own record.
+The report (``<out>/glue_methods.md``, ``.json``, ``glue_methods_curves.png``) has, per task and protocol, one line
+per method: the task metrics as mean ± std over seeds with the two-sample t-test against the protocol's baseline
+(``scipy.stats.ttest_ind``, equal variances, as isotropy-calibration-evaluation Table 1; ``*`` marks p < 0.05) and
+the paired t-test over the seeds whose runs are paired (:mod:`experiments.glue_pairing`; each run's
+``campaign.json`` records its pairing), "not run" and the reason for a method without a finished run, the isotropy
+of the evaluated representation (IsoScore, EV1-3 and the raw anisotropy of the [CLS] / head input, I1 and I2 of the
+word embedding matrix) and the training seconds per epoch (isotropy-calibration-evaluation reports time per epoch).
+The Isotropy Layer has two lines (stage 1, the fine-tuned model, and stage 2). A summary follows, paper by paper
+(the configuration's ``summaries``): the claim, and per task the difference to the baseline, Cohen's d and both
+p-values. Every finished run's ``results.json``, ``log.jsonl`` and ``campaign.json`` (wall time, commit, machine)
+are copied to ``<out>/glue_methods_runs/``, so every number of the report can be traced to a run's own record.
 
-``--sweep`` runs the regulariser-weight sweeps of the configuration (``sweeps``) instead, and reports them in
-``<out>/glue_methods_sweep.md``.
+``--sweep`` runs the regulariser-weight sweeps of the configuration (``sweeps``) instead; the sweeps are reported
+in ``<out>/glue_methods_sweep.md`` (records in ``glue_methods_sweep_runs/``).
 """
 from __future__ import annotations
 
@@ -218,10 +225,14 @@ def collect(runs: list[Run], runs_dir: str, *records_dirs: str) -> dict:
     return table
 
 
+def _fmt(value: float | None, spec: str) -> str:
+    return "–" if value is None else format(value, spec)
+
+
 def _p_text(p: float | None, paired: float | None, seeds: list) -> str:
     """`` (p 0.330; paired 0.210, seeds 1,2)``: the unpaired and the paired p-value (``*`` below 0.05)."""
     def fmt(v):
-        return "–" if v is None else f"{v:.3f}{'*' if v < 0.05 else ''}"
+        return _fmt(v, ".3f") + ("*" if v is not None and v < 0.05 else "")
     pairs = f", seeds {','.join(map(str, seeds))}" if seeds else ""
     return f" (p {fmt(p)}; paired {fmt(paired)}{pairs})"
 
@@ -301,9 +312,8 @@ def summary(config: dict, tables: list[dict]) -> str:
                     continue
                 diff, d = effect(row[metric]["values"], base[metric]["values"])
                 p, paired = row[metric]["p_vs_baseline"], row[metric]["paired_p_vs_baseline"]
-                shown.append(f"{task} {metric} {diff:+.2f} (d {'–' if d is None else f'{d:+.2f}'}, p "
-                             f"{'–' if p is None else f'{p:.3f}'}, paired p {'–' if paired is None else f'{paired:.3f}'};"
-                             f" {len(row['seeds'])} vs {len(base['seeds'])} seeds)")
+                shown.append(f"{task} {metric} {diff:+.2f} (d {_fmt(d, '+.2f')}, p {_fmt(p, '.3f')}, paired p "
+                             f"{_fmt(paired, '.3f')}; {len(row['seeds'])} vs {len(base['seeds'])} seeds)")
             text = "; ".join(shown) if shown else "no finished run yet"
             out.append(f"- {method} vs baseline: {text}" + (f". Not run: {', '.join(missing)}." if missing else "."))
         out.append("")
@@ -425,6 +435,14 @@ def _pairs(items: list[str]) -> dict:
     return out
 
 
+def read_cost(path: str) -> dict | None:
+    """The cost table (``glue_cost.json``, :mod:`experiments.glue_cost`), or None where there is none yet."""
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
 def _commits(runs: list[Run], runs_dir: str, records_dirs: tuple) -> list[str]:
     """The commits the finished runs among ``runs`` were made at (from their ``campaign.json``)."""
     found = set()
@@ -459,7 +477,7 @@ def main(argv=None) -> int:
     with open(args.config) as f:
         config = json.load(f)
     only = _pairs(args.only)
-    cost = json.load(open(args.cost)) if os.path.exists(args.cost) else None
+    cost = read_cost(args.cost)
     table_runs, sweep_runs = expand(config), expand(config, sweep=True)
     selected = set()
     if "cpu_campaign" in config:
@@ -485,7 +503,10 @@ def main(argv=None) -> int:
 
         sizes = {task: len(load_glue(task, "train", data_dir=args.data_dir).labels) for task in {r.task for r in todo}}
         stream = None if args.dry_run else dropout_stream()
-        for run in campaign_order(todo, config, cost, sizes):
+        while todo:  # the cost table is read again before each run: a timing that finishes later reorders the rest
+            cost = read_cost(args.cost)
+            run = campaign_order(todo, config, cost, sizes)[0]
+            todo.remove(run)
             every = evals_every(run, sizes[run.task], config["evals_per_epoch"])
             command = "python -m isojax.cli " + " ".join(run.arguments(args.runs_dir, args.data_dir))
             print(f"== {run.key}: {command} --eval-every {every}", flush=True)
