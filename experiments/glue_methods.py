@@ -297,7 +297,7 @@ def summary(config: dict, tables: list[dict]) -> str:
 
     by_cell = {(t["task"], t["protocol"]): {r["method"]: r for r in t["rows"]} for t in tables}
     out = ["## Summary by paper", ""]
-    for paper in config.get("summaries", []):
+    for paper in config["summaries"]:
         out.append(f"**{paper['paper']}**. Claim: {paper['claim']}")
         protocol = config["protocols"][paper["protocol"]]
         for method in paper["methods"]:
@@ -413,7 +413,8 @@ def report(config: dict, runs: list[Run], runs_dir: str, out: str, name: str, pr
             sections.append(f"## {task}, protocol {protocol} ({len(cell) - len(unfinished)} of {len(cell)} runs "
                             "finished)\n\n" + text)
             payload.append({"task": task, "protocol": protocol, "rows": rows})
-    sections.append(summary(config, payload))
+    if config.get("summaries"):
+        sections.append(summary(config, payload))
     picture = curves(runs, runs_dir, dirs, os.path.join(out, f"{name}_curves.png"),
                      title=f"{config['title']}: dev metric over training, mean over seeds")
     if picture:

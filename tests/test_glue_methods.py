@@ -113,9 +113,15 @@ def test_campaign_runs_reports_and_resumes_after_a_kill(campaign):
         want = None if a.std() == 0 and b.std() == 0 else scipy.stats.ttest_ind(a, b).pvalue
         got = rows["cosine"][metric]["p_vs_baseline"]
         assert (got is None and want is None) or got == pytest.approx(want, rel=1e-12)
+        # one commit, one dropout stream: both seeds pair (values in seed order)
+        assert rows["cosine"][metric]["paired_seeds"] == [0, 1]
+        want = None if np.ptp(a - b) == 0 else scipy.stats.ttest_rel(a, b).pvalue
+        got = rows["cosine"][metric]["paired_p_vs_baseline"]
+        assert (got is None and want is None) or got == pytest.approx(want, rel=1e-12)
         assert all(s is not None and s > 0 for s in rows["baseline"]["seconds_per_epoch"])
     text = (root / "out" / "glue_methods.md").read_text()
-    assert "## rte, protocol p" in text and "## mrpc, protocol p" in text and "accuracy (p)" in text
+    assert "## rte, protocol p (4 of 4 runs finished)" in text and "## mrpc, protocol p" in text
+    assert "accuracy (p; paired p)" in text and "## Summary by paper" not in text  # the tiny config has none
     assert (root / "out" / "glue_methods_runs" / "p" / "rte" / "cosine" / "seed1" / "results.json").exists()
     assert (root / "out" / "glue_methods_curves.png").stat().st_size > 1000
 
