@@ -313,7 +313,8 @@ def summary(config: dict, tables: list[dict]) -> str:
                 diff, d = effect(row[metric]["values"], base[metric]["values"])
                 p, paired = row[metric]["p_vs_baseline"], row[metric]["paired_p_vs_baseline"]
                 shown.append(f"{task} {metric} {diff:+.2f} (d {_fmt(d, '+.2f')}, p {_fmt(p, '.3f')}, paired p "
-                             f"{_fmt(paired, '.3f')}; {len(row['seeds'])} vs {len(base['seeds'])} seeds)")
+                             f"{_fmt(paired, '.3f')} over {len(row[metric]['paired_seeds'])} pairs; "
+                             f"{len(row['seeds'])} vs {len(base['seeds'])} seeds)")
             text = "; ".join(shown) if shown else "no finished run yet"
             out.append(f"- {method} vs baseline: {text}" + (f". Not run: {', '.join(missing)}." if missing else "."))
         out.append("")
@@ -387,11 +388,13 @@ def not_run_reason(run: Run, selected: set, cost: dict | None) -> str:
 
 
 def report(config: dict, runs: list[Run], runs_dir: str, out: str, name: str, prov: dict, header: str, *,
-           selected: set = frozenset(), cost: dict | None = None, records_dirs: tuple = ()) -> str:
+           selected: set = frozenset(), cost: dict | None = None, records_dirs: tuple = (),
+           summarise: bool = True) -> str:
     """Write the tables (every method of every task and protocol of ``runs``, "not run" with its reason where no
     seed finished), the summary by paper, the curves and the run records (module docstring); return the
     Markdown path. ``selected``: the keys of the CPU campaign's runs; ``records_dirs``: further places that
-    hold committed run records (the sweep's report also finds the table runs it shares)."""
+    hold committed run records (the sweep's report also finds the table runs it shares); ``summarise``: add the
+    summary by paper (not for a sweep, which has no baseline lines)."""
     records_dir = os.path.join(out, f"{name}_runs")
     copy_records(runs, runs_dir, records_dir)
     dirs = (records_dir, *records_dirs)
@@ -413,7 +416,7 @@ def report(config: dict, runs: list[Run], runs_dir: str, out: str, name: str, pr
             sections.append(f"## {task}, protocol {protocol} ({len(cell) - len(unfinished)} of {len(cell)} runs "
                             "finished)\n\n" + text)
             payload.append({"task": task, "protocol": protocol, "rows": rows})
-    if config.get("summaries"):
+    if summarise and config.get("summaries"):
         sections.append(summary(config, payload))
     picture = curves(runs, runs_dir, dirs, os.path.join(out, f"{name}_curves.png"),
                      title=f"{config['title']}: dev metric over training, mean over seeds")
@@ -541,7 +544,7 @@ def main(argv=None) -> int:
                   + f"\n\nCPU campaign: {config.get('cpu_campaign', {}).get('note', '–')} Runs made at commit(s) "
                   f"{', '.join(commits) or '–'}.")
         print(open(report(config, runs, args.runs_dir, args.out, name, prov, header, selected=selected, cost=cost,
-                          records_dirs=records_dirs)).read())
+                          records_dirs=records_dirs, summarise=name != sweep_name)).read())
     return 0
 
 
