@@ -3,7 +3,8 @@ evaluated on dev, in the papers' table shapes.
 
     python -m experiments.glue_methods [--config experiments/configs/glue_methods.json] [--data-dir ../shared/data]
         [--cpu-campaign | --only task=rte,mrpc method=baseline,cosine protocol=appB seed=0,1]
-        [--sweep] [--runs-dir runs/glue_methods] [--out experiments/results] [--report-only] [--dry-run]
+        [--sweep] [--runs-dir runs/glue_methods] [--out experiments/results]
+        [--cost experiments/results/glue_cost.json] [--report-only] [--dry-run]
 
 The configuration (committed) names the model, tasks, seeds and *protocols*: each protocol is one paper's
 hyperparameters (``defaults`` and ``overrides`` in ``isojax finetune`` option names) with its own baseline and
@@ -11,21 +12,27 @@ its methods (a method = the ``isojax finetune`` options that make it: ``--method
 (protocol, method, task, seed); it lives in ``<runs-dir>/<protocol>/<task>/<method>/seed<seed>/`` and is done when
 its ``results.json`` exists there or in the committed run records (below). Running the command again skips
 done runs and resumes an interrupted one from its last checkpoint, so a campaign can be finished in several
-sittings, also from a fresh checkout. Runs go seed by seed (every method's seed 0 first), smallest task first.
-Each run is a separate ``python -m isojax.cli finetune`` process (a killed campaign loses at most the steps since that run's last
-checkpoint); JAX's persistent compilation cache is shared by the runs.
+sittings, also from a fresh checkout. The cheapest run goes first, by the measured cost table
+(:mod:`experiments.glue_cost`, read again before each run), then the configuration's method priority, then the
+seed (:func:`campaign_order`). ``--cpu-campaign`` runs the configuration's ``cpu_campaign``: the union of its
+``selections`` and, with ``sweep``, the weight sweep, in one order. Each run is a separate ``python -m isojax.cli
+finetune`` process (a killed campaign loses at most the steps since that run's last checkpoint); JAX's persistent
+compilation cache is shared by the runs.
 
-The report (``<out>/glue_methods.md``, ``.json``, ``glue_methods_curves.png``) has, per task and protocol, one
-line per method: the task metrics as mean ± std over seeds with the two-sample t-test against the protocol's
-baseline (``scipy.stats.ttest_ind``, equal variances, as isotropy-calibration-evaluation Table 1; ``*`` marks
-p < 0.05), the isotropy of the evaluated representation (IsoScore, EV1-3 and the raw anisotropy of the [CLS] /
-head input, I1 and I2 of the word embedding matrix) and the training seconds per epoch (isotropy-calibration-
-evaluation reports time per epoch). The Isotropy Layer has two lines (stage 1, the fine-tuned model, and stage 2).
-Every finished run's ``results.json``, ``log.jsonl`` and ``campaign.json`` (wall time, commit, machine) are copied
-to ``<out>/glue_methods_runs/``, so every number of the report can be traced to a run's own record.
+The report (``<out>/glue_methods.md``, ``.json``, ``glue_methods_curves.png``) has, per task and protocol, one line
+per method: the task metrics as mean ± std over seeds with the two-sample t-test against the protocol's baseline
+(``scipy.stats.ttest_ind``, equal variances, as isotropy-calibration-evaluation Table 1; ``*`` marks p < 0.05) and
+the paired t-test over the seeds whose runs are paired (:mod:`experiments.glue_pairing`; each run's
+``campaign.json`` records its pairing), "not run" and the reason for a method without a finished run, the isotropy
+of the evaluated representation (IsoScore, EV1-3 and the raw anisotropy of the [CLS] / head input, I1 and I2 of the
+word embedding matrix) and the training seconds per epoch (isotropy-calibration-evaluation reports time per epoch).
+The Isotropy Layer has two lines (stage 1, the fine-tuned model, and stage 2). A summary follows, paper by paper
+(the configuration's ``summaries``): the claim, and per task the difference to the baseline, Cohen's d and both
+p-values. Every finished run's ``results.json``, ``log.jsonl`` and ``campaign.json`` (wall time, commit, machine)
+are copied to ``<out>/glue_methods_runs/``, so every number of the report can be traced to a run's own record.
 
-``--sweep`` runs the regulariser-weight sweeps of the configuration (``sweeps``) instead, and reports them in
-``<out>/glue_methods_sweep.md``.
+``--sweep`` runs the regulariser-weight sweeps of the configuration (``sweeps``) instead; the sweeps are reported
+in ``<out>/glue_methods_sweep.md`` (records in ``glue_methods_sweep_runs/``).
 """
 from __future__ import annotations
 
@@ -43,6 +50,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.stats
 
+from experiments.glue_pairing import MODEL_CHANGES, dropout_stream, pair_key, paired_ttest, pairing_record
 from experiments.report import ISOTROPY_COLUMNS, RESULTS, markdown_table, mean_std, provenance, write_result
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -101,8 +109,9 @@ def expand(config: dict, *, sweep: bool = False) -> list[Run]:
             sweeps = protocol.get("sweeps")
             if not sweeps:
                 continue
-            cells = [(f"{method} [{value}]", {**protocol["methods"][method], "reg": value}, sweeps["task"],
-                      sweeps["seed"]) for method, values in sweeps["values"].items() for value in values]
+            cells = [(method if value == protocol["methods"][method].get("reg") else f"{method} [{value}]",
+                      {**protocol["methods"][method], "reg": value}, sweeps["task"], sweeps["seed"])
+                     for method, values in sweeps["values"].items() for value in values]  # the table's value: its run
         else:
             cells = [(method, options, task, seed) for task in config["tasks"]
                      for method, options in protocol["methods"].items() for seed in config["seeds"]]
@@ -123,6 +132,37 @@ def select(runs: list[Run], only: dict) -> list[Run]:
     return [r for r in runs if all(str(getattr(r, k)) in [str(v) for v in vals] for k, vals in only.items())]
 
 
+def campaign_selection(runs: list[Run], config: dict) -> list[Run]:
+    """The runs of the configuration's ``cpu_campaign``: the union of its ``selections`` (each one ``only``)."""
+    chosen = {r.key for only in config["cpu_campaign"]["selections"] for r in select(runs, only)}
+    return [r for r in runs if r.key in chosen]
+
+
+def base_method(label: str) -> str:
+    """The method of a table or sweep label ("cosine [cosine=0.1]" -> "cosine")."""
+    return label.split(" [")[0]
+
+
+def campaign_order(runs: list[Run], config: dict, cost: dict | None, sizes: dict) -> list[Run]:
+    """Cheapest run first: by the cost table's estimated minutes (:func:`experiments.glue_cost.run_minutes`;
+    without a table or for an untimed task, after the timed ones, by training-set size), then by the method's
+    place in ``cpu_campaign.priority`` (then in the configuration), then by seed (so a method's seeds follow
+    each other and its line is complete early)."""
+    from experiments.glue_cost import run_minutes
+
+    ranks = {}
+    for method in [*config.get("cpu_campaign", {}).get("priority", []),
+                   *(m for p in config["protocols"].values() for m in p["methods"])]:
+        ranks.setdefault(method, len(ranks))
+
+    def key(run):
+        minutes = run_minutes(cost, run) if cost else None
+        return (minutes is None, minutes or 0.0, sizes.get(run.task, 0), ranks.get(base_method(run.method), len(ranks)),
+                run.seed)
+
+    return sorted(runs, key=key)
+
+
 def evals_every(run: Run, train_rows: int, per_epoch_evals: int) -> int:
     """Steps between evaluations so that an epoch holds ``per_epoch_evals`` of them (curve points)."""
     per_epoch = max(1, train_rows // int(run.options["batch-size"]))
@@ -139,10 +179,11 @@ def run_one(run: Run, runs_dir: str, data_dir: str | None, eval_every: int, env:
     return time.perf_counter() - started
 
 
-def finished_record(run: Run, runs_dir: str, records_dir: str) -> str | None:
-    """Directory holding the run's ``results.json`` and ``log.jsonl``: its run directory, else the committed copy
-    in ``records_dir`` (so a campaign continues in a fresh checkout); None while the run is not finished."""
-    for directory in (run.directory(runs_dir), run.directory(records_dir)):
+def finished_record(run: Run, runs_dir: str, *records_dirs: str) -> str | None:
+    """Directory holding the run's ``results.json`` and ``log.jsonl``: its run directory, else a committed copy
+    in one of ``records_dirs`` (so a campaign continues in a fresh checkout); None while the run is not
+    finished."""
+    for directory in (run.directory(runs_dir), *(run.directory(d) for d in records_dirs)):
         if os.path.exists(os.path.join(directory, "results.json")):
             return directory
     return None
@@ -166,49 +207,121 @@ def _stage_rows(method: str, results: dict) -> dict[str, tuple[dict, dict]]:
     return {f"{method}: {stage}": (evaluation, timing.get(stage, {})) for stage, evaluation in stages.items()}
 
 
-def collect(runs: list[Run], runs_dir: str, records_dir: str) -> dict:
+def collect(runs: list[Run], runs_dir: str, *records_dirs: str) -> dict:
     """``{(task, protocol): {line: [per-seed record]}}`` of the finished runs; a record is the evaluation plus
-    ``seconds_per_epoch`` and ``seed``."""
+    ``seconds_per_epoch``, ``seed`` and ``pair`` (the run's dropout stream, :func:`pair_key`)."""
     table = defaultdict(lambda: defaultdict(list))
     for run in runs:
-        directory = finished_record(run, runs_dir, records_dir)
+        directory = finished_record(run, runs_dir, *records_dirs)
         if directory is None:
             continue
         with open(os.path.join(directory, "results.json")) as f:
             results = json.load(f)
+        campaign = os.path.join(directory, "campaign.json")
+        pair = pair_key(json.load(open(campaign))) if os.path.exists(campaign) else None
         for line, (evaluation, timing) in _stage_rows(run.method, results).items():
             table[run.task, run.protocol][line].append(
-                {**evaluation, "seconds_per_epoch": timing.get("seconds_per_epoch"), "seed": run.seed})
+                {**evaluation, "seconds_per_epoch": timing.get("seconds_per_epoch"), "seed": run.seed, "pair": pair})
     return table
 
 
-def task_table(task: str, lines: dict[str, list[dict]], baseline: str) -> tuple[str, list[dict]]:
-    """Markdown table (and its JSON rows) of one task and protocol, t-tests against ``baseline``'s line."""
+def _fmt(value: float | None, spec: str) -> str:
+    return "–" if value is None else format(value, spec)
+
+
+def _p_text(p: float | None, paired: float | None, seeds: list) -> str:
+    """`` (p 0.330; paired 0.210, seeds 1,2)``: the unpaired and the paired p-value (``*`` below 0.05)."""
+    def fmt(v):
+        return _fmt(v, ".3f") + ("*" if v is not None and v < 0.05 else "")
+    pairs = f", seeds {','.join(map(str, seeds))}" if seeds else ""
+    return f" (p {fmt(p)}; paired {fmt(paired)}{pairs})"
+
+
+def task_table(task: str, lines: dict[str, list[dict]], protocol: dict, not_run: dict[str, str]) \
+        -> tuple[str, list[dict]]:
+    """Markdown table (and its JSON rows) of one task and protocol: each finished line with the t-tests against
+    the protocol's baseline line, unpaired (:func:`ttest`) and paired over the seeds whose runs share a dropout
+    stream (:func:`experiments.glue_pairing.paired_ttest`); then a "not run" line, with its reason, for each
+    method in ``not_run`` (``{method: why}``). ``†`` marks a method whose model differs from the baseline's."""
     from isojax.data.glue import glue_task
 
     metrics = glue_task(task).metrics
+    baseline = protocol["baseline"]
     base = lines.get(baseline, [])
-    headers = ["method", "seeds", *[f"{m} (p)" for m in metrics], *(h for _, h, _ in ISOTROPY_COLUMNS),
+    headers = ["method", "seeds", *[f"{m} (p; paired p)" for m in metrics], *(h for _, h, _ in ISOTROPY_COLUMNS),
                TIME_COLUMN[1]]
     rows, payload = [], []
     for line, records in lines.items():
-        cells, entry = [line, len(records)], {"method": line, "seeds": [r["seed"] for r in records]}
+        method, _, stage = line.partition(": ")
+        changed = (protocol["methods"].get(base_method(method), {}).get("method") in MODEL_CHANGES
+                   and stage != "finetune")  # a two-stage run's first stage is the baseline's model
+        cells = [line + (" †" if changed else ""), len(records)]
+        entry = {"method": line, "seeds": [r["seed"] for r in records], "model_change": changed}
         for metric in metrics:
             values = [r[metric] for r in records]
-            p = None if line == baseline else ttest(values, [r[metric] for r in base])
-            mark = "" if p is None else f" ({p:.3f}{'*' if p < 0.05 else ''})"
-            cells.append(mean_std(values, 2) + mark)
-            entry[metric] = {"values": values, "p_vs_baseline": p}
+            p, paired, seeds = None, None, []
+            if line != baseline:
+                p = ttest(values, [r[metric] for r in base])
+                paired, seeds = paired_ttest({r["seed"]: (r[metric], r["pair"]) for r in records},
+                                             {r["seed"]: (r[metric], r["pair"]) for r in base})
+            cells.append(mean_std(values, 2) + ("" if line == baseline else _p_text(p, paired, seeds)))
+            entry[metric] = {"values": values, "p_vs_baseline": p, "paired_p_vs_baseline": paired,
+                             "paired_seeds": seeds}
         for key, _, digits in (*ISOTROPY_COLUMNS, TIME_COLUMN):
             values = [r.get(key) for r in records]
             cells.append(mean_std(values, digits))
             entry[key] = values
         rows.append(cells)
         payload.append(entry)
+    for method, why in not_run.items():
+        rows.append([method, 0, f"not run: {why}", *[""] * (len(headers) - 3)])
+        payload.append({"method": method, "seeds": [], "not_run": why})
     return markdown_table(headers, rows), payload
 
 
-def curves(runs: list[Run], runs_dir: str, records_dir: str, path: str, title: str) -> str | None:
+def effect(values: list, base: list) -> tuple[float, float | None]:
+    """Difference of the means and Cohen's d (over the pooled sample standard deviation; None when undefined)."""
+    a, b = np.asarray(values, np.float64), np.asarray(base, np.float64)
+    diff = float(a.mean() - b.mean())
+    if len(a) < 2 or len(b) < 2:
+        return diff, None
+    pooled = np.sqrt(((len(a) - 1) * a.var(ddof=1) + (len(b) - 1) * b.var(ddof=1)) / (len(a) + len(b) - 2))
+    return diff, (float(diff / pooled) if pooled > 0 else None)
+
+
+def summary(config: dict, tables: list[dict]) -> str:
+    """Paper by paper (the configuration's ``summaries``): its claim, then what the finished runs show on each
+    task (first metric: difference to the protocol's baseline, Cohen's d, unpaired and paired p), and the tasks
+    where the method was not run."""
+    from isojax.data.glue import glue_task
+
+    by_cell = {(t["task"], t["protocol"]): {r["method"]: r for r in t["rows"]} for t in tables}
+    out = ["## Summary by paper", ""]
+    for paper in config["summaries"]:
+        out.append(f"**{paper['paper']}**. Claim: {paper['claim']}")
+        protocol = config["protocols"][paper["protocol"]]
+        for method in paper["methods"]:
+            shown, missing = [], []
+            for task in config["tasks"]:
+                rows = by_cell.get((task, paper["protocol"]), {})
+                line = method if method in rows else f"{method}: {paper.get('stage', '')}"
+                row, base = rows.get(line), rows.get(protocol["baseline"])
+                metric = glue_task(task).metrics[0]
+                if not row or not row.get("seeds") or not base or not base.get("seeds"):
+                    missing.append(task)
+                    continue
+                diff, d = effect(row[metric]["values"], base[metric]["values"])
+                p, paired = row[metric]["p_vs_baseline"], row[metric]["paired_p_vs_baseline"]
+                shown.append(f"{task} {metric} {diff:+.2f} (d {_fmt(d, '+.2f')}, p {_fmt(p, '.3f')}, paired p "
+                             f"{_fmt(paired, '.3f')} over {len(row[metric]['paired_seeds'])} pairs; "
+                             f"{len(row['seeds'])} vs {len(base['seeds'])} seeds)")
+            text = "; ".join(shown) if shown else "no finished run yet"
+            out.append(f"- {method} vs baseline: {text}" + (f". Not run: {', '.join(missing)}." if missing else "."))
+        out.append("")
+    return "\n".join(out)
+
+
+def curves(runs: list[Run], runs_dir: str, records_dirs: tuple, path: str, title: str) -> str | None:
     """One panel per task: the first task metric on dev over training steps, mean over seeds, one line per
     protocol/method (from the runs' ``log.jsonl`` eval records)."""
     import matplotlib
@@ -221,7 +334,7 @@ def curves(runs: list[Run], runs_dir: str, records_dir: str, path: str, title: s
 
     series = defaultdict(lambda: defaultdict(list))
     for run in runs:
-        directory = finished_record(run, runs_dir, records_dir)
+        directory = finished_record(run, runs_dir, *records_dirs)
         if directory is not None:
             evaluations = latest_evaluations(JsonLog(os.path.join(directory, "log.jsonl")).read())
             series[run.task][f"{run.protocol}: {run.method}"].append(evaluations)
@@ -262,29 +375,55 @@ def copy_records(runs: list[Run], runs_dir: str, records_dir: str) -> None:
                 shutil.copyfile(os.path.join(source, name), os.path.join(target, name))
 
 
-def report(config: dict, runs: list[Run], runs_dir: str, out: str, name: str, prov: dict, header: str) -> str:
-    """Write the tables, the curves and the run records (module docstring); return the Markdown path."""
+def not_run_reason(run: Run, selected: set, cost: dict | None) -> str:
+    """Why a run has no record: not reached yet by the CPU campaign, or left out of it; with its estimated
+    minutes on this CPU from the cost table where the task was timed."""
+    from experiments.glue_cost import run_minutes
+
+    minutes = run_minutes(cost, run) if cost else None
+    estimate = "" if minutes is None else f", about {minutes:.0f} min per run on this CPU (glue_cost estimate)"
+    if run.key in selected:
+        return "in the CPU campaign, not reached yet" + estimate
+    return "not in the CPU campaign's selection, left to an accelerator" + estimate
+
+
+def report(config: dict, runs: list[Run], runs_dir: str, out: str, name: str, prov: dict, header: str, *,
+           selected: set = frozenset(), cost: dict | None = None, records_dirs: tuple = (),
+           summarise: bool = True) -> str:
+    """Write the tables (every method of every task and protocol of ``runs``, "not run" with its reason where no
+    seed finished), the summary by paper, the curves and the run records (module docstring); return the
+    Markdown path. ``selected``: the keys of the CPU campaign's runs; ``records_dirs``: further places that
+    hold committed run records (the sweep's report also finds the table runs it shares); ``summarise``: add the
+    summary by paper (not for a sweep, which has no baseline lines)."""
     records_dir = os.path.join(out, f"{name}_runs")
     copy_records(runs, runs_dir, records_dir)
-    table = collect(runs, runs_dir, records_dir)
+    dirs = (records_dir, *records_dirs)
+    table = collect(runs, runs_dir, *dirs)
     sections, payload = [header], []
     for task in config["tasks"]:
         for protocol, spec in config["protocols"].items():
-            if (task, protocol) not in table:
+            cell = [r for r in runs if (r.task, r.protocol) == (task, protocol)]
+            if not cell:
                 continue
-            missing = sum(1 for r in runs if (r.task, r.protocol) == (task, protocol)
-                          and finished_record(r, runs_dir, records_dir) is None)
-            text, rows = task_table(task, table[task, protocol], spec["baseline"])
-            sections.append(f"## {task}, protocol {protocol} ({missing} run(s) of this selection not finished)\n\n"
-                            + text)
+            unfinished = [r for r in cell if finished_record(r, runs_dir, *dirs) is None]
+            lines = table.get((task, protocol), {})
+            done = {base_method(line.split(": ")[0]) for line in lines}
+            not_run = {}
+            for run in unfinished:
+                if run.method not in done:
+                    not_run.setdefault(run.method, not_run_reason(run, selected, cost))
+            text, rows = task_table(task, lines, spec, not_run)
+            sections.append(f"## {task}, protocol {protocol} ({len(cell) - len(unfinished)} of {len(cell)} runs "
+                            "finished)\n\n" + text)
             payload.append({"task": task, "protocol": protocol, "rows": rows})
-    if not payload:
-        sections.append("No finished runs yet.")
-    picture = curves(runs, runs_dir, records_dir, os.path.join(out, f"{name}_curves.png"),
+    if summarise and config.get("summaries"):
+        sections.append(summary(config, payload))
+    picture = curves(runs, runs_dir, dirs, os.path.join(out, f"{name}_curves.png"),
                      title=f"{config['title']}: dev metric over training, mean over seeds")
     if picture:
         sections.append(f"![curves]({os.path.basename(picture)})")
-    sections.append(f"Run records (results.json, log.jsonl of every finished run): `{os.path.basename(records_dir)}/`")
+    sections.append(f"Run records (results.json, log.jsonl, campaign.json of every finished run): "
+                    f"`{os.path.basename(records_dir)}/`")
     protocols = {k: v["source"] for k, v in config["protocols"].items()}
     return write_result(name, config["title"], sections, {"protocols": protocols, "tables": payload}, prov=prov,
                         directory=out)
@@ -300,19 +439,41 @@ def _pairs(items: list[str]) -> dict:
     return out
 
 
+def read_cost(path: str) -> dict | None:
+    """The cost table (``glue_cost.json``, :mod:`experiments.glue_cost`), or None where there is none yet."""
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def _commits(runs: list[Run], runs_dir: str, records_dirs: tuple) -> list[str]:
+    """The commits the finished runs among ``runs`` were made at (from their ``campaign.json``)."""
+    found = set()
+    for run in runs:
+        directory = finished_record(run, runs_dir, *records_dirs)
+        if directory and os.path.exists(path := os.path.join(directory, "campaign.json")):
+            with open(path) as f:
+                found.add(json.load(f)["commit"])
+    return sorted(found)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default=DEFAULT_CONFIG)
     ap.add_argument("--data-dir", default=DEFAULT_DATA, help="the offline data (default ../shared/data)")
     ap.add_argument("--only", nargs="*", default=[], metavar="KEY=V1,V2", help="protocol, method, task or seed")
-    ap.add_argument("--cpu-campaign", action="store_true", help="the configuration's cpu_campaign selection")
+    ap.add_argument("--cpu-campaign", action="store_true",
+                    help="the configuration's cpu_campaign selection (and its weight sweep)")
     ap.add_argument("--sweep", action="store_true", help="the regulariser-weight sweeps instead of the table runs")
     ap.add_argument("--runs-dir", default=os.path.join("runs", "glue_methods"))
     ap.add_argument("--out", default=RESULTS, help="where the report goes (default experiments/results)")
-    ap.add_argument("--name", default=None, help="report name (default glue_methods, or glue_methods_sweep)")
+    ap.add_argument("--cost", default=os.path.join(RESULTS, "glue_cost.json"),
+                    help="the cost table that orders the runs (python -m experiments.glue_cost)")
+    ap.add_argument("--name", default="glue_methods", help="name of the table report (default glue_methods)")
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--report-only", action="store_true", help="tabulate the finished runs, run nothing")
-    mode.add_argument("--dry-run", action="store_true", help="print the runs' commands")
+    mode.add_argument("--dry-run", action="store_true", help="print the runs' commands in the campaign's order")
     args = ap.parse_args(argv)
     # the runs are processes started in the repository root: the paths they are given must not depend on the cwd
     args.runs_dir = os.path.abspath(args.runs_dir)
@@ -320,24 +481,36 @@ def main(argv=None) -> int:
     with open(args.config) as f:
         config = json.load(f)
     only = _pairs(args.only)
-    if args.cpu_campaign:
-        only = {**config["cpu_campaign"]["only"], **only}
-    runs = select(expand(config, sweep=args.sweep), only)
-    name = args.name or ("glue_methods_sweep" if args.sweep else "glue_methods")
+    cost = read_cost(args.cost)
+    table_runs, sweep_runs = expand(config), expand(config, sweep=True)
+    selected = set()
+    if "cpu_campaign" in config:
+        selected = {r.key for r in campaign_selection(table_runs, config)}
+        selected |= {r.key for r in sweep_runs} if config["cpu_campaign"].get("sweep") else set()
+    sweep_name = "glue_methods_sweep"
+    if args.sweep:
+        parts = {sweep_name: sweep_runs}
+    elif args.cpu_campaign:
+        parts = {args.name: campaign_selection(table_runs, config),
+                 sweep_name: sweep_runs if config["cpu_campaign"].get("sweep") else []}
+    else:
+        parts = {args.name: table_runs}
+    parts = {name: select(runs, only) for name, runs in parts.items()}
+    records_dirs = tuple(os.path.join(args.out, f"{name}_runs") for name in (args.name, sweep_name))
     prov = provenance("glue_methods")  # of the code that runs, taken before it runs
-    records_dir = os.path.join(args.out, f"{name}_runs")
-    todo = [r for r in runs if finished_record(r, args.runs_dir, records_dir) is None]
+    runs = list({r.key: r for part in parts.values() for r in part}.values())  # a sweep's table value: one run
+    todo = [r for r in runs if finished_record(r, args.runs_dir, *records_dirs) is None]
     print(f"{len(runs)} runs selected, {len(runs) - len(todo)} done, {len(todo)} to run", flush=True)
     env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=os.path.abspath(os.path.join(args.runs_dir, "jax_cache")))
-    if not args.report_only:
+    if not args.report_only and todo:
         from isojax.data.glue import load_glue
 
         sizes = {task: len(load_glue(task, "train", data_dir=args.data_dir).labels) for task in {r.task for r in todo}}
-        methods = {}
-        for method in (m for p in config["protocols"].values() for m in p["methods"]):
-            methods.setdefault(method, len(methods))
-        todo.sort(key=lambda r: (r.seed, sizes[r.task], methods.get(r.method, len(methods))))  # seed by seed
-        for run in todo:
+        stream = None if args.dry_run else dropout_stream()
+        while todo:  # the cost table is read again before each run: a timing that finishes later reorders the rest
+            cost = read_cost(args.cost)
+            run = campaign_order(todo, config, cost, sizes)[0]
+            todo.remove(run)
             every = evals_every(run, sizes[run.task], config["evals_per_epoch"])
             command = "python -m isojax.cli " + " ".join(run.arguments(args.runs_dir, args.data_dir))
             print(f"== {run.key}: {command} --eval-every {every}", flush=True)
@@ -345,22 +518,33 @@ def main(argv=None) -> int:
                 continue
             seconds = run_one(run, args.runs_dir, args.data_dir, every, env)
             with open(os.path.join(run.directory(args.runs_dir), "campaign.json"), "w") as f:
-                json.dump({"wall_seconds": seconds, "commit": prov["commit"], "machine": prov["machine"]}, f)
-            copy_records([run], args.runs_dir, records_dir)  # kept as soon as it is done
+                json.dump({"wall_seconds": seconds, "commit": prov["commit"], "machine": prov["machine"],
+                           "pairing": pairing_record(run.options, run.seed, prov["commit"], stream)}, f, indent=1)
+            for name, part in parts.items():  # kept as soon as it is done
+                if run.key in {r.key for r in part}:
+                    copy_records([run], args.runs_dir, os.path.join(args.out, f"{name}_runs"))
     if args.dry_run:
         return 0
-    commits = sorted({json.load(open(p))["commit"] for r in runs for d in (r.directory(args.runs_dir),
-                                                                            r.directory(records_dir))
-                      if os.path.exists(p := os.path.join(d, "campaign.json"))})
-    header = (f"Model `{config['model']}`; dev sets; mean ± std over seeds (population std); in brackets the "
-              "two-sample t-test p-value against the protocol's baseline (scipy.stats.ttest_ind, equal variances; "
-              "* p < 0.05). s / epoch is each run's own training time per epoch (evaluation and checkpoints left "
-              "out): runs made at different times on a shared machine differ by its load as well; `python -m "
-              "experiments.benchmarks.methods` times the methods' steps side by side. Protocols:\n\n"
-              + "\n".join(f"- **{k}**: {v['source']}" for k, v in config["protocols"].items())
-              + f"\n\nSelection: {json.dumps(only) if only else 'all runs'}; runs made at commit(s) "
-              f"{', '.join(commits) or '–'}.")
-    print(open(report(config, runs, args.runs_dir, args.out, name, prov, header)).read())
+    reports = {sweep_name: select(sweep_runs, only)} if args.sweep else {args.name: select(table_runs, only)}
+    if args.cpu_campaign and config["cpu_campaign"].get("sweep"):
+        reports[sweep_name] = select(sweep_runs, only)
+    for name, runs in reports.items():
+        commits = _commits(runs, args.runs_dir, records_dirs)
+        header = (f"Model `{config['model']}`; dev sets; mean ± std over seeds (population std); in brackets the "
+                  "p-values against the protocol's baseline: the two-sample t-test (scipy.stats.ttest_ind, equal "
+                  "variances) and the paired t-test (scipy.stats.ttest_rel) over the seeds whose runs share the "
+                  "data order and the dropout stream (listed; `experiments/glue_pairing.py` says what pairs two "
+                  "runs); * p < 0.05. † marks a method whose model differs from the baseline's (SoftDecay, IsoBN, "
+                  "flow, the Isotropy Layer's stage 2): its runs share the data order and the per-site dropout "
+                  "keys, but the masks act on other activations. s / epoch is each run's own training time per "
+                  "epoch (evaluation and checkpoints left out): runs made at different times on a shared machine "
+                  "differ by its load as well; `experiments/results/glue_cost.md` gives the measured cost per "
+                  "task. A method with no finished seed says \"not run\" and why. Protocols:\n\n"
+                  + "\n".join(f"- **{k}**: {v['source']}" for k, v in config["protocols"].items())
+                  + f"\n\nCPU campaign: {config.get('cpu_campaign', {}).get('note', '–')} Runs made at commit(s) "
+                  f"{', '.join(commits) or '–'}.")
+        print(open(report(config, runs, args.runs_dir, args.out, name, prov, header, selected=selected, cost=cost,
+                          records_dirs=records_dirs, summarise=name != sweep_name)).read())
     return 0
 
 

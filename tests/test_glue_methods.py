@@ -1,8 +1,10 @@
 """The GLUE campaign runner (experiments/glue_methods.py) end to end on a tiny configuration: two tasks, two methods,
 two seeds, a tiny random BERT and tiny GLUE files in the download script's format.
 
-References: scipy.stats.ttest_ind on the runs' own results.json values (the table's p-values); the run records
-(a campaign resumed after SIGKILL redoes no finished run and resumes the killed one from its checkpoint).
+References: scipy.stats.ttest_ind on the runs' own results.json values (the table's p-values) and
+scipy.stats.ttest_rel on made-up numbers (the paired p-values); the run records (a campaign resumed after SIGKILL
+redoes no finished run and resumes the killed one from its checkpoint); the first step's task loss of a baseline
+and of regulariser runs (equal when their dropout masks are, unequal without dropout).
 """
 import json
 import os
@@ -11,12 +13,13 @@ import subprocess
 import sys
 import time
 
+import jax
 import numpy as np
 import pytest
 import scipy.stats
 import transformers
 
-from experiments import glue_methods
+from experiments import glue_methods, glue_pairing
 from conftest import save_tiny_encoder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -110,9 +113,15 @@ def test_campaign_runs_reports_and_resumes_after_a_kill(campaign):
         want = None if a.std() == 0 and b.std() == 0 else scipy.stats.ttest_ind(a, b).pvalue
         got = rows["cosine"][metric]["p_vs_baseline"]
         assert (got is None and want is None) or got == pytest.approx(want, rel=1e-12)
+        # one commit, one dropout stream: both seeds pair (values in seed order)
+        assert rows["cosine"][metric]["paired_seeds"] == [0, 1]
+        want = None if np.ptp(a - b) == 0 else scipy.stats.ttest_rel(a, b).pvalue
+        got = rows["cosine"][metric]["paired_p_vs_baseline"]
+        assert (got is None and want is None) or got == pytest.approx(want, rel=1e-12)
         assert all(s is not None and s > 0 for s in rows["baseline"]["seconds_per_epoch"])
     text = (root / "out" / "glue_methods.md").read_text()
-    assert "## rte, protocol p" in text and "## mrpc, protocol p" in text and "accuracy (p)" in text
+    assert "## rte, protocol p (4 of 4 runs finished)" in text and "## mrpc, protocol p" in text
+    assert "accuracy (p; paired p)" in text and "## Summary by paper" not in text  # the tiny config has none
     assert (root / "out" / "glue_methods_runs" / "p" / "rte" / "cosine" / "seed1" / "results.json").exists()
     assert (root / "out" / "glue_methods_curves.png").stat().st_size > 1000
 
@@ -140,13 +149,111 @@ def test_the_committed_configuration_expands_and_selects():
     runs = glue_methods.expand(config)
     methods = sum(len(p["methods"]) for p in config["protocols"].values())
     assert len(runs) == methods * len(config["tasks"]) * len(config["seeds"])
-    cpu = glue_methods.select(runs, config["cpu_campaign"]["only"])
-    assert len(cpu) == 2 * 4 * 3
-    mrpc = next(r for r in cpu if r.task == "mrpc")
+    cpu = glue_methods.campaign_selection(runs, config)
+    appb, shrink = (len(p["methods"]) for p in config["protocols"].values())
+    # CoLA, WNLI: everything; MRPC: 8 new appB methods, 3 shrink; RTE, MRPC: 4 earlier; SST-2, STS-B: 4 + 2
+    assert len(cpu) == 3 * (2 * (appb + shrink) + 8 + 3 + 2 * 4 + 2 * (4 + 2))
+    assert {(r.task, r.method) for r in cpu if r.task in ("sst2", "stsb") and r.protocol == "shrink"} == {
+        (t, m) for t in ("sst2", "stsb") for m in ("baseline", "persistent_entropy (selected bars)")}
+    assert "flow" in config["protocols"]["appB"]["methods"]
+    mrpc = next(r for r in cpu if r.task == "mrpc" and r.protocol == "appB")
     assert mrpc.options["epochs"] == 5 and mrpc.options["lr"] == 2e-5 and mrpc.options["schedule"] == "constant"
     shrink = next(r for r in runs if r.protocol == "shrink" and r.task == "mrpc")
     assert shrink.options["lr"] == 8e-5 and shrink.options["batch-size"] == 64
     sweeps = glue_methods.expand(config, sweep=True)
-    assert {r.task for r in sweeps} == {"rte"} and len(sweeps) == 15
+    assert {r.task for r in sweeps} == {"cola"} and len(sweeps) == 18
+    # a sweep cell at the table's own weight is the table's run (same directory, run once)
+    table_keys = {r.key for r in runs}
+    assert sum(r.key in table_keys for r in sweeps) == 6
     with pytest.raises(SystemExit, match="unknown key"):
         glue_methods.select(runs, {"model": ["x"]})
+
+
+def test_paired_ttest_is_scipys_ttest_rel_over_the_seeds_of_one_dropout_stream():
+    a, b = [70.1, 71.5, 69.8], [68.0, 68.9, 69.5]
+    same = ({s: (v, "s1") for s, v in enumerate(a)}, {s: (v, "s1") for s, v in enumerate(b)})
+    p, seeds = glue_pairing.paired_ttest(*same)
+    assert seeds == [0, 1, 2] and p == pytest.approx(scipy.stats.ttest_rel(a, b).pvalue, rel=1e-12)
+    assert p != pytest.approx(scipy.stats.ttest_ind(a, b).pvalue, rel=1e-3)  # the pairing changes the answer
+    # seed 0 of b drew other masks (another stream), seed 3 has no partner: pairs are seeds 1 and 2 only
+    other = ({**same[0], 3: (72.0, "s1")}, {**same[1], 0: (68.0, "s0")})
+    p, seeds = glue_pairing.paired_ttest(*other)
+    assert seeds == [1, 2] and p == pytest.approx(scipy.stats.ttest_rel(a[1:], b[1:]).pvalue, rel=1e-12)
+    assert glue_pairing.paired_ttest({0: (1.0, "s")}, {0: (2.0, "s")}) == (None, [0])  # one pair: undefined
+    assert glue_pairing.paired_ttest({0: (1.0, "s"), 1: (2.0, "s")}, {0: (0.0, "s"), 1: (1.0, "s")})[0] is None
+
+
+def test_campaign_order_is_cheapest_first_then_priority_then_seed():
+    config = json.load(open(glue_methods.DEFAULT_CONFIG))
+    runs = glue_methods.select(glue_methods.expand(config), {"task": ["cola", "wnli"], "protocol": ["appB"],
+                                                             "method": ["cosine", "flow", "isotropy_layer"]})
+    cost = {"tasks": {"wnli": {"minutes_per_run": {"appB": 10.0, "appB + isotropy layer stage 2": 12.0}},
+                      "cola": {"minutes_per_run": {"appB": 11.0, "appB + isotropy layer stage 2": 15.0}}}}
+    order = [(r.task, r.method, r.seed) for r in glue_methods.campaign_order(runs, config, cost, {})]
+    assert order == [("wnli", m, s) for m in ("flow", "cosine") for s in range(3)] + \
+        [("cola", m, s) for m in ("flow", "cosine") for s in range(3)] + \
+        [("wnli", "isotropy_layer", s) for s in range(3)] + [("cola", "isotropy_layer", s) for s in range(3)]
+
+
+def _first_step_task_loss(root, model, out, *extra):
+    from isojax import cli
+
+    assert cli.main(["finetune", "--model", model, "--task", "rte", "--data-dir", str(root / "data"), "--out",
+                     str(root / out), "--steps", "1", "--batch-size", "8", "--eval-batch-size", "8", "--eval-limit",
+                     "8", "--max-length", "24", "--log-every", "1", "--save-every", "0", "--devices", "1",
+                     "--seed", "3", "--quiet", *extra]) == 0
+    (record,) = [json.loads(line) for line in open(root / out / "log.jsonl") if '"train"' in line]
+    return record
+
+
+def test_a_regulariser_run_draws_the_baselines_dropout_masks(campaign):
+    # Step 1 runs on the same initial parameters in every method, so with equal masks its task loss is equal;
+    # the regularisers add their own term, and turning dropout off changes the task loss (the masks matter).
+    root, path = campaign
+    model = json.loads(path.read_text())["model"]
+    base = _first_step_task_loss(root, model, "pair_baseline")
+    for name, reg in (("cosine", "cosine=1.0"), ("istar", "istar=1.0@cls")):
+        other = _first_step_task_loss(root, model, f"pair_{name}", "--reg", reg)
+        assert other["loss"] != pytest.approx(other["task"], rel=1e-6)  # the regulariser is in the loss
+        assert other["task"] == pytest.approx(base["task"], rel=1e-6, abs=1e-7)
+    plain = _first_step_task_loss(root, model, "pair_no_dropout", "--no-dropout")
+    assert abs(plain["task"] - base["task"]) > 1e-4
+
+
+def test_dropout_stream_fingerprints_the_masks_and_nothing_else(monkeypatch):
+    stream = glue_pairing.dropout_stream()
+    assert stream == glue_pairing.dropout_stream()  # deterministic
+    from isojax.models import layers
+
+    original = layers.bernoulli_mask
+    monkeypatch.setattr(layers, "bernoulli_mask", lambda key, keep, shape: original(
+        jax.random.fold_in(key, 1), keep, shape))  # other masks, same rate
+    assert glue_pairing.dropout_stream() != stream
+
+
+def test_cost_measure_and_estimate_from_a_written_log(tmp_path):
+    from experiments import glue_cost
+
+    # 4 steps: the first (compilation) takes 30 s, then 2, 4, 6 s; the final evaluation ends 9 s after step 4
+    steps = [{"kind": "train", "step": k + 1, "stage": "finetune", "seconds": s, "time": 1000.0 + t}
+             for k, (s, t) in enumerate([(30.0, 30.0), (2.0, 32.0), (4.0, 36.0), (6.0, 42.0)])]
+    records = [{"kind": "eval", "step": 0, "stage_end": False, "time": 990.0}, *steps,
+               {"kind": "eval", "step": 4, "stage_end": True, "time": 1051.0}]
+    (tmp_path / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (tmp_path / "campaign.json").write_text(json.dumps({"wall_seconds": 100.0, "commit": "c", "machine": "m"}))
+    row = glue_cost.measure(str(tmp_path))
+    assert row["seconds_per_step"] == pytest.approx(4.0)
+    assert row["seconds_per_step_std"] == pytest.approx(np.std([2, 4, 6]))
+    assert row["seconds_per_evaluation"] == pytest.approx(9.0)
+    assert row["startup_seconds"] == pytest.approx(100.0 - 12.0 - 18.0)  # wall - steady steps - 2 evaluations
+    config = json.load(open(glue_methods.DEFAULT_CONFIG))
+    row["seconds_per_epoch"] = 4.0 * 100
+    minutes = glue_cost.estimates(config, "mrpc", row)
+    # appB on MRPC: 5 epochs, 2 evaluations per epoch and one at step 0; stage 2: one more epoch, 2 evaluations
+    assert minutes["appB"] == pytest.approx(round((70 + 5 * 400 + 11 * 9) / 60, 1))
+    assert minutes["appB + isotropy layer stage 2"] == pytest.approx(round(minutes["appB"] + (400 + 18) / 60, 1))
+    assert minutes["shrink"] == pytest.approx(round((70 + 10 * 400 + 21 * 9) / 60, 1))
+    steps[2]["step"] = 7  # a log with gaps (log-every > 1, or a resumed run) cannot be timed step by step
+    (tmp_path / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in steps))
+    with pytest.raises(ValueError, match="log every step"):
+        glue_cost.measure(str(tmp_path))

@@ -1,0 +1,82 @@
+"""The paired design of the GLUE campaign: what makes two runs of one (protocol, task, seed) a pair, and the paired
+t-test over such pairs.
+
+Within one protocol and seed, every ``isojax finetune`` run
+
+- sees the same batches: epoch ``e`` is the permutation ``numpy.random.default_rng([seed, e])`` of the training
+  rows, cut into batches of the protocol's size, the last partial batch dropped
+  (:func:`isojax.train.feed.batch_indices`); no method changes it;
+- draws the dropout masks of step ``t`` from ``fold_in(key(seed), t)`` (:func:`isojax.train.step.make_train_step`);
+  Flax derives each dropout site's key from that key and the site's module path, so two models with the same
+  dropout sites draw the same masks (``tests/test_glue_methods.py`` checks it on a baseline and a regulariser
+  run). The regularisers change only the loss, so a regulariser run and its baseline are paired in data order
+  and masks. SoftDecay, IsoBN, the flow and the Isotropy Layer change the model: their runs share the data
+  order and the per-site keys with the baseline, but the masks act on other activations, so the pairing is
+  weaker (the report marks them).
+
+Pairing also needs the same dropout implementation: the campaign's code changed its mask generator once (commit
+4f6c0e6), so runs made before and after draw different masks for the same key. Each run records its
+:func:`dropout_stream`, a fingerprint of the masks the encoder draws for a fixed key; runs pair only when their
+fingerprints agree (records made before fingerprints existed carry their commit instead, and pair only with runs
+of the same commit).
+"""
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import scipy.stats
+
+MODEL_CHANGES = {"softdecay": "SoftDecay transform", "isobn": "IsoBN layer", "flow": "flow before the head",
+                 "isotropy_layer": "Isotropy Layer (stage 2)"}
+
+
+def dropout_stream() -> str:
+    """Fingerprint of the dropout masks the importable encoder code draws: a 2-layer, 16-wide BERT (weights from
+    ``key(0)``) run in training mode with the dropout key ``fold_in(key(0), 1)``; the hash of its output
+    rounded to 3 decimals, so that floating-point noise does not change it and any change of which entries are
+    dropped does (as would a change of the encoder's initialisation or arithmetic: then runs do not pair)."""
+    import jax
+    import jax.numpy as jnp
+
+    from isojax.models import EncoderConfig, build_encoder
+
+    config = EncoderConfig(vocab_size=8, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                           intermediate_size=32, max_position_embeddings=16)
+    module = build_encoder(config, add_pooling_layer=False)
+    ids = jnp.arange(12, dtype=jnp.int32).reshape(2, 6) % 8
+    params = module.init(jax.random.key(0), ids)["params"]
+    out = module.apply({"params": params}, ids, deterministic=False,
+                       rngs={"dropout": jax.random.fold_in(jax.random.key(0), 1)})
+    hidden = np.asarray(out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0], np.float64)
+    return hashlib.sha256(np.round(hidden, 3).tobytes()).hexdigest()[:12]
+
+
+def pairing_record(options: dict, seed: int, commit: str, stream: str) -> dict:
+    """What pairs a run with the other runs of its protocol, task and seed (module docstring), for its record."""
+    change = MODEL_CHANGES.get(options.get("method"))
+    return {
+        "data_order": f"numpy.random.default_rng([{seed}, epoch]) permutation, batches of {options['batch-size']}, "
+                      "last partial batch dropped",
+        "dropout_key": f"fold_in(key({seed}), step), per site by Flax module path",
+        "dropout_stream": stream, "commit": commit,
+        "model_change": change,  # None: the baseline's model and dropout sites
+    }
+
+
+def pair_key(record: dict) -> str:
+    """The stream a run's masks come from: its recorded fingerprint, else its commit."""
+    pairing = record.get("pairing") or {}
+    return pairing.get("dropout_stream") or f"commit {record.get('commit')}"
+
+
+def paired_ttest(a: dict, b: dict) -> tuple[float | None, list]:
+    """Paired t-test (``scipy.stats.ttest_rel``) of ``a`` against ``b``, each ``{seed: (value, pair key)}``, over
+    the seeds both have with the same pair key; returns (p-value or None when fewer than 2 pairs or the
+    differences are all equal, the seeds used)."""
+    seeds = sorted(s for s in a if s in b and a[s][1] == b[s][1])
+    x = np.asarray([a[s][0] for s in seeds], np.float64)
+    y = np.asarray([b[s][0] for s in seeds], np.float64)
+    if len(seeds) < 2 or np.ptp(x - y) == 0:
+        return None, seeds
+    return float(scipy.stats.ttest_rel(x, y).pvalue), seeds
