@@ -140,8 +140,8 @@ def check_real_rows(mask, minimum: int, name: str = "mask"):
 def check_texts(texts, name: str = "texts"):
     """Check a sequence of strings (a single ``str`` is a ``TypeError``: it would be read as its characters)."""
     if isinstance(texts, (str, bytes)):
-        raise TypeError(f"{name} must be a sequence of strings, got a single {type(texts).__name__} "
-                        f"({texts[:40]!r}); wrap it in a list: [text]")
+        raise TypeError(f"{name} must be a sequence of strings, got {type(texts).__name__} (a single text, "
+                        f"{texts[:40]!r}, would be read as its characters; wrap it in a list: [text])")
     try:
         items = list(texts)
     except TypeError:

@@ -22,21 +22,12 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["DEFAULT_BUCKETS", "as_texts", "batches", "bucket_length", "num_batches", "tokenize"]
+from isojax._validate import check_texts
+
+__all__ = ["DEFAULT_BUCKETS", "batches", "bucket_length", "num_batches", "tokenize"]
 
 DEFAULT_BUCKETS = (32, 64, 128, 256, 512)
 log = logging.getLogger(__name__)
-
-
-def as_texts(texts, name: str) -> list[str]:
-    """``texts`` as a list, checked to be a sequence of strings: a single ``str`` (a sequence of characters) or a
-    non-string item is a ``TypeError`` naming ``name``."""
-    if isinstance(texts, str) or not isinstance(texts, Sequence):
-        raise TypeError(f"{name} must be a sequence of strings, got {type(texts).__name__}")
-    for i, t in enumerate(texts):
-        if not isinstance(t, str):
-            raise TypeError(f"{name}[{i}] must be a string, got {type(t).__name__}")
-    return list(texts)
 
 
 def tokenize(tokenizer, texts_a, texts_b=None, *, max_length: int) -> dict[str, np.ndarray]:
@@ -49,9 +40,9 @@ def tokenize(tokenizer, texts_a, texts_b=None, *, max_length: int) -> dict[str, 
     Returns a dict of int32 arrays ``input_ids``, ``attention_mask`` (1 = real token) and
     ``token_type_ids`` (all zero when the tokenizer has no segment ids, e.g. RoBERTa), each ``[N, W]``.
     """
-    texts_a = as_texts(texts_a, "texts_a")
+    texts_a = check_texts(texts_a, "texts_a")
     if texts_b is not None:
-        texts_b = as_texts(texts_b, "texts_b")
+        texts_b = check_texts(texts_b, "texts_b")
         if len(texts_b) != len(texts_a):
             raise ValueError(f"texts_b must have the same length as texts_a ({len(texts_a)}), got {len(texts_b)}")
     if not texts_a:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from isojax.data.batching import as_texts
+from isojax._validate import check_texts
 from isojax.data.datadir import DATA_DIR_HINT, release_path, resolve_data_dir
 from isojax.data.sts import load_stsb
 from isojax.data.tables import Table, load_table
@@ -125,9 +125,9 @@ class GlueData:
     split: str
 
     def __post_init__(self):
-        as_texts(self.texts_a, "texts_a")
+        check_texts(self.texts_a, "texts_a")
         if self.texts_b is not None:
-            as_texts(self.texts_b, "texts_b")
+            check_texts(self.texts_b, "texts_b")
 
     def __len__(self) -> int:
         return len(self.texts_a)

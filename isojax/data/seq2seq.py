@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from isojax.data.batching import as_texts
+from isojax._validate import check_texts
 from isojax.data.tables import Table, load_table
 
 __all__ = ["SEQ2SEQ_TASKS", "Seq2SeqData", "Seq2SeqTask", "load_seq2seq", "seq2seq_task"]
@@ -66,8 +66,8 @@ class Seq2SeqData:
     split: str
 
     def __post_init__(self):
-        as_texts(self.sources, "sources")
-        as_texts(self.targets, "targets")
+        check_texts(self.sources, "sources")
+        check_texts(self.targets, "targets")
         if len(self.sources) != len(self.targets):
             raise ValueError(f"sources ({len(self.sources)}) and targets ({len(self.targets)}) must have the same "
                              "length")

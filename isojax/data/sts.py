@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from isojax.data.batching import as_texts
+from isojax._validate import check_texts
 from isojax.data.datadir import DATA_DIR_HINT, release_path, resolve_data_dir
 from isojax.data.semeval import read_sick, read_sts_release
 from isojax.data.tables import load_table
@@ -54,8 +54,8 @@ class StsData:
     split: str
 
     def __post_init__(self):
-        as_texts(self.sentences1, "sentences1")
-        as_texts(self.sentences2, "sentences2")
+        check_texts(self.sentences1, "sentences1")
+        check_texts(self.sentences2, "sentences2")
         n = len(self.sentences1)
         if len(self.sentences2) != n or self.scores.shape != (n,):
             raise ValueError(f"StsData {self.name}: sentences1 ({n}), sentences2 ({len(self.sentences2)}) "
