@@ -113,14 +113,11 @@ def estimates(config: dict, task: str, row: dict) -> dict:
 
 def run_minutes(cost: dict, run: Run) -> float | None:
     """The estimated minutes of a campaign run from a cost table (``glue_cost.json``'s payload); None if its task
-    was not timed."""
-    row = cost["tasks"].get(run.task)
-    if row is None:
-        return None
-    minutes = row["minutes_per_run"]
+    or its protocol was not timed (a configuration other than the table's)."""
+    minutes = cost["tasks"].get(run.task, {}).get("minutes_per_run", {})
     stage2 = f"{run.protocol} + isotropy layer stage 2"
     return minutes[stage2] if run.options.get("method") == "isotropy_layer" and stage2 in minutes \
-        else minutes[run.protocol]
+        else minutes.get(run.protocol)
 
 
 def main(argv=None) -> int:
