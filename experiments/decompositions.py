@@ -18,6 +18,7 @@ Speed table: ``jit`` of value-and-gradient (x and α) of ``Σ W ∘ soft_decay(X
 and one [2758, 384] matrix, all strategies interleaved after warm-up (medians, ms, and the ratio to ``svd``).
 Writes experiments/results/decompositions.{md,json}.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,8 +36,14 @@ import numpy as np  # noqa: E402
 from experiments.benchmarks.common import median_ms  # noqa: E402
 from experiments.report import markdown_table, provenance, write_result  # noqa: E402
 from isojax.softdecay import decay_curve, soft_decay  # noqa: E402
-from isojax.spectral import (DECOMPOSITIONS, available_methods, current_platform, select_method,  # noqa: E402
-                             spectral_map, thin_svd)
+from isojax.spectral import (
+    DECOMPOSITIONS,
+    available_methods,
+    current_platform,
+    select_method,  # noqa: E402
+    spectral_map,
+    thin_svd,
+)
 
 EPS32 = float(np.finfo(np.float32).eps)
 SPEED_SHAPES = ((32, 128, 768), (32, 128, 384), (2758, 384))
@@ -62,20 +69,29 @@ def synthetic_cases(rng) -> dict[str, tuple[str, np.ndarray, np.ndarray | None]]
     for kappa in (1e1, 1e2, 1e3, 1e4):
         spectra = np.geomspace(10.0, 10.0 / kappa, 128)
         cases[f"κ = {kappa:.0e}, 2×[128, 384]"] = (
-            "random", np.stack([_with_spectrum(rng, 128, 384, spectra) for _ in range(2)]), None)
+            "random",
+            np.stack([_with_spectrum(rng, 128, 384, spectra) for _ in range(2)]),
+            None,
+        )
     row = rng.standard_normal((1, 384))
     base = rng.standard_normal((40, 384))
     padded = np.concatenate([base, np.tile(base[:1], (88, 1))])[None]
     repeated = [5.0] + [2.0] * 60 + [1.0] * 67
-    cases.update({
-        "repeated rows [128, 384] (rank 1)": ("degenerate", np.tile(row, (128, 1))[None], None),
-        "rank 1 outer product [128, 384]": ("degenerate", np.outer(rng.standard_normal(128), row)[None], None),
-        "40 rows + 88 copies of row 1": ("degenerate", padded, None),
-        "40 rows + 88 masked rows": ("degenerate", padded, (np.arange(128) < 40)[None]),
-        "repeated singular values (60×2, 67×1)": ("degenerate", _with_spectrum(rng, 128, 384, repeated)[None], None),
-        "scale 1e-6, 2×[128, 384]": ("degenerate", 1e-6 * rng.standard_normal((2, 128, 384)), None),
-        "scale 1e+6, 2×[128, 384]": ("degenerate", 1e6 * rng.standard_normal((2, 128, 384)), None),
-    })
+    cases.update(
+        {
+            "repeated rows [128, 384] (rank 1)": ("degenerate", np.tile(row, (128, 1))[None], None),
+            "rank 1 outer product [128, 384]": ("degenerate", np.outer(rng.standard_normal(128), row)[None], None),
+            "40 rows + 88 copies of row 1": ("degenerate", padded, None),
+            "40 rows + 88 masked rows": ("degenerate", padded, (np.arange(128) < 40)[None]),
+            "repeated singular values (60×2, 67×1)": (
+                "degenerate",
+                _with_spectrum(rng, 128, 384, repeated)[None],
+                None,
+            ),
+            "scale 1e-6, 2×[128, 384]": ("degenerate", 1e-6 * rng.standard_normal((2, 128, 384)), None),
+            "scale 1e+6, 2×[128, 384]": ("degenerate", 1e6 * rng.standard_normal((2, 128, 384)), None),
+        }
+    )
     return {k: (g, x.astype(np.float32), m) for k, (g, x, m) in cases.items()}
 
 
@@ -111,8 +127,10 @@ def real_cases(n_sentences: int = 32, n_packed: int = 8) -> dict[str, tuple[str,
     emb = encode(module, params, tokenizer, sentences, pooling="last2avg").astype(np.float32)
     lengths = single[1].sum(1)
     return {
-        f"MiniLM tokens, {n_sentences} STS-B sentences ({lengths.min()}–{lengths.max()} of 128 rows, masked)":
-            ("real", *single),
+        f"MiniLM tokens, {n_sentences} STS-B sentences ({lengths.min()}–{lengths.max()} of 128 rows, masked)": (
+            "real",
+            *single,
+        ),
         f"MiniLM tokens, {n_packed} packed sequences ({whole[1].sum(1).min()}–{whole[1].sum(1).max()} of 128 "
         "rows, masked)": ("real", *whole),
         f"MiniLM sentence matrix [{len(emb)}, {emb.shape[1]}] (STS-B test, last2avg)": ("real", emb[None], None),
@@ -145,14 +163,18 @@ def _derivatives(y_of, x, alpha, dx):
     return y, dy, jax.jvp(lambda a: y_of(x, a), (alpha,), (jnp.ones_like(alpha),))[1]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _runner(method: str):
     """jitted ``(x, mask, alpha, dx) -> (Y, dY, ∂X̃/∂α, s)`` of soft_decay and thin_svd with ``method``."""
+
     @jax.jit
     def run(x, mask, alpha, dx):
         xm = x if mask is None else jnp.where(mask[..., None], x, 0)
-        return (*_derivatives(lambda z, a: soft_decay(z, a, mask=mask, method=method), x, alpha, dx),
-                thin_svd(xm, method)[1])
+        return (
+            *_derivatives(lambda z, a: soft_decay(z, a, mask=mask, method=method), x, alpha, dx),
+            thin_svd(xm, method)[1],
+        )
+
     return run
 
 
@@ -160,9 +182,11 @@ def _runner(method: str):
 def _reference(x, mask, alpha, dx, rtol):
     """float64 reference derivatives: isojax's Daleckii–Krein JVP over LAPACK's float64 SVD with the float32 null
     threshold ``rtol``, times Algorithm 1's ``K``."""
+
     def y_of(z, a):
         y, s = spectral_map(z, decay_curve, a, mask=mask, rtol=rtol, method="svd")
         return y * (s[..., :1] / decay_curve(s[..., :1], a))[..., None]
+
     return _derivatives(y_of, x, alpha, dx)[1:]
 
 
@@ -175,17 +199,24 @@ def case_errors(methods, x, mask, alpha, rng) -> dict:
     last = (live.sum(-1) - 1)[:, None]
     s_min_ref = np.take_along_axis(s_ref, last, -1)[:, 0]
     with jax.enable_x64(True):
-        dy_ref, da_ref = (np.asarray(v) for v in _reference(
-            jnp.asarray(x, jnp.float64), mask, jnp.float64(alpha), jnp.asarray(dx, jnp.float64), rtol=rtol))
+        dy_ref, da_ref = (
+            np.asarray(v)
+            for v in _reference(
+                jnp.asarray(x, jnp.float64), mask, jnp.float64(alpha), jnp.asarray(dx, jnp.float64), rtol=rtol
+            )
+        )
     # rank <= 1: X̃ = X for every alpha, so ∂X̃/∂α = 0: its error is reported relative to ‖X̃‖ instead
     da_zero = bool(np.linalg.norm(da_ref) <= 1e-12 * np.linalg.norm(y_ref))
     out = {}
     for m in methods:
         y, dy, d_alpha, s = _runner(m)(jnp.asarray(x), mask, jnp.float32(alpha), jnp.asarray(dx))
         s_min = np.take_along_axis(np.asarray(s, np.float64), last, -1)[:, 0]
-        out[m] = {"y": _rel(y, y_ref), "dy": _rel(dy, dy_ref),
-                  "dalpha": _rel(d_alpha, da_ref, y_ref if da_zero else None),
-                  "s_min": float(np.max(np.abs(s_min - s_min_ref) / s_min_ref))}
+        out[m] = {
+            "y": _rel(y, y_ref),
+            "dy": _rel(dy, dy_ref),
+            "dalpha": _rel(d_alpha, da_ref, y_ref if da_zero else None),
+            "s_min": float(np.max(np.abs(s_min - s_min_ref) / s_min_ref)),
+        }
     return {"kappa": float(np.max(s_ref[:, 0] / s_min_ref)), "dalpha_is_zero": da_zero, "methods": out}
 
 
@@ -201,8 +232,9 @@ def time_methods(methods, shapes=SPEED_SHAPES, alpha: float = -0.6, repeats: int
         a = jnp.float32(alpha)
         steps = {}
         for m in methods:
-            fn = jax.jit(jax.value_and_grad(lambda x, a, w, m=m: jnp.sum(w * soft_decay(x, a, method=m)),
-                                            argnums=(0, 1)))
+            fn = jax.jit(
+                jax.value_and_grad(lambda x, a, w, m=m: jnp.sum(w * soft_decay(x, a, method=m)), argnums=(0, 1))
+            )
             steps[m] = lambda fn=fn: fn(x, a, w)
             median_ms(steps[m], warmup=1, repeats=1)  # compile and warm up
         times = {m: [] for m in methods}
@@ -220,13 +252,24 @@ def _sci(v: float) -> str:
 
 def error_tables(table: dict, methods) -> list[str]:
     sections = []
-    for key, title in (("y", "relative error of Y = soft_decay(X)"),
-                       ("dy", "relative error of the JVP in X along a random direction"),
-                       ("dalpha", "relative error of ∂X̃/∂α (‡: the reference is 0, error relative to ‖X̃‖)"),
-                       ("s_min", "relative error of the smallest live singular value (thin_svd)")):
-        rows = [[entry["group"], case, _sci(entry["kappa"]),
-                 *(_sci(entry["methods"][m][key]) + (" ‡" if key == "dalpha" and entry["dalpha_is_zero"] else "")
-                   for m in methods)] for case, entry in table.items()]
+    for key, title in (
+        ("y", "relative error of Y = soft_decay(X)"),
+        ("dy", "relative error of the JVP in X along a random direction"),
+        ("dalpha", "relative error of ∂X̃/∂α (‡: the reference is 0, error relative to ‖X̃‖)"),
+        ("s_min", "relative error of the smallest live singular value (thin_svd)"),
+    ):
+        rows = [
+            [
+                entry["group"],
+                case,
+                _sci(entry["kappa"]),
+                *(
+                    _sci(entry["methods"][m][key]) + (" ‡" if key == "dalpha" and entry["dalpha_is_zero"] else "")
+                    for m in methods
+                ),
+            ]
+            for case, entry in table.items()
+        ]
         sections.append(f"## Float32 inputs: {title}\n\n" + markdown_table(["set", "case", "κ", *methods], rows))
     return sections
 
@@ -236,16 +279,26 @@ def shape_label(shape) -> str:
 
 
 def speed_table(speed: list[dict], methods, platform: str) -> str:
-    rows = [[shape_label(r["shape"]), *(f"{r['ms'][m]:.1f} ({r['ms'][m] / r['ms']['svd']:.2f})" for m in methods),
-             select_method("auto", r["shape"], platform)] for r in speed]
-    return ("## Forward + backward time, ms (ratio to svd), float32\n\n"
-            + markdown_table(["shape", *methods, "auto picks"], rows))
+    rows = [
+        [
+            shape_label(r["shape"]),
+            *(f"{r['ms'][m]:.1f} ({r['ms'][m] / r['ms']['svd']:.2f})" for m in methods),
+            select_method("auto", r["shape"], platform),
+        ]
+        for r in speed
+    ]
+    return "## Forward + backward time, ms (ratio to svd), float32\n\n" + markdown_table(
+        ["shape", *methods, "auto picks"], rows
+    )
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--methods", default=None,
-                    help="comma-separated names of isojax.spectral.DECOMPOSITIONS (default: all this backend lowers)")
+    ap.add_argument(
+        "--methods",
+        default=None,
+        help="comma-separated names of isojax.spectral.DECOMPOSITIONS (default: all this backend lowers)",
+    )
     ap.add_argument("--alpha", type=float, default=-0.6, help="SoftDecay alpha (the authors' STS value)")
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--skip-speed", action="store_true")
@@ -264,17 +317,29 @@ def main(argv=None):
         cases.update(real_cases())
     table = {}
     for name, (group, x, mask) in cases.items():
-        table[name] = {"group": group, "shape": list(x.shape),
-                       **case_errors(methods, x, mask, args.alpha, np.random.default_rng(1))}
-        print(f"{name:<70} κ {table[name]['kappa']:8.1e}  "
-              + "  ".join(f"{m} {v['y']:.1e}" for m, v in table[name]["methods"].items()), flush=True)
-    sections = [f"SoftDecay alpha = {args.alpha:g}. Strategies: "
-                + "; ".join(f"`{m}` ({DECOMPOSITIONS[m].route}, {DECOMPOSITIONS[m].algorithm}, "
-                            f"{'float64 Gram' if DECOMPOSITIONS[m].float64 else 'working dtype'})" for m in methods)
-                + ". Errors are relative to float64 references on the same float32 matrices (module docstring of "
-                "experiments/decompositions.py). Where every strategy shows the same error (∂X̃/∂α at scales "
-                "1e±6, where σ_max is far from |α|), it comes from evaluating eq. 2 and K in float32, not from the "
-                "decomposition.", *error_tables(table, methods)]
+        table[name] = {
+            "group": group,
+            "shape": list(x.shape),
+            **case_errors(methods, x, mask, args.alpha, np.random.default_rng(1)),
+        }
+        print(
+            f"{name:<70} κ {table[name]['kappa']:8.1e}  "
+            + "  ".join(f"{m} {v['y']:.1e}" for m, v in table[name]["methods"].items()),
+            flush=True,
+        )
+    sections = [
+        f"SoftDecay alpha = {args.alpha:g}. Strategies: "
+        + "; ".join(
+            f"`{m}` ({DECOMPOSITIONS[m].route}, {DECOMPOSITIONS[m].algorithm}, "
+            f"{'float64 Gram' if DECOMPOSITIONS[m].float64 else 'working dtype'})"
+            for m in methods
+        )
+        + ". Errors are relative to float64 references on the same float32 matrices (module docstring of "
+        "experiments/decompositions.py). Where every strategy shows the same error (∂X̃/∂α at scales "
+        "1e±6, where σ_max is far from |α|), it comes from evaluating eq. 2 and K in float32, not from the "
+        "decomposition.",
+        *error_tables(table, methods),
+    ]
     payload = {"alpha": args.alpha, "platform": platform, "methods": methods, "errors": table}
     if not args.skip_speed:
         speed = time_methods(methods, alpha=args.alpha, repeats=args.repeats)
@@ -282,8 +347,11 @@ def main(argv=None):
         sections.append(speed_table(speed, methods, platform))
         payload["speed_ms"] = speed
     kwargs = {} if args.out is None else {"directory": args.out}
-    print(write_result("decompositions", "SVD strategies behind SoftDecay: accuracy and speed", sections, payload,
-                       prov, **kwargs))
+    print(
+        write_result(
+            "decompositions", "SVD strategies behind SoftDecay: accuracy and speed", sections, payload, prov, **kwargs
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ the untrained start (step 0) of the baseline runs.
 Runs live in ``--runs-dir`` (checkpoints, logs; a finished run is not repeated); the table (markdown + JSON) and
 the curves go to ``--out`` with the command, git commit and machine in their header.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,7 +37,7 @@ def collect(run_dirs: dict) -> tuple[dict, dict, set]:
     """Per table row, the evaluations of every seed; per method, the eval records of every seed; the commits
     the runs were made at."""
     rows, curves, commits = defaultdict(list), defaultdict(list), set()
-    for (method, seed), path in run_dirs.items():
+    for (method, _seed), path in run_dirs.items():
         with open(os.path.join(path, "results.json")) as f:
             stages = json.load(f)["stages"]
         with open(os.path.join(path, "log.jsonl")) as f:
@@ -49,8 +50,9 @@ def collect(run_dirs: dict) -> tuple[dict, dict, set]:
             rows["pretrained (step 0)"].append(dict(evals[0], seconds=None))
         if method == "isotropy_layer":
             rows["isotropy_layer: stage 1 (fine-tuned)"].append(dict(stages["finetune"], seconds=None))
-            rows["isotropy_layer: stage 2 (+ Isotropy Layer)"].append(dict(stages["isotropy_layer"],
-                                                                          seconds=run["seconds"]))
+            rows["isotropy_layer: stage 2 (+ Isotropy Layer)"].append(
+                dict(stages["isotropy_layer"], seconds=run["seconds"])
+            )
         else:
             rows[method].append(dict(stages["finetune"], seconds=run["seconds"]))
     return rows, curves, commits
@@ -66,8 +68,13 @@ def plot(curves: dict, path: str, title: str) -> None:
     colors = plt.get_cmap("tab20").colors
     for i, (method, runs) in enumerate(curves.items()):
         steps = [r["step"] for r in runs[0]]
-        style = dict(marker="os^Dv"[i % 5], markersize=3, color=colors[(2 * i) % 20 + (2 * i) // 20], label=method,
-                     linestyle="-" if i % 2 == 0 else "--")
+        style = dict(
+            marker="os^Dv"[i % 5],
+            markersize=3,
+            color=colors[(2 * i) % 20 + (2 * i) // 20],
+            label=method,
+            linestyle="-" if i % 2 == 0 else "--",
+        )
         for ax, key in zip(axes, ("spearman", "anisotropy", "isoscore")):
             ax.plot(steps, np.mean([[r[key] for r in run] for run in runs], axis=0), **style)
     for ax, label in zip(axes, ("Spearman ×100 (dev)", "anisotropy σ1²/Σσ² (raw)", "IsoScore")):
@@ -124,29 +131,56 @@ def main(argv=None) -> int:
                 continue
             print(f"== {method}, seed {seed}", flush=True)
             started = time.perf_counter()
-            fit(TrainConfig(task="stsb", model=args.model, method=method, pooling=args.pooling,
-                            max_length=args.max_length, batch_size=args.batch_size, eval_batch_size=50,
-                            learning_rate=args.lr, epochs=args.epochs, stage2_epochs=args.stage2_epochs, seed=seed,
-                            devices=args.devices, output_dir=path, eval_every=eval_every, log_every=10,
-                            train_limit=args.train_limit, eval_limit=args.eval_limit, progress=False))
+            fit(
+                TrainConfig(
+                    task="stsb",
+                    model=args.model,
+                    method=method,
+                    pooling=args.pooling,
+                    max_length=args.max_length,
+                    batch_size=args.batch_size,
+                    eval_batch_size=50,
+                    learning_rate=args.lr,
+                    epochs=args.epochs,
+                    stage2_epochs=args.stage2_epochs,
+                    seed=seed,
+                    devices=args.devices,
+                    output_dir=path,
+                    eval_every=eval_every,
+                    log_every=10,
+                    train_limit=args.train_limit,
+                    eval_limit=args.eval_limit,
+                    progress=False,
+                )
+            )
             with open(os.path.join(path, "seconds.json"), "w") as f:
                 json.dump({"seconds": time.perf_counter() - started, "commit": prov["commit"]}, f)
     rows, curves, commits = collect(run_dirs)
-    protocol = (f"Protocol: STS-B (offline package), model {args.model}, first {args.train_limit or 5749} train "
-                f"pairs, {args.epochs:g} epoch(s) (Isotropy Layer stage: {args.stage2_epochs:g}), batch "
-                f"{args.batch_size}, max length {args.max_length}, lr {args.lr:g} (AdamW, linear warm-up 10% and "
-                f"decay), pooling {args.pooling}; dev = first {args.eval_limit or 1500} pairs; seeds "
-                f"{','.join(map(str, seeds))} (paired: a seed fixes the head's initialisation, dropout and batch order "
-                f"for every method). Spearman/Pearson ×100; mean ± std over seeds. Runs made at commit(s) "
-                f"{', '.join(sorted(commits))}; run time is the wall time of one run (both stages for "
-                "isotropy_layer) on the machine above.")
+    protocol = (
+        f"Protocol: STS-B (offline package), model {args.model}, first {args.train_limit or 5749} train "
+        f"pairs, {args.epochs:g} epoch(s) (Isotropy Layer stage: {args.stage2_epochs:g}), batch "
+        f"{args.batch_size}, max length {args.max_length}, lr {args.lr:g} (AdamW, linear warm-up 10% and "
+        f"decay), pooling {args.pooling}; dev = first {args.eval_limit or 1500} pairs; seeds "
+        f"{','.join(map(str, seeds))} (paired: a seed fixes the head's initialisation, dropout and batch order "
+        f"for every method). Spearman/Pearson ×100; mean ± std over seeds. Runs made at commit(s) "
+        f"{', '.join(sorted(commits))}; run time is the wall time of one run (both stages for "
+        "isotropy_layer) on the machine above."
+    )
     os.makedirs(args.out, exist_ok=True)
-    plot(curves, os.path.join(args.out, f"{name}_curves.png"),
-         title=f"STS-B fine-tuning of {args.model}: dev metrics at each evaluation, mean over seeds {args.seeds} "
-               f"(isotropy_layer: stage 2 after step {max(1, math.ceil(args.epochs * per_epoch))})")
-    path = write_result(name, "Fine-tuning with isotropy methods on STS-B", [
-        protocol, seeds_table(rows, COLUMNS), f"![curves]({name}_curves.png)"],
-        {"protocol": protocol, "run_commits": sorted(commits), "rows": rows}, prov=prov, directory=args.out)
+    plot(
+        curves,
+        os.path.join(args.out, f"{name}_curves.png"),
+        title=f"STS-B fine-tuning of {args.model}: dev metrics at each evaluation, mean over seeds {args.seeds} "
+        f"(isotropy_layer: stage 2 after step {max(1, math.ceil(args.epochs * per_epoch))})",
+    )
+    path = write_result(
+        name,
+        "Fine-tuning with isotropy methods on STS-B",
+        [protocol, seeds_table(rows, COLUMNS), f"![curves]({name}_curves.png)"],
+        {"protocol": protocol, "run_commits": sorted(commits), "rows": rows},
+        prov=prov,
+        directory=args.out,
+    )
     print(open(path).read())
     return 0
 

@@ -30,6 +30,7 @@ protocol's batch of 64 is estimated as two batches of 32 (same seconds per epoch
 stage 2 (encoder and head frozen) as at most one more epoch at the fine-tuning step's cost. The campaign is
 ordered by these estimates (:mod:`experiments.glue_methods` reads ``glue_cost.json``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,8 +51,11 @@ def cost_run(config: dict, task: str) -> Run:
     """The timing run of ``task``: the configuration's ``cost`` run (protocol, method, seed) for one epoch, or
     for the first ``cost.steps[task]`` batches of it."""
     cost = config["cost"]
-    (run,) = [r for r in expand(config) if (r.protocol, r.method, r.task, r.seed)
-              == (cost["protocol"], cost["method"], task, cost["seed"])]
+    (run,) = [
+        r
+        for r in expand(config)
+        if (r.protocol, r.method, r.task, r.seed) == (cost["protocol"], cost["method"], task, cost["seed"])
+    ]
     options = {**run.options, "epochs": 1, "log-every": 1, "save-every": 0}
     if task in cost.get("steps", {}):
         options["steps"] = int(cost["steps"][task])
@@ -69,8 +73,9 @@ def bucket_widths(run: Run, data_dir: str | None) -> list[int]:
     tokenizer = load_tokenizer(resolve(run.options["model"]))
     max_length = int(run.options["max-length"])
     lengths = tokenize(tokenizer, data.texts_a, data.texts_b, max_length=max_length)["attention_mask"].sum(axis=1)
-    order = batch_indices(len(data), int(run.options["batch-size"]), shuffle=True, seed=run.seed, epoch=0,
-                          drop_last=True)
+    order = batch_indices(
+        len(data), int(run.options["batch-size"]), shuffle=True, seed=run.seed, epoch=0, drop_last=True
+    )
     return [bucket_length(lengths[rows], max_length=max_length) for rows in order]
 
 
@@ -87,11 +92,17 @@ def measure(directory: str) -> dict:
     steady = [r["seconds"] for r in train[1:]]
     final = [r for r in records if r["kind"] == "eval" and r.get("stage_end")][-1]
     evaluation = final["time"] - train[-1]["time"]
-    return {"steps_timed": len(train), "seconds_per_step": float(np.mean(steady)),
-            "seconds_per_step_std": float(np.std(steady)), "first_step_seconds": train[0]["seconds"],
-            "seconds_per_evaluation": evaluation,
-            "startup_seconds": wall - sum(steady) - 2 * evaluation, "wall_seconds": wall,
-            "commit": campaign["commit"], "machine": campaign["machine"]}
+    return {
+        "steps_timed": len(train),
+        "seconds_per_step": float(np.mean(steady)),
+        "seconds_per_step_std": float(np.std(steady)),
+        "first_step_seconds": train[0]["seconds"],
+        "seconds_per_evaluation": evaluation,
+        "startup_seconds": wall - sum(steady) - 2 * evaluation,
+        "wall_seconds": wall,
+        "commit": campaign["commit"],
+        "machine": campaign["machine"],
+    }
 
 
 def estimates(config: dict, task: str, row: dict) -> dict:
@@ -99,15 +110,27 @@ def estimates(config: dict, task: str, row: dict) -> dict:
     out = {}
     evals = config["evals_per_epoch"]
     for name in config["protocols"]:
-        (run,) = [r for r in expand(config) if (r.protocol, r.task, r.seed) == (name, task, config["seeds"][0])
-                  and r.method == config["protocols"][name]["baseline"]]
+        (run,) = [
+            r
+            for r in expand(config)
+            if (r.protocol, r.task, r.seed) == (name, task, config["seeds"][0])
+            and r.method == config["protocols"][name]["baseline"]
+        ]
         epochs = float(run.options["epochs"])
-        out[name] = round((row["startup_seconds"] + epochs * row["seconds_per_epoch"]
-                           + (1 + evals * epochs) * row["seconds_per_evaluation"]) / 60, 1)
+        out[name] = round(
+            (
+                row["startup_seconds"]
+                + epochs * row["seconds_per_epoch"]
+                + (1 + evals * epochs) * row["seconds_per_evaluation"]
+            )
+            / 60,
+            1,
+        )
         if name == config["cost"]["protocol"]:
             stage2 = float(run.options.get("stage2-epochs", 0))
             out[f"{name} + isotropy layer stage 2"] = round(
-                out[name] + stage2 * (row["seconds_per_epoch"] + evals * row["seconds_per_evaluation"]) / 60, 1)
+                out[name] + stage2 * (row["seconds_per_epoch"] + evals * row["seconds_per_evaluation"]) / 60, 1
+            )
     return out
 
 
@@ -116,8 +139,11 @@ def run_minutes(cost: dict, run: Run) -> float | None:
     or its protocol was not timed (a configuration other than the table's)."""
     minutes = cost["tasks"].get(run.task, {}).get("minutes_per_run", {})
     stage2 = f"{run.protocol} + isotropy layer stage 2"
-    return minutes[stage2] if run.options.get("method") == "isotropy_layer" and stage2 in minutes \
+    return (
+        minutes[stage2]
+        if run.options.get("method") == "isotropy_layer" and stage2 in minutes
         else minutes.get(run.protocol)
+    )
 
 
 def main(argv=None) -> int:
@@ -143,8 +169,10 @@ def main(argv=None) -> int:
             if args.report_only:
                 rows.append([task, "not timed", *[""] * 8])
                 continue
-            print(f"== timing {task}: python -m isojax.cli {' '.join(run.arguments(args.runs_dir, args.data_dir))}",
-                  flush=True)
+            print(
+                f"== timing {task}: python -m isojax.cli {' '.join(run.arguments(args.runs_dir, args.data_dir))}",
+                flush=True,
+            )
             seconds = run_one(run, args.runs_dir, args.data_dir, 0, env)
             with open(os.path.join(directory, "campaign.json"), "w") as f:
                 json.dump({"wall_seconds": seconds, "commit": prov["commit"], "machine": prov["machine"]}, f)
@@ -153,24 +181,49 @@ def main(argv=None) -> int:
         row["steps_per_epoch"] = len(widths)
         row["seconds_per_epoch"] = row["seconds_per_step"] * len(widths)
         row["widths_epoch"] = dict(sorted(Counter(widths).items()))
-        row["widths_timed"] = dict(sorted(Counter(widths[:row["steps_timed"]]).items()))
+        row["widths_timed"] = dict(sorted(Counter(widths[: row["steps_timed"]]).items()))
         row["whole_epoch_timed"] = row["steps_timed"] == len(widths)
         row["minutes_per_run"] = estimates(config, task, row)
         payload[task] = row
         timed = "yes" if row["whole_epoch_timed"] else f"no: first {row['steps_timed']} steps"
-        rows.append([task, row["steps_per_epoch"], timed, f"{row['seconds_per_step']:.2f} ± "
-                     f"{row['seconds_per_step_std']:.2f}", f"{row['seconds_per_epoch'] / 60:.1f}",
-                     f"{row['seconds_per_evaluation']:.0f}", f"{row['startup_seconds']:.0f}",
-                     ", ".join(f"{w}: {c}" for w, c in row["widths_epoch"].items()),
-                     "; ".join(f"{k} {v}" for k, v in row["minutes_per_run"].items())])
+        rows.append(
+            [
+                task,
+                row["steps_per_epoch"],
+                timed,
+                f"{row['seconds_per_step']:.2f} ± {row['seconds_per_step_std']:.2f}",
+                f"{row['seconds_per_epoch'] / 60:.1f}",
+                f"{row['seconds_per_evaluation']:.0f}",
+                f"{row['startup_seconds']:.0f}",
+                ", ".join(f"{w}: {c}" for w, c in row["widths_epoch"].items()),
+                "; ".join(f"{k} {v}" for k, v in row["minutes_per_run"].items()),
+            ]
+        )
         print(rows[-1], flush=True)
-    headers = ["task", "steps / epoch", "whole epoch timed", "s / step (mean ± std)", "min / epoch",
-               "s / dev evaluation", "start-up s", "batches per bucket width (epoch)", "estimated min / run"]
-    note = (f"The configuration's cost run (protocol {config['cost']['protocol']}, method "
-            f"{config['cost']['method']}, seed {config['cost']['seed']}), one epoch per task with the campaign's "
-            "own `isojax finetune` process (module docstring of `experiments/glue_cost.py`). " + config["cost"]["note"])
-    write_result("glue_cost", "Cost of one GLUE campaign run per task on this machine (measured, then estimated)",
-                 [note, markdown_table(headers, rows)], {"tasks": payload}, prov=prov, directory=args.out)
+    headers = [
+        "task",
+        "steps / epoch",
+        "whole epoch timed",
+        "s / step (mean ± std)",
+        "min / epoch",
+        "s / dev evaluation",
+        "start-up s",
+        "batches per bucket width (epoch)",
+        "estimated min / run",
+    ]
+    note = (
+        f"The configuration's cost run (protocol {config['cost']['protocol']}, method "
+        f"{config['cost']['method']}, seed {config['cost']['seed']}), one epoch per task with the campaign's "
+        "own `isojax finetune` process (module docstring of `experiments/glue_cost.py`). " + config["cost"]["note"]
+    )
+    write_result(
+        "glue_cost",
+        "Cost of one GLUE campaign run per task on this machine (measured, then estimated)",
+        [note, markdown_table(headers, rows)],
+        {"tasks": payload},
+        prov=prov,
+        directory=args.out,
+    )
     return 0
 
 

@@ -34,6 +34,7 @@ are copied to ``<out>/glue_methods_runs/``, so every number of the report can be
 ``--sweep`` runs the regulariser-weight sweeps of the configuration (``sweeps``) instead; the sweeps are reported
 in ``<out>/glue_methods_sweep.md`` (records in ``glue_methods_sweep_runs/``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -79,12 +80,11 @@ class Run:
     def arguments(self, runs_dir: str, data_dir: str | None) -> list[str]:
         """``isojax finetune`` arguments (options in the configuration's order, then the run's own)."""
         args = ["finetune"]
-        options = {**self.options, "task": self.task, "seed": self.seed, "out": self.directory(runs_dir),
-                   "quiet": True}
+        options = {**self.options, "task": self.task, "seed": self.seed, "out": self.directory(runs_dir), "quiet": True}
         if data_dir:
             options["data-dir"] = data_dir
         for key, value in options.items():
-            for item in (value if isinstance(value, list) else [value]):
+            for item in value if isinstance(value, list) else [value]:
                 if item is True:
                     args.append(f"--{key}")
                 elif item is not False and item is not None:
@@ -109,12 +109,23 @@ def expand(config: dict, *, sweep: bool = False) -> list[Run]:
             sweeps = protocol.get("sweeps")
             if not sweeps:
                 continue
-            cells = [(method if value == protocol["methods"][method].get("reg") else f"{method} [{value}]",
-                      {**protocol["methods"][method], "reg": value}, sweeps["task"], sweeps["seed"])
-                     for method, values in sweeps["values"].items() for value in values]  # the table's value: its run
+            cells = [
+                (
+                    method if value == protocol["methods"][method].get("reg") else f"{method} [{value}]",
+                    {**protocol["methods"][method], "reg": value},
+                    sweeps["task"],
+                    sweeps["seed"],
+                )
+                for method, values in sweeps["values"].items()
+                for value in values
+            ]  # the table's value: its run
         else:
-            cells = [(method, options, task, seed) for task in config["tasks"]
-                     for method, options in protocol["methods"].items() for seed in config["seeds"]]
+            cells = [
+                (method, options, task, seed)
+                for task in config["tasks"]
+                for method, options in protocol["methods"].items()
+                for seed in config["seeds"]
+            ]
         for method, options, task, seed in cells:
             merged = {"model": config["model"], **protocol["defaults"], **options}
             for override in protocol.get("overrides", []):
@@ -151,14 +162,21 @@ def campaign_order(runs: list[Run], config: dict, cost: dict | None, sizes: dict
     from experiments.glue_cost import run_minutes
 
     ranks = {}
-    for method in [*config.get("cpu_campaign", {}).get("priority", []),
-                   *(m for p in config["protocols"].values() for m in p["methods"])]:
+    for method in [
+        *config.get("cpu_campaign", {}).get("priority", []),
+        *(m for p in config["protocols"].values() for m in p["methods"]),
+    ]:
         ranks.setdefault(method, len(ranks))
 
     def key(run):
         minutes = run_minutes(cost, run) if cost else None
-        return (minutes is None, minutes or 0.0, sizes.get(run.task, 0), ranks.get(base_method(run.method), len(ranks)),
-                run.seed)
+        return (
+            minutes is None,
+            minutes or 0.0,
+            sizes.get(run.task, 0),
+            ranks.get(base_method(run.method), len(ranks)),
+            run.seed,
+        )
 
     return sorted(runs, key=key)
 
@@ -202,7 +220,7 @@ def _stage_rows(method: str, results: dict) -> dict[str, tuple[dict, dict]]:
     stages = results["stages"]
     timing = results.get("timing", {})
     if len(stages) == 1:
-        (stage, evaluation), = stages.items()
+        ((stage, evaluation),) = stages.items()
         return {method: (evaluation, timing.get(stage, {}))}
     return {f"{method}: {stage}": (evaluation, timing.get(stage, {})) for stage, evaluation in stages.items()}
 
@@ -221,7 +239,8 @@ def collect(runs: list[Run], runs_dir: str, *records_dirs: str) -> dict:
         pair = pair_key(json.load(open(campaign))) if os.path.exists(campaign) else None
         for line, (evaluation, timing) in _stage_rows(run.method, results).items():
             table[run.task, run.protocol][line].append(
-                {**evaluation, "seconds_per_epoch": timing.get("seconds_per_epoch"), "seed": run.seed, "pair": pair})
+                {**evaluation, "seconds_per_epoch": timing.get("seconds_per_epoch"), "seed": run.seed, "pair": pair}
+            )
     return table
 
 
@@ -231,14 +250,17 @@ def _fmt(value: float | None, spec: str) -> str:
 
 def _p_text(p: float | None, paired: float | None, seeds: list) -> str:
     """`` (p 0.330; paired 0.210, seeds 1,2)``: the unpaired and the paired p-value (``*`` below 0.05)."""
+
     def fmt(v):
         return _fmt(v, ".3f") + ("*" if v is not None and v < 0.05 else "")
+
     pairs = f", seeds {','.join(map(str, seeds))}" if seeds else ""
     return f" (p {fmt(p)}; paired {fmt(paired)}{pairs})"
 
 
-def task_table(task: str, lines: dict[str, list[dict]], protocol: dict, not_run: dict[str, str]) \
-        -> tuple[str, list[dict]]:
+def task_table(
+    task: str, lines: dict[str, list[dict]], protocol: dict, not_run: dict[str, str]
+) -> tuple[str, list[dict]]:
     """Markdown table (and its JSON rows) of one task and protocol: each finished line with the t-tests against
     the protocol's baseline line, unpaired (:func:`ttest`) and paired over the seeds whose runs share a dropout
     stream (:func:`experiments.glue_pairing.paired_ttest`); then a "not run" line, with its reason, for each
@@ -248,13 +270,19 @@ def task_table(task: str, lines: dict[str, list[dict]], protocol: dict, not_run:
     metrics = glue_task(task).metrics
     baseline = protocol["baseline"]
     base = lines.get(baseline, [])
-    headers = ["method", "seeds", *[f"{m} (p; paired p)" for m in metrics], *(h for _, h, _ in ISOTROPY_COLUMNS),
-               TIME_COLUMN[1]]
+    headers = [
+        "method",
+        "seeds",
+        *[f"{m} (p; paired p)" for m in metrics],
+        *(h for _, h, _ in ISOTROPY_COLUMNS),
+        TIME_COLUMN[1],
+    ]
     rows, payload = [], []
     for line, records in lines.items():
         method, _, stage = line.partition(": ")
-        changed = (protocol["methods"].get(base_method(method), {}).get("method") in MODEL_CHANGES
-                   and stage != "finetune")  # a two-stage run's first stage is the baseline's model
+        changed = (
+            protocol["methods"].get(base_method(method), {}).get("method") in MODEL_CHANGES and stage != "finetune"
+        )  # a two-stage run's first stage is the baseline's model
         cells = [line + (" †" if changed else ""), len(records)]
         entry = {"method": line, "seeds": [r["seed"] for r in records], "model_change": changed}
         for metric in metrics:
@@ -262,11 +290,17 @@ def task_table(task: str, lines: dict[str, list[dict]], protocol: dict, not_run:
             p, paired, seeds = None, None, []
             if line != baseline:
                 p = ttest(values, [r[metric] for r in base])
-                paired, seeds = paired_ttest({r["seed"]: (r[metric], r["pair"]) for r in records},
-                                             {r["seed"]: (r[metric], r["pair"]) for r in base})
+                paired, seeds = paired_ttest(
+                    {r["seed"]: (r[metric], r["pair"]) for r in records},
+                    {r["seed"]: (r[metric], r["pair"]) for r in base},
+                )
             cells.append(mean_std(values, 2) + ("" if line == baseline else _p_text(p, paired, seeds)))
-            entry[metric] = {"values": values, "p_vs_baseline": p, "paired_p_vs_baseline": paired,
-                             "paired_seeds": seeds}
+            entry[metric] = {
+                "values": values,
+                "p_vs_baseline": p,
+                "paired_p_vs_baseline": paired,
+                "paired_seeds": seeds,
+            }
         for key, _, digits in (*ISOTROPY_COLUMNS, TIME_COLUMN):
             values = [r.get(key) for r in records]
             cells.append(mean_std(values, digits))
@@ -312,9 +346,11 @@ def summary(config: dict, tables: list[dict]) -> str:
                     continue
                 diff, d = effect(row[metric]["values"], base[metric]["values"])
                 p, paired = row[metric]["p_vs_baseline"], row[metric]["paired_p_vs_baseline"]
-                shown.append(f"{task} {metric} {diff:+.2f} (d {_fmt(d, '+.2f')}, p {_fmt(p, '.3f')}, paired p "
-                             f"{_fmt(paired, '.3f')} over {len(row[metric]['paired_seeds'])} pairs; "
-                             f"{len(row['seeds'])} vs {len(base['seeds'])} seeds)")
+                shown.append(
+                    f"{task} {metric} {diff:+.2f} (d {_fmt(d, '+.2f')}, p {_fmt(p, '.3f')}, paired p "
+                    f"{_fmt(paired, '.3f')} over {len(row[metric]['paired_seeds'])} pairs; "
+                    f"{len(row['seeds'])} vs {len(base['seeds'])} seeds)"
+                )
             text = "; ".join(shown) if shown else "no finished run yet"
             out.append(f"- {method} vs baseline: {text}" + (f". Not run: {', '.join(missing)}." if missing else "."))
         out.append("")
@@ -342,8 +378,10 @@ def curves(runs: list[Run], runs_dir: str, records_dirs: tuple, path: str, title
         return None
     tasks = sorted(series)
     labels = sorted({label for task in tasks for label in series[task]})
-    style = {label: dict(color=f"C{i % 10}", marker="os^Dv<>p"[i % 8], linestyle="-" if i % 2 == 0 else "--")
-             for i, label in enumerate(labels)}  # one look per protocol/method in every panel
+    style = {
+        label: dict(color=f"C{i % 10}", marker="os^Dv<>p"[i % 8], linestyle="-" if i % 2 == 0 else "--")
+        for i, label in enumerate(labels)
+    }  # one look per protocol/method in every panel
     fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4.6), squeeze=False)
     for ax, task in zip(axes[0], tasks):
         metric = glue_task(task).metrics[0]
@@ -387,9 +425,20 @@ def not_run_reason(run: Run, selected: set, cost: dict | None) -> str:
     return "not in the CPU campaign's selection, left to an accelerator" + estimate
 
 
-def report(config: dict, runs: list[Run], runs_dir: str, out: str, name: str, prov: dict, header: str, *,
-           selected: set = frozenset(), cost: dict | None = None, records_dirs: tuple = (),
-           summarise: bool = True) -> str:
+def report(
+    config: dict,
+    runs: list[Run],
+    runs_dir: str,
+    out: str,
+    name: str,
+    prov: dict,
+    header: str,
+    *,
+    selected: set = frozenset(),
+    cost: dict | None = None,
+    records_dirs: tuple = (),
+    summarise: bool = True,
+) -> str:
     """Write the tables (every method of every task and protocol of ``runs``, "not run" with its reason where no
     seed finished), the summary by paper, the curves and the run records (module docstring); return the
     Markdown path. ``selected``: the keys of the CPU campaign's runs; ``records_dirs``: further places that
@@ -413,20 +462,30 @@ def report(config: dict, runs: list[Run], runs_dir: str, out: str, name: str, pr
                 if run.method not in done:
                     not_run.setdefault(run.method, not_run_reason(run, selected, cost))
             text, rows = task_table(task, lines, spec, not_run)
-            sections.append(f"## {task}, protocol {protocol} ({len(cell) - len(unfinished)} of {len(cell)} runs "
-                            "finished)\n\n" + text)
+            sections.append(
+                f"## {task}, protocol {protocol} ({len(cell) - len(unfinished)} of {len(cell)} runs "
+                "finished)\n\n" + text
+            )
             payload.append({"task": task, "protocol": protocol, "rows": rows})
     if summarise and config.get("summaries"):
         sections.append(summary(config, payload))
-    picture = curves(runs, runs_dir, dirs, os.path.join(out, f"{name}_curves.png"),
-                     title=f"{config['title']}: dev metric over training, mean over seeds")
+    picture = curves(
+        runs,
+        runs_dir,
+        dirs,
+        os.path.join(out, f"{name}_curves.png"),
+        title=f"{config['title']}: dev metric over training, mean over seeds",
+    )
     if picture:
         sections.append(f"![curves]({os.path.basename(picture)})")
-    sections.append(f"Run records (results.json, log.jsonl, campaign.json of every finished run): "
-                    f"`{os.path.basename(records_dir)}/`")
+    sections.append(
+        f"Run records (results.json, log.jsonl, campaign.json of every finished run): "
+        f"`{os.path.basename(records_dir)}/`"
+    )
     protocols = {k: v["source"] for k, v in config["protocols"].items()}
-    return write_result(name, config["title"], sections, {"protocols": protocols, "tables": payload}, prov=prov,
-                        directory=out)
+    return write_result(
+        name, config["title"], sections, {"protocols": protocols, "tables": payload}, prov=prov, directory=out
+    )
 
 
 def _pairs(items: list[str]) -> dict:
@@ -463,13 +522,17 @@ def main(argv=None) -> int:
     ap.add_argument("--config", default=DEFAULT_CONFIG)
     ap.add_argument("--data-dir", default=DEFAULT_DATA, help="the offline data (default ../shared/data)")
     ap.add_argument("--only", nargs="*", default=[], metavar="KEY=V1,V2", help="protocol, method, task or seed")
-    ap.add_argument("--cpu-campaign", action="store_true",
-                    help="the configuration's cpu_campaign selection (and its weight sweep)")
+    ap.add_argument(
+        "--cpu-campaign", action="store_true", help="the configuration's cpu_campaign selection (and its weight sweep)"
+    )
     ap.add_argument("--sweep", action="store_true", help="the regulariser-weight sweeps instead of the table runs")
     ap.add_argument("--runs-dir", default=os.path.join("runs", "glue_methods"))
     ap.add_argument("--out", default=RESULTS, help="where the report goes (default experiments/results)")
-    ap.add_argument("--cost", default=os.path.join(RESULTS, "glue_cost.json"),
-                    help="the cost table that orders the runs (python -m experiments.glue_cost)")
+    ap.add_argument(
+        "--cost",
+        default=os.path.join(RESULTS, "glue_cost.json"),
+        help="the cost table that orders the runs (python -m experiments.glue_cost)",
+    )
     ap.add_argument("--name", default="glue_methods", help="name of the table report (default glue_methods)")
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--report-only", action="store_true", help="tabulate the finished runs, run nothing")
@@ -491,8 +554,10 @@ def main(argv=None) -> int:
     if args.sweep:
         parts = {sweep_name: sweep_runs}
     elif args.cpu_campaign:
-        parts = {args.name: campaign_selection(table_runs, config),
-                 sweep_name: sweep_runs if config["cpu_campaign"].get("sweep") else []}
+        parts = {
+            args.name: campaign_selection(table_runs, config),
+            sweep_name: sweep_runs if config["cpu_campaign"].get("sweep") else [],
+        }
     else:
         parts = {args.name: table_runs}
     parts = {name: select(runs, only) for name, runs in parts.items()}
@@ -518,8 +583,16 @@ def main(argv=None) -> int:
                 continue
             seconds = run_one(run, args.runs_dir, args.data_dir, every, env)
             with open(os.path.join(run.directory(args.runs_dir), "campaign.json"), "w") as f:
-                json.dump({"wall_seconds": seconds, "commit": prov["commit"], "machine": prov["machine"],
-                           "pairing": pairing_record(run.options, run.seed, prov["commit"], stream)}, f, indent=1)
+                json.dump(
+                    {
+                        "wall_seconds": seconds,
+                        "commit": prov["commit"],
+                        "machine": prov["machine"],
+                        "pairing": pairing_record(run.options, run.seed, prov["commit"], stream),
+                    },
+                    f,
+                    indent=1,
+                )
             for name, part in parts.items():  # kept as soon as it is done
                 if run.key in {r.key for r in part}:
                     copy_records([run], args.runs_dir, os.path.join(args.out, f"{name}_runs"))
@@ -530,21 +603,38 @@ def main(argv=None) -> int:
         reports[sweep_name] = select(sweep_runs, only)
     for name, runs in reports.items():
         commits = _commits(runs, args.runs_dir, records_dirs)
-        header = (f"Model `{config['model']}`; dev sets; mean ± std over seeds (population std); in brackets the "
-                  "p-values against the protocol's baseline: the two-sample t-test (scipy.stats.ttest_ind, equal "
-                  "variances) and the paired t-test (scipy.stats.ttest_rel) over the seeds whose runs share the "
-                  "data order and the dropout stream (listed; `experiments/glue_pairing.py` says what pairs two "
-                  "runs); * p < 0.05. † marks a method whose model differs from the baseline's (SoftDecay, IsoBN, "
-                  "flow, the Isotropy Layer's stage 2): its runs share the data order and the per-site dropout "
-                  "keys, but the masks act on other activations. s / epoch is each run's own training time per "
-                  "epoch (evaluation and checkpoints left out): runs made at different times on a shared machine "
-                  "differ by its load as well; `experiments/results/glue_cost.md` gives the measured cost per "
-                  "task. A method with no finished seed says \"not run\" and why. Protocols:\n\n"
-                  + "\n".join(f"- **{k}**: {v['source']}" for k, v in config["protocols"].items())
-                  + f"\n\nCPU campaign: {config.get('cpu_campaign', {}).get('note', '–')} Runs made at commit(s) "
-                  f"{', '.join(commits) or '–'}.")
-        print(open(report(config, runs, args.runs_dir, args.out, name, prov, header, selected=selected, cost=cost,
-                          records_dirs=records_dirs, summarise=name != sweep_name)).read())
+        header = (
+            f"Model `{config['model']}`; dev sets; mean ± std over seeds (population std); in brackets the "
+            "p-values against the protocol's baseline: the two-sample t-test (scipy.stats.ttest_ind, equal "
+            "variances) and the paired t-test (scipy.stats.ttest_rel) over the seeds whose runs share the "
+            "data order and the dropout stream (listed; `experiments/glue_pairing.py` says what pairs two "
+            "runs); * p < 0.05. † marks a method whose model differs from the baseline's (SoftDecay, IsoBN, "
+            "flow, the Isotropy Layer's stage 2): its runs share the data order and the per-site dropout "
+            "keys, but the masks act on other activations. s / epoch is each run's own training time per "
+            "epoch (evaluation and checkpoints left out): runs made at different times on a shared machine "
+            "differ by its load as well; `experiments/results/glue_cost.md` gives the measured cost per "
+            'task. A method with no finished seed says "not run" and why. Protocols:\n\n'
+            + "\n".join(f"- **{k}**: {v['source']}" for k, v in config["protocols"].items())
+            + f"\n\nCPU campaign: {config.get('cpu_campaign', {}).get('note', '–')} Runs made at commit(s) "
+            f"{', '.join(commits) or '–'}."
+        )
+        print(
+            open(
+                report(
+                    config,
+                    runs,
+                    args.runs_dir,
+                    args.out,
+                    name,
+                    prov,
+                    header,
+                    selected=selected,
+                    cost=cost,
+                    records_dirs=records_dirs,
+                    summarise=name != sweep_name,
+                )
+            ).read()
+        )
     return 0
 
 

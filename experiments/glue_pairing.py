@@ -20,6 +20,7 @@ Pairing also needs the same dropout implementation: the campaign's code changed 
 fingerprints agree (records made before fingerprints existed carry their commit instead, and pair only with runs
 of the same commit).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -27,8 +28,12 @@ import hashlib
 import numpy as np
 import scipy.stats
 
-MODEL_CHANGES = {"softdecay": "SoftDecay transform", "isobn": "IsoBN layer", "flow": "flow before the head",
-                 "isotropy_layer": "Isotropy Layer (stage 2)"}
+MODEL_CHANGES = {
+    "softdecay": "SoftDecay transform",
+    "isobn": "IsoBN layer",
+    "flow": "flow before the head",
+    "isotropy_layer": "Isotropy Layer (stage 2)",
+}
 
 
 def dropout_stream() -> str:
@@ -41,13 +46,20 @@ def dropout_stream() -> str:
 
     from isojax.models import EncoderConfig, build_encoder
 
-    config = EncoderConfig(vocab_size=8, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                           intermediate_size=32, max_position_embeddings=16)
+    config = EncoderConfig(
+        vocab_size=8,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=16,
+    )
     module = build_encoder(config, add_pooling_layer=False)
     ids = jnp.arange(12, dtype=jnp.int32).reshape(2, 6) % 8
     params = module.init(jax.random.key(0), ids)["params"]
-    out = module.apply({"params": params}, ids, deterministic=False,
-                       rngs={"dropout": jax.random.fold_in(jax.random.key(0), 1)})
+    out = module.apply(
+        {"params": params}, ids, deterministic=False, rngs={"dropout": jax.random.fold_in(jax.random.key(0), 1)}
+    )
     hidden = np.asarray(out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0], np.float64)
     return hashlib.sha256(np.round(hidden, 3).tobytes()).hexdigest()[:12]
 
@@ -57,9 +69,10 @@ def pairing_record(options: dict, seed: int, commit: str, stream: str) -> dict:
     change = MODEL_CHANGES.get(options.get("method"))
     return {
         "data_order": f"numpy.random.default_rng([{seed}, epoch]) permutation, batches of {options['batch-size']}, "
-                      "last partial batch dropped",
+        "last partial batch dropped",
         "dropout_key": f"fold_in(key({seed}), step), per site by Flax module path",
-        "dropout_stream": stream, "commit": commit,
+        "dropout_stream": stream,
+        "commit": commit,
         "model_change": change,  # None: the baseline's model and dropout sites
     }
 

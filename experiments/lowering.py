@@ -21,6 +21,7 @@ made there instead: the export for that platform compiled and run on the device.
 with the command, commit and machine. The same cells are the test ``tests/test_lowering.py`` (on fewer entry points
 per group where a group repeats itself).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,7 +32,7 @@ import os
 import re
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 if __name__ == "__main__":  # the mesh cells need 8 devices; on CPU they are virtual (as tests/conftest.py does)
     os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
@@ -60,6 +61,7 @@ class Entry:
 
 
 # ---------------------------------------------------------------------------------------------------- cells
+
 
 def _custom_calls(text: str) -> list[str]:
     return sorted(set(re.findall(r"custom_call\s*@([\w.]+)", text)))
@@ -94,21 +96,33 @@ def lower_cell(f, args, platform: str) -> dict:
         exported, unsafe = export(f, args, platform)
     except Exception as e:  # noqa: BLE001 - every failure is a cell of the matrix
         status = "refused" if refusal(e, platform) else "fails"
-        return {"status": status, "detail": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}",
-                "seconds": round(time.perf_counter() - start, 2)}
+        return {
+            "status": status,
+            "detail": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}",
+            "seconds": round(time.perf_counter() - start, 2),
+        }
     text = exported.mlir_module()
     calls = _custom_calls(text)
-    return {"status": "lowers", "detail": "", "float64": bool(re.search(r"\bf64\b", text)), "custom_calls": calls,
-            "host_callbacks": [c for c in calls if HOST_CALLBACK.search(c)], "unserializable": unsafe,
-            "seconds": round(time.perf_counter() - start, 2), "exported": exported}
+    return {
+        "status": "lowers",
+        "detail": "",
+        "float64": bool(re.search(r"\bf64\b", text)),
+        "custom_calls": calls,
+        "host_callbacks": [c for c in calls if HOST_CALLBACK.search(c)],
+        "unserializable": unsafe,
+        "seconds": round(time.perf_counter() - start, 2),
+        "exported": exported,
+    }
 
 
 def round_trip(exported, f, args) -> float:
     """Largest absolute difference between the deserialised CPU export called on ``args`` and ``jax.jit(f)``."""
     restored = jax.export.deserialize(exported.serialize())
     got, want = restored.call(*args), (f if hasattr(f, "trace") else jax.jit(f))(*args)
-    diffs = [float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)), initial=0.0))
-             for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True)]
+    diffs = [
+        float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)), initial=0.0))
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True)
+    ]
     return max(diffs, default=0.0)
 
 
@@ -155,11 +169,14 @@ def run_entry(entry: Entry, platforms=PLATFORMS) -> dict:
 
 # -------------------------------------------------------------------------------------------------- entries
 
+
 def _grad(f, argnum=0):
     """Gradient of the sum of ``f``'s floating outputs with respect to argument ``argnum``."""
+
     def total(*args):
         leaves = [x for x in jax.tree.leaves(f(*args)) if jnp.issubdtype(jnp.result_type(x), jnp.floating)]
         return sum(jnp.sum(x.astype(jnp.float32)) for x in leaves)
+
     return jax.grad(total, argnums=argnum)
 
 
@@ -181,24 +198,34 @@ def spectral_entries(methods=None) -> list[Entry]:
     x, mask = _cloud(40, 6, batch=(2,)), _mask(40, 30, batch=(2,))
     alpha = jnp.float32(-0.6)
     out = []
-    for m in (methods or [*DECOMPOSITIONS, "auto"]):
+    for m in methods or [*DECOMPOSITIONS, "auto"]:
         sd = lambda x, a, m=m: soft_decay(x, a, mask=mask, method=m)  # noqa: E731
         sm = lambda x, m=m: spectral_map(x, jnp.log1p, mask=mask, method=m).y  # noqa: E731
-        out += [Entry("spectral", f"soft_decay[{m}]", lambda sd=sd: (sd, (x, alpha))),
-                Entry("spectral", f"grad soft_decay[{m}] (x, alpha)",
-                      lambda sd=sd: (_grad(sd, (0, 1)), (x, alpha))),
-                Entry("spectral", f"spectral_map[{m}]", lambda sm=sm: (sm, (x,))),
-                Entry("spectral", f"grad spectral_map[{m}]", lambda sm=sm: (_grad(sm), (x,)))]
+        out += [
+            Entry("spectral", f"soft_decay[{m}]", lambda sd=sd: (sd, (x, alpha))),
+            Entry("spectral", f"grad soft_decay[{m}] (x, alpha)", lambda sd=sd: (_grad(sd, (0, 1)), (x, alpha))),
+            Entry("spectral", f"spectral_map[{m}]", lambda sm=sm: (sm, (x,))),
+            Entry("spectral", f"grad spectral_map[{m}]", lambda sm=sm: (_grad(sm), (x,))),
+        ]
     module = SoftDecay()
     variables = module.init(jax.random.key(0), x, mask)
     out += [
         Entry("spectral", "thin_svd[auto]", lambda: (lambda x: thin_svd(x), (x,))),
-        Entry("spectral", "spectral_derivative[auto] .vjp",
-              lambda: (lambda x: spectral_derivative(x, jnp.log1p, mask=mask).vjp(x), (x,))),
-        Entry("spectral", "softdecay_derivative[auto] .singular_values",
-              lambda: (lambda x: softdecay_derivative(x, alpha, mask=mask).singular_values(), (x,))),
-        Entry("spectral", "grad SoftDecay module (params)",
-              lambda: (_grad(lambda v, x: module.apply(v, x, mask)), (variables, x))),
+        Entry(
+            "spectral",
+            "spectral_derivative[auto] .vjp",
+            lambda: (lambda x: spectral_derivative(x, jnp.log1p, mask=mask).vjp(x), (x,)),
+        ),
+        Entry(
+            "spectral",
+            "softdecay_derivative[auto] .singular_values",
+            lambda: (lambda x: softdecay_derivative(x, alpha, mask=mask).singular_values(), (x,)),
+        ),
+        Entry(
+            "spectral",
+            "grad SoftDecay module (params)",
+            lambda: (_grad(lambda v, x: module.apply(v, x, mask)), (variables, x)),
+        ),
     ]
     return out
 
@@ -237,36 +264,63 @@ def _function_calls() -> dict[str, tuple[Callable, tuple, bool]]:
         "metrics.empirical_cdf": (lambda v: metrics.empirical_cdf(v, jnp.linspace(-1, 1, 5)), (x[:, 0],), False),
         "losses.cosine_regularization": (lambda w: losses.cosine_regularization(w), (w,), True),
         "losses.polynomial_decay": (lambda c: losses.polynomial_decay(4, c1=c, gamma=1.5), (jnp.float32(2),), True),
-        "losses.exponential_decay": (lambda c: losses.exponential_decay(4, c1=c, c2=0.5, gamma=1.5),
-                                     (jnp.float32(2),), True),
+        "losses.exponential_decay": (
+            lambda c: losses.exponential_decay(4, c1=c, c2=0.5, gamma=1.5),
+            (jnp.float32(2),),
+            True,
+        ),
         "losses.spectrum_polynomial": (lambda w: losses.spectrum_polynomial(w, c1=2.0, gamma=1.5), (w,), True),
-        "losses.spectrum_exponential": (lambda w: losses.spectrum_exponential(w, c1=2.0, c2=0.5, gamma=1.5),
-                                        (w,), True),
+        "losses.spectrum_exponential": (
+            lambda w: losses.spectrum_exponential(w, c1=2.0, c2=0.5, gamma=1.5),
+            (w,),
+            True,
+        ),
         "losses.isoscore_loss": (lambda x: losses.isoscore_loss(x, mask=m), (x,), True),
         "losses.istar_loss": (lambda x: losses.istar_loss(x, c0=cov, mask=m), (x,), True),
         "losses.balancer_init": (lambda: losses.balancer_init(2), (), False),
         "losses.BalancerState": (lambda: losses.balancer_init(2), (), False),
-        "losses.balancer_update": (lambda l: losses.balancer_update(losses.balancer_init(2), l),
-                                   (jnp.asarray([1.0, 2.0]),), False),
+        "losses.balancer_update": (
+            lambda current: losses.balancer_update(losses.balancer_init(2), current),
+            (jnp.asarray([1.0, 2.0]),),
+            False,
+        ),
         "topology.zero_dim_barcode": (lambda x: topology.zero_dim_barcode(x, mask=m), (x,), True),
         "topology.barcode_edges": (lambda x: topology.barcode_edges(x, mask=m), (x,), False),
         "topology.barcode_mask": (lambda m: topology.barcode_mask(m), (m,), False),
-        "topology.persistent_entropy": (lambda b: topology.persistent_entropy(b, mask=topology.barcode_mask(m)),
-                                        (bars,), True),
-        "topology.select_prominent": (lambda b: topology.select_prominent(b, mask=topology.barcode_mask(m)),
-                                      (bars,), False),
+        "topology.persistent_entropy": (
+            lambda b: topology.persistent_entropy(b, mask=topology.barcode_mask(m)),
+            (bars,),
+            True,
+        ),
+        "topology.select_prominent": (
+            lambda b: topology.select_prominent(b, mask=topology.barcode_mask(m)),
+            (bars,),
+            False,
+        ),
         "topology.persistent_entropy_loss": (
-            lambda x: topology.persistent_entropy_loss(x, labels, mask=m, num_classes=2), (x,), True),
+            lambda x: topology.persistent_entropy_loss(x, labels, mask=m, num_classes=2),
+            (x,),
+            True,
+        ),
         "topology.persistent_entropy_loss_grad": (
-            lambda x: topology.persistent_entropy_loss_grad(x, labels, mask=m, num_classes=2), (x,), False),
+            lambda x: topology.persistent_entropy_loss_grad(x, labels, mask=m, num_classes=2),
+            (x,),
+            False,
+        ),
         "calibrate.all_but_the_top": (lambda x: calibrate.all_but_the_top(x, D=1, mask=m), (x,), True),
         "calibrate.center": (lambda x: calibrate.center(x, mask=m), (x,), True),
         "calibrate.fit_all_but_the_top": (lambda x: calibrate.fit_all_but_the_top(x, D=1, mask=m), (x,), True),
         "calibrate.TopDirections": (lambda x: calibrate.fit_all_but_the_top(x, D=1, mask=m), (x,), True),
-        "calibrate.fit_flow": (lambda x, k: calibrate.fit_flow(x, k, mask=m, levels=1, depth=1, hidden=8, steps=2,
-                                                               batch_size=8), (x, key), False),
-        "calibrate.FlowState": (lambda x, k: calibrate.fit_flow(x, k, mask=m, levels=1, depth=1, hidden=8, steps=2,
-                                                                batch_size=8), (x, key), False),
+        "calibrate.fit_flow": (
+            lambda x, k: calibrate.fit_flow(x, k, mask=m, levels=1, depth=1, hidden=8, steps=2, batch_size=8),
+            (x, key),
+            False,
+        ),
+        "calibrate.FlowState": (
+            lambda x, k: calibrate.fit_flow(x, k, mask=m, levels=1, depth=1, hidden=8, steps=2, batch_size=8),
+            (x, key),
+            False,
+        ),
         "calibrate.fit_whitening": (lambda x: calibrate.fit_whitening(x, mask=m), (x,), True),
         "calibrate.WhiteningState": (lambda x: calibrate.fit_whitening(x, mask=m), (x,), True),
         "calibrate.flow_forward": (lambda x: calibrate.flow_forward(flow, x), (x,), True),
@@ -274,7 +328,9 @@ def _function_calls() -> dict[str, tuple[Callable, tuple, bool]]:
         "calibrate.isobn_scale": (lambda c: calibrate.isobn_scale(c, jnp.sqrt(jnp.diagonal(c))), (cov,), True),
         "calibrate.scale_lu_updates": (
             lambda g: calibrate.scale_lu_updates().update(g, calibrate.scale_lu_updates().init(g))[0],
-            ({"w": x},), False),
+            ({"w": x},),
+            False,
+        ),
         "calibrate.scaled_center": (lambda x: calibrate.scaled_center(x, mask=m), (x,), True),
         "calibrate.whiten": (lambda x: calibrate.whiten(x, whitening), (x,), True),
         "calibrate.IsoBN": (lambda x: isobn.apply(isobn_vars, x, mask=m, mutable=["batch_stats"])[0], (x,), True),
@@ -282,28 +338,47 @@ def _function_calls() -> dict[str, tuple[Callable, tuple, bool]]:
         "calibrate.Flow": (lambda x: flow_module.apply(flow_vars, x, m), (x,), True),
         "gradients.cosine_regularization_grad": (lambda w: gradients.cosine_regularization_grad(w), (w,), False),
         "gradients.spectrum_polynomial_grad": (
-            lambda w: gradients.spectrum_polynomial_grad(w, c1=2.0, gamma=1.5), (w,), False),
+            lambda w: gradients.spectrum_polynomial_grad(w, c1=2.0, gamma=1.5),
+            (w,),
+            False,
+        ),
         "gradients.spectrum_exponential_grad": (
-            lambda w: gradients.spectrum_exponential_grad(w, c1=2.0, c2=0.5, gamma=1.5), (w,), False),
+            lambda w: gradients.spectrum_exponential_grad(w, c1=2.0, c2=0.5, gamma=1.5),
+            (w,),
+            False,
+        ),
         "gradients.isoscore_grad": (lambda x: gradients.isoscore_grad(x, mask=m), (x,), False),
         "gradients.isoscore_star_grad": (lambda x: gradients.isoscore_star_grad(x, c0=cov, mask=m), (x,), False),
         "gradients.isoscore_loss_grad": (lambda x: gradients.isoscore_loss_grad(x, mask=m), (x,), False),
         "gradients.istar_loss_grad": (lambda x: gradients.istar_loss_grad(x, c0=cov, mask=m), (x,), False),
         "gradients.persistent_entropy_loss_grad": (
-            lambda x: gradients.persistent_entropy_loss_grad(x, labels, mask=m, num_classes=2), (x,), False),
-        "gradients.spectral_derivative": (lambda x: gradients.spectral_derivative(x, jnp.log1p, mask=m).norm(),
-                                          (x,), False),
-        "gradients.SpectralDerivative": (lambda x: gradients.spectral_derivative(x, jnp.log1p, mask=m).cond(),
-                                         (x,), False),
-        "gradients.softdecay_derivative": (lambda x: gradients.softdecay_derivative(x, -0.6, mask=m).vjp(x),
-                                           (x,), False),
-        "gradients.softmax_gradient_split": (lambda w, h: gradients.softmax_gradient_split(w, h, targets),
-                                             (w, h), True),
+            lambda x: gradients.persistent_entropy_loss_grad(x, labels, mask=m, num_classes=2),
+            (x,),
+            False,
+        ),
+        "gradients.spectral_derivative": (
+            lambda x: gradients.spectral_derivative(x, jnp.log1p, mask=m).norm(),
+            (x,),
+            False,
+        ),
+        "gradients.SpectralDerivative": (
+            lambda x: gradients.spectral_derivative(x, jnp.log1p, mask=m).cond(),
+            (x,),
+            False,
+        ),
+        "gradients.softdecay_derivative": (
+            lambda x: gradients.softdecay_derivative(x, -0.6, mask=m).vjp(x),
+            (x,),
+            False,
+        ),
+        "gradients.softmax_gradient_split": (
+            lambda w, h: gradients.softmax_gradient_split(w, h, targets),
+            (w, h),
+            True,
+        ),
         "gradients.SoftmaxGradients": (lambda w, h: gradients.softmax_gradient_split(w, h, targets), (w, h), True),
-        "gradients.common_enemies_alignment": (lambda w, g: gradients.common_enemies_alignment(w, g), (w, 2 * w),
-                                               True),
-        "gradients.CommonEnemiesAlignment": (lambda w, g: gradients.common_enemies_alignment(w, g), (w, 2 * w),
-                                             True),
+        "gradients.common_enemies_alignment": (lambda w, g: gradients.common_enemies_alignment(w, g), (w, 2 * w), True),
+        "gradients.CommonEnemiesAlignment": (lambda w, g: gradients.common_enemies_alignment(w, g), (w, 2 * w), True),
     }
     return calls
 
@@ -312,8 +387,11 @@ def public_functions() -> list[str]:
     """``module.name`` of everything in the ``__all__`` of metrics, losses, topology, calibrate and gradients."""
     from isojax import calibrate, gradients, losses, metrics, topology
 
-    return [f"{mod.__name__.split('.')[-1]}.{name}" for mod in (metrics, losses, topology, calibrate, gradients)
-            for name in mod.__all__]
+    return [
+        f"{mod.__name__.split('.')[-1]}.{name}"
+        for mod in (metrics, losses, topology, calibrate, gradients)
+        for name in mod.__all__
+    ]
 
 
 def function_entries(names=None) -> list[Entry]:
@@ -338,14 +416,27 @@ def tiny_config(model_type: str):
     from isojax.models import config_from_hf
 
     common = dict(vocab_size=99, max_position_embeddings=42)
-    hf = {"distilbert": dict(dim=32, n_layers=2, n_heads=4, hidden_dim=40),
-          "gpt2": dict(n_embd=32, n_layer=2, n_head=4, n_inner=40, n_positions=42, bos_token_id=1, eos_token_id=2),
-          "bart": dict(d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-                       decoder_attention_heads=4, encoder_ffn_dim=40, decoder_ffn_dim=40, pad_token_id=1,
-                       bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=2),
-          "albert": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=40,
-                         embedding_size=16)}.get(
-        model_type, dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=40))
+    hf = {
+        "distilbert": dict(dim=32, n_layers=2, n_heads=4, hidden_dim=40),
+        "gpt2": dict(n_embd=32, n_layer=2, n_head=4, n_inner=40, n_positions=42, bos_token_id=1, eos_token_id=2),
+        "bart": dict(
+            d_model=32,
+            encoder_layers=2,
+            decoder_layers=2,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=40,
+            decoder_ffn_dim=40,
+            pad_token_id=1,
+            bos_token_id=0,
+            eos_token_id=2,
+            decoder_start_token_id=2,
+            forced_eos_token_id=2,
+        ),
+        "albert": dict(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=40, embedding_size=16
+        ),
+    }.get(model_type, dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=40))
     if model_type == "gpt2":
         common.pop("max_position_embeddings")
     return config_from_hf({"model_type": model_type, **common, **hf})
@@ -368,8 +459,7 @@ def model_entries(architectures=ARCHITECTURES, dtypes=("float32", "bfloat16")) -
             return (lambda p, i, m: module.apply({"params": p}, i, m, i)), (params, ids, mask)
         return (lambda p, i, m: module.apply({"params": p}, i, m)), (params, ids, mask)
 
-    return [Entry("models", f"{t} forward {d}", lambda t=t, d=d: build(t, d))
-            for t in architectures for d in dtypes]
+    return [Entry("models", f"{t} forward {d}", lambda t=t, d=d: build(t, d)) for t in architectures for d in dtypes]
 
 
 def generate_entries() -> list[Entry]:
@@ -381,16 +471,23 @@ def generate_entries() -> list[Entry]:
         module = build_model(tiny_config(model_type))
         params = init_params(module, jax.random.key(0))
         ids = _ids(2, 4 if model_type == "gpt2" else 6)
-        return (lambda p, i: generate(module, p, i, max_length=10 if model_type == "gpt2" else 8,
-                                      num_beams=beams).sequences), (params, ids)
+        return (
+            lambda p, i: generate(module, p, i, max_length=10 if model_type == "gpt2" else 8, num_beams=beams).sequences
+        ), (params, ids)
 
-    return [Entry("generate", f"generate {t} {'greedy' if b == 1 else f'beam {b}'}", lambda t=t, b=b: build(t, b))
-            for t in ("gpt2", "bart") for b in (1, 3)]
+    return [
+        Entry("generate", f"generate {t} {'greedy' if b == 1 else f'beam {b}'}", lambda t=t, b=b: build(t, b))
+        for t in ("gpt2", "bart")
+        for b in (1, 3)
+    ]
 
 
-TRAIN_LAYOUTS = {"1 device": dict(parallel="mesh", devices=1), "mesh data 8": dict(parallel="mesh", devices=8),
-                 "mesh data 4 x model 2": dict(parallel="mesh", devices=8, model_parallel=2),
-                 "pmap 8": dict(parallel="pmap", devices=8)}
+TRAIN_LAYOUTS = {
+    "1 device": dict(parallel="mesh", devices=1),
+    "mesh data 8": dict(parallel="mesh", devices=8),
+    "mesh data 4 x model 2": dict(parallel="mesh", devices=8, model_parallel=2),
+    "pmap 8": dict(parallel="pmap", devices=8),
+}
 
 
 def train_step(method: str, layout: str, *, dtype="bfloat16", remat="full"):
@@ -408,27 +505,53 @@ def train_step(method: str, layout: str, *, dtype="bfloat16", remat="full"):
     from isojax.train.objective import data_references
     from isojax.train.state import create_state
 
-    config = TrainConfig(task="rte", model="tiny", method=method, dtype=dtype, scan_layers=True, remat=remat,
-                         batch_size=8, max_length=8, steps=4, **TRAIN_LAYOUTS[layout])
+    config = TrainConfig(
+        task="rte",
+        model="tiny",
+        method=method,
+        dtype=dtype,
+        scan_layers=True,
+        remat=remat,
+        batch_size=8,
+        max_length=8,
+        steps=4,
+        **TRAIN_LAYOUTS[layout],
+    )
     spec = config.method_spec
     cfg = dataclasses.replace(tiny_config("bert"), hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
-    encoder = build_encoder(cfg, dtype=jnp.dtype(dtype), scan_layers=True, remat=remat,
-                            transform_placement=config.softdecay_placement,
-                            last_layer_transform=SoftDecay(alpha_init=config.softdecay_alpha) if spec.softdecay
-                            else None)
-    model = TaskModel(encoder, num_labels=config.num_labels, pooling=config.pooling, dropout_rate=0.1,
-                      use_isobn=spec.isobn, use_isotropy_layer=spec.isotropy_layer, flow=config.make_flow())
+    encoder = build_encoder(
+        cfg,
+        dtype=jnp.dtype(dtype),
+        scan_layers=True,
+        remat=remat,
+        transform_placement=config.softdecay_placement,
+        last_layer_transform=SoftDecay(alpha_init=config.softdecay_alpha) if spec.softdecay else None,
+    )
+    model = TaskModel(
+        encoder,
+        num_labels=config.num_labels,
+        pooling=config.pooling,
+        dropout_rate=0.1,
+        use_isobn=spec.isobn,
+        use_isotropy_layer=spec.isotropy_layer,
+        flow=config.make_flow(),
+    )
     rows = np.random.default_rng(0).standard_normal((16, cfg.hidden_size)).astype(np.float32)
-    variables = init_variables(model, init_params(encoder, jax.random.key(0)), jax.random.key(1),
-                               rows if spec.flow else None)
+    variables = init_variables(
+        model, init_params(encoder, jax.random.key(0)), jax.random.key(1), rows if spec.flow else None
+    )
     recipe = loop.ClassificationRecipe(config)
     regs = [reg for stage in config.stages() for reg in stage.regularizers]
     references = data_references(regs, lambda name: jnp.eye(cfg.hidden_size))
     plan = loop._plans(config, recipe, model, variables, 1, references)[0]
     state = create_state(variables, plan.optimizer, config.seed)
     ids = _ids(8, 8)
-    batch = {"input_ids": ids, "attention_mask": jnp.ones_like(ids), "token_type_ids": jnp.zeros_like(ids),
-             "labels": jnp.asarray(np.arange(8) % 2, jnp.int32)}
+    batch = {
+        "input_ids": ids,
+        "attention_mask": jnp.ones_like(ids),
+        "token_type_ids": jnp.zeros_like(ids),
+        "labels": jnp.asarray(np.arange(8) % 2, jnp.int32),
+    }
     runner = plan.runner
     if config.parallel == "pmap":
         placed, rows = runner.place(state), runner._split(batch)
@@ -442,45 +565,86 @@ def train_entries(methods=None, layouts=tuple(TRAIN_LAYOUTS)) -> list[Entry]:
     from isojax.train.config import METHODS
 
     layouts = [layout for layout in layouts if TRAIN_LAYOUTS[layout]["devices"] <= jax.device_count()]
-    return [Entry("train", f"train step {m} ({layout}; bf16, scan, remat full)",
-                  lambda m=m, layout=layout: train_step(m, layout), round_trip=False)
-            for m in (methods or METHODS) for layout in layouts]
+    return [
+        Entry(
+            "train",
+            f"train step {m} ({layout}; bf16, scan, remat full)",
+            lambda m=m, layout=layout: train_step(m, layout),
+            round_trip=False,
+        )
+        for m in (methods or METHODS)
+        for layout in layouts
+    ]
 
 
-GROUPS = {"spectral": spectral_entries, "functions": function_entries, "models": model_entries,
-          "generate": generate_entries, "train": train_entries}
+GROUPS = {
+    "spectral": spectral_entries,
+    "functions": function_entries,
+    "models": model_entries,
+    "generate": generate_entries,
+    "train": train_entries,
+}
 
 
 # --------------------------------------------------------------------------------------------------- report
 
+
 def write(rows: list[dict], platforms, out_dir: str, meta: dict, stem: str = "lowering") -> str:
     """``STEM.{json,md}`` in ``out_dir``; returns the Markdown."""
-    counts = {s: sum(1 for r in rows for c in r.get("cells", {}).values() if c["status"] == s)
-              for s in ("lowers", "refused", "fails")}
+    counts = {
+        s: sum(1 for r in rows for c in r.get("cells", {}).values() if c["status"] == s)
+        for s in ("lowers", "refused", "fails")
+    }
     build_errors = [r for r in rows if "build_error" in r]
     payload = {"provenance": meta, "platforms": list(platforms), "counts": counts, "rows": rows}
     with open(os.path.join(out_dir, f"{stem}.json"), "w") as f:
         json.dump(payload, f, indent=1)
-    table = [[r["group"], r["name"], *(cell_text(r["cells"][p]) for p in platforms),
-              (f"{r['round_trip_max_abs_diff']:.1e}" if "round_trip_max_abs_diff" in r
-               else r.get("round_trip_error", "–"))]
-             for r in rows if "cells" in r]
-    md = "\n\n".join([
-        "# Lowering matrix: every entry point exported per platform by the compiler",
-        "\n".join(f"- {k}: `{v}`" if k in ("command", "commit") else f"- {k}: {v}" for k, v in meta.items()),
-        __doc__.split("\n\n", 2)[2].split("Writes ``lowering")[0].strip(),
-        f"Cells: {counts['lowers']} lower, {counts['refused']} refused, {counts['fails']} fail inside JAX"
-        + (f"; {len(build_errors)} entries could not be built: "
-           + "; ".join(f"{r['name']}: {r['build_error']}" for r in build_errors) if build_errors else "") + ".",
-        markdown_table(["group", "entry point", *platforms,
-                        f"{meta.get('round_trip', 'cpu')} round trip (max abs diff)"], table)])
+    table = [
+        [
+            r["group"],
+            r["name"],
+            *(cell_text(r["cells"][p]) for p in platforms),
+            (
+                f"{r['round_trip_max_abs_diff']:.1e}"
+                if "round_trip_max_abs_diff" in r
+                else r.get("round_trip_error", "–")
+            ),
+        ]
+        for r in rows
+        if "cells" in r
+    ]
+    md = "\n\n".join(
+        [
+            "# Lowering matrix: every entry point exported per platform by the compiler",
+            "\n".join(f"- {k}: `{v}`" if k in ("command", "commit") else f"- {k}: {v}" for k, v in meta.items()),
+            __doc__.split("\n\n", 2)[2].split("Writes ``lowering")[0].strip(),
+            f"Cells: {counts['lowers']} lower, {counts['refused']} refused, {counts['fails']} fail inside JAX"
+            + (
+                f"; {len(build_errors)} entries could not be built: "
+                + "; ".join(f"{r['name']}: {r['build_error']}" for r in build_errors)
+                if build_errors
+                else ""
+            )
+            + ".",
+            markdown_table(
+                ["group", "entry point", *platforms, f"{meta.get('round_trip', 'cpu')} round trip (max abs diff)"],
+                table,
+            ),
+        ]
+    )
     with open(os.path.join(out_dir, f"{stem}.md"), "w") as f:
         f.write(md + "\n")
     return md
 
 
-def run(groups=None, platforms=PLATFORMS, out_dir: str = RESULTS, log=print, stem: str = "lowering",
-        meta: dict | None = None) -> dict:
+def run(
+    groups=None,
+    platforms=PLATFORMS,
+    out_dir: str = RESULTS,
+    log=print,
+    stem: str = "lowering",
+    meta: dict | None = None,
+) -> dict:
     """Every entry of ``groups`` (default all) exported for ``platforms``; writes ``out_dir/STEM.{md,json}`` and returns the
     JSON's content."""
     from isojax.spectral import current_platform
@@ -490,8 +654,10 @@ def run(groups=None, platforms=PLATFORMS, out_dir: str = RESULTS, log=print, ste
         for entry in GROUPS[group]():
             row = run_entry(entry, platforms)
             rows.append(row)
-            log(f"{entry.group:9s} {entry.name}: " + (row.get("build_error") or
-                " | ".join(f"{p} {row['cells'][p]['status']}" for p in platforms)))
+            log(
+                f"{entry.group:9s} {entry.name}: "
+                + (row.get("build_error") or " | ".join(f"{p} {row['cells'][p]['status']}" for p in platforms))
+            )
     os.makedirs(out_dir, exist_ok=True)
     meta = {**(meta or provenance("lowering")), "round_trip": current_platform()}
     write(rows, platforms, out_dir, meta, stem)

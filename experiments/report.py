@@ -1,4 +1,5 @@
 """Writing experiment results: a Markdown table with the command, commit and machine that made it, plus JSON."""
+
 from __future__ import annotations
 
 import datetime
@@ -31,8 +32,8 @@ def provenance(module: str) -> dict[str, str]:
         "command": f"python -m experiments.{module} {shlex.join(sys.argv[1:])}".strip(),
         "commit": (git("rev-parse", "--short", "HEAD") or "unknown") + dirty,
         "machine": f"{os.cpu_count()} CPU cores, {platform.machine()}, jax {jax.__version__} on {dev.platform} "
-                   f"({dev.device_kind})",
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        f"({dev.device_kind})",
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
     }
 
 
@@ -45,6 +46,7 @@ def display_name(model: str) -> str:
 
 def markdown_table(headers: list[str], rows: list[list]) -> str:
     """A GitHub Markdown table; floats with two decimals unless they are small (then four)."""
+
     def cell(v):
         if isinstance(v, float):
             return f"{v:.4f}" if abs(v) < 1 else f"{v:.2f}"
@@ -58,8 +60,15 @@ def markdown_table(headers: list[str], rows: list[list]) -> str:
 # Isotropy columns of the fine-tuning tables: keys of isojax.train.evaluation's records, headers, decimals.
 # The shrink paper's centered anisotropy sigma_1^2 / sum sigma_i^2 of the centered embeddings is EV1 by
 # definition, so it has no column of its own.
-ISOTROPY_COLUMNS = (("isoscore", "IsoScore", 4), ("ev1", "EV1 (= aniso c)", 4), ("ev2", "EV2", 4),
-                    ("ev3", "EV3", 4), ("anisotropy", "aniso (raw)", 4), ("I1", "I1(W)", 4), ("I2", "I2(W)", 4))
+ISOTROPY_COLUMNS = (
+    ("isoscore", "IsoScore", 4),
+    ("ev1", "EV1 (= aniso c)", 4),
+    ("ev2", "EV2", 4),
+    ("ev3", "EV3", 4),
+    ("anisotropy", "aniso (raw)", 4),
+    ("I1", "I1(W)", 4),
+    ("I2", "I2(W)", 4),
+)
 
 
 def mean_std(values, digits: int) -> str:
@@ -74,14 +83,18 @@ def mean_std(values, digits: int) -> str:
 def seeds_table(rows: dict[str, list[dict]], columns) -> str:
     """A Markdown table with one line per ``rows`` entry (name -> one record per seed) and the column
     ``(key, header, decimals)`` of each record as mean ± std over the seeds."""
-    return markdown_table(["method", "seeds", *(header for _, header, _ in columns)],
-                          [[name, len(records), *(mean_std([r.get(key) for r in records], digits)
-                                                  for key, _, digits in columns)]
-                           for name, records in rows.items()])
+    return markdown_table(
+        ["method", "seeds", *(header for _, header, _ in columns)],
+        [
+            [name, len(records), *(mean_std([r.get(key) for r in records], digits) for key, _, digits in columns)]
+            for name, records in rows.items()
+        ],
+    )
 
 
-def write_result(name: str, title: str, sections: list[str], payload: dict, prov: dict | None = None,
-                 directory: str = RESULTS) -> str:
+def write_result(
+    name: str, title: str, sections: list[str], payload: dict, prov: dict | None = None, directory: str = RESULTS
+) -> str:
     """Write ``<directory>/<name>.md`` (title, provenance, sections) and ``<name>.json``; return the .md path.
 
     ``name`` is also the experiment's module name (``python -m experiments.<name>``). ``prov``: the provenance

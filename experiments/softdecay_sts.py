@@ -12,6 +12,7 @@ releases in --data-dir (default ../shared/data beside the repository); STS-B fro
 Writes experiments/results/softdecay_sts.{md,json} next to the paper's numbers.
 With a reachable Hub: --models bert-base-cased,distilbert-base-uncased,albert-base-v2,roberta-base.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,13 @@ from isojax.eval import sts
 
 SETS = ("stsb", "sts12", "sts13", "sts14", "sts15", "sts16", "sickr")
 FIGURE4_SET = "sts15"
-ISOTROPY = (("token_uni", "TokenUni"), ("rbf_dis", "RBF_dis"), ("ev1", "EV_1"), ("isoscore", "IsoScore"),
-            ("lsds", "LSDS"))
+ISOTROPY = (
+    ("token_uni", "TokenUni"),
+    ("rbf_dis", "RBF_dis"),
+    ("ev1", "EV_1"),
+    ("isoscore", "IsoScore"),
+    ("lsds", "LSDS"),
+)
 PAPER = {  # Table 1, BERT-base-cased rows (Spearman x100): STSB, STS12-16, SICK-R, avg
     "BERT-base-cased (paper)": [59.05, 57.72, 58.38, 61.97, 70.28, 69.63, 63.75, 62.97],
     "+ BERT-flow (NLI) (paper)": [58.56, 59.54, 64.69, 64.66, 72.92, 71.84, 65.44, 65.38],
@@ -42,16 +48,27 @@ def run(model_name: str, poolings, sets, *, data_dir: str, max_length: int, flow
     data = [load_sts(name, "test", data_dir=data_dir) for name in sets]
     dev = load_sts("stsb", "validation", data_dir=data_dir)
     module, params, tokenizer = isojax.from_pretrained(model_name)
-    embedded = sts.embed_sets(module, params, tokenizer, [*data, dev], poolings=poolings, max_length=max_length,
-                              progress=True)
+    embedded = sts.embed_sets(
+        module, params, tokenizer, [*data, dev], poolings=poolings, max_length=max_length, progress=True
+    )
     transforms = [sts.Transform(method, flow_steps=flow_steps) for method in sts.METHODS]
     runs = []
     for pooling in poolings:
         *pairs, dev_pair = embedded[pooling]
-        result = sts.evaluate_sets({name: (a, b, d.scores) for name, d, (a, b) in zip(sets, data, pairs)},
-                                   transforms, dev=(*dev_pair, dev.scores), isotropy=True)
-        runs.append({"model": display_name(model_name), "pooling": pooling,
-                     "pairs": {name: len(d) for name, d in zip(sets, data)}, **result})
+        result = sts.evaluate_sets(
+            {name: (a, b, d.scores) for name, d, (a, b) in zip(sets, data, pairs)},
+            transforms,
+            dev=(*dev_pair, dev.scores),
+            isotropy=True,
+        )
+        runs.append(
+            {
+                "model": display_name(model_name),
+                "pooling": pooling,
+                "pairs": {name: len(d) for name, d in zip(sets, data)},
+                **result,
+            }
+        )
     return runs
 
 
@@ -59,36 +76,62 @@ def sections(r: dict) -> list[str]:
     """The Markdown of one run: Table 1 and the Figure-4 measures."""
     sets = list(r["sets"])
     search = r["alpha_search"]
-    table = [[method, *(rows[i]["spearman"] for rows in r["sets"].values()), r["average"][method]]
-             for i, method in enumerate(r["average"])]
-    out = [f"## {r['model']}, {r['pooling']} pooling: Spearman x100 (test)\n\nSoftDecay alpha = {search['best']:g}, "
-           "best on STS-B dev of " + ", ".join(f"{k}: {v:.2f}" for k, v in search["spearman"].items())
-           + ". Pairs: " + ", ".join(f"{k} {v}" for k, v in r["pairs"].items()) + ".\n\n"
-           + markdown_table(["method", *sets, "avg"], table)]
+    table = [
+        [method, *(rows[i]["spearman"] for rows in r["sets"].values()), r["average"][method]]
+        for i, method in enumerate(r["average"])
+    ]
+    out = [
+        f"## {r['model']}, {r['pooling']} pooling: Spearman x100 (test)\n\nSoftDecay alpha = {search['best']:g}, "
+        "best on STS-B dev of "
+        + ", ".join(f"{k}: {v:.2f}" for k, v in search["spearman"].items())
+        + ". Pairs: "
+        + ", ".join(f"{k} {v}" for k, v in r["pairs"].items())
+        + ".\n\n"
+        + markdown_table(["method", *sets, "avg"], table)
+    ]
     if FIGURE4_SET in r["sets"]:
         iso = [[row["method"], *(row[k] for k, _ in ISOTROPY)] for row in r["sets"][FIGURE4_SET]]
-        out.append(f"Figure-4 measures of the transformed {FIGURE4_SET.upper()} sentence embeddings ({r['model']}, "
-                   f"{r['pooling']}):\n\n" + markdown_table(["method", *(h for _, h in ISOTROPY)], iso))
+        out.append(
+            f"Figure-4 measures of the transformed {FIGURE4_SET.upper()} sentence embeddings ({r['model']}, "
+            f"{r['pooling']}):\n\n" + markdown_table(["method", *(h for _, h in ISOTROPY)], iso)
+        )
     return out
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", type=_csv, default=["default"], help="comma-separated model names or directories")
-    ap.add_argument("--pooling", type=_csv, default=["mean", "last2avg"],
-                    help="last2avg is the SoftDecay authors' pooling; mean is the sentence-transformers models' own")
+    ap.add_argument(
+        "--pooling",
+        type=_csv,
+        default=["mean", "last2avg"],
+        help="last2avg is the SoftDecay authors' pooling; mean is the sentence-transformers models' own",
+    )
     ap.add_argument("--sets", type=_csv, default=list(SETS))
     ap.add_argument("--data-dir", default=SHARED_DATA, help="original data releases (default ../shared/data)")
     ap.add_argument("--max-length", type=int, default=128)
     ap.add_argument("--flow-steps", type=int, default=300)
     args = ap.parse_args(argv)
-    runs = [r for m in args.models for r in run(m, args.pooling, args.sets, data_dir=args.data_dir,
-                                                max_length=args.max_length, flow_steps=args.flow_steps)]
+    runs = [
+        r
+        for m in args.models
+        for r in run(
+            m, args.pooling, args.sets, data_dir=args.data_dir, max_length=args.max_length, flow_steps=args.flow_steps
+        )
+    ]
     body = [s for r in runs for s in sections(r)]
-    body.append("## The paper's Table 1 (BERT-base-cased; needs the Hub)\n\n" + markdown_table(
-        ["method", *SETS, "avg"], [[k, *v] for k, v in PAPER.items()]))
-    print(write_result("softdecay_sts", "SoftDecay, unsupervised STS (softdecay-token-uniformity.txt Table 1, "
-                       "Figure 4)", body, {"runs": runs, "paper": PAPER}))
+    body.append(
+        "## The paper's Table 1 (BERT-base-cased; needs the Hub)\n\n"
+        + markdown_table(["method", *SETS, "avg"], [[k, *v] for k, v in PAPER.items()])
+    )
+    print(
+        write_result(
+            "softdecay_sts",
+            "SoftDecay, unsupervised STS (softdecay-token-uniformity.txt Table 1, Figure 4)",
+            body,
+            {"runs": runs, "paper": PAPER},
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ Public API (see README.md): ``from_pretrained``/``save_pretrained`` (Flax BERT, 
 GPT-2, BART, mBART from Hugging Face checkpoints; decoding in ``isojax.models.generate``), ``soft_decay``/``SoftDecay``,
 and the modules ``metrics``, ``topology``, ``losses``, ``calibrate``, ``spectral``, ``gradients``.
 """
+
 from isojax._transformers_notice import drop_torch_notice
 
 drop_torch_notice()  # before anything imports transformers
@@ -14,5 +15,15 @@ from isojax.softdecay import SoftDecay, soft_decay  # noqa: E402
 
 __version__ = "0.1.0"
 
-__all__ = ["SoftDecay", "calibrate", "from_pretrained", "gradients", "losses", "metrics", "save_pretrained",
-           "soft_decay", "spectral", "topology"]
+__all__ = [
+    "SoftDecay",
+    "calibrate",
+    "from_pretrained",
+    "gradients",
+    "losses",
+    "metrics",
+    "save_pretrained",
+    "soft_decay",
+    "spectral",
+    "topology",
+]

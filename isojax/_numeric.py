@@ -5,6 +5,7 @@ zero norms and empty masks (the double-``where`` trick keeps the untaken branch'
 decompositions that never see a non-finite matrix (:func:`finite_matrix`, whose flag :func:`nan_unless` turns
 into NaN afterwards).
 """
+
 from __future__ import annotations
 
 import jax
@@ -34,7 +35,6 @@ def safe_sqrt(v):
 def safe_norm(v, axis=-1, keepdims: bool = False):
     """Euclidean norm ``sqrt(sum v^2)`` along ``axis``, with a finite (zero) gradient at the zero vector."""
     return safe_sqrt(jnp.sum(v * v, axis=axis, keepdims=keepdims))
-
 
 
 def nan_unless(ok, result):

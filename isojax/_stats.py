@@ -9,6 +9,7 @@ The helpers are unvalidated (the public callers check their arguments), jit-free
 finite gradients at zero denominators (see :mod:`isojax._numeric`). Matrix products use full float32 precision
 (``HIGHEST``) whatever the backend's default.
 """
+
 from __future__ import annotations
 
 import jax

@@ -6,6 +6,7 @@ tokenizers, configuration and file/data utilities can be used." on the ``transfo
 isojax user nothing. :func:`drop_torch_notice` adds a filter to that logger that drops exactly this record;
 every other transformers message still passes.
 """
+
 from __future__ import annotations
 
 import logging

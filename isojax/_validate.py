@@ -10,6 +10,7 @@ result or its gradient, whatever they hold (the statistics select rows with ``jn
 arithmetic); a NaN or inf in a counted row is a ``ValueError`` naming the argument and the row for concrete
 input and makes the result NaN when traced (never a finite number); integer masks hold only 0 and 1.
 """
+
 from __future__ import annotations
 
 import math
@@ -20,9 +21,22 @@ import numpy as np
 
 from isojax._numeric import nan_unless
 
-__all__ = ["check_choice", "check_cloud", "check_finite_rows", "check_float", "check_hyperparameter",
-           "check_labels", "check_mask", "check_mask_values", "check_points", "check_positive_int", "check_real_rows",
-           "check_square", "check_texts", "nan_unless"]
+__all__ = [
+    "check_choice",
+    "check_cloud",
+    "check_finite_rows",
+    "check_float",
+    "check_hyperparameter",
+    "check_labels",
+    "check_mask",
+    "check_mask_values",
+    "check_points",
+    "check_positive_int",
+    "check_real_rows",
+    "check_square",
+    "check_texts",
+    "nan_unless",
+]
 
 
 def _traced(*values) -> bool:
@@ -96,8 +110,10 @@ def check_finite_rows(x, mask, name: str = "x"):
     if len(bad):
         index = tuple(int(i) for i in bad[0])
         where = f"row {index[-1]}" + (f" of cloud {index[:-1]}" if len(index) > 1 else "")
-        raise ValueError(f"{name} has a non-finite value (NaN or inf) in {where}"
-                         + (", a row the mask counts" if mask is not None else ""))
+        raise ValueError(
+            f"{name} has a non-finite value (NaN or inf) in {where}"
+            + (", a row the mask counts" if mask is not None else "")
+        )
     return True
 
 
@@ -140,8 +156,10 @@ def check_real_rows(mask, minimum: int, name: str = "mask"):
 def check_texts(texts, name: str = "texts"):
     """Check a sequence of strings (a single ``str`` is a ``TypeError``: it would be read as its characters)."""
     if isinstance(texts, (str, bytes)):
-        raise TypeError(f"{name} must be a sequence of strings, got {type(texts).__name__} (a single text, "
-                        f"{texts[:40]!r}, would be read as its characters; wrap it in a list: [text])")
+        raise TypeError(
+            f"{name} must be a sequence of strings, got {type(texts).__name__} (a single text, "
+            f"{texts[:40]!r}, would be read as its characters; wrap it in a list: [text])"
+        )
     try:
         items = list(texts)
     except TypeError:
@@ -164,8 +182,9 @@ def check_positive_int(value, name: str, upper: int | None = None) -> int:
     """Check a Python int ``1 <= value (<= upper)``: ``TypeError`` for any other type (bool and float
     included), ``ValueError`` out of range; both name the argument."""
     if isinstance(value, jax.core.Tracer):
-        raise TypeError(f"{name} is shape-like and must be static under jit (static_argnames or a closure), "
-                        "got a traced value")
+        raise TypeError(
+            f"{name} is shape-like and must be static under jit (static_argnames or a closure), got a traced value"
+        )
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be a Python int, got {type(value).__name__} {value!r}")
     if value < 1 or (upper is not None and value > upper):
@@ -174,8 +193,9 @@ def check_positive_int(value, name: str, upper: int | None = None) -> int:
     return value
 
 
-def check_hyperparameter(value, name: str, *, low: float = -math.inf, high: float = math.inf,
-                         low_open: bool = False, high_open: bool = False):
+def check_hyperparameter(
+    value, name: str, *, low: float = -math.inf, high: float = math.inf, low_open: bool = False, high_open: bool = False
+):
     """Check a float hyperparameter; return it and whether it lies in the interval from ``low`` to ``high``.
 
     ``value`` is a Python number (bool excluded) or a floating scalar array, concrete or traced. The interval is

@@ -2,6 +2,7 @@
 
 Every command prints a table and, with ``--json PATH``, writes the same numbers as JSON.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -10,14 +11,19 @@ import logging
 import os
 import sys
 
-STS_SETS_HELP = ("stsb, sts12, sts13, sts14, sts15, sts16, sickr, or a SemEval sub-corpus such as sts12/MSRpar; "
-                 "NAME:SPLIT picks a split (sickr:all = MTEB's 9927 pairs); stsb works offline, the others need "
-                 "--data-dir or the Hub")
+STS_SETS_HELP = (
+    "stsb, sts12, sts13, sts14, sts15, sts16, sickr, or a SemEval sub-corpus such as sts12/MSRpar; "
+    "NAME:SPLIT picks a split (sickr:all = MTEB's 9927 pairs); stsb works offline, the others need "
+    "--data-dir or the Hub"
+)
 
 
 def _add_model_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="default",
-                   help="local Hugging Face model directory, Hub id, or 'default' (all-MiniLM-L6-v2, bundled)")
+    p.add_argument(
+        "--model",
+        default="default",
+        help="local Hugging Face model directory, Hub id, or 'default' (all-MiniLM-L6-v2, bundled)",
+    )
     p.add_argument("--batch-size", type=int, default=64, help="sentences per forward pass (default 64)")
     p.add_argument("--max-length", type=int, default=128, help="truncate sentences to this many tokens (128)")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON to PATH")
@@ -51,20 +57,31 @@ def cmd_analyze(args) -> int:
     data = load_sts(args.data, args.split, data_dir=args.data_dir)
     texts = list(dict.fromkeys(data.sentences1 + data.sentences2))  # unique, first-seen order
     texts = texts[: args.limit] if args.limit else texts
-    result = analysis.analyze_layers(module, params, tokenizer, texts, batch_size=args.batch_size,
-                                     max_length=args.max_length, tokens_per_text=args.tokens_per_text,
-                                     progress=not args.quiet)
+    result = analysis.analyze_layers(
+        module,
+        params,
+        tokenizer,
+        texts,
+        batch_size=args.batch_size,
+        max_length=args.max_length,
+        tokens_per_text=args.tokens_per_text,
+        progress=not args.quiet,
+    )
     result.update(model=args.model, data=args.data, split=args.split)
-    print(f"{args.model} on {args.data} {args.split}: {len(texts)} sentences; per-sentence measures averaged, "
-          f"IsoScore/anisotropy on {result['num_tokens']} pooled content tokens; layer 0 = embedding output")
+    print(
+        f"{args.model} on {args.data} {args.split}: {len(texts)} sentences; per-sentence measures averaged, "
+        f"IsoScore/anisotropy on {result['num_tokens']} pooled content tokens; layer 0 = embedding output"
+    )
     print(analysis.format_table(result))
     result["input_embeddings"] = wordsim.embedding_isotropy(wordsim.input_embeddings(params))
     print("input embedding matrix W: " + ", ".join(f"{k} {v:.4f}" for k, v in result["input_embeddings"].items()))
     os.makedirs(args.out, exist_ok=True)
     name = f"{args.model} ({args.data} {args.split})"
-    print("figures:", analysis.plot_cdf(result, os.path.join(args.out, "sv_cdf.png"),
-                                        title=f"{name}: singular-value CDF per layer"),
-          analysis.plot_layers(result, os.path.join(args.out, "layers.png"), title=f"{name}: per layer"))
+    print(
+        "figures:",
+        analysis.plot_cdf(result, os.path.join(args.out, "sv_cdf.png"), title=f"{name}: singular-value CDF per layer"),
+        analysis.plot_layers(result, os.path.join(args.out, "layers.png"), title=f"{name}: per layer"),
+    )
     _write_json(args.json, result)
     return 0
 
@@ -84,9 +101,18 @@ def cmd_sts(args) -> int:
     search = args.alpha == "search"
     if not search and not -1 <= float(args.alpha) < 0:
         raise ValueError(f"--alpha must be 'search' or a number in [-1, 0), got {args.alpha}")
-    transforms = [sts.Transform(method, whiten_k=args.whiten_k, abtt_D=args.abtt_d, abtt_mode=args.abtt_mode,
-                                alpha=-0.6 if search else float(args.alpha), flow_steps=args.flow_steps,
-                                seed=args.seed) for method in args.methods]  # a bad method fails before model work
+    transforms = [
+        sts.Transform(
+            method,
+            whiten_k=args.whiten_k,
+            abtt_D=args.abtt_d,
+            abtt_mode=args.abtt_mode,
+            alpha=-0.6 if search else float(args.alpha),
+            flow_steps=args.flow_steps,
+            seed=args.seed,
+        )
+        for method in args.methods
+    ]  # a bad method fails before model work
 
     def load(spec):
         data = load_sts(*_sts_spec(spec, args.split), data_dir=args.data_dir)
@@ -99,25 +125,40 @@ def cmd_sts(args) -> int:
     dev = load(args.alpha_data) if search and "softdecay" in args.methods else None
     module, params, tokenizer = isojax.from_pretrained(args.model)
     require_kind(module.config, ("encoder",), "isojax sts (sentence embeddings)")
-    embedded = sts.embed_sets(module, params, tokenizer, [*sets.values(), *([dev] if dev else [])],
-                              poolings=(args.pooling,), max_length=args.max_length, batch_size=args.batch_size,
-                              progress=not args.quiet)[args.pooling]
+    embedded = sts.embed_sets(
+        module,
+        params,
+        tokenizer,
+        [*sets.values(), *([dev] if dev else [])],
+        poolings=(args.pooling,),
+        max_length=args.max_length,
+        batch_size=args.batch_size,
+        progress=not args.quiet,
+    )[args.pooling]
     pairs = {label: (a, b, data.scores) for (label, data), (a, b) in zip(sets.items(), embedded)}
-    result = sts.evaluate_sets(pairs, transforms, dev=(*embedded[-1], dev.scores) if dev else None,
-                               isotropy=not args.no_isotropy)
-    print(f"{args.model}, {args.pooling} pooling: Spearman x100 of the cosine of each pair's embeddings; pairs: "
-          + ", ".join(f"{label} {len(data)}" for label, data in sets.items()))
+    result = sts.evaluate_sets(
+        pairs, transforms, dev=(*embedded[-1], dev.scores) if dev else None, isotropy=not args.no_isotropy
+    )
+    print(
+        f"{args.model}, {args.pooling} pooling: Spearman x100 of the cosine of each pair's embeddings; pairs: "
+        + ", ".join(f"{label} {len(data)}" for label, data in sets.items())
+    )
     if dev:
         found = result["alpha_search"]
-        print(f"SoftDecay alpha search on {dev.name} {dev.split} ({len(dev)} pairs): "
-              + ", ".join(f"{k}: {v:.2f}" for k, v in found["spearman"].items()) + f" -> alpha = {found['best']:g}")
+        print(
+            f"SoftDecay alpha search on {dev.name} {dev.split} ({len(dev)} pairs): "
+            + ", ".join(f"{k}: {v:.2f}" for k, v in found["spearman"].items())
+            + f" -> alpha = {found['best']:g}"
+        )
     print(sets_table(result))
     if not args.no_isotropy:
         print("\nPer set: Spearman/Pearson x100 and the isotropy of the 2N transformed sentence embeddings")
         for label, rows in result["sets"].items():
             print(f"[{label}]\n{sts_table(rows)}")
-    result["sets"] = {label: {"name": data.name, "split": data.split, "pairs": len(data), "rows": result["sets"][label]}
-                      for label, data in sets.items()}
+    result["sets"] = {
+        label: {"name": data.name, "split": data.split, "pairs": len(data), "rows": result["sets"][label]}
+        for label, data in sets.items()
+    }
     _write_json(args.json, {"model": args.model, "pooling": args.pooling, "data_dir": args.data_dir, **result})
     return 0
 
@@ -131,9 +172,11 @@ def sets_table(result: dict) -> str:
     cols = [max(9, len(label) + 2) for label in labels]
     out = [f"{'method':<{width}}" + "".join(f"{label:>{w}}" for label, w in zip(labels, cols)) + f"{'avg':>9}"]
     for i, method in enumerate(methods):
-        out.append(f"{method:<{width}}" + "".join(f"{result['sets'][label][i]['spearman']:>{w}.2f}"
-                                                  for label, w in zip(labels, cols))
-                   + f"{result['average'][method]:>9.2f}")
+        out.append(
+            f"{method:<{width}}"
+            + "".join(f"{result['sets'][label][i]['spearman']:>{w}.2f}" for label, w in zip(labels, cols))
+            + f"{result['average'][method]:>9.2f}"
+        )
     return "\n".join(out)
 
 
@@ -142,8 +185,10 @@ def sts_table(rows: list[dict]) -> str:
     cols = [c for c in ("spearman", "pearson", "token_uni", "rbf_dis", "ev1", "isoscore", "lsds") if c in rows[0]]
     width = max(len(r["method"]) for r in rows) + 2
     out = [f"{'method':<{width}}" + "".join(f"{c:>10}" for c in cols)]
-    out += [f"{r['method']:<{width}}" + "".join(f"{r[c]:>10.{2 if c in ('spearman', 'pearson') else 4}f}"
-                                                 for c in cols) for r in rows]
+    out += [
+        f"{r['method']:<{width}}" + "".join(f"{r[c]:>10.{2 if c in ('spearman', 'pearson') else 4}f}" for c in cols)
+        for r in rows
+    ]
     return "\n".join(out)
 
 
@@ -160,13 +205,14 @@ def cmd_wordsim(args) -> int:
         wt = wordsim.transform_embeddings(w, method)
         for similarity in args.similarity:
             for data in sets:
-                rows.append({"method": method, **wordsim.evaluate_wordsim(wt, tokenizer, data,
-                                                                          similarity=similarity)})
+                rows.append({"method": method, **wordsim.evaluate_wordsim(wt, tokenizer, data, similarity=similarity)})
     print(f"{args.model}: word similarity on the input embedding matrix (pairs of single-token words), x100")
     print(f"{'method':<14}{'sim':<8}{'data':<12}{'pairs':>11}{'pearson':>9}{'spearman':>9}")
     for r in rows:
-        print(f"{r['method']:<14}{r['similarity']:<8}{r['data']:<12}{r['pairs_used']:>5}/{r['pairs_total']:<5}"
-              f"{r['pearson']:>9.2f}{r['spearman']:>9.2f}")
+        print(
+            f"{r['method']:<14}{r['similarity']:<8}{r['data']:<12}{r['pairs_used']:>5}/{r['pairs_total']:<5}"
+            f"{r['pearson']:>9.2f}{r['spearman']:>9.2f}"
+        )
     _write_json(args.json, {"model": args.model, "rows": rows})
     return 0
 
@@ -175,73 +221,123 @@ def build_parser() -> argparse.ArgumentParser:
     from isojax.eval.sts import METHODS
     from isojax.eval.wordsim import EMBEDDING_METHODS, SIMILARITIES
 
-    parser = argparse.ArgumentParser(prog="isojax", description="Isotropy analysis and calibration of "
-                                     "BERT-family encoders (JAX/Flax).")
+    parser = argparse.ArgumentParser(
+        prog="isojax", description="Isotropy analysis and calibration of BERT-family encoders (JAX/Flax)."
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("analyze", help="layer-wise token uniformity and isotropy, singular-value CDF, I(W)",
-                       description="Per layer (0 = embeddings), averaged over sentences: TokenUni (mean pairwise "
-                       "cosine of token states), RBF_dis, EV_1..3, median and skewness of normalised singular "
-                       "values s/s1 of each sentence's token matrix; on pooled content tokens: IsoScore and the "
-                       "anisotropy s1^2/sum s^2, raw and centered. Also I(W) of the input embedding matrix raw, "
-                       "centered and all-but-the-top. Figures: the per-layer CDF of normalised singular values "
-                       "(Figure 1 of the SoftDecay paper) and per-layer curves.")
+    p = sub.add_parser(
+        "analyze",
+        help="layer-wise token uniformity and isotropy, singular-value CDF, I(W)",
+        description="Per layer (0 = embeddings), averaged over sentences: TokenUni (mean pairwise "
+        "cosine of token states), RBF_dis, EV_1..3, median and skewness of normalised singular "
+        "values s/s1 of each sentence's token matrix; on pooled content tokens: IsoScore and the "
+        "anisotropy s1^2/sum s^2, raw and centered. Also I(W) of the input embedding matrix raw, "
+        "centered and all-but-the-top. Figures: the per-layer CDF of normalised singular values "
+        "(Figure 1 of the SoftDecay paper) and per-layer curves.",
+    )
     _add_model_options(p)
     p.add_argument("--data", default="stsb", help=f"STS set whose sentences are analysed: {STS_SETS_HELP}")
     p.add_argument("--split", default="test", help="split of --data (default test)")
     _add_data_dir(p)
     p.add_argument("--limit", type=int, default=0, help="analyse only the first N unique sentences (0 = all)")
-    p.add_argument("--tokens-per-text", type=int, default=8,
-                   help="content tokens per sentence pooled for IsoScore/anisotropy (default 8)")
+    p.add_argument(
+        "--tokens-per-text",
+        type=int,
+        default=8,
+        help="content tokens per sentence pooled for IsoScore/anisotropy (default 8)",
+    )
     p.add_argument("--out", default="outputs/analyze", help="directory for figures (default outputs/analyze)")
     p.set_defaults(func=cmd_analyze)
 
-    p = sub.add_parser("sts", help="unsupervised STS with post-hoc transforms (whitening, flow, SoftDecay, ...)",
-                       description="Embed both sides of every pair of every set (each distinct sentence once), fit "
-                       "each transform on all 2N embeddings of a set (SoftDecay: on each side's [N, d] matrix, with "
-                       "one alpha for all sets, chosen on --alpha-data), score pairs by cosine. Prints Spearman x100 "
-                       "with a row per transform and a column per set plus their average (the SoftDecay paper's "
-                       "Table 1), then per set Spearman and Pearson x100 and the isotropy of the transformed "
-                       "embeddings (TokenUni, RBF_dis, EV_1, IsoScore, LSDS against the raw embeddings: Figure 4).")
+    p = sub.add_parser(
+        "sts",
+        help="unsupervised STS with post-hoc transforms (whitening, flow, SoftDecay, ...)",
+        description="Embed both sides of every pair of every set (each distinct sentence once), fit "
+        "each transform on all 2N embeddings of a set (SoftDecay: on each side's [N, d] matrix, with "
+        "one alpha for all sets, chosen on --alpha-data), score pairs by cosine. Prints Spearman x100 "
+        "with a row per transform and a column per set plus their average (the SoftDecay paper's "
+        "Table 1), then per set Spearman and Pearson x100 and the isotropy of the transformed "
+        "embeddings (TokenUni, RBF_dis, EV_1, IsoScore, LSDS against the raw embeddings: Figure 4).",
+    )
     _add_model_options(p)
-    p.add_argument("--data", type=_csv, default=["stsb"],
-                   help=f"comma-separated STS sets (default stsb): {STS_SETS_HELP}; e.g. "
-                   "stsb,sts12,sts13,sts14,sts15,sts16,sickr for the SoftDecay paper's Table 1")
+    p.add_argument(
+        "--data",
+        type=_csv,
+        default=["stsb"],
+        help=f"comma-separated STS sets (default stsb): {STS_SETS_HELP}; e.g. "
+        "stsb,sts12,sts13,sts14,sts15,sts16,sickr for the SoftDecay paper's Table 1",
+    )
     p.add_argument("--split", default="test", help="split of the --data sets that name none (default test)")
     _add_data_dir(p)
     p.add_argument("--limit", type=int, default=0, help="use only the first N pairs of each set (0 = all)")
-    p.add_argument("--pooling", default="mean", choices=("cls", "pooler", "mean", "first_last_avg", "last2avg"),
-                   help="sentence pooling (default mean)")
-    p.add_argument("--methods", type=_csv, default=list(METHODS),
-                   help=f"comma-separated transforms, default all: {','.join(METHODS)}")
-    p.add_argument("--alpha", default="search",
-                   help="SoftDecay alpha < 0, or 'search' (best of -0.2..-1.0 on --alpha-data; default)")
-    p.add_argument("--alpha-data", default="stsb:validation",
-                   help="NAME:SPLIT of the set on which alpha is searched (default stsb:validation, as the paper)")
+    p.add_argument(
+        "--pooling",
+        default="mean",
+        choices=("cls", "pooler", "mean", "first_last_avg", "last2avg"),
+        help="sentence pooling (default mean)",
+    )
+    p.add_argument(
+        "--methods",
+        type=_csv,
+        default=list(METHODS),
+        help=f"comma-separated transforms, default all: {','.join(METHODS)}",
+    )
+    p.add_argument(
+        "--alpha",
+        default="search",
+        help="SoftDecay alpha < 0, or 'search' (best of -0.2..-1.0 on --alpha-data; default)",
+    )
+    p.add_argument(
+        "--alpha-data",
+        default="stsb:validation",
+        help="NAME:SPLIT of the set on which alpha is searched (default stsb:validation, as the paper)",
+    )
     p.add_argument("--whiten-k", type=int, default=None, help="whitening: keep k dimensions (default all)")
     p.add_argument("--abtt-d", type=int, default=None, help="all-but-the-top: D directions (default ceil(d/100))")
-    p.add_argument("--abtt-mode", default="centered", choices=("centered", "raw"),
-                   help="all-but-the-top: project the centered (eq. 11) or the raw vectors (Mu & Viswanath)")
+    p.add_argument(
+        "--abtt-mode",
+        default="centered",
+        choices=("centered", "raw"),
+        help="all-but-the-top: project the centered (eq. 11) or the raw vectors (Mu & Viswanath)",
+    )
     p.add_argument("--flow-steps", type=int, default=300, help="flow: maximum-likelihood steps (default 300)")
     p.add_argument("--seed", type=int, default=0, help="flow initialisation and batch seed")
     p.add_argument("--no-isotropy", action="store_true", help="skip the isotropy columns")
     p.set_defaults(func=cmd_sts)
 
-    p = sub.add_parser("wordsim", help="word similarity on the input embedding matrix (too-much-in-common §5)",
-                       description="Score word pairs by cosine or inner product of their rows of the input "
-                       "embedding matrix, raw and post-processed; pairs with a word split into several tokens "
-                       "are skipped.")
+    p = sub.add_parser(
+        "wordsim",
+        help="word similarity on the input embedding matrix (too-much-in-common §5)",
+        description="Score word pairs by cosine or inner product of their rows of the input "
+        "embedding matrix, raw and post-processed; pairs with a word split into several tokens "
+        "are skipped.",
+    )
     _add_model_options(p)
-    p.add_argument("--data", type=_csv, default=["ws353", "simlex999", "men", "rw"],
-                   help="comma-separated sets: ws353, ws353_sim, ws353_rel, simlex999, men, rw, mturk287, rg65 "
-                   "(default ws353,simlex999,men,rw)")
-    p.add_argument("--file", action="append", default=[], metavar="PATH",
-                   help="your own word-pair file ('word1 word2 score', tab or space separated; repeatable)")
-    p.add_argument("--methods", type=_csv, default=list(EMBEDDING_METHODS),
-                   help=f"comma-separated post-processing, default all: {','.join(EMBEDDING_METHODS)}")
-    p.add_argument("--similarity", type=_csv, default=list(SIMILARITIES),
-                   help="comma-separated: cosine, inner (default both)")
+    p.add_argument(
+        "--data",
+        type=_csv,
+        default=["ws353", "simlex999", "men", "rw"],
+        help="comma-separated sets: ws353, ws353_sim, ws353_rel, simlex999, men, rw, mturk287, rg65 "
+        "(default ws353,simlex999,men,rw)",
+    )
+    p.add_argument(
+        "--file",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="your own word-pair file ('word1 word2 score', tab or space separated; repeatable)",
+    )
+    p.add_argument(
+        "--methods",
+        type=_csv,
+        default=list(EMBEDDING_METHODS),
+        help=f"comma-separated post-processing, default all: {','.join(EMBEDDING_METHODS)}",
+    )
+    p.add_argument(
+        "--similarity", type=_csv, default=list(SIMILARITIES), help="comma-separated: cosine, inner (default both)"
+    )
     p.set_defaults(func=cmd_wordsim)
     _add_finetune(sub)
     return parser

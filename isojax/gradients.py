@@ -37,6 +37,7 @@ and gives NaN when traced; no decomposition sees a non-finite matrix). The gradi
 measures (cosine regularisation, IsoScore and its loss) are homogeneous of degree −1 and are computed on the
 cloud divided by a power of two (exact), so they hold at any finite float32 scale.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -48,8 +49,15 @@ import numpy as np
 from isojax import losses, metrics
 from isojax._numeric import HIGHEST, finite_matrix, promote_float32, safe_div, safe_norm
 from isojax._stats import centered_rows, covariance, masked_rows, unit_rows, unit_scale
-from isojax._validate import (check_cloud, check_finite_rows, check_float, check_hyperparameter, check_points,
-                              check_square, nan_unless)
+from isojax._validate import (
+    check_cloud,
+    check_finite_rows,
+    check_float,
+    check_hyperparameter,
+    check_points,
+    check_square,
+    nan_unless,
+)
 from isojax.softdecay import softdecay_derivative
 from isojax.spectral import SpectralDerivative, spectral_derivative
 from isojax.topology import persistent_entropy_loss_grad
@@ -390,10 +398,13 @@ def common_enemies_alignment(w, grad, *, mask=None) -> CommonEnemiesAlignment:
     cov, cov_ok = finite_matrix(cov)
     principal = jnp.linalg.eigh(cov)[1][:, -1]
     total = jnp.sum(grad, axis=0)
-    return nan_unless(ok & cov_ok, CommonEnemiesAlignment(
-        mean_cosine=_cosine(-total, mean),
-        principal_cosine=jnp.abs(_cosine(total, principal)),
-        row_mean_cosines=_cosine(-grad, mean),
-        row_principal_cosines=jnp.abs(_cosine(grad, principal)),
-        coherence=metrics.token_uniformity(grad, mask=mask),
-    ))
+    return nan_unless(
+        ok & cov_ok,
+        CommonEnemiesAlignment(
+            mean_cosine=_cosine(-total, mean),
+            principal_cosine=jnp.abs(_cosine(total, principal)),
+            row_mean_cosines=_cosine(-grad, mean),
+            row_principal_cosines=jnp.abs(_cosine(grad, principal)),
+            coherence=metrics.token_uniformity(grad, mask=mask),
+        ),
+    )

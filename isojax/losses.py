@@ -31,6 +31,7 @@ repeated singular values). Bad input follows the rule of :mod:`isojax.metrics`: 
 NaN or inf in a counted row raises ``ValueError`` (concrete) or gives NaN (traced), and no SVD ever sees a
 non-finite matrix. Closed-form gradients of the regularisers are in :mod:`isojax.gradients`.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple

@@ -41,6 +41,7 @@ Measures and their sources (papers in ``shared/papers``):
 * :func:`anisotropy` -- shrink-the-longest-persistent-entropy §2 (after Razzhigaev et al.).
 * :func:`singular_value_stats`, :func:`empirical_cdf` -- softdecay-token-uniformity §3.2, Figures 1-2.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -49,10 +50,30 @@ import jax
 import jax.numpy as jnp
 
 from isojax._numeric import HIGHEST, finite_matrix, promote_float32, safe_div, safe_sqrt
-from isojax._stats import (centered_rows, cosine_sums, covariance, covariance_moments, gram_eigenvalues, masked_rows,
-                           select_rows, squared_distances, unit_rows, unit_scale)
-from isojax._validate import (check_choice, check_cloud, check_finite_rows, check_float, check_hyperparameter,
-                              check_points, check_positive_int, check_real_rows, check_square, nan_unless)
+from isojax._stats import (
+    centered_rows,
+    cosine_sums,
+    covariance,
+    covariance_moments,
+    gram_eigenvalues,
+    masked_rows,
+    select_rows,
+    squared_distances,
+    unit_rows,
+    unit_scale,
+)
+from isojax._validate import (
+    check_choice,
+    check_cloud,
+    check_finite_rows,
+    check_float,
+    check_hyperparameter,
+    check_points,
+    check_positive_int,
+    check_real_rows,
+    check_square,
+    nan_unless,
+)
 
 __all__ = [
     "explained_variance",

@@ -8,6 +8,7 @@ Two uses: per sequence over the ``[L, H]`` token states of each example (fine-tu
 attention mask) and over a whole ``[N, d]`` matrix of sentence embeddings (unsupervised STS, fixed α).
 :func:`softdecay_derivative` gives the transform's derivative as an explicit linear operator.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,8 +38,9 @@ def decay_curve(s, alpha):
     a = -alpha
     arg = a * (s - a)
     small = arg >= -0.5
-    log_c = jnp.where(small, jnp.log1p(jnp.where(small, arg, 0)),
-                      jnp.log(jnp.where(small, 1, (1 - a) * (1 + a) + a * s)))
+    log_c = jnp.where(
+        small, jnp.log1p(jnp.where(small, arg, 0)), jnp.log(jnp.where(small, 1, (1 - a) * (1 + a) + a * s))
+    )
     return log_c / a
 
 
@@ -50,9 +52,11 @@ def _check_alpha(alpha, dtype):
     if alpha.ndim != 0:
         raise ValueError(f"alpha must be a scalar, got shape {alpha.shape} (vmap over alpha for several values)")
     if not isinstance(alpha, jax.core.Tracer) and not -1.0 <= float(alpha) < 0.0:
-        raise ValueError(f"alpha must satisfy -1 <= alpha < 0, got {float(alpha)}: for alpha >= 0 the log "
-                         "argument 1 - alpha(s + alpha) turns negative for large s, for alpha < -1 it is "
-                         "negative for s < |alpha| - 1/|alpha|")
+        raise ValueError(
+            f"alpha must satisfy -1 <= alpha < 0, got {float(alpha)}: for alpha >= 0 the log "
+            "argument 1 - alpha(s + alpha) turns negative for large s, for alpha < -1 it is "
+            "negative for s < |alpha| - 1/|alpha|"
+        )
     return alpha.astype(dtype)
 
 
@@ -185,5 +189,6 @@ class SoftDecay(nn.Module):
     @nn.compact
     def __call__(self, x, mask=None):
         theta = self.param("theta", nn.initializers.zeros_init(), (), jnp.float32)
-        return soft_decay(x, alpha_from_param(theta, self.alpha_init), mask=mask, rescale=self.rescale,
-                          method=self.method)
+        return soft_decay(
+            x, alpha_from_param(theta, self.alpha_init), mask=mask, rescale=self.rescale, method=self.method
+        )

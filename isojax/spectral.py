@@ -89,12 +89,14 @@ experiments.lowering`` shows every platform's cells).
   Its QR's orgqr step also loops over the batch in jaxlib. ``python -m experiments.accelerator`` times every
   strategy of :data:`DECOMPOSITIONS` on the device; this rule is to be replaced by what it measures.
 """
+
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import functools
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.extend.backend
@@ -200,8 +202,10 @@ def _refusal(method: str, platform: str) -> str | None:
     """Why ``method`` cannot run on ``platform`` (None when it can)."""
     if method == "auto" or platform in DECOMPOSITIONS[method].platforms:
         return None
-    return (f"method {method!r} does not lower on {platform} (only on {', '.join(DECOMPOSITIONS[method].platforms)});"
-            f" on {platform} choose 'auto' or one of {available_methods(platform)}")
+    return (
+        f"method {method!r} does not lower on {platform} (only on {', '.join(DECOMPOSITIONS[method].platforms)});"
+        f" on {platform} choose 'auto' or one of {available_methods(platform)}"
+    )
 
 
 def select_method(method: str, shape, platform: str | None = None) -> str:
@@ -279,8 +283,8 @@ def _gram_eigh(x, implementation, float64: bool):
         if float64:
             a = a.astype(jnp.float64)
         w, _ = lax.linalg.eigh(_mm(a, _t(a)), implementation=implementation)
-        w = w[..., ::-1]                                   # descending eigenvalues
-        q, r = jnp.linalg.qr(_mm(_t(a), w))                # Aᵀ W = Q R, Q [m, k]
+        w = w[..., ::-1]  # descending eigenvalues
+        q, r = jnp.linalg.qr(_mm(_t(a), w))  # Aᵀ W = Q R, Q [m, k]
         r_diag = jnp.diagonal(r, axis1=-2, axis2=-1)
         q = q * jnp.where(r_diag < 0, -1, 1).astype(q.dtype)[..., None, :]
         s = jnp.abs(r_diag)
@@ -297,10 +301,16 @@ def _decompose_on_platforms(x, method: str):
     runs = {p: _auto(x.shape, p) if method == "auto" else method for p in _ALL if _refusal(method, p) is None}
     float64 = any(DECOMPOSITIONS[m].float64 for m in runs.values())
     x64 = bool(jax.config.jax_enable_x64)  # the caller's setting, kept in every branch that does not need float64
-    branches = {m: functools.partial(_branch, method=m, x64=x64 or DECOMPOSITIONS[m].float64)
-                for m in dict.fromkeys(runs.values())}
-    per_platform = {p: branches[runs[p]] if p in runs else functools.partial(
-        _branch, method="gram_eigh", x64=x64, reason=_refusal(method, p)) for p in _ALL}
+    branches = {
+        m: functools.partial(_branch, method=m, x64=x64 or DECOMPOSITIONS[m].float64)
+        for m in dict.fromkeys(runs.values())
+    }
+    per_platform = {
+        p: branches[runs[p]]
+        if p in runs
+        else functools.partial(_branch, method="gram_eigh", x64=x64, reason=_refusal(method, p))
+        for p in _ALL
+    }
     # platforms that share a branch share one callable (platform_dependent joins them). With a float64 branch the
     # whole dispatch is staged and transformed (vmap, grad) with float64 enabled, as that branch is when it runs
     # alone; each branch sets its own mode, so the others (a TPU one) hold no float64 constant.
@@ -328,10 +338,14 @@ branch of :func:`_decompose_on_platforms` that must never be compiled."""
 _refuse_p.def_impl(_refuse_raise)
 _refuse_p.def_abstract_eval(lambda x, reason: x)
 jax.interpreters.mlir.register_lowering(_refuse_p, _refuse_raise)
-jax.interpreters.batching.primitive_batchers[_refuse_p] = (
-    lambda args, dims, reason: (_refuse_p.bind(*args, reason=reason), dims[0]))
-jax.interpreters.ad.primitive_jvps[_refuse_p] = (
-    lambda primals, tangents, reason: (_refuse_p.bind(*primals, reason=reason), tangents[0]))
+jax.interpreters.batching.primitive_batchers[_refuse_p] = lambda args, dims, reason: (
+    _refuse_p.bind(*args, reason=reason),
+    dims[0],
+)
+jax.interpreters.ad.primitive_jvps[_refuse_p] = lambda primals, tangents, reason: (
+    _refuse_p.bind(*primals, reason=reason),
+    tangents[0],
+)
 
 
 class SpectralMap(NamedTuple):
@@ -368,8 +382,7 @@ def _prepare(x, fn, params, mask, rtol, method):
     return xw, mask, tuple(jnp.asarray(p) for p in params), float(rtol), _check_method(method)
 
 
-def spectral_map(x, fn: Callable, *params, mask=None, rtol: float | None = None,
-                 method: str = "auto") -> SpectralMap:
+def spectral_map(x, fn: Callable, *params, mask=None, rtol: float | None = None, method: str = "auto") -> SpectralMap:
     """Apply ``fn`` to the singular values of each ``[n, d]`` matrix: ``Y = Σ_{i live} fn(s_i) u_i v_iᵀ``.
 
     Args:
@@ -471,17 +484,17 @@ def _action(f, dx, d_diag=None):
     n, d = u.shape[-2], vt.shape[-1]
     ut = _t(u)
     if n <= d:  # u is square: only the row-space complement term remains
-        w = _mm(ut, dx)                                # [k, d]
-        dp = _mm(w, _t(vt))                            # Uᵀ dX V
-    else:       # v is square: only the column-space complement term remains
-        z = _mm(dx, _t(vt))                            # [n, k]
+        w = _mm(ut, dx)  # [k, d]
+        dp = _mm(w, _t(vt))  # Uᵀ dX V
+    else:  # v is square: only the column-space complement term remains
+        z = _mm(dx, _t(vt))  # [n, k]
         dp = _mm(ut, z)
     dpt = _t(dp)
     ds = jnp.diagonal(dp, axis1=-2, axis2=-1)
     m = f.a * (dp + dpt) / 2 + f.b * (dp - dpt) / 2
     if d_diag is not None:
         m = m + d_diag[..., None] * jnp.eye(ds.shape[-1], dtype=ds.dtype)
-    if n < d:    # U [m − diag(h) dP] Vᵀ + U diag(h) Uᵀ dX
+    if n < d:  # U [m − diag(h) dP] Vᵀ + U diag(h) Uᵀ dX
         dy = _mm(u, _mm(m - h[..., :, None] * dp, vt) + h[..., :, None] * w)
     elif n > d:  # U [m − dP diag(h)] Vᵀ + dX V diag(h) Vᵀ
         dy = _mm(_mm(u, m - dp * h[..., None, :]) + z * h[..., None, :], vt)
@@ -598,18 +611,27 @@ class SpectralDerivative:
         pair_live = self.live[..., i] & self.live[..., j]
         r = self.live.sum(-1)
         n_real = n if self.mask is None else self.mask.sum(-1)
-        reps = jnp.arange(n + d) < (n_real + d - 2 * r)[..., None]              # multiplicity of each |h_i|
+        reps = jnp.arange(n + d) < (n_real + d - 2 * r)[..., None]  # multiplicity of each |h_i|
         h_rep = jnp.where(self.live[..., :, None] & reps[..., None, :], jnp.abs(self.h)[..., :, None], 0)
         diag = self.scale[..., None] * jnp.diagonal(self.a, axis1=-2, axis2=-1)
-        block = (diag[..., :, None] * jnp.eye(k, dtype=diag.dtype)
-                 + self.dscale_ds[..., None, None] * self.g[..., :, None]
-                 * (jnp.arange(k) == 0))                                             # M (class docstring)
-        values = jnp.concatenate([
-            jnp.abs(self.scale)[..., None] * jnp.concatenate([
-                jnp.where(pair_live, jnp.abs(self.a[..., i, j]), 0),
-                jnp.where(pair_live, jnp.abs(self.b[..., i, j]), 0),
-                h_rep.reshape(*h_rep.shape[:-2], -1)], axis=-1),
-            jnp.linalg.svd(block, compute_uv=False)], axis=-1)
+        block = diag[..., :, None] * jnp.eye(k, dtype=diag.dtype) + self.dscale_ds[..., None, None] * self.g[
+            ..., :, None
+        ] * (jnp.arange(k) == 0)  # M (class docstring)
+        values = jnp.concatenate(
+            [
+                jnp.abs(self.scale)[..., None]
+                * jnp.concatenate(
+                    [
+                        jnp.where(pair_live, jnp.abs(self.a[..., i, j]), 0),
+                        jnp.where(pair_live, jnp.abs(self.b[..., i, j]), 0),
+                        h_rep.reshape(*h_rep.shape[:-2], -1),
+                    ],
+                    axis=-1,
+                ),
+                jnp.linalg.svd(block, compute_uv=False),
+            ],
+            axis=-1,
+        )
         return -jnp.sort(-values, axis=-1)[..., : n * d]  # the rest are zeros (null, masked or padding entries)
 
     def norm(self) -> jax.Array:
@@ -640,8 +662,9 @@ def _contract_params(jacobians, dparams):
     return total
 
 
-def spectral_derivative(x, fn: Callable, *params, mask=None, rtol: float | None = None,
-                        method: str = "auto") -> SpectralDerivative:
+def spectral_derivative(
+    x, fn: Callable, *params, mask=None, rtol: float | None = None, method: str = "auto"
+) -> SpectralDerivative:
     """The derivative of ``spectral_map(x, fn, *params, mask=mask, rtol=rtol, method=method)`` at ``x`` as a
     :class:`SpectralDerivative` (``K = 1``): its ``jvp`` equals ``jax.jvp`` of :func:`spectral_map`, its ``vjp``
     ``jax.vjp``; it exposes the divided-difference matrices ``A``, ``B``, ``h`` (formula in :func:`spectral_map`),
@@ -656,6 +679,19 @@ def spectral_derivative(x, fn: Callable, *params, mask=None, rtol: float | None 
     if mask is not None:
         y = jnp.where(mask[..., None], y, 0)
     batch = f.s.shape[:-1]
-    return SpectralDerivative(y=y, u=f.u, s=f.s, vt=f.vt, live=f.live, g=f.g, a=f.a, b=f.b, h=f.h,
-                              dg_dparams=dg_dparams, mask=mask, scale=jnp.ones(batch, f.s.dtype),
-                              dscale_ds=jnp.zeros(batch, f.s.dtype), dscale_dparams=())
+    return SpectralDerivative(
+        y=y,
+        u=f.u,
+        s=f.s,
+        vt=f.vt,
+        live=f.live,
+        g=f.g,
+        a=f.a,
+        b=f.b,
+        h=f.h,
+        dg_dparams=dg_dparams,
+        mask=mask,
+        scale=jnp.ones(batch, f.s.dtype),
+        dscale_ds=jnp.zeros(batch, f.s.dtype),
+        dscale_dparams=(),
+    )

@@ -20,6 +20,7 @@ The barcode is scale-equivariant and the losses with ``in_cluster_weight=0`` sca
 float32 scale (1e±20 included): the points are divided by a power of two near their largest entry before any
 squared distance, and the bars multiplied back (exact).
 """
+
 from __future__ import annotations
 
 import jax
@@ -27,8 +28,15 @@ import jax.numpy as jnp
 
 from isojax._numeric import HIGHEST, promote_float32, safe_div, safe_norm
 from isojax._stats import class_masks, masked_mean, select_rows, squared_distances, unit_scale
-from isojax._validate import (check_choice, check_cloud, check_float, check_hyperparameter, check_labels,
-                              check_mask_values, nan_unless)
+from isojax._validate import (
+    check_choice,
+    check_cloud,
+    check_float,
+    check_hyperparameter,
+    check_labels,
+    check_mask_values,
+    nan_unless,
+)
 
 __all__ = [
     "zero_dim_barcode",
@@ -274,8 +282,9 @@ def _entropy_and_in_cluster_bars(barcode, valid, bars):
     return selected, valid & ~selected
 
 
-def persistent_entropy_loss(x, labels=None, *, mask=None, num_classes: int | None = None, bars: str = "selected",
-                            in_cluster_weight=0.0):
+def persistent_entropy_loss(
+    x, labels=None, *, mask=None, num_classes: int | None = None, bars: str = "selected", in_cluster_weight=0.0
+):
     """Persistent-entropy regulariser of shrink-the-longest-persistent-entropy (§3-4), to minimise.
 
     For the cloud of each class c (all real points when ``labels`` is None):
@@ -315,8 +324,9 @@ def _cloud_losses(clouds, real, weight, *, bars):
     return -_entropy(barcode, entropy_bars) + weight * mean_in_cluster
 
 
-def persistent_entropy_loss_grad(x, labels=None, *, mask=None, num_classes: int | None = None,
-                                 bars: str = "selected", in_cluster_weight=0.0):
+def persistent_entropy_loss_grad(
+    x, labels=None, *, mask=None, num_classes: int | None = None, bars: str = "selected", in_cluster_weight=0.0
+):
     """Closed-form gradient ∂L/∂x ``[..., n, d]`` of :func:`persistent_entropy_loss` (same arguments).
 
     Through the bars: with S the bars whose entropy is taken (the selected ones, or all), L_S = Σ_{e∈S} l_e,

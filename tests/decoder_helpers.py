@@ -1,12 +1,22 @@
 """Tiny random GPT-2 / BART / mBART made with transformers' PyTorch classes, and padded batches, for the decoder
 tests (the independent reference)."""
+
 import numpy as np
 import torch
 import transformers
 
-BART_SIZES = dict(vocab_size=99, d_model=32, encoder_layers=2, decoder_layers=3, encoder_attention_heads=4,
-                  decoder_attention_heads=2, encoder_ffn_dim=37, decoder_ffn_dim=29, max_position_embeddings=40,
-                  scale_embedding=True)
+BART_SIZES = dict(
+    vocab_size=99,
+    d_model=32,
+    encoder_layers=2,
+    decoder_layers=3,
+    encoder_attention_heads=4,
+    decoder_attention_heads=2,
+    encoder_ffn_dim=37,
+    decoder_ffn_dim=29,
+    max_position_embeddings=40,
+    scale_embedding=True,
+)
 
 
 def tiny_hf_model(arch: str, *, seed: int = 0, scale: float = 0.1, norm_scale: float | None = None):
@@ -14,8 +24,9 @@ def tiny_hf_model(arch: str, *, seed: int = 0, scale: float = 0.1, norm_scale: f
     informative: Hugging Face's initialisation plus ``scale`` x N(0, 1) noise (``norm_scale`` for LayerNorms)."""
     torch.manual_seed(seed)
     if arch == "gpt2":
-        cfg = transformers.GPT2Config(vocab_size=99, n_embd=32, n_layer=3, n_head=4, n_positions=40, n_inner=37,
-                                      bos_token_id=0, eos_token_id=5)
+        cfg = transformers.GPT2Config(
+            vocab_size=99, n_embd=32, n_layer=3, n_head=4, n_positions=40, n_inner=37, bos_token_id=0, eos_token_id=5
+        )
         model = transformers.GPT2LMHeadModel(cfg)
     elif arch == "bart":
         model = transformers.BartForConditionalGeneration(transformers.BartConfig(**BART_SIZES))

@@ -1,5 +1,6 @@
 """Numerical helpers shared by the spectral and SoftDecay tests: numpy references, the strategies under test and
 the accuracy each one must meet."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -70,8 +71,10 @@ def operator_cases(rng, top: float) -> dict:
     """Small float64 ``(x, mask)`` cases for the derivative-operator tests: a wide matrix with a repeated singular
     value below ``top`` (its largest), and a tall one of rank 2 whose last two rows are masked."""
     tall = np.concatenate([with_spectrum(rng, 4, 3, [top, top / 2]), rng.standard_normal((2, 3))])
-    return {"wide-repeated": (with_spectrum(rng, 3, 5, [top, 1.0, 1.0]), None),
-            "tall-rank-2-masked": (tall, np.arange(6) < 4)}
+    return {
+        "wide-repeated": (with_spectrum(rng, 3, 5, [top, 1.0, 1.0]), None),
+        "tall-rank-2-masked": (tall, np.arange(6) < 4),
+    }
 
 
 def assert_operator_spectrum(sv, norm, cond, fun, x, mask=None):

@@ -5,6 +5,7 @@ parts, wheel install, requirement closure); and ``tests/conftest.py``'s ``requir
 References: a pytest file written here with one passing, one failing and one skipped test (what the report must
 say about it); the closed-form FLOP count of a BERT train step; tokens / time; an installed package's metadata.
 """
+
 import hashlib
 import json
 import math
@@ -17,21 +18,35 @@ from importlib.metadata import distribution
 import jax
 import jax.numpy as jnp
 import pytest
+from conftest import require, skip_unless_ci
 
 from experiments import accelerator, accelerator_bundle
 from experiments.benchmarks import throughput
 from isojax.models import EncoderConfig
 from isojax.spectral import DECOMPOSITIONS, available_methods, current_platform, select_method
-from conftest import require, skip_unless_ci
 
 # The suite runs on any backend (``JAX_PLATFORMS=cuda`` too): the command is checked on the one this process sees.
 PLATFORM = current_platform()
 DEVICE = accelerator.device_info()
 PEAK = accelerator.bf16_peak(DEVICE["kind"], None)
 
-TINY = ["--layers", "1", "--hidden", "32", "--heads", "2", "--batch", "2", "--length", "8", "--repeats", "2",
-        "--methods", "auto"]
-SUITE = '''
+TINY = [
+    "--layers",
+    "1",
+    "--hidden",
+    "32",
+    "--heads",
+    "2",
+    "--batch",
+    "2",
+    "--length",
+    "8",
+    "--repeats",
+    "2",
+    "--methods",
+    "auto",
+]
+SUITE = """
 import os
 import jax
 import pytest
@@ -48,15 +63,16 @@ def test_fails():
 
 def test_skips():
     pytest.skip("planted skip")
-'''
+"""
 
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("accelerator")
     (root / "test_planted.py").write_text(f"PLATFORM, BACKEND = {PLATFORM!r}, {jax.default_backend()!r}\n" + SUITE)
-    (root / "test_planted_module.py").write_text('import pytest\n\npytest.skip("the module\'s planted skip", '
-                                                 'allow_module_level=True)\n')
+    (root / "test_planted_module.py").write_text(
+        'import pytest\n\npytest.skip("the module\'s planted skip", allow_module_level=True)\n'
+    )
     out = root / "out"
     payload = accelerator.main([*TINY, "--out", str(out), "--pytest-args", f"--rootdir={root} {root}"])
     return out, payload
@@ -86,8 +102,18 @@ def test_throughput_figures_are_finite_positive_and_counted_right(tiny_run):
     for part, flops in (("train_step", analytic_step), ("forward", analytic_step / 3)):
         for dtype in ("bfloat16", "float32"):
             r = bench[part][dtype]
-            assert all(_finite_positive(r[k]) for k in ("ms", "tokens_per_s", "analytic_flops", "xla_flops",
-                                                        "analytic_tflops_per_s", "xla_tflops_per_s", "compile_s"))
+            assert all(
+                _finite_positive(r[k])
+                for k in (
+                    "ms",
+                    "tokens_per_s",
+                    "analytic_flops",
+                    "xla_flops",
+                    "analytic_tflops_per_s",
+                    "xla_tflops_per_s",
+                    "compile_s",
+                )
+            )
             assert r["analytic_flops"] == pytest.approx(flops)
             assert r["xla_flops"] >= r["analytic_flops"]  # XLA counts every operation, these matmuls among them
             assert r["tokens_per_s"] == pytest.approx(b * n / (r["ms"] * 1e-3))
@@ -109,11 +135,13 @@ def test_suite_summary_failures_and_skips(tiny_run):
     assert tests["command"].startswith(f"JAX_PLATFORMS={PLATFORM} pytest")
     assert tests["summary"].startswith("1 failed, 1 passed, 2 skipped")
     assert tests["counts"] == {"passed": 1, "failed": 1, "skipped": 2}
-    assert tests["failures"] == [{"test": "test_planted.py::test_fails", "kind": "failed",
-                                  "message": "AssertionError: planted failure"}]
+    assert tests["failures"] == [
+        {"test": "test_planted.py::test_fails", "kind": "failed", "message": "AssertionError: planted failure"}
+    ]
     assert sorted(tests["skips"], key=lambda s: s["reason"]) == [
         {"reason": "planted skip", "count": 1, "tests": ["test_planted.py::test_skips"]},
-        {"reason": "the module's planted skip", "count": 1, "tests": ["test_planted_module.py"]}]
+        {"reason": "the module's planted skip", "count": 1, "tests": ["test_planted_module.py"]},
+    ]
 
 
 def test_goals_marked(tiny_run):
@@ -164,8 +192,10 @@ def test_strategies_timed_in_a_later_call_join_the_earlier_ones(tiny_run, tmp_pa
     assert set(methods) == {auto, other} and "from" not in methods[other] and methods[other]["share"] == 0.5
     assert methods[auto] == {**earlier["softdecay"]["methods"][auto], "from": earlier["provenance"]}
     accelerator.report({**first, "benchmarks": later}, str(tmp_path))
-    assert f"from an earlier run: commit `{earlier['provenance']['commit']}`" in (
-        tmp_path / f"{DEVICE['slug']}.md").read_text()
+    assert (
+        f"from an earlier run: commit `{earlier['provenance']['commit']}`"
+        in (tmp_path / f"{DEVICE['slug']}.md").read_text()
+    )
     # at another configuration the earlier strategies are left out
     del methods[auto]
     later["config"]["batch"] += 1
@@ -193,11 +223,14 @@ def test_device_names_and_peaks():
     assert accelerator.bf16_peak("cpu", 2.0) == {"tflops": 2.0, "source": "--peak-tflops"}
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--skip-tests", "--skip-bench"], "leave nothing to run"),
-    (["--hidden", "30", "--heads", "4"], "multiple of --heads"),
-    (["--batch", "0"], "--batch must be a positive integer"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--skip-tests", "--skip-bench"], "leave nothing to run"),
+        (["--hidden", "30", "--heads", "4"], "multiple of --heads"),
+        (["--batch", "0"], "--batch must be a positive integer"),
+    ],
+)
 def test_bad_options_are_usage_errors(argv, message, capsys):
     with pytest.raises(SystemExit):
         accelerator.parse_args(argv)
@@ -226,9 +259,11 @@ def test_model_parts_join_only_when_all_are_there_and_intact(tmp_path):
 def _wheel(path, name="isojax_probe_pkg", version="0.1"):
     """A minimal pure-Python wheel whose module says ``ok``."""
     dist = f"{name}-{version}.dist-info"
-    files = {f"{name}/__init__.py": "VALUE = 'ok'\n",
-             f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-             f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    files = {
+        f"{name}/__init__.py": "VALUE = 'ok'\n",
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
     files[f"{dist}/RECORD"] = "".join(f"{f},,\n" for f in files) + f"{dist}/RECORD,,\n"
     wheel = path / f"{name}-{version}-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as zf:
@@ -248,8 +283,12 @@ def test_install_joins_the_model_installs_the_wheels_and_points_at_the_data(tmp_
     (tmp_path / "run").mkdir()
     env, notes = accelerator_bundle.install(str(wheels), parts, str(tmp_path / "run" / "site"))
     assert env["ISOJAX_DATA"] == str((wheels / "data").resolve()) and any("joined" in n for n in notes)
-    probe = subprocess.run([sys.executable, "-c", "import isojax_probe_one as a, isojax_probe_model as b; "
-                            "print(a.VALUE, b.VALUE)"], env={**env, "PATH": ""}, capture_output=True, text=True)
+    probe = subprocess.run(
+        [sys.executable, "-c", "import isojax_probe_one as a, isojax_probe_model as b; print(a.VALUE, b.VALUE)"],
+        env={**env, "PATH": ""},
+        capture_output=True,
+        text=True,
+    )
     assert probe.stdout.split() == ["ok", "ok"], probe.stderr
 
 

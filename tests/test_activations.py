@@ -1,4 +1,5 @@
 """Activation functions of isojax's layers against scipy in float64."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np

@@ -4,17 +4,17 @@ and mistaken input never hangs, never gives a believable number, and masked rows
 References are independent of isojax: numpy formulas (IsoScore as the participation ratio of the covariance,
 Rudman et al. 2022), scipy's minimum spanning tree for the 0-dim barcode.
 """
+
 import subprocess
 import sys
 import textwrap
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.sparse.csgraph
 import scipy.spatial.distance
-
-import jax
-import jax.numpy as jnp
 
 from isojax import calibrate, metrics, topology
 from isojax.eval import analyze_layers, encode, wordsim
@@ -63,8 +63,9 @@ def test_a_nan_padding_row_changes_nothing(cloud):
     np.testing.assert_allclose(jax.jit(metrics.isoscore)(padded, mask=mask), reference_isoscore(x), rtol=1e-5)
     centered = np.asarray(calibrate.center(padded, mask=mask))
     np.testing.assert_allclose(centered[:6], x - x.mean(0), atol=1e-6)
-    mst = scipy.sparse.csgraph.minimum_spanning_tree(scipy.spatial.distance.squareform(
-        scipy.spatial.distance.pdist(x.astype(np.float64))))
+    mst = scipy.sparse.csgraph.minimum_spanning_tree(
+        scipy.spatial.distance.squareform(scipy.spatial.distance.pdist(x.astype(np.float64)))
+    )
     expected = np.sort(mst.data)[::-1]
     bars = topology.zero_dim_barcode(padded, mask=mask)
     np.testing.assert_allclose(bars[:5], expected, rtol=1e-5)
@@ -74,9 +75,17 @@ def test_a_nan_padding_row_changes_nothing(cloud):
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf], ids=["nan", "inf", "-inf"])
-@pytest.mark.parametrize("measure", [metrics.isoscore, metrics.token_uniformity, metrics.explained_variance,
-                                     metrics.rbf_uniformity, topology.persistent_entropy_loss],
-                         ids=lambda f: f.__name__)
+@pytest.mark.parametrize(
+    "measure",
+    [
+        metrics.isoscore,
+        metrics.token_uniformity,
+        metrics.explained_variance,
+        metrics.rbf_uniformity,
+        topology.persistent_entropy_loss,
+    ],
+    ids=lambda f: f.__name__,
+)
 def test_a_non_finite_counted_row_is_an_error_or_nan(cloud, measure, bad):
     """Observation 3: a NaN in a counted row came out as a believable number (isoscore 0.0)."""
     x = cloud[0].copy()
@@ -117,12 +126,14 @@ def test_integer_masks_hold_only_zero_and_one(cloud):
         metrics.isoscore(x, mask=np.array([1, 1, 2, 1, 0, 1]))
     with pytest.raises(ValueError, match="found the values"):
         topology.barcode_mask(np.array([0, 2, 1]))
-    np.testing.assert_allclose(metrics.isoscore(x, mask=np.array([1, 1, 1, 1, 1, 0])), reference_isoscore(x[:5]),
-                               rtol=1e-5)
+    np.testing.assert_allclose(
+        metrics.isoscore(x, mask=np.array([1, 1, 1, 1, 1, 0])), reference_isoscore(x[:5]), rtol=1e-5
+    )
     # Traced integer masks cannot be checked at trace time: a value other than 0/1 makes the result NaN.
     assert np.isnan(jax.jit(metrics.isoscore)(x, mask=jnp.array([1, 1, 2, 1, 0, 1])))
-    np.testing.assert_allclose(jax.jit(metrics.isoscore)(x, mask=jnp.array([1, 1, 1, 1, 1, 0])),
-                               reference_isoscore(x[:5]), rtol=1e-5)
+    np.testing.assert_allclose(
+        jax.jit(metrics.isoscore)(x, mask=jnp.array([1, 1, 1, 1, 1, 0])), reference_isoscore(x[:5]), rtol=1e-5
+    )
 
 
 def test_nothing_is_jitted_at_definition():
@@ -137,8 +148,11 @@ def test_nothing_is_jitted_at_definition():
     jitted = []
     for info in pkgutil.walk_packages(isojax.__path__, "isojax."):
         module = importlib.import_module(info.name)
-        jitted += [f"{info.name}.{name}" for name, obj in vars(module).items()
-                   if callable(obj) and hasattr(obj, "lower") and hasattr(obj, "trace")]
+        jitted += [
+            f"{info.name}.{name}"
+            for name, obj in vars(module).items()
+            if callable(obj) and hasattr(obj, "lower") and hasattr(obj, "trace")
+        ]
     assert jitted == []
     for core in (topology._cloud_losses, topology._cloud_loss_grads, topology._edges, topology._prominent):
         assert not hasattr(core, "lower"), f"{core} is jitted at definition"

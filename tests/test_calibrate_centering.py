@@ -1,5 +1,6 @@
 """Centering, scaled centering and all-but-the-top against numpy transcriptions of too-much-in-common eq. 9-11
 and of Mu & Viswanath's Algorithm 1 (PCA by numpy SVD of the centered matrix)."""
+
 import math
 
 import chex
@@ -73,8 +74,9 @@ def test_all_but_the_top_matches_numpy(mode):
     W = shifted_cloud(np.random.default_rng(1), 300, 150)  # D defaults to ceil(150/100) = 2
     out = all_but_the_top(W, mode=mode)
     np.testing.assert_allclose(out, np_abtt(W.astype(np.float64), 2, mode), rtol=1e-3, atol=1e-3)
-    np.testing.assert_allclose(all_but_the_top(W, D=5, mode=mode), np_abtt(W.astype(np.float64), 5, mode),
-                               rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(
+        all_but_the_top(W, D=5, mode=mode), np_abtt(W.astype(np.float64), 5, mode), rtol=1e-3, atol=1e-3
+    )
 
 
 def test_all_but_the_top_removes_top_directions_and_modes_differ_by_constant():
@@ -95,10 +97,12 @@ def test_fit_on_dev_apply_to_test():
     state = fit_all_but_the_top(dev, D=2)
     mu = dev.mean(axis=0)
     U = np.linalg.svd(dev - mu, full_matrices=False)[2][:2].T
-    np.testing.assert_allclose(all_but_the_top(test, state=state), (test - mu) - ((test - mu) @ U) @ U.T,
-                               rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(all_but_the_top(test, state=state, mode="raw"), (test - mu) - (test @ U) @ U.T,
-                               rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        all_but_the_top(test, state=state), (test - mu) - ((test - mu) @ U) @ U.T, rtol=1e-4, atol=1e-4
+    )
+    np.testing.assert_allclose(
+        all_but_the_top(test, state=state, mode="raw"), (test - mu) - (test @ U) @ U.T, rtol=1e-4, atol=1e-4
+    )
 
 
 def test_default_D_is_ceil_d_over_100():
@@ -117,8 +121,9 @@ def test_all_but_the_top_mask_and_vmap():
         mu = real.mean(axis=0)
         U = np.linalg.svd(real - mu, full_matrices=False)[2][:2].T
         np.testing.assert_allclose(out[b], (W[b] - mu) - ((W[b] - mu) @ U) @ U.T, rtol=1e-4, atol=1e-4)
-    chex.assert_trees_all_close(jax.vmap(lambda w, m: all_but_the_top(w, D=2, mask=m))(W, mask), out,
-                                rtol=1e-5, atol=1e-5)
+    chex.assert_trees_all_close(
+        jax.vmap(lambda w, m: all_but_the_top(w, D=2, mask=m))(W, mask), out, rtol=1e-5, atol=1e-5
+    )
 
 
 def _sum_of_outputs(fn):

@@ -1,5 +1,6 @@
 """Flow calibration (BERT-flow): likelihood rises, exact inverse, log-det against jax.jacfwd in float64, the fitted
 density against scipy's Gaussian log-pdf, ActNorm's data-dependent init against numpy."""
+
 import math
 
 import jax
@@ -174,9 +175,16 @@ def test_fit_is_stable_on_shifted_anisotropic_cloud_with_dead_features(embedding
 
 
 def test_scale_lu_updates_divides_triangular_factors_by_sqrt_width():
-    updates = {"level0_step0": {"linear": {"lower": np.ones((9, 9), np.float32), "upper": np.ones((9, 9), np.float32),
-                                           "log_s": np.ones(9, np.float32)},
-                                "actnorm": {"bias": np.ones(9, np.float32)}}}
+    updates = {
+        "level0_step0": {
+            "linear": {
+                "lower": np.ones((9, 9), np.float32),
+                "upper": np.ones((9, 9), np.float32),
+                "log_s": np.ones(9, np.float32),
+            },
+            "actnorm": {"bias": np.ones(9, np.float32)},
+        }
+    }
     scaled, _ = scale_lu_updates().update(updates, scale_lu_updates().init(updates))
     linear = scaled["level0_step0"]["linear"]
     np.testing.assert_allclose(linear["lower"], 1 / 3)

@@ -1,4 +1,5 @@
 """IsoBN against a numpy transcription of the authors' PyTorch module (INK-USC/IsoBN ``IsoBN.forward``)."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -95,8 +96,9 @@ def test_sharded_batch_statistics_equal_the_global_batch():
     mesh = jax.make_mesh((n_dev,), ("batch",))
     module = IsoBN(axis_name="batch")
     variables = IsoBN().init(jax.random.key(0), x, use_running_average=False)
-    sharded = jax.shard_map(lambda v, x: run(module, v, x, train=True), mesh=mesh,
-                            in_specs=(P(), P("batch")), out_specs=(P("batch"), P()))
+    sharded = jax.shard_map(
+        lambda v, x: run(module, v, x, train=True), mesh=mesh, in_specs=(P(), P("batch")), out_specs=(P("batch"), P())
+    )
     x_sharded = jax.device_put(x, jax.NamedSharding(mesh, P("batch")))
     variables = jax.device_put(variables, jax.NamedSharding(mesh, P()))
     y, stats = jax.jit(sharded)(variables, x_sharded)

@@ -1,4 +1,5 @@
 """The Isotropy Layer: identity start, y = x K + b against numpy, gradients against the closed form."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np

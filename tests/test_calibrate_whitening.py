@@ -1,4 +1,5 @@
 """BERT-whitening against a numpy transcription of the authors' ``compute_kernel_bias`` (np.cov + np.linalg.svd)."""
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -141,8 +142,9 @@ def test_eigh_descending_against_numpy_and_degenerate_gradient():
         s_ref, u_ref = np.linalg.eigh(c)
         np.testing.assert_allclose(s, s_ref[::-1], rtol=1e-12)
         np.testing.assert_allclose(u, _sign_fix(u_ref[:, ::-1]), atol=1e-10)
-        check_grads(jax.jit(lambda c: eigh_descending(c)[1][:, :2] ** 3), (jnp.asarray(c),), order=1,
-                    modes=["fwd", "rev"])
+        check_grads(
+            jax.jit(lambda c: eigh_descending(c)[1][:, :2] ** 3), (jnp.asarray(c),), order=1, modes=["fwd", "rev"]
+        )
     # jnp.linalg.eigh gives NaN eigenvector gradients for a repeated eigenvalue; ours stays finite.
     degenerate = jnp.diag(jnp.array([3.0, 1.0, 1.0, 0.0]))
     g = jax.grad(lambda c: jnp.sum(eigh_descending(c)[1][:, 0] * jnp.arange(4.0)))(degenerate)

@@ -1,4 +1,5 @@
 """The isojax command end to end on the bundled default model (small inputs)."""
+
 import json
 import os
 import subprocess
@@ -8,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.stats
+from conftest import require
 
 from isojax.cli import main
-from conftest import require
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,11 +30,31 @@ def test_analyze_writes_table_figures_and_json(tmp_path, capsys, default_model_p
 def test_wordsim_with_a_user_file(tmp_path, capsys, default_model_path):
     pairs = tmp_path / "pairs.txt"
     pairs.write_text("# my pairs\ncat\tdog\t8.0\ncar bus 6.5\napple pear 7\ncat car 1.5\nking queen 8.5\n")
-    assert main(["wordsim", "--data", "ws353", "--file", str(pairs), "--methods", "raw,center",
-                 "--similarity", "cosine", "--json", str(tmp_path / "w.json")]) == 0
+    assert (
+        main(
+            [
+                "wordsim",
+                "--data",
+                "ws353",
+                "--file",
+                str(pairs),
+                "--methods",
+                "raw,center",
+                "--similarity",
+                "cosine",
+                "--json",
+                str(tmp_path / "w.json"),
+            ]
+        )
+        == 0
+    )
     rows = json.loads((tmp_path / "w.json").read_text())["rows"]
-    assert {(r["method"], r["data"]) for r in rows} == {("raw", "ws353"), ("center", "ws353"), ("raw", "pairs"),
-                                                        ("center", "pairs")}
+    assert {(r["method"], r["data"]) for r in rows} == {
+        ("raw", "ws353"),
+        ("center", "ws353"),
+        ("raw", "pairs"),
+        ("center", "pairs"),
+    }
     assert all(r["pairs_used"] == 5 for r in rows if r["data"] == "pairs")
 
 
@@ -49,7 +70,7 @@ def test_help_explains_every_command(capsys):
 
 
 # Hides an installed PyTorch from transformers' availability check, as on a machine without it (isojax needs none).
-HIDE_TORCH = '''
+HIDE_TORCH = """
 import sys
 
 
@@ -67,7 +88,7 @@ class _HideTorch:
 
 
 sys.meta_path[:] = [_HideTorch(f) for f in sys.meta_path]
-'''
+"""
 
 
 def _run(args, tmp_path):
@@ -77,13 +98,28 @@ def _run(args, tmp_path):
     return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
-def test_sts_over_several_sets_end_to_end_without_the_pytorch_notice(shared_data_dir, tmp_path,
-                                                                       default_model_path):
+def test_sts_over_several_sets_end_to_end_without_the_pytorch_notice(shared_data_dir, tmp_path, default_model_path):
     control = _run(["-c", "import transformers"], tmp_path)
     assert "PyTorch was not found" in control.stderr  # transformers alone prints it here
-    done = _run(["-m", "isojax.cli", "sts", "--data", "stsb,sts12,sickr:all", "--data-dir", str(shared_data_dir),
-                 "--limit", "40", "--methods", "raw,softdecay", "--quiet", "--json", str(tmp_path / "s.json")],
-                tmp_path)
+    done = _run(
+        [
+            "-m",
+            "isojax.cli",
+            "sts",
+            "--data",
+            "stsb,sts12,sickr:all",
+            "--data-dir",
+            str(shared_data_dir),
+            "--limit",
+            "40",
+            "--methods",
+            "raw,softdecay",
+            "--quiet",
+            "--json",
+            str(tmp_path / "s.json"),
+        ],
+        tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""  # nothing but what was asked for: no PyTorch notice, no progress bars
     lines = done.stdout.splitlines()
@@ -93,7 +129,10 @@ def test_sts_over_several_sets_end_to_end_without_the_pytorch_notice(shared_data
     result = json.loads((tmp_path / "s.json").read_text())
     assert list(result["sets"]) == ["stsb", "sts12", "sickr:all"]
     assert [(s["name"], s["split"], s["pairs"]) for s in result["sets"].values()] == [
-        ("stsb", "test", 40), ("sts12", "test", 40), ("sickr", "all", 40)]
+        ("stsb", "test", 40),
+        ("sts12", "test", 40),
+        ("sickr", "all", 40),
+    ]
     alpha = result["alpha_search"]["best"]
     for label, values in zip(result["sets"], zip(*(line.split()[-4:-1] for line in lines[3:5]))):
         rows = result["sets"][label]["rows"]
@@ -109,8 +148,9 @@ def test_sts_over_several_sets_end_to_end_without_the_pytorch_notice(shared_data
 
     data = load_sts("sts12", data_dir=shared_data_dir).head(40)
     a, b = sts.embed_pairs(*isojax.from_pretrained("default"), data)
-    assert raw[1] == pytest.approx(100 * scipy.stats.spearmanr(sts.cosine_scores(a, b), data.scores).statistic,
-                                   abs=1e-6)
+    assert raw[1] == pytest.approx(
+        100 * scipy.stats.spearmanr(sts.cosine_scores(a, b), data.scores).statistic, abs=1e-6
+    )
 
 
 def test_sts_rejects_unknown_sets_before_loading_the_model():

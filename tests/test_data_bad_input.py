@@ -19,6 +19,7 @@ a single ``str`` as texts  tokenize, StsData, GlueData, Seq2SeqData    ``TypeErr
 References: the rows written here (what must be kept, where the bad one is); for truncation, the tokenizer
 called on each text or pair alone without truncation.
 """
+
 import gzip
 import json
 import logging
@@ -28,8 +29,18 @@ import numpy as np
 import pytest
 import transformers
 
-from isojax.data import GlueData, StsData, glue_task, load_glue, load_sts, read_sick, read_stsb_file, \
-    read_sts_release, read_word_pairs, tokenize
+from isojax.data import (
+    GlueData,
+    StsData,
+    glue_task,
+    load_glue,
+    load_sts,
+    read_sick,
+    read_sts_release,
+    read_stsb_file,
+    read_word_pairs,
+    tokenize,
+)
 from isojax.data.seq2seq import Seq2SeqData, load_seq2seq, seq2seq_task
 
 pytestmark = pytest.mark.usefixtures("datasets_cache")
@@ -55,10 +66,16 @@ def _raises_at(path, line, what):
 
 # --- an empty sentence ------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("text", ["", "  "])
 def test_empty_sentence_in_stsb_file_is_an_error_at_its_line(tmp_path, text):
-    path = _lines(tmp_path / "sts-dev.csv", [STSB_ROW.format(id=1, score=4.0, a="A man.", b="A person."),
-                                              STSB_ROW.format(id=2, score=1.0, a="A dog.", b=text)])
+    path = _lines(
+        tmp_path / "sts-dev.csv",
+        [
+            STSB_ROW.format(id=1, score=4.0, a="A man.", b="A person."),
+            STSB_ROW.format(id=2, score=1.0, a="A dog.", b=text),
+        ],
+    )
     with _raises_at(path, 2, "column 'sentence2' is empty"):
         read_stsb_file(path)
 
@@ -77,57 +94,77 @@ def test_empty_sentence_in_sts_release_scored_is_an_error_unscored_is_left_out(t
 
 
 def test_empty_sentence_in_sick_is_an_error_at_its_line(tmp_path):
-    path = _lines(tmp_path / "SICK_trial.txt", [SICK_HEADER, "1\tA man.\tA person.\t4.5\tENTAILMENT",
-                                                 "2\tA dog.\t \t1.5\tNEUTRAL"])
+    path = _lines(
+        tmp_path / "SICK_trial.txt",
+        [SICK_HEADER, "1\tA man.\tA person.\t4.5\tENTAILMENT", "2\tA dog.\t \t1.5\tNEUTRAL"],
+    )
     with _raises_at(path, 3, r"column 'sentence_B' is empty \(whitespace only\)"):
         read_sick(tmp_path, "trial")
 
 
 def test_empty_sentence_in_hub_layout_is_an_error_at_its_line(tmp_path):
-    path = _jsonl(tmp_path / "test.jsonl", [{"sentence1": "a", "sentence2": "b", "score": 1.0},
-                                            {"sentence1": "", "sentence2": "c", "score": 2.0}])
+    path = _jsonl(
+        tmp_path / "test.jsonl",
+        [{"sentence1": "a", "sentence2": "b", "score": 1.0}, {"sentence1": "", "sentence2": "c", "score": 2.0}],
+    )
     with _raises_at(path, 2, "column 'sentence1' is empty"):
         load_sts("sts15", source=tmp_path)
 
 
 def _glue_dir(tmp_path, split_file, rows):
-    _lines(tmp_path / "glue" / "RTE" / split_file, ["index\tsentence1\tsentence2\tlabel",
-                                                    *("\t".join(map(str, r)) for r in rows)])
+    _lines(
+        tmp_path / "glue" / "RTE" / split_file,
+        ["index\tsentence1\tsentence2\tlabel", *("\t".join(map(str, r)) for r in rows)],
+    )
     return tmp_path
 
 
 def test_empty_sentence_in_glue_train_is_left_out_and_counted(tmp_path, caplog):
-    rows = [(0, "A man.", "A person.", "entailment"), (1, "A dog.", "", "not_entailment"),
-            (2, " ", "x", "entailment"), (3, "A cat.", "A kitten.", "not_entailment")]
+    rows = [
+        (0, "A man.", "A person.", "entailment"),
+        (1, "A dog.", "", "not_entailment"),
+        (2, " ", "x", "entailment"),
+        (3, "A cat.", "A kitten.", "not_entailment"),
+    ]
     data_dir = _glue_dir(tmp_path, "train.tsv", rows)
     with caplog.at_level(logging.WARNING, logger="isojax.data.tables"):
         data = load_glue("rte", "train", data_dir=data_dir)
     assert data.texts_a == ["A man.", "A cat."] and data.texts_b == ["A person.", "A kitten."]
     assert data.labels.tolist() == [0, 1]
     path = data_dir / "glue" / "RTE" / "train.tsv"
-    assert caplog.messages == [f"{path}: skipped 2 of 4 rows with an empty text in sentence1, sentence2 "
-                               f"(first: {path}: line 3; {path}: line 4)"]
+    assert caplog.messages == [
+        f"{path}: skipped 2 of 4 rows with an empty text in sentence1, sentence2 "
+        f"(first: {path}: line 3; {path}: line 4)"
+    ]
 
 
 def test_empty_sentence_in_glue_validation_is_an_error_at_its_line(tmp_path):
-    data_dir = _glue_dir(tmp_path, "dev.tsv", [(0, "A man.", "A person.", "entailment"),
-                                               (1, "A dog.", "", "not_entailment")])
+    data_dir = _glue_dir(
+        tmp_path, "dev.tsv", [(0, "A man.", "A person.", "entailment"), (1, "A dog.", "", "not_entailment")]
+    )
     with _raises_at(data_dir / "glue" / "RTE" / "dev.tsv", 3, "column 'sentence2' is empty"):
         load_glue("rte", "validation", data_dir=data_dir)
 
 
 def test_empty_text_in_seq2seq_is_left_out_and_counted(tmp_path, caplog):
-    path = _jsonl(tmp_path / "validation.jsonl", [{"source": "ein Hund", "target": "a dog"},
-                                                  {"source": "eine Katze", "target": "\n"},
-                                                  {"source": "ein Haus", "target": "a house"}])
+    path = _jsonl(
+        tmp_path / "validation.jsonl",
+        [
+            {"source": "ein Hund", "target": "a dog"},
+            {"source": "eine Katze", "target": "\n"},
+            {"source": "ein Haus", "target": "a house"},
+        ],
+    )
     with caplog.at_level(logging.WARNING, logger="isojax.data.tables"):
         data = load_seq2seq("seq2seq", "validation", source=tmp_path)
     assert (data.sources, data.targets) == (["ein Hund", "ein Haus"], ["a dog", "a house"])
-    assert caplog.messages == [f"{path}: skipped 1 of 3 rows with an empty text in source, target "
-                               f"(first: {path}: line 2)"]
+    assert caplog.messages == [
+        f"{path}: skipped 1 of 3 rows with an empty text in source, target (first: {path}: line 2)"
+    ]
 
 
 # --- longer than max_length -------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def tokenizer(default_model_path):
@@ -147,12 +184,14 @@ def test_truncation_is_counted_in_the_log(tokenizer, caplog, pairs, max_length):
         out = tokenize(tokenizer, a, b, max_length=max_length)
     np.testing.assert_array_equal(out["attention_mask"].sum(1), np.minimum(full, max_length))
     what = "text pairs" if pairs else "texts"
-    assert caplog.messages == ([f"tokenize: {expected} of 60 {what} truncated to max_length={max_length} tokens"]
-                               if expected else [])
+    assert caplog.messages == (
+        [f"tokenize: {expected} of 60 {what} truncated to max_length={max_length} tokens"] if expected else []
+    )
     assert (expected > 0) == (max_length < 40)  # both cases are exercised
 
 
 # --- bytes that are not UTF-8 -----------------------------------------------------------------------------------
+
 
 def test_not_utf8_sts_gold_file_names_its_line(tmp_path):
     folder = tmp_path / "STS12"
@@ -165,7 +204,7 @@ def test_not_utf8_sts_gold_file_names_its_line(tmp_path):
 
 def test_not_utf8_word_pairs_name_their_line(tmp_path):
     path = tmp_path / "pairs.txt"
-    path.write_bytes("cat\tdog\t7\n".encode() + "caf\xe9\ttea\t5\n".encode("latin-1"))
+    path.write_bytes(b"cat\tdog\t7\n" + "caf\xe9\ttea\t5\n".encode("latin-1"))
     with _raises_at(path, 2, re.escape("not UTF-8 text (bytes b'\\xe9' at byte 4 of the line")):
         read_word_pairs(path)
 
@@ -185,12 +224,16 @@ def test_not_utf8_hub_layout_files_name_their_line(tmp_path, name):
 
 # --- a label outside the task's classes -------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("split_file,split", [("train.tsv", "train"), ("dev.tsv", "validation")])
-@pytest.mark.parametrize("label,message", [
-    ("-1", r"column 'label' must lie in \[0, 1\], got '-1'"),  # -1 marks an unlabelled test row only
-    ("2", r"column 'label' must lie in \[0, 1\], got '2'"),
-    ("contradiction", r"column 'label' must be one of \['entailment', 'not_entailment'\] or a class id"),
-])
+@pytest.mark.parametrize(
+    "label,message",
+    [
+        ("-1", r"column 'label' must lie in \[0, 1\], got '-1'"),  # -1 marks an unlabelled test row only
+        ("2", r"column 'label' must lie in \[0, 1\], got '2'"),
+        ("contradiction", r"column 'label' must be one of \['entailment', 'not_entailment'\] or a class id"),
+    ],
+)
 def test_glue_label_outside_the_classes_is_an_error_at_its_line(tmp_path, split_file, split, label, message):
     data_dir = _glue_dir(tmp_path, split_file, [(0, "A man.", "A person.", "entailment"), (1, "A.", "B.", label)])
     with _raises_at(data_dir / "glue" / "RTE" / split_file, 3, message):
@@ -204,14 +247,18 @@ def test_glue_test_split_keeps_minus_one_for_unlabelled_rows(tmp_path):
 
 # --- a single str where a sequence of texts is expected ---------------------------------------------------------
 
-@pytest.mark.parametrize("make,name", [
-    (lambda: StsData("a b", ["c", "d", "e"], np.zeros(3), "x", "test"), "sentences1"),
-    (lambda: StsData(["a", "b"], "cd", np.zeros(2), "x", "test"), "sentences2"),
-    (lambda: GlueData("abc", None, np.zeros(3, np.int32), glue_task("sst2"), "train"), "texts_a"),
-    (lambda: GlueData(["a", "b"], "cd", np.zeros(2, np.int32), glue_task("rte"), "train"), "texts_b"),
-    (lambda: Seq2SeqData("ab", ["x", "y"], seq2seq_task("seq2seq"), "train"), "sources"),
-    (lambda: Seq2SeqData(["a", "b"], "xy", seq2seq_task("seq2seq"), "train"), "targets"),
-])
+
+@pytest.mark.parametrize(
+    "make,name",
+    [
+        (lambda: StsData("a b", ["c", "d", "e"], np.zeros(3), "x", "test"), "sentences1"),
+        (lambda: StsData(["a", "b"], "cd", np.zeros(2), "x", "test"), "sentences2"),
+        (lambda: GlueData("abc", None, np.zeros(3, np.int32), glue_task("sst2"), "train"), "texts_a"),
+        (lambda: GlueData(["a", "b"], "cd", np.zeros(2, np.int32), glue_task("rte"), "train"), "texts_b"),
+        (lambda: Seq2SeqData("ab", ["x", "y"], seq2seq_task("seq2seq"), "train"), "sources"),
+        (lambda: Seq2SeqData(["a", "b"], "xy", seq2seq_task("seq2seq"), "train"), "targets"),
+    ],
+)
 def test_single_string_as_texts_is_a_type_error(make, name):
     with pytest.raises(TypeError, match=f"{name} must be a sequence of strings, got str"):
         make()

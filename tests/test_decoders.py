@@ -3,6 +3,7 @@
 Reference: transformers' PyTorch LM-head classes (float32, eager attention) with informative random LayerNorm,
 bias and final_logits_bias values; hidden states compared on real tokens of padded batches.
 """
+
 import json
 
 import jax
@@ -49,8 +50,13 @@ def compare_with_torch(model, module, params, *, seed=0, left=False):
         if left:  # transformers' forward counts positions over padding; generate passes them from the mask
             kwargs["position_ids"] = torch.tensor(np.where(mask, mask.cumsum(1) - 1, 0))
         with torch.no_grad():
-            ref = model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask), output_hidden_states=True,
-                        output_attentions=True, **kwargs)
+            ref = model(
+                input_ids=torch.tensor(ids),
+                attention_mask=torch.tensor(mask),
+                output_hidden_states=True,
+                output_attentions=True,
+                **kwargs,
+            )
         out = module.apply({"params": params}, ids, mask, output_attentions=True)
         rows = mask.astype(bool)
         pairs = [(out.hidden_states, ref.hidden_states), (out.attentions, ref.attentions)]
@@ -59,18 +65,25 @@ def compare_with_torch(model, module, params, *, seed=0, left=False):
         ids, mask = padded((9, 4, 7, 1), 9, 99, 1, seed=seed)
         dec_ids, dec_mask = padded((6, 6, 2, 4), 6, 99, 1, seed=seed + 1)
         with torch.no_grad():
-            ref = model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask),
-                        decoder_input_ids=torch.tensor(dec_ids), decoder_attention_mask=torch.tensor(dec_mask),
-                        output_hidden_states=True, output_attentions=True)
+            ref = model(
+                input_ids=torch.tensor(ids),
+                attention_mask=torch.tensor(mask),
+                decoder_input_ids=torch.tensor(dec_ids),
+                decoder_attention_mask=torch.tensor(dec_mask),
+                output_hidden_states=True,
+                output_attentions=True,
+            )
         out = module.apply({"params": params}, ids, mask, dec_ids, dec_mask, output_attentions=True)
         rows, src_rows = dec_mask.astype(bool), mask.astype(bool)
         for mine, theirs in zip(out.encoder.hidden_states, ref.encoder_hidden_states, strict=True):
             close_on(mine, theirs.numpy(), src_rows)
         for mine, theirs in zip(out.encoder.attentions, ref.encoder_attentions, strict=True):
             close_probs(mine, theirs.numpy(), src_rows)
-        pairs = [(out.decoder.hidden_states, ref.decoder_hidden_states),
-                 (out.decoder.attentions, ref.decoder_attentions),
-                 (out.decoder.cross_attentions, ref.cross_attentions)]
+        pairs = [
+            (out.decoder.hidden_states, ref.decoder_hidden_states),
+            (out.decoder.attentions, ref.decoder_attentions),
+            (out.decoder.cross_attentions, ref.cross_attentions),
+        ]
     for mine_all, theirs_all in pairs:
         assert len(mine_all) == len(theirs_all)
     for mine, theirs in zip(pairs[0][0], pairs[0][1]):
@@ -146,8 +159,11 @@ def test_fused_and_missing_keys_give_clear_errors(saved, tmp_path):
     if arch == "gpt2":
         bad = dict(state, **{"transformer.h.1.attn.c_attn.weight": np.zeros((32, 90), np.float32)})
         save_file(bad, tmp_path / "model.safetensors")
-        with pytest.raises(ValueError, match=r"'h\.1\.attn\.c_attn\.weight' has shape \(32, 90\).*expects \(32, 32\).*"
-                                             r"part \d of 3 along its last axis"):
+        with pytest.raises(
+            ValueError,
+            match=r"'h\.1\.attn\.c_attn\.weight' has shape \(32, 90\).*expects \(32, 32\).*"
+            r"part \d of 3 along its last axis",
+        ):
             isojax.from_pretrained(str(tmp_path))
         missing, stray = "transformer.h.2.mlp.c_fc.weight", "h.9.ln_1.weight"
     else:
@@ -204,8 +220,12 @@ def test_decoders_are_refused_where_an_encoder_is_required(saved, tmp_path):
 
 def test_config_json_options_isojax_does_not_implement_are_refused():
     gpt2 = transformers.GPT2Config(vocab_size=10, n_embd=8, n_layer=1, n_head=2).to_dict()
-    for key, value in (("scale_attn_by_inverse_layer_idx", True), ("add_cross_attention", True),
-                       ("tie_word_embeddings", False), ("embd_pdrop", 0.3)):
+    for key, value in (
+        ("scale_attn_by_inverse_layer_idx", True),
+        ("add_cross_attention", True),
+        ("tie_word_embeddings", False),
+        ("embd_pdrop", 0.3),
+    ):
         with pytest.raises(ValueError, match=key):
             config_from_hf(dict(gpt2, **{key: value}))
     bart = transformers.BartConfig(**BART_SIZES).to_dict()
@@ -221,12 +241,12 @@ def test_dropout_is_active_when_not_deterministic(saved):
     args = (ids,) if arch == "gpt2" else (ids, None, ids)
 
     def run(seed):
-        return np.asarray(module.apply({"params": params}, *args, deterministic=False,
-                                       rngs={"dropout": jax.random.key(seed)}).logits)
+        return np.asarray(
+            module.apply({"params": params}, *args, deterministic=False, rngs={"dropout": jax.random.key(seed)}).logits
+        )
 
     assert not np.allclose(run(0), run(1))
     np.testing.assert_array_equal(run(2), run(2))
-
 
 
 # ---------------------------------------------------------------- analyses on GPT-2 (too-much-in-common's rows)
@@ -244,14 +264,23 @@ def gpt2_with_tokenizer(tmp_path_factory):
 
     data = load_sts("stsb", "test")
     bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(data.sentences1[:300] + WORDS * 20, vocab_size=400, min_frequency=1,
-                            special_tokens=["<|endoftext|>"])
-    tokenizer = transformers.GPT2TokenizerFast(tokenizer_object=bpe._tokenizer, bos_token="<|endoftext|>",
-                                               eos_token="<|endoftext|>", unk_token="<|endoftext|>")
+    bpe.train_from_iterator(
+        data.sentences1[:300] + WORDS * 20, vocab_size=400, min_frequency=1, special_tokens=["<|endoftext|>"]
+    )
+    tokenizer = transformers.GPT2TokenizerFast(
+        tokenizer_object=bpe._tokenizer, bos_token="<|endoftext|>", eos_token="<|endoftext|>", unk_token="<|endoftext|>"
+    )
     assert tokenizer.pad_token is None
     torch.manual_seed(3)
-    cfg = transformers.GPT2Config(vocab_size=len(tokenizer), n_embd=32, n_layer=2, n_head=4, n_positions=64,
-                                  bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id)
+    cfg = transformers.GPT2Config(
+        vocab_size=len(tokenizer),
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        n_positions=64,
+        bos_token_id=tokenizer.eos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
     model = transformers.GPT2LMHeadModel(cfg).eval()
     path = tmp_path_factory.mktemp("gpt2-tok")
     model.save_pretrained(path)
@@ -266,8 +295,25 @@ def test_analyze_on_gpt2_equals_the_pytorch_hidden_states(gpt2_with_tokenizer, t
     from isojax.data.sts import load_sts
 
     path, model, tokenizer = gpt2_with_tokenizer
-    assert main(["analyze", "--model", str(path), "--limit", "10", "--max-length", "32", "--out", str(tmp_path),
-                 "--json", str(tmp_path / "a.json"), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "analyze",
+                "--model",
+                str(path),
+                "--limit",
+                "10",
+                "--max-length",
+                "32",
+                "--out",
+                str(tmp_path),
+                "--json",
+                str(tmp_path / "a.json"),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     result = json.loads((tmp_path / "a.json").read_text())
     assert result["layers"] == [0, 1, 2] and result["num_texts"] == 10
     data = load_sts("stsb", "test")
@@ -292,18 +338,44 @@ def test_wordsim_on_gpt2_equals_a_numpy_computation(gpt2_with_tokenizer, tmp_pat
     from isojax.cli import main
 
     path, model, tokenizer = gpt2_with_tokenizer
-    pairs = [("cat", "dog", 8.0), ("car", "bus", 6.5), ("apple", "pear", 7.0), ("cat", "car", 1.5),
-             ("king", "queen", 8.5), ("dog", "pear", 0.5)]
+    pairs = [
+        ("cat", "dog", 8.0),
+        ("car", "bus", 6.5),
+        ("apple", "pear", 7.0),
+        ("cat", "car", 1.5),
+        ("king", "queen", 8.5),
+        ("dog", "pear", 0.5),
+    ]
     (tmp_path / "pairs.txt").write_text("".join(f"{a} {b} {s}\n" for a, b, s in pairs))
-    assert main(["wordsim", "--model", str(path), "--data", "", "--file", str(tmp_path / "pairs.txt"),
-                 "--methods", "raw", "--similarity", "cosine", "--json", str(tmp_path / "w.json")]) == 0
+    assert (
+        main(
+            [
+                "wordsim",
+                "--model",
+                str(path),
+                "--data",
+                "",
+                "--file",
+                str(tmp_path / "pairs.txt"),
+                "--methods",
+                "raw",
+                "--similarity",
+                "cosine",
+                "--json",
+                str(tmp_path / "w.json"),
+            ]
+        )
+        == 0
+    )
     (row,) = json.loads((tmp_path / "w.json").read_text())["rows"]
     assert row["pairs_used"] == len(pairs)
     wte = model.transformer.wte.weight.detach().numpy().astype(np.float64)
     ids = {w: tokenizer(w, add_special_tokens=False)["input_ids"] for w in WORDS}
     assert all(len(i) == 1 for i in ids.values())
-    cos = [wte[ids[a][0]] @ wte[ids[b][0]] / np.linalg.norm(wte[ids[a][0]]) / np.linalg.norm(wte[ids[b][0]])
-           for a, b, _ in pairs]
+    cos = [
+        wte[ids[a][0]] @ wte[ids[b][0]] / np.linalg.norm(wte[ids[a][0]]) / np.linalg.norm(wte[ids[b][0]])
+        for a, b, _ in pairs
+    ]
     gold = [s for _, _, s in pairs]
     assert row["pearson"] == pytest.approx(100 * scipy.stats.pearsonr(cos, gold).statistic, abs=1e-6)
     assert row["spearman"] == pytest.approx(100 * scipy.stats.spearmanr(cos, gold).statistic, abs=1e-6)

@@ -1,12 +1,13 @@
 """The bundled default model (all-MiniLM-L6-v2) against PyTorch and against its published STS-B score."""
+
 import numpy as np
 import pytest
 import scipy.stats
+from conftest import require
 
 import isojax
 from isojax.eval import encode
 from isojax.models.hub import bundled_model_path
-from conftest import require
 
 torch = require("torch")
 transformers = require("transformers")
@@ -52,7 +53,7 @@ def test_stsb_test_spearman_is_the_published_82_03(default_model):
     module, params, tokenizer = default_model
     data = load_stsb("test", source="package")
     emb = encode(module, params, tokenizer, data.sentences1 + data.sentences2, pooling="mean", max_length=256)
-    a, b = emb[: len(data)], emb[len(data):]
+    a, b = emb[: len(data)], emb[len(data) :]
     cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
     spearman = 100 * scipy.stats.spearmanr(cos, data.scores).statistic
     assert abs(spearman - 82.03) <= 0.05, spearman

@@ -1,5 +1,6 @@
 """isojax's dropout (:class:`isojax.models.layers.Dropout`): masks that are i.i.d. Bernoulli(1 - rate) draws, checked
 statistically against the binomial distribution (closed-form mean and standard deviation), and inverted scaling."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -46,4 +47,3 @@ def test_dropout_scales_kept_entries_and_zeros_the_rest():
     # the gradient passes through the kept entries only, scaled the same way
     g = jax.grad(lambda x: Dropout(0.1).apply({}, x, False, rngs={"dropout": jax.random.key(3)}).sum())(x)
     np.testing.assert_allclose(np.asarray(g), np.where(kept, 1 / np.float32(0.9), 0), rtol=1e-6)
-

@@ -1,4 +1,5 @@
 """STS and word-similarity evaluation against numpy/scipy references."""
+
 import numpy as np
 import pytest
 import scipy.stats
@@ -72,16 +73,24 @@ class WordTokenizer:
 def test_wordsim_skips_split_words_and_matches_scipy():
     rng = np.random.default_rng(4)
     w = rng.normal(size=(10, 4)) + 1.0
-    pairs = [("cat", "tiger"), ("dog", "cat"), ("car", "bus"), ("apple", "pear"), ("cat", "unknownword"),
-             ("car", "apple")]
+    pairs = [
+        ("cat", "tiger"),
+        ("dog", "cat"),
+        ("car", "bus"),
+        ("apple", "pear"),
+        ("cat", "unknownword"),
+        ("car", "apple"),
+    ]
     data = WordSimData(pairs, np.array([9.0, 7.0, 6.5, 8.0, 3.0, 1.0]), "toy")
     tok = WordTokenizer()
     keep = [0, 1, 2, 3, 5]
     ids = [(tok.vocab[pairs[i][0]], tok.vocab[pairs[i][1]]) for i in keep]
     for similarity in ("cosine", "inner"):
         got = wordsim.evaluate_wordsim(w, tok, data, similarity=similarity)
-        sims = [w[i] @ w[j] / ((np.linalg.norm(w[i]) * np.linalg.norm(w[j])) if similarity == "cosine" else 1)
-                for i, j in ids]
+        sims = [
+            w[i] @ w[j] / ((np.linalg.norm(w[i]) * np.linalg.norm(w[j])) if similarity == "cosine" else 1)
+            for i, j in ids
+        ]
         assert got["pairs_used"] == 5 and got["pairs_total"] == 6
         assert got["pearson"] == pytest.approx(100 * scipy.stats.pearsonr(sims, data.scores[keep]).statistic)
         assert got["spearman"] == pytest.approx(100 * scipy.stats.spearmanr(sims, data.scores[keep]).statistic)
@@ -140,8 +149,9 @@ def test_evaluate_sets_one_alpha_from_dev_and_the_average():
         return a.astype(np.float32), b.astype(np.float32), gold
 
     sets, dev = {"x": pairs(40), "y": pairs(30)}, pairs(50)
-    out = sts.evaluate_sets(sets, [sts.Transform("raw"), sts.Transform("softdecay", alpha=-0.9)], dev=dev,
-                            alphas=(-0.2, -0.5, -0.9))
+    out = sts.evaluate_sets(
+        sets, [sts.Transform("raw"), sts.Transform("softdecay", alpha=-0.9)], dev=dev, alphas=(-0.2, -0.5, -0.9)
+    )
     best, scores = sts.search_alpha(*dev, alphas=(-0.2, -0.5, -0.9))
     assert out["alpha_search"] == {"spearman": {str(k): v for k, v in scores.items()}, "best": best}
     raw = {k: 100 * scipy.stats.spearmanr(sts.cosine_scores(a, b), g).statistic for k, (a, b, g) in sets.items()}

@@ -4,6 +4,7 @@ Reference: the figures of ../shared/data/README.md, computed independently with 
 files, equal to MTEB's published figures for the model (STS-B test: the model card's 82.03). Every pair of a
 SemEval year is pooled. The distinct sentences of all sets are embedded once per test session.
 """
+
 import numpy as np
 import pytest
 import scipy.stats
@@ -12,8 +13,16 @@ import isojax
 from isojax.data import assets, load_sts
 from isojax.eval import sts
 
-FIGURES = {("stsb", "test"): 82.03, ("sts12", "test"): 72.37, ("sts13", "test"): 80.60, ("sts14", "test"): 75.60,
-           ("sts15", "test"): 85.39, ("sts16", "test"): 78.99, ("sickr", "test"): 77.15, ("sickr", "all"): 77.58}
+FIGURES = {
+    ("stsb", "test"): 82.03,
+    ("sts12", "test"): 72.37,
+    ("sts13", "test"): 80.60,
+    ("sts14", "test"): 75.60,
+    ("sts15", "test"): 85.39,
+    ("sts16", "test"): 78.99,
+    ("sickr", "test"): 77.15,
+    ("sickr", "all"): 77.58,
+}
 
 
 @pytest.fixture(scope="session")
@@ -38,8 +47,8 @@ def test_minilm_mean_pooling_spearman_is_the_published_figure(minilm_sts, name, 
 def test_table_average_over_the_papers_sets(minilm_sts):
     """The SoftDecay Table 1 columns (STS-B, STS12-16, SICK-R test) through evaluate_sets: its raw row and average."""
     keys = [k for k in FIGURES if k != ("sickr", "all")]
-    out = sts.evaluate_sets({k[0]: (a, b, data.scores) for k, (data, a, b) in
-                             ((k, minilm_sts[k]) for k in keys)}, [sts.Transform("raw")])
-    assert [rows[0]["spearman"] for rows in out["sets"].values()] == pytest.approx([FIGURES[k] for k in keys],
-                                                                                  abs=0.05)
+    out = sts.evaluate_sets(
+        {k[0]: (a, b, data.scores) for k, (data, a, b) in ((k, minilm_sts[k]) for k in keys)}, [sts.Transform("raw")]
+    )
+    assert [rows[0]["spearman"] for rows in out["sets"].values()] == pytest.approx([FIGURES[k] for k in keys], abs=0.05)
     assert out["average"]["raw"] == pytest.approx(np.mean([FIGURES[k] for k in keys]), abs=0.02)

@@ -1,6 +1,7 @@
 """Decoding under jit (isojax.models.generate) against transformers' ``generate`` on tiny random GPT-2, BART and
 mBART made here: the same greedy tokens, the same best beam (and its score); the key/value cache against the
 uncached forward, step by step; one compilation per input shape."""
+
 import functools
 from unittest import mock
 
@@ -20,9 +21,11 @@ from decoder_helpers import padded, tiny_hf_model  # noqa: E402  (needs torch)
 
 MAX_LENGTH = 12
 # (num_beams, length_penalty, early_stopping): greedy, and beam search with a length penalty below and above 1
-SETTINGS = {"gpt2": [(1, 1.0, False), (3, 0.7, False), (4, 2.0, True)],
-            "bart": [(1, 1.0, False), (3, 0.7, False), (4, 2.0, True)],
-            "mbart": [(1, 1.0, False), (3, 1.5, "never")]}
+SETTINGS = {
+    "gpt2": [(1, 1.0, False), (3, 0.7, False), (4, 2.0, True)],
+    "bart": [(1, 1.0, False), (3, 0.7, False), (4, 2.0, True)],
+    "mbart": [(1, 1.0, False), (3, 1.5, "never")],
+}
 FORCED = {"mbart": {"forced_bos_token_id": 7}}  # mBART's target-language token, as translation passes it
 
 
@@ -46,14 +49,21 @@ def decode_both(model, module, params, ids, mask, pad, **settings):
     """Decode with transformers and isojax, the same settings: the same tokens (transformers crops the finished batch,
     isojax pads it to MAX_LENGTH) and beam scores; returns isojax's sequences."""
     with torch.no_grad():
-        ref = model.generate(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask), do_sample=False,
-                             max_length=MAX_LENGTH, pad_token_id=pad, return_dict_in_generate=True, output_scores=True,
-                             **settings)
+        ref = model.generate(
+            input_ids=torch.tensor(ids),
+            attention_mask=torch.tensor(mask),
+            do_sample=False,
+            max_length=MAX_LENGTH,
+            pad_token_id=pad,
+            return_dict_in_generate=True,
+            output_scores=True,
+            **settings,
+        )
     out = generate(module, params, ids, mask, max_length=MAX_LENGTH, pad_token_id=pad, **settings)
     theirs, mine = ref.sequences.numpy(), np.asarray(out.sequences)
     assert mine.shape == (len(ids), MAX_LENGTH)
-    np.testing.assert_array_equal(mine[:, :theirs.shape[1]], theirs, err_msg=str(settings))
-    assert (mine[:, theirs.shape[1]:] == pad).all()  # transformers crops what isojax pads
+    np.testing.assert_array_equal(mine[:, : theirs.shape[1]], theirs, err_msg=str(settings))
+    assert (mine[:, theirs.shape[1] :] == pad).all()  # transformers crops what isojax pads
     if settings.get("num_beams", 1) > 1:
         np.testing.assert_allclose(out.scores, ref.sequences_scores.numpy(), rtol=1e-5, atol=1e-6)
     else:
@@ -65,8 +75,18 @@ def test_greedy_and_beam_search_equal_transformers_generate(lm):
     arch, model, module, params, ids, mask = lm
     pad, start = (5, ids.shape[1]) if arch == "gpt2" else (1, 1)
     for beams, penalty, early in SETTINGS[arch]:
-        mine = decode_both(model, module, params, ids, mask, pad, num_beams=beams, length_penalty=penalty,
-                           early_stopping=early, **FORCED.get(arch, {}))
+        mine = decode_both(
+            model,
+            module,
+            params,
+            ids,
+            mask,
+            pad,
+            num_beams=beams,
+            length_penalty=penalty,
+            early_stopping=early,
+            **FORCED.get(arch, {}),
+        )
         assert len(np.unique(mine[:, start:])) >= 4  # the models do not just repeat one token
         if arch == "mbart":  # the forced target-language token follows the decoder start token
             assert (mine[:, :2] == [2, 7]).all()
@@ -75,7 +95,7 @@ def test_greedy_and_beam_search_equal_transformers_generate(lm):
     eos = int(greedy[0, start + 2])
     for beams in (1, 3):
         ended = decode_both(model, module, params, ids, mask, pad, num_beams=beams, eos_token_id=eos)
-        assert (ended[0, start + 3:] == pad).all() or beams > 1
+        assert (ended[0, start + 3 :] == pad).all() or beams > 1
 
 
 @pytest.mark.parametrize("lm", ["gpt2"], indirect=True)  # prompt padding concerns decoder-only models
@@ -85,8 +105,9 @@ def test_right_padded_prompts_decode_as_left_padded_ones(lm):
     np.testing.assert_array_equal(right_ids[right_mask == 1], ids[mask == 1])  # the same prompts
     for beams in (1, 3):
         left = generate(module, params, ids, mask, max_length=MAX_LENGTH, num_beams=beams, length_penalty=0.7)
-        right = generate(module, params, right_ids, right_mask, max_length=MAX_LENGTH, num_beams=beams,
-                         length_penalty=0.7)
+        right = generate(
+            module, params, right_ids, right_mask, max_length=MAX_LENGTH, num_beams=beams, length_penalty=0.7
+        )
         np.testing.assert_array_equal(right.sequences, left.sequences)
     np.testing.assert_array_equal(left_align(jnp.asarray(right_ids), jnp.asarray(right_mask) == 1)[0], ids)
 
@@ -107,8 +128,9 @@ def test_cached_steps_equal_the_uncached_forward(lm):
         memory = apply(ids, mask, method="encode").last_hidden_state
         prefix = jnp.full((batch, 1), module.config.decoder_start_token_id, jnp.int32)
         prefix_mask = jnp.ones(prefix.shape, bool)
-        out = apply(prefix, memory, mask, cache=init_cache(module.config.decoder_config(), batch, 1 + steps),
-                    method="decode")
+        out = apply(
+            prefix, memory, mask, cache=init_cache(module.config.decoder_config(), batch, 1 + steps), method="decode"
+        )
         step = jax.jit(lambda token, cache: apply(token, memory, mask, cache=cache, method="decode"))
         uncached = lambda seq, seq_mask: apply(seq, memory, mask, seq_mask, method="decode").logits  # noqa: E731
     cached_logits, tokens = [], []
@@ -119,7 +141,7 @@ def test_cached_steps_equal_the_uncached_forward(lm):
     assert int(out.cache.index) == prefix.shape[1] + steps
     seq = jnp.concatenate([prefix, *tokens], axis=1)
     full = uncached(seq, jnp.concatenate([prefix_mask, jnp.ones((batch, steps), bool)], axis=1))
-    expected = full[:, prefix.shape[1] - 1:-1]  # the logits that predicted each fed token
+    expected = full[:, prefix.shape[1] - 1 : -1]  # the logits that predicted each fed token
     np.testing.assert_allclose(jnp.stack(cached_logits, 1), expected, atol=1e-5, rtol=0)
     np.testing.assert_array_equal(jnp.argmax(expected, -1), jnp.concatenate(tokens, 1))
 
@@ -168,10 +190,21 @@ def test_bad_settings_raise_clear_errors(lm):
 
 
 def test_an_encoder_cannot_generate():
-    cfg = config_from_hf(dict(model_type="bert", vocab_size=20, hidden_size=8, num_hidden_layers=1,
-                              num_attention_heads=2, intermediate_size=8))
+    cfg = config_from_hf(
+        dict(
+            model_type="bert",
+            vocab_size=20,
+            hidden_size=8,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=8,
+        )
+    )
     encoder = build_encoder(cfg)
     params = jax.eval_shape(lambda: init_params(encoder, jax.random.key(0)))
-    with pytest.raises(ValueError, match="generate needs a causal language model .decoder only. or an "
-                                         "encoder-decoder; this bert model is an encoder .BERT family."):
+    with pytest.raises(
+        ValueError,
+        match="generate needs a causal language model .decoder only. or an "
+        "encoder-decoder; this bert model is an encoder .BERT family.",
+    ):
         generate(encoder, params, np.ones((1, 3), np.int32))

@@ -6,6 +6,7 @@ scipy.stats.ttest_rel on made-up numbers (the paired p-values); the run records 
 redoes no finished run and resumes the killed one from its checkpoint); the first step's task loss of a baseline
 and of regulariser runs (equal when their dropout masks are, unequal without dropout).
 """
+
 import json
 import os
 import signal
@@ -18,9 +19,9 @@ import numpy as np
 import pytest
 import scipy.stats
 import transformers
+from conftest import save_tiny_encoder
 
 from experiments import glue_methods, glue_pairing
-from conftest import save_tiny_encoder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORDS = "the a man dog runs plays guitar park red blue car house sleeps eats green big small".split()
@@ -40,22 +41,42 @@ def campaign(tmp_path_factory, default_model_path):
     rte.mkdir(parents=True)
     mrpc.mkdir(parents=True)
     for split, n in (("train", 24), ("dev", 8)):
-        (rte / f"{split}.tsv").write_text("index\tsentence1\tsentence2\tlabel\n" + "".join(
-            f"{i}\t{_sentence(rng, 6)}\t{_sentence(rng, 4)}\t{['entailment', 'not_entailment'][i % 2]}\n"
-            for i in range(n)))
-        (mrpc / f"{split}.tsv").write_text("\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n" + "".join(
-            f"{i % 2}\t{i}\t{i + 100}\t{_sentence(rng, 5)}\t{_sentence(rng, 5)}\n" for i in range(n)),
-            encoding="utf-8")
+        (rte / f"{split}.tsv").write_text(
+            "index\tsentence1\tsentence2\tlabel\n"
+            + "".join(
+                f"{i}\t{_sentence(rng, 6)}\t{_sentence(rng, 4)}\t{['entailment', 'not_entailment'][i % 2]}\n"
+                for i in range(n)
+            )
+        )
+        (mrpc / f"{split}.tsv").write_text(
+            "\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
+            + "".join(f"{i % 2}\t{i}\t{i + 100}\t{_sentence(rng, 5)}\t{_sentence(rng, 5)}\n" for i in range(n)),
+            encoding="utf-8",
+        )
     config = {
-        "title": "tiny campaign", "papers": "test", "model": model, "tasks": ["rte", "mrpc"], "seeds": [0, 1],
+        "title": "tiny campaign",
+        "papers": "test",
+        "model": model,
+        "tasks": ["rte", "mrpc"],
+        "seeds": [0, 1],
         "evals_per_epoch": 1,
-        "protocols": {"p": {
-            "source": "test protocol",
-            "defaults": {"steps": 6, "batch-size": 8, "eval-batch-size": 8, "max-length": 24, "lr": 1e-3,
-                         "log-every": 1, "save-every": 2, "devices": 1},
-            "baseline": "baseline",
-            "methods": {"baseline": {"method": "baseline"}, "cosine": {"method": "baseline", "reg": "cosine=1.0"}},
-        }},
+        "protocols": {
+            "p": {
+                "source": "test protocol",
+                "defaults": {
+                    "steps": 6,
+                    "batch-size": 8,
+                    "eval-batch-size": 8,
+                    "max-length": 24,
+                    "lr": 1e-3,
+                    "log-every": 1,
+                    "save-every": 2,
+                    "devices": 1,
+                },
+                "baseline": "baseline",
+                "methods": {"baseline": {"method": "baseline"}, "cosine": {"method": "baseline", "reg": "cosine=1.0"}},
+            }
+        },
     }
     path = root / "config.json"
     path.write_text(json.dumps(config))
@@ -63,8 +84,17 @@ def campaign(tmp_path_factory, default_model_path):
 
 
 def _argv(root, path, *extra):
-    return ["--config", str(path), "--data-dir", str(root / "data"), "--runs-dir", str(root / "runs"),
-            "--out", str(root / "out"), *extra]
+    return [
+        "--config",
+        str(path),
+        "--data-dir",
+        str(root / "data"),
+        "--runs-dir",
+        str(root / "runs"),
+        "--out",
+        str(root / "out"),
+        *extra,
+    ]
 
 
 def test_campaign_runs_reports_and_resumes_after_a_kill(campaign):
@@ -72,12 +102,20 @@ def test_campaign_runs_reports_and_resumes_after_a_kill(campaign):
     # first sitting: one task only
     assert glue_methods.main(_argv(root, path, "--only", "task=rte")) == 0
     runs = glue_methods.expand(json.loads(path.read_text()))
-    rte_done = {r.key: os.path.getmtime(os.path.join(r.directory(str(root / "runs")), "results.json"))
-                for r in runs if r.task == "rte"}
+    rte_done = {
+        r.key: os.path.getmtime(os.path.join(r.directory(str(root / "runs")), "results.json"))
+        for r in runs
+        if r.task == "rte"
+    }
     assert len(rte_done) == 4
     # second sitting: killed while the first MRPC run is past its first checkpoint
-    child = subprocess.Popen([sys.executable, "-m", "experiments.glue_methods", *_argv(root, path)], cwd=ROOT,
-                             start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "experiments.glue_methods", *_argv(root, path)],
+        cwd=ROOT,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     first = next(r for r in runs if r.task == "mrpc")
     checkpoints = os.path.join(first.directory(str(root / "runs")), "checkpoints")
     try:
@@ -105,9 +143,16 @@ def test_campaign_runs_reports_and_resumes_after_a_kill(campaign):
         rows = {row["method"]: row for row in table["rows"]}
         assert set(rows) == {"baseline", "cosine"} and rows["cosine"]["seeds"] == [0, 1]
         metric = "accuracy"
-        values = {m: [json.load(open(os.path.join(r.directory(str(root / "runs")), "results.json")))["stages"]
-                      ["finetune"][metric] for r in runs if r.task == table["task"] and r.method == m]
-                  for m in ("baseline", "cosine")}
+        values = {
+            m: [
+                json.load(open(os.path.join(r.directory(str(root / "runs")), "results.json")))["stages"]["finetune"][
+                    metric
+                ]
+                for r in runs
+                if r.task == table["task"] and r.method == m
+            ]
+            for m in ("baseline", "cosine")
+        }
         assert rows["cosine"][metric]["values"] == values["cosine"]
         a, b = np.asarray(values["cosine"]), np.asarray(values["baseline"])
         want = None if a.std() == 0 and b.std() == 0 else scipy.stats.ttest_ind(a, b).pvalue
@@ -130,8 +175,25 @@ def test_relative_paths_are_the_callers_not_the_repository_roots(campaign, monke
     # the runs are processes started in the repository root; relative directories must still mean the caller's
     root, path = campaign
     monkeypatch.chdir(root)
-    assert glue_methods.main(["--config", str(path), "--data-dir", "data", "--runs-dir", "elsewhere", "--out",
-                              "out_dry", "--only", "task=rte", "seed=0", "--dry-run"]) == 0
+    assert (
+        glue_methods.main(
+            [
+                "--config",
+                str(path),
+                "--data-dir",
+                "data",
+                "--runs-dir",
+                "elsewhere",
+                "--out",
+                "out_dry",
+                "--only",
+                "task=rte",
+                "seed=0",
+                "--dry-run",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert f"--out {root / 'elsewhere' / 'p' / 'rte' / 'cosine' / 'seed0'} " in printed
     assert f"--data-dir {root / 'data'} " in printed
@@ -154,7 +216,8 @@ def test_the_committed_configuration_expands_and_selects():
     # CoLA, WNLI: everything; MRPC: 8 new appB methods, 3 shrink; RTE, MRPC: 4 earlier; SST-2, STS-B: 4 + 2
     assert len(cpu) == 3 * (2 * (appb + shrink) + 8 + 3 + 2 * 4 + 2 * (4 + 2))
     assert {(r.task, r.method) for r in cpu if r.task in ("sst2", "stsb") and r.protocol == "shrink"} == {
-        (t, m) for t in ("sst2", "stsb") for m in ("baseline", "persistent_entropy (selected bars)")}
+        (t, m) for t in ("sst2", "stsb") for m in ("baseline", "persistent_entropy (selected bars)")
+    }
     assert "flow" in config["protocols"]["appB"]["methods"]
     mrpc = next(r for r in cpu if r.task == "mrpc" and r.protocol == "appB")
     assert mrpc.options["epochs"] == 5 and mrpc.options["lr"] == 2e-5 and mrpc.options["schedule"] == "constant"
@@ -185,23 +248,61 @@ def test_paired_ttest_is_scipys_ttest_rel_over_the_seeds_of_one_dropout_stream()
 
 def test_campaign_order_is_cheapest_first_then_priority_then_seed():
     config = json.load(open(glue_methods.DEFAULT_CONFIG))
-    runs = glue_methods.select(glue_methods.expand(config), {"task": ["cola", "wnli"], "protocol": ["appB"],
-                                                             "method": ["cosine", "flow", "isotropy_layer"]})
-    cost = {"tasks": {"wnli": {"minutes_per_run": {"appB": 10.0, "appB + isotropy layer stage 2": 12.0}},
-                      "cola": {"minutes_per_run": {"appB": 11.0, "appB + isotropy layer stage 2": 15.0}}}}
+    runs = glue_methods.select(
+        glue_methods.expand(config),
+        {"task": ["cola", "wnli"], "protocol": ["appB"], "method": ["cosine", "flow", "isotropy_layer"]},
+    )
+    cost = {
+        "tasks": {
+            "wnli": {"minutes_per_run": {"appB": 10.0, "appB + isotropy layer stage 2": 12.0}},
+            "cola": {"minutes_per_run": {"appB": 11.0, "appB + isotropy layer stage 2": 15.0}},
+        }
+    }
     order = [(r.task, r.method, r.seed) for r in glue_methods.campaign_order(runs, config, cost, {})]
-    assert order == [("wnli", m, s) for m in ("flow", "cosine") for s in range(3)] + \
-        [("cola", m, s) for m in ("flow", "cosine") for s in range(3)] + \
-        [("wnli", "isotropy_layer", s) for s in range(3)] + [("cola", "isotropy_layer", s) for s in range(3)]
+    assert order == [("wnli", m, s) for m in ("flow", "cosine") for s in range(3)] + [
+        ("cola", m, s) for m in ("flow", "cosine") for s in range(3)
+    ] + [("wnli", "isotropy_layer", s) for s in range(3)] + [("cola", "isotropy_layer", s) for s in range(3)]
 
 
 def _first_step_task_loss(root, model, out, *extra):
     from isojax import cli
 
-    assert cli.main(["finetune", "--model", model, "--task", "rte", "--data-dir", str(root / "data"), "--out",
-                     str(root / out), "--steps", "1", "--batch-size", "8", "--eval-batch-size", "8", "--eval-limit",
-                     "8", "--max-length", "24", "--log-every", "1", "--save-every", "0", "--devices", "1",
-                     "--seed", "3", "--quiet", *extra]) == 0
+    assert (
+        cli.main(
+            [
+                "finetune",
+                "--model",
+                model,
+                "--task",
+                "rte",
+                "--data-dir",
+                str(root / "data"),
+                "--out",
+                str(root / out),
+                "--steps",
+                "1",
+                "--batch-size",
+                "8",
+                "--eval-batch-size",
+                "8",
+                "--eval-limit",
+                "8",
+                "--max-length",
+                "24",
+                "--log-every",
+                "1",
+                "--save-every",
+                "0",
+                "--devices",
+                "1",
+                "--seed",
+                "3",
+                "--quiet",
+                *extra,
+            ]
+        )
+        == 0
+    )
     (record,) = [json.loads(line) for line in open(root / out / "log.jsonl") if '"train"' in line]
     return record
 
@@ -226,8 +327,9 @@ def test_dropout_stream_fingerprints_the_masks_and_nothing_else(monkeypatch):
     from isojax.models import layers
 
     original = layers.bernoulli_mask
-    monkeypatch.setattr(layers, "bernoulli_mask", lambda key, keep, shape: original(
-        jax.random.fold_in(key, 1), keep, shape))  # other masks, same rate
+    monkeypatch.setattr(
+        layers, "bernoulli_mask", lambda key, keep, shape: original(jax.random.fold_in(key, 1), keep, shape)
+    )  # other masks, same rate
     assert glue_pairing.dropout_stream() != stream
 
 
@@ -235,10 +337,15 @@ def test_cost_measure_and_estimate_from_a_written_log(tmp_path):
     from experiments import glue_cost
 
     # 4 steps: the first (compilation) takes 30 s, then 2, 4, 6 s; the final evaluation ends 9 s after step 4
-    steps = [{"kind": "train", "step": k + 1, "stage": "finetune", "seconds": s, "time": 1000.0 + t}
-             for k, (s, t) in enumerate([(30.0, 30.0), (2.0, 32.0), (4.0, 36.0), (6.0, 42.0)])]
-    records = [{"kind": "eval", "step": 0, "stage_end": False, "time": 990.0}, *steps,
-               {"kind": "eval", "step": 4, "stage_end": True, "time": 1051.0}]
+    steps = [
+        {"kind": "train", "step": k + 1, "stage": "finetune", "seconds": s, "time": 1000.0 + t}
+        for k, (s, t) in enumerate([(30.0, 30.0), (2.0, 32.0), (4.0, 36.0), (6.0, 42.0)])
+    ]
+    records = [
+        {"kind": "eval", "step": 0, "stage_end": False, "time": 990.0},
+        *steps,
+        {"kind": "eval", "step": 4, "stage_end": True, "time": 1051.0},
+    ]
     (tmp_path / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     (tmp_path / "campaign.json").write_text(json.dumps({"wall_seconds": 100.0, "commit": "c", "machine": "m"}))
     row = glue_cost.measure(str(tmp_path))

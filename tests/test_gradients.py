@@ -6,12 +6,12 @@ IsoScore gradient also against ``jax.grad`` of an eigenvalue-based IsoScore writ
 split against ``jax.grad`` of optax's softmax cross-entropy and against an explicit per-row sum in numpy, and
 its alignment measure on a synthetic softmax layer with a planted common direction and on an isotropic control.
 """
-import numpy as np
-import optax
-import pytest
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
 
 from isojax import gradients, losses, metrics, topology
 
@@ -66,8 +66,13 @@ def check(loss, closed_form, x, mask, name):
 
 @pytest.mark.parametrize("name,x,mask", CLOUDS, ids=CLOUD_IDS)
 def test_cosine_regularization_grad(name, x, mask):
-    check(lambda x, m: losses.cosine_regularization(x, mask=m, weight=0.7),
-          lambda x, m: gradients.cosine_regularization_grad(x, mask=m, weight=0.7), x, mask, name)
+    check(
+        lambda x, m: losses.cosine_regularization(x, mask=m, weight=0.7),
+        lambda x, m: gradients.cosine_regularization_grad(x, mask=m, weight=0.7),
+        x,
+        mask,
+        name,
+    )
 
 
 @pytest.mark.parametrize("name,x,mask", CLOUDS, ids=CLOUD_IDS)
@@ -76,14 +81,22 @@ def test_isoscore_grads(name, x, mask):
     c0 = np.cov(rng.normal(size=(30, 4)).T)
     cases = {
         "isoscore": (lambda x, m: metrics.isoscore(x, mask=m), lambda x, m: gradients.isoscore_grad(x, mask=m)),
-        "isoscore_star": (lambda x, m: metrics.isoscore_star(x, zeta=0.3, mask=m),
-                          lambda x, m: gradients.isoscore_star_grad(x, zeta=0.3, mask=m)),
-        "isoscore_star c0": (lambda x, m: metrics.isoscore_star(x, c0=c0, zeta=0.6, mask=m),
-                             lambda x, m: gradients.isoscore_star_grad(x, c0=c0, zeta=0.6, mask=m)),
-        "isoscore_loss": (lambda x, m: losses.isoscore_loss(x, mask=m, eps=1e-3),
-                          lambda x, m: gradients.isoscore_loss_grad(x, mask=m, eps=1e-3)),
-        "istar_loss": (lambda x, m: losses.istar_loss(x, zeta=0.2, mask=m, weight=1.5),
-                       lambda x, m: gradients.istar_loss_grad(x, zeta=0.2, mask=m, weight=1.5)),
+        "isoscore_star": (
+            lambda x, m: metrics.isoscore_star(x, zeta=0.3, mask=m),
+            lambda x, m: gradients.isoscore_star_grad(x, zeta=0.3, mask=m),
+        ),
+        "isoscore_star c0": (
+            lambda x, m: metrics.isoscore_star(x, c0=c0, zeta=0.6, mask=m),
+            lambda x, m: gradients.isoscore_star_grad(x, c0=c0, zeta=0.6, mask=m),
+        ),
+        "isoscore_loss": (
+            lambda x, m: losses.isoscore_loss(x, mask=m, eps=1e-3),
+            lambda x, m: gradients.isoscore_loss_grad(x, mask=m, eps=1e-3),
+        ),
+        "istar_loss": (
+            lambda x, m: losses.istar_loss(x, zeta=0.2, mask=m, weight=1.5),
+            lambda x, m: gradients.istar_loss_grad(x, zeta=0.2, mask=m, weight=1.5),
+        ),
     }
     for case, (loss, closed_form) in cases.items():
         check(loss, closed_form, x, mask, f"{case} on {name}")
@@ -124,10 +137,14 @@ def spectra():
 @pytest.mark.parametrize("name,w", spectra(), ids=[name for name, _ in spectra()])
 def test_spectrum_control_grads(name, w):
     cases = {
-        "polynomial": (lambda w, m: losses.spectrum_polynomial(w, c1=2.5, gamma=-0.6, weight=0.4),
-                       lambda w, m: gradients.spectrum_polynomial_grad(w, c1=2.5, gamma=-0.6, weight=0.4)),
-        "exponential": (lambda w, m: losses.spectrum_exponential(w, c1=2.5, c2=0.3, gamma=1.1),
-                        lambda w, m: gradients.spectrum_exponential_grad(w, c1=2.5, c2=0.3, gamma=1.1)),
+        "polynomial": (
+            lambda w, m: losses.spectrum_polynomial(w, c1=2.5, gamma=-0.6, weight=0.4),
+            lambda w, m: gradients.spectrum_polynomial_grad(w, c1=2.5, gamma=-0.6, weight=0.4),
+        ),
+        "exponential": (
+            lambda w, m: losses.spectrum_exponential(w, c1=2.5, c2=0.3, gamma=1.1),
+            lambda w, m: gradients.spectrum_exponential_grad(w, c1=2.5, c2=0.3, gamma=1.1),
+        ),
     }
     for case, (loss, closed_form) in cases.items():
         check(loss, closed_form, w, None, f"{case} on {name}")
@@ -140,8 +157,9 @@ def test_spectrum_grad_is_the_singular_vector_formula():
     u, s, vt = np.linalg.svd(w, full_matrices=False)
     prior = 2.0 * np.arange(1, 6) ** -1.0
     expected = sum(2 * 0.5 * (s[k] - prior[k]) * np.outer(u[:, k], vt[k]) for k in range(5))
-    np.testing.assert_allclose(gradients.spectrum_polynomial_grad(w, c1=2.0, gamma=-1.0, weight=0.5), expected,
-                               rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        gradients.spectrum_polynomial_grad(w, c1=2.0, gamma=-1.0, weight=0.5), expected, rtol=1e-10, atol=1e-12
+    )
 
 
 def entropy_clouds():
@@ -165,21 +183,30 @@ def entropy_clouds():
 
 
 @pytest.mark.parametrize("name,x,labels,mask", entropy_clouds(), ids=[c[0] for c in entropy_clouds()])
-@pytest.mark.parametrize("options", [dict(bars="selected", in_cluster_weight=0.4), dict(bars="all")],
-                         ids=["selected", "all"])
+@pytest.mark.parametrize(
+    "options", [dict(bars="selected", in_cluster_weight=0.4), dict(bars="all")], ids=["selected", "all"]
+)
 def test_persistent_entropy_loss_grad(name, x, labels, mask, options):
     num_classes = None if labels is None else 2
-    check(lambda x, m: topology.persistent_entropy_loss(x, labels, mask=m, num_classes=num_classes, **options),
-          lambda x, m: gradients.persistent_entropy_loss_grad(x, labels, mask=m, num_classes=num_classes, **options),
-          x, mask, name)
+    check(
+        lambda x, m: topology.persistent_entropy_loss(x, labels, mask=m, num_classes=num_classes, **options),
+        lambda x, m: gradients.persistent_entropy_loss_grad(x, labels, mask=m, num_classes=num_classes, **options),
+        x,
+        mask,
+        name,
+    )
 
 
 def test_closed_forms_jit_and_keep_the_dtype():
     with jax.enable_x64(False):
         x = jnp.asarray(np.random.default_rng(5).normal(size=(12, 6)), jnp.float32)
-        for fn in (gradients.cosine_regularization_grad, gradients.isoscore_grad, gradients.isoscore_loss_grad,
-                   gradients.persistent_entropy_loss_grad,
-                   lambda x: gradients.spectrum_polynomial_grad(x, c1=1.0, gamma=-1.0)):
+        for fn in (
+            gradients.cosine_regularization_grad,
+            gradients.isoscore_grad,
+            gradients.isoscore_loss_grad,
+            gradients.persistent_entropy_loss_grad,
+            lambda x: gradients.spectrum_polynomial_grad(x, c1=1.0, gamma=-1.0),
+        ):
             g = jax.jit(fn)(x)
             assert g.dtype == jnp.float32 and g.shape == x.shape and np.all(np.isfinite(g))
 

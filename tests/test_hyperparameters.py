@@ -4,11 +4,11 @@ For each one: a function jitted once and called with three values compiles once 
 cache size) and gives the eager results; ``jax.grad`` with respect to the hyperparameter matches central finite
 differences in float64; a traced value out of range gives NaN while a concrete one raises ``ValueError``.
 """
-import numpy as np
-import pytest
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+import pytest
 
 from isojax import calibrate, losses, metrics, topology
 
@@ -27,8 +27,9 @@ def balanced_means(x, smoothing):
     """Sum of the balancer's moving means after two updates with losses made from x (float64 state)."""
     state = losses.BalancerState(means=jnp.zeros(2, x.dtype), step=jnp.zeros((), jnp.int32))
     for scale in (1.0, 1.7):
-        _, state = losses.balancer_update(state, scale * jnp.stack([jnp.sum(x**2), jnp.sum(jnp.abs(x))]),
-                                          smoothing=smoothing)
+        _, state = losses.balancer_update(
+            state, scale * jnp.stack([jnp.sum(x**2), jnp.sum(jnp.abs(x))]), smoothing=smoothing
+        )
     return jnp.sum(state.means)
 
 
@@ -45,24 +46,41 @@ CASES = {
     "cosine weight": (lambda x, v: losses.cosine_regularization(x, weight=v), (0.1, 1.0, 3.0), None),
     "spectrum_polynomial c1": (lambda x, v: losses.spectrum_polynomial(x, c1=v, gamma=-0.5), (0.5, 1.0, 2.0), None),
     "spectrum_polynomial gamma": (lambda x, v: losses.spectrum_polynomial(x, c1=2.0, gamma=v), (-1.0, -0.5, 0.3), None),
-    "spectrum_polynomial weight": (lambda x, v: losses.spectrum_polynomial(x, c1=2.0, gamma=-0.5, weight=v),
-                                   (0.1, 1.0, 2.0), None),
-    "spectrum_exponential c1": (lambda x, v: losses.spectrum_exponential(x, c1=v, c2=0.3, gamma=1.0),
-                                (1.0, 2.0, 3.0), None),
-    "spectrum_exponential c2": (lambda x, v: losses.spectrum_exponential(x, c1=2.0, c2=v, gamma=1.0),
-                                (0.1, 0.3, 0.7), None),
-    "spectrum_exponential gamma": (lambda x, v: losses.spectrum_exponential(x, c1=2.0, c2=0.3, gamma=v),
-                                   (0.5, 1.0, 1.5), None),
+    "spectrum_polynomial weight": (
+        lambda x, v: losses.spectrum_polynomial(x, c1=2.0, gamma=-0.5, weight=v),
+        (0.1, 1.0, 2.0),
+        None,
+    ),
+    "spectrum_exponential c1": (
+        lambda x, v: losses.spectrum_exponential(x, c1=v, c2=0.3, gamma=1.0),
+        (1.0, 2.0, 3.0),
+        None,
+    ),
+    "spectrum_exponential c2": (
+        lambda x, v: losses.spectrum_exponential(x, c1=2.0, c2=v, gamma=1.0),
+        (0.1, 0.3, 0.7),
+        None,
+    ),
+    "spectrum_exponential gamma": (
+        lambda x, v: losses.spectrum_exponential(x, c1=2.0, c2=0.3, gamma=v),
+        (0.5, 1.0, 1.5),
+        None,
+    ),
     "isoscore_loss eps": (lambda x, v: losses.isoscore_loss(x, eps=v), (1e-6, 1e-3, 0.1), 0.0),
     "istar_loss zeta": (lambda x, v: losses.istar_loss(x, zeta=v), (0.1, 0.5, 0.9), 2.0),
     "istar_loss weight": (lambda x, v: losses.istar_loss(x, weight=v), (0.1, 1.0, 3.0), None),
     "balancer smoothing": (balanced_means, (0.15, 0.5, 1.0), 0.0),
     "persistent_entropy in_cluster_weight": (
         lambda x, v: topology.persistent_entropy_loss(x, LABELS, num_classes=2, in_cluster_weight=v),
-        (0.0, 0.4, 2.0), -0.5),
+        (0.0, 0.4, 2.0),
+        -0.5,
+    ),
     "fit_whitening eps": (whitened_sum, (0.0, 1e-3, 0.1), -1e-3),
-    "isobn_scale eps": (lambda x, v: jnp.sum(calibrate.isobn_scale(jnp.cov(x.T), jnp.std(x, 0), eps=v)),
-                        (1e-3, 0.1, 1.0), None),
+    "isobn_scale eps": (
+        lambda x, v: jnp.sum(calibrate.isobn_scale(jnp.cov(x.T), jnp.std(x, 0), eps=v)),
+        (1e-3, 0.1, 1.0),
+        None,
+    ),
 }
 
 

@@ -15,26 +15,34 @@ function runs on every input of ``INPUTS``, each under a time limit (a hang fail
 * bfloat16 and float16 input: finite and close to the float32 result on the same (rounded) values;
 * clean input: eager and ``jit`` agree and the gradient is finite.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import Callable
+from collections.abc import Callable
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import jax
-import jax.numpy as jnp
-
 import isojax.eval
 from isojax import calibrate, gradients, losses, metrics, softdecay, spectral, topology
 
 # Defining modules before the ones that re-export from them (a re-export is covered under its first name).
-MODULES = {"metrics": metrics, "losses": losses, "topology": topology, "spectral": spectral, "softdecay": softdecay,
-           "gradients": gradients, "calibrate": calibrate, "eval": isojax.eval}
+MODULES = {
+    "metrics": metrics,
+    "losses": losses,
+    "topology": topology,
+    "spectral": spectral,
+    "softdecay": softdecay,
+    "gradients": gradients,
+    "calibrate": calibrate,
+    "eval": isojax.eval,
+}
 N, D = 6, 3
 BAD_ROW, PAD_ROW = 2, 5
 TIME_LIMIT = 120.0  # seconds per case, compilation included (the machine may be shared)
@@ -102,56 +110,71 @@ CASES: dict[str, Case] = {
     "metrics.singular_value_stats": Case(lambda x, m: metrics.singular_value_stats(x, mask=m), degree=0),
     "losses.cosine_regularization": Case(lambda x, m: losses.cosine_regularization(x, mask=m), degree=0),
     "losses.spectrum_polynomial": Case(lambda x, m: losses.spectrum_polynomial(x, c1=1.0, gamma=-0.5), masked=False),
-    "losses.spectrum_exponential": Case(lambda x, m: losses.spectrum_exponential(x, c1=1.0, c2=0.5, gamma=1.0),
-                                        masked=False),
+    "losses.spectrum_exponential": Case(
+        lambda x, m: losses.spectrum_exponential(x, c1=1.0, c2=0.5, gamma=1.0), masked=False
+    ),
     "losses.isoscore_loss": Case(lambda x, m: losses.isoscore_loss(x, mask=m), degree=0),
     "losses.istar_loss": Case(lambda x, m: losses.istar_loss(x, mask=m)),
     "topology.zero_dim_barcode": Case(lambda x, m: topology.zero_dim_barcode(x, mask=m), degree=1),
     "topology.barcode_edges": Case(lambda x, m: topology.barcode_edges(x, mask=m), degree=1),
     "topology.persistent_entropy_loss": Case(lambda x, m: topology.persistent_entropy_loss(x, mask=m), degree=0),
-    "topology.persistent_entropy_loss_grad": Case(lambda x, m: topology.persistent_entropy_loss_grad(x, mask=m),
-                                                  degree=-1, rowwise=True, grad=False),
-    "gradients.cosine_regularization_grad": Case(lambda x, m: gradients.cosine_regularization_grad(x, mask=m),
-                                                 degree=-1, rowwise=True),
+    "topology.persistent_entropy_loss_grad": Case(
+        lambda x, m: topology.persistent_entropy_loss_grad(x, mask=m), degree=-1, rowwise=True, grad=False
+    ),
+    "gradients.cosine_regularization_grad": Case(
+        lambda x, m: gradients.cosine_regularization_grad(x, mask=m), degree=-1, rowwise=True
+    ),
     "gradients.spectrum_polynomial_grad": Case(
-        lambda x, m: gradients.spectrum_polynomial_grad(x, c1=1.0, gamma=-0.5), masked=False, grad=False),
+        lambda x, m: gradients.spectrum_polynomial_grad(x, c1=1.0, gamma=-0.5), masked=False, grad=False
+    ),
     "gradients.spectrum_exponential_grad": Case(
-        lambda x, m: gradients.spectrum_exponential_grad(x, c1=1.0, c2=0.5, gamma=1.0), masked=False, grad=False),
+        lambda x, m: gradients.spectrum_exponential_grad(x, c1=1.0, c2=0.5, gamma=1.0), masked=False, grad=False
+    ),
     "gradients.isoscore_grad": Case(lambda x, m: gradients.isoscore_grad(x, mask=m), degree=-1, rowwise=True),
     "gradients.isoscore_star_grad": Case(lambda x, m: gradients.isoscore_star_grad(x, mask=m), rowwise=True),
-    "gradients.isoscore_loss_grad": Case(lambda x, m: gradients.isoscore_loss_grad(x, mask=m), degree=-1,
-                                         rowwise=True),
+    "gradients.isoscore_loss_grad": Case(lambda x, m: gradients.isoscore_loss_grad(x, mask=m), degree=-1, rowwise=True),
     "gradients.istar_loss_grad": Case(lambda x, m: gradients.istar_loss_grad(x, mask=m), rowwise=True),
-    "gradients.softmax_gradient_split": Case(lambda x, m: gradients.softmax_gradient_split(x, H, TARGETS),
-                                             masked=False, rowwise=True),
-    "gradients.common_enemies_alignment": Case(lambda x, m: gradients.common_enemies_alignment(x, G, mask=m),
-                                               grad=False, out=lambda r: (r.mean_cosine, r.principal_cosine)),
+    "gradients.softmax_gradient_split": Case(
+        lambda x, m: gradients.softmax_gradient_split(x, H, TARGETS), masked=False, rowwise=True
+    ),
+    "gradients.common_enemies_alignment": Case(
+        lambda x, m: gradients.common_enemies_alignment(x, G, mask=m),
+        grad=False,
+        out=lambda r: (r.mean_cosine, r.principal_cosine),
+    ),
     "spectral.thin_svd": Case(lambda x, m: spectral.thin_svd(x), masked=False, grad=False),
     "spectral.spectral_map": Case(lambda x, m: spectral.spectral_map(x, _sqrt_curve, mask=m), rowwise=True),
-    "spectral.spectral_derivative": Case(lambda x, m: spectral.spectral_derivative(x, _sqrt_curve, mask=m),
-                                         rowwise=True, grad=False, out=lambda op: (op.y, op.s)),
+    "spectral.spectral_derivative": Case(
+        lambda x, m: spectral.spectral_derivative(x, _sqrt_curve, mask=m),
+        rowwise=True,
+        grad=False,
+        out=lambda op: (op.y, op.s),
+    ),
     "softdecay.soft_decay": Case(lambda x, m: softdecay.soft_decay(x, -0.5, mask=m), rowwise=True),
-    "softdecay.softdecay_derivative": Case(lambda x, m: softdecay.softdecay_derivative(x, -0.5, mask=m),
-                                           rowwise=True, grad=False, out=lambda op: op.output),
+    "softdecay.softdecay_derivative": Case(
+        lambda x, m: softdecay.softdecay_derivative(x, -0.5, mask=m), rowwise=True, grad=False, out=lambda op: op.output
+    ),
     "softdecay.SoftDecay": Case(lambda x, m: SOFTDECAY_MODULE.apply(SOFTDECAY_PARAMS, x, m), rowwise=True),
     "calibrate.center": Case(lambda x, m: calibrate.center(x, mask=m), degree=1, rowwise=True),
     "calibrate.scaled_center": Case(lambda x, m: calibrate.scaled_center(x, mask=m), degree=1, rowwise=True),
-    "calibrate.fit_all_but_the_top": Case(lambda x, m: calibrate.fit_all_but_the_top(x, D=1, mask=m), grad=False,
-                                          out=lambda state: state.mean),
-    "calibrate.all_but_the_top": Case(lambda x, m: calibrate.all_but_the_top(x, D=1, mask=m), degree=1,
-                                      rowwise=True),
+    "calibrate.fit_all_but_the_top": Case(
+        lambda x, m: calibrate.fit_all_but_the_top(x, D=1, mask=m), grad=False, out=lambda state: state.mean
+    ),
+    "calibrate.all_but_the_top": Case(lambda x, m: calibrate.all_but_the_top(x, D=1, mask=m), degree=1, rowwise=True),
     "calibrate.fit_whitening": Case(lambda x, m: calibrate.fit_whitening(x, mask=m), grad=False),
     "calibrate.whiten": Case(lambda x, m: calibrate.whiten(x, WHITENING), masked=False, rowwise=True),
-    "calibrate.fit_flow": Case(lambda x, m: calibrate.fit_flow(x, jax.random.key(0), mask=m, levels=1, depth=1,
-                                                               hidden=4, steps=2, batch_size=4),
-                               grad=False, out=lambda state: state.log_likelihood),
+    "calibrate.fit_flow": Case(
+        lambda x, m: calibrate.fit_flow(
+            x, jax.random.key(0), mask=m, levels=1, depth=1, hidden=4, steps=2, batch_size=4
+        ),
+        grad=False,
+        out=lambda state: state.log_likelihood,
+    ),
     "calibrate.flow_forward": Case(lambda x, m: calibrate.flow_forward(flow_state(), x), masked=False, rowwise=True),
     "calibrate.flow_inverse": Case(lambda x, m: calibrate.flow_inverse(flow_state(), x), masked=False, rowwise=True),
     "calibrate.Flow": Case(lambda x, m: FLOW_MODULE.apply(FLOW_VARIABLES, x, m), rowwise=True),
-    "calibrate.IsoBN": Case(lambda x, m: ISOBN.apply(ISOBN_STATS, x, mask=m, mutable=["batch_stats"])[0],
-                            rowwise=True),
-    "calibrate.IsotropyLayer": Case(lambda x, m: ISOTROPY_LAYER.apply(ISOTROPY_PARAMS, x), masked=False,
-                                    rowwise=True),
+    "calibrate.IsoBN": Case(lambda x, m: ISOBN.apply(ISOBN_STATS, x, mask=m, mutable=["batch_stats"])[0], rowwise=True),
+    "calibrate.IsotropyLayer": Case(lambda x, m: ISOTROPY_LAYER.apply(ISOTROPY_PARAMS, x), masked=False, rowwise=True),
 }
 
 EXEMPT: dict[str, str] = {
@@ -262,6 +285,7 @@ def floats(tree, **kwargs):
 
 def scalar_loss(case, mask):
     """x -> Σ of the checked floating outputs (a masked row's own output row left out for transforms)."""
+
     def loss(x):
         total = 0.0
         for leaf in jax.tree.leaves(case.out(case.call(x, mask))):
@@ -272,6 +296,7 @@ def scalar_loss(case, mask):
                 leaf = jnp.where(mask[:, None], leaf, 0)
             total = total + jnp.sum(jnp.where(jnp.isfinite(leaf), leaf, 0).astype(jnp.float32) ** 2)
         return total
+
     return loss
 
 
@@ -325,8 +350,9 @@ def check_masked(name, case, bad):
         loss = scalar_loss(case, mask)
         grad_bad, grad_pad = limited(jax.grad(loss), x_bad), limited(jax.grad(loss), x_pad)
         assert np.isfinite(np.asarray(grad_bad)).all(), "a masked non-finite row reached the gradient"
-        np.testing.assert_allclose(np.delete(grad_bad, PAD_ROW, 0), np.delete(grad_pad, PAD_ROW, 0), rtol=1e-5,
-                                   atol=1e-6)
+        np.testing.assert_allclose(
+            np.delete(grad_bad, PAD_ROW, 0), np.delete(grad_pad, PAD_ROW, 0), rtol=1e-5, atol=1e-6
+        )
 
 
 def check_all_masked(name, case):
@@ -404,8 +430,13 @@ INVARIANT = sorted(name for name, case in CASES.items() if case.degree == 0 and 
 
 
 @settings(max_examples=20, deadline=None)
-@given(n=st.integers(3, 7), seed=st.integers(0, 2**16), exponent=st.integers(-30, 30),
-       padding=st.sampled_from([np.nan, np.inf, -np.inf, 1e30]), name=st.sampled_from(INVARIANT))
+@given(
+    n=st.integers(3, 7),
+    seed=st.integers(0, 2**16),
+    exponent=st.integers(-30, 30),
+    padding=st.sampled_from([np.nan, np.inf, -np.inf, 1e30]),
+    name=st.sampled_from(INVARIANT),
+)
 def test_random_clouds_padding_and_scale(n, seed, exponent, padding, name):
     """f(2^e·10^(e/3)·x with a bad padding row, mask) = f(x[real]) for a random cloud x [n + 1, 3]."""
     case = CASES[name]

@@ -4,14 +4,14 @@ References: the pairwise double sum of eq. 12 and the mean-direction form of too
 App. A, numpy SVD formulas, the ``isoscore`` package, a plain-Python transcription of the balancer
 (isotropy-layer eq. 3), and central finite differences in float64 for every gradient.
 """
-import numpy as np
-import pytest
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import require
 
 from isojax import losses, topology
-from conftest import require
 
 
 @pytest.fixture
@@ -148,7 +148,10 @@ def test_balancer_gradient_flows_through_the_losses_only(x64):
     state = losses.balancer_init(2)
     _, state = losses.balancer_update(state, jnp.array([2.0, 8.0]))
     current = np.array([1.5, 9.0])
-    f = lambda current: losses.balancer_update(state, current)[0]
+
+    def f(current):
+        return losses.balancer_update(state, current)[0]
+
     grad = jax.grad(f)(jnp.asarray(current))
     check_gradient(f, current)
     np.testing.assert_allclose(grad, 0.5 * np.mean(state.means) / np.asarray(state.means), rtol=1e-12)
@@ -171,7 +174,9 @@ def test_finite_gradients_on_degenerate_input(name):
     identical = np.tile(np.array([[1.0, -2.0, 0.5, 3.0]], np.float32), (5, 1))
     repeated = np.concatenate([np.diag(np.array([1.0, 1.0, 2.0, 3.0], np.float32)), np.zeros((1, 4), np.float32)])
     two = np.array([[1.0, 0.0, 2.0, 0.0], [0.0, 1.0, 0.0, -1.0]], np.float32)
-    x = np.stack([np.zeros((5, 4), np.float32), identical, repeated, np.concatenate([two, np.zeros((3, 4), np.float32)])])
+    x = np.stack(
+        [np.zeros((5, 4), np.float32), identical, repeated, np.concatenate([two, np.zeros((3, 4), np.float32)])]
+    )
     mask = np.arange(5) < np.array([5, 5, 5, 2])[:, None]
     (_, values), grad = jax.jit(jax.value_and_grad(lambda x: (jnp.sum(f(x, mask)), f(x, mask)), has_aux=True))(x)
     assert np.all(np.isfinite(values)) and np.all(np.isfinite(grad)), (values, grad)

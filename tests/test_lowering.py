@@ -6,6 +6,7 @@ from inside JAX: isojax must refuse it first, with its ``ValueError``); the READ
 (read from the exported module: the custom calls of the decomposition it contains); the direct jitted call (the
 deserialised CPU export must give the same numbers).
 """
+
 import re
 
 import jax
@@ -38,18 +39,22 @@ def test_decompositions_states_what_each_platform_lowers(platform):
             assert cell["float64"] == dec.float64, method
         else:
             assert cell["status"] == "refused", (method, cell["detail"])
-            assert cell["detail"] == (f"ValueError: method '{method}' does not lower on {platform} (only on "
-                                      f"{', '.join(dec.platforms)}); on {platform} choose 'auto' or one of "
-                                      f"{available_methods(platform)}")
+            assert cell["detail"] == (
+                f"ValueError: method '{method}' does not lower on {platform} (only on "
+                f"{', '.join(dec.platforms)}); on {platform} choose 'auto' or one of "
+                f"{available_methods(platform)}"
+            )
     assert all(not DECOMPOSITIONS[m].float64 for m in available_methods("tpu"))
 
 
 def test_refusal_outside_jit_and_under_jit_is_the_same_value_error():
     """On this CPU host an explicitly named GPU-only strategy is refused eagerly, under jit and under vmap."""
     message = "method 'svd_jacobi' does not lower on cpu"
-    for call in (lambda: soft_decay(X, -0.6, method="svd_jacobi"),
-                 lambda: jax.jit(lambda x: soft_decay(x, -0.6, method="svd_jacobi"))(X),
-                 lambda: jax.vmap(lambda x: soft_decay(x, -0.6, method="svd_jacobi"))(X)):
+    for call in (
+        lambda: soft_decay(X, -0.6, method="svd_jacobi"),
+        lambda: jax.jit(lambda x: soft_decay(x, -0.6, method="svd_jacobi"))(X),
+        lambda: jax.vmap(lambda x: soft_decay(x, -0.6, method="svd_jacobi"))(X),
+    ):
         with pytest.raises(ValueError, match=re.escape(message)):
             call()
 
@@ -78,7 +83,8 @@ def test_auto_on_tpu_holds_no_float64_and_cuda_uses_the_readme_strategy():
     assert re.search(r"\bf64\b", cuda) and any("syevd" in c for c in calls), calls
     assert not any("gesvd" in c for c in calls), calls
     small = jax.export.export(jax.jit(lambda x: soft_decay(x, -0.6, method="auto")), platforms=("cuda",))(
-        X[:, :32]).mlir_module()
+        X[:, :32]
+    ).mlir_module()
     assert any("gesvd" in c for c in _custom_calls(small)) and not re.search(r"\bf64\b", small)
 
 

@@ -3,18 +3,18 @@
 References: the ``isoscore`` PyPI package (Rudman et al.), torch ports of the softdecay authors'
 ``tokenSimi`` / ``rbf_kernel``, numpy/scipy/sklearn implementations written here, and closed forms.
 """
+
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.stats
 import torch
+from conftest import require
 from sklearn.manifold._locally_linear import barycenter_weights
 from sklearn.neighbors import NearestNeighbors
 
-import jax
-import jax.numpy as jnp
-
 from isojax import metrics
-from conftest import require
 
 
 @pytest.fixture
@@ -63,7 +63,9 @@ def test_isoscore_star_matches_package(zeta):
         identity = float(require("IsoScore.IsoScore").IsoScore_star(x.astype(np.float64), np.eye(d), zeta))
         reference = float(require("IsoScore.IsoScore").IsoScore_star(x.astype(np.float64), c0, zeta))
         np.testing.assert_allclose(float(metrics.isoscore_star(x, zeta=zeta)), identity, atol=1e-5)
-        np.testing.assert_allclose(float(metrics.isoscore_star(x, c0=c0.astype(np.float32), zeta=zeta)), reference, atol=1e-5)
+        np.testing.assert_allclose(
+            float(metrics.isoscore_star(x, c0=c0.astype(np.float32), zeta=zeta)), reference, atol=1e-5
+        )
 
 
 @pytest.mark.parametrize("k", [1, 2, 4, 7, 8])
@@ -109,7 +111,9 @@ def test_explained_variance_matches_svd(n, d):
             expected = numpy_ev(x, k, center)
             np.testing.assert_allclose(float(metrics.explained_variance(x, k, center=center)), expected, rtol=1e-5)
     padded, mask = pad(x, 5, rng)
-    np.testing.assert_allclose(float(metrics.explained_variance(padded, 2, mask=mask, center=True)), numpy_ev(x, 2, True), rtol=1e-5)
+    np.testing.assert_allclose(
+        float(metrics.explained_variance(padded, 2, mask=mask, center=True)), numpy_ev(x, 2, True), rtol=1e-5
+    )
 
 
 def test_explained_variance_of_isotropic_gaussian_is_k_over_d():
@@ -150,7 +154,9 @@ def authors_rbf_kernel(x, t):
 def test_token_uniformity_matches_references():
     rng = np.random.default_rng(6)
     x = anisotropic_cloud(rng, 30, 12)
-    np.testing.assert_allclose(float(metrics.token_uniformity(x, include_diagonal=True)), authors_token_simi(x), rtol=1e-5)
+    np.testing.assert_allclose(
+        float(metrics.token_uniformity(x, include_diagonal=True)), authors_token_simi(x), rtol=1e-5
+    )
     unit = x / np.linalg.norm(x, axis=1, keepdims=True)
     cos = unit @ unit.T
     off_diagonal = (cos.sum() - np.trace(cos)) / (30 * 29)
@@ -175,7 +181,9 @@ def test_rbf_uniformity_matches_authors_code(t):
     x = anisotropic_cloud(rng, 25, 10)
     np.testing.assert_allclose(float(metrics.rbf_uniformity(x, t=t)), authors_rbf_kernel(x, t), rtol=1e-5)
     padded, mask = pad(x, 3, rng)
-    np.testing.assert_allclose(float(metrics.rbf_uniformity(padded, mask=mask, t=t)), authors_rbf_kernel(x, t), rtol=1e-5)
+    np.testing.assert_allclose(
+        float(metrics.rbf_uniformity(padded, mask=mask, t=t)), authors_rbf_kernel(x, t), rtol=1e-5
+    )
 
 
 # ---------------------------------------------------------------------------------------------- I1, I2
@@ -195,7 +203,9 @@ def test_partition_isotropy_matches_numpy(x64):
     i1c, i2c = metrics.partition_isotropy(jnp.asarray(w), center=True)
     np.testing.assert_allclose([float(i1c), float(i2c)], numpy_partition_isotropy(w - w.mean(0)), rtol=1e-9)
     padded, mask = pad(w, 5, rng)
-    np.testing.assert_allclose([float(v) for v in metrics.partition_isotropy(padded, mask=mask)], [ref1, ref2], rtol=1e-9)
+    np.testing.assert_allclose(
+        [float(v) for v in metrics.partition_isotropy(padded, mask=mask)], [ref1, ref2], rtol=1e-9
+    )
 
 
 def test_partition_isotropy_centered_isotropic_cloud_near_one_and_falls_when_shifted():
@@ -236,7 +246,9 @@ def test_lsds_matches_sklearn_reference(weights, x64):
     padded_x, mask = pad(x, 6, rng)
     padded_fx, _ = pad(fx, 6, rng)
     expected = numpy_lsds(x, fx, 4, 3.0, weights)
-    np.testing.assert_allclose(float(metrics.lsds(padded_x, padded_fx, k=4, t=3.0, weights=weights, mask=mask)), expected, rtol=1e-7)
+    np.testing.assert_allclose(
+        float(metrics.lsds(padded_x, padded_fx, k=4, t=3.0, weights=weights, mask=mask)), expected, rtol=1e-7
+    )
 
 
 def test_lsds_barycentric_is_small_for_linear_maps():

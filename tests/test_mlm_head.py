@@ -4,6 +4,7 @@ split applied to them.
 References: transformers' PyTorch MLM models (logits on the real tokens of a padded batch); jax.grad of the
 masked-LM cross-entropy with respect to the tied output matrix; numpy for the alignment cosines.
 """
+
 import json
 
 import jax
@@ -19,8 +20,14 @@ from isojax.models import load_mlm_head, word_embeddings
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-TINY = dict(vocab_size=60, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
-            max_position_embeddings=42)
+TINY = dict(
+    vocab_size=60,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=37,
+    max_position_embeddings=42,
+)
 
 
 def tiny_mlm(arch: str):
@@ -32,8 +39,11 @@ def tiny_mlm(arch: str):
     elif arch == "albert":
         model = transformers.AlbertForMaskedLM(transformers.AlbertConfig(**TINY, embedding_size=16))
     elif arch == "distilbert":
-        model = transformers.DistilBertForMaskedLM(transformers.DistilBertConfig(
-            vocab_size=60, dim=32, n_layers=2, n_heads=4, hidden_dim=37, max_position_embeddings=42))
+        model = transformers.DistilBertForMaskedLM(
+            transformers.DistilBertConfig(
+                vocab_size=60, dim=32, n_layers=2, n_heads=4, hidden_dim=37, max_position_embeddings=42
+            )
+        )
     else:
         model = transformers.MPNetForMaskedLM(transformers.MPNetConfig(**TINY, pad_token_id=1))
     model.config._attn_implementation = "eager"
@@ -83,8 +93,9 @@ def test_a_checkpoint_without_the_head_or_with_an_untied_one_is_refused(tmp_path
     with pytest.raises(ValueError, match="cls.predictions.decoder.weight' differs from"):
         load_mlm_head(str(tmp_path / "mlm"))
     (tmp_path / "gpt2").mkdir()
-    (tmp_path / "gpt2" / "config.json").write_text(json.dumps(dict(model_type="gpt2", vocab_size=60, n_embd=32,
-                                                                    n_layer=1, n_head=4, n_positions=16)))
+    (tmp_path / "gpt2" / "config.json").write_text(
+        json.dumps(dict(model_type="gpt2", vocab_size=60, n_embd=32, n_layer=1, n_head=4, n_positions=16))
+    )
     with pytest.raises(ValueError, match="masked-LM head needs an encoder"):
         load_mlm_head(str(tmp_path / "gpt2"))
 

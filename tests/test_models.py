@@ -2,6 +2,7 @@
 
 Reference: transformers' PyTorch classes (float32, eager attention), outputs compared on real tokens.
 """
+
 import json
 
 import jax
@@ -10,13 +11,19 @@ import numpy as np
 import pytest
 
 import isojax
-from isojax.models import EncoderConfig, build_encoder, config_from_hf, config_to_hf, token_types
+from isojax.models import build_encoder, config_from_hf, token_types
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=37,
-            max_position_embeddings=40)
+TINY = dict(
+    vocab_size=99,
+    hidden_size=32,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    intermediate_size=37,
+    max_position_embeddings=40,
+)
 
 
 def tiny_hf_model(arch: str):
@@ -26,20 +33,26 @@ def tiny_hf_model(arch: str):
         cfg = transformers.BertConfig(**TINY, type_vocab_size=3)
         model = transformers.BertModel(cfg)
     elif arch == "roberta":
-        cfg = transformers.RobertaConfig(**{**TINY, "max_position_embeddings": 42}, type_vocab_size=1,
-                                         pad_token_id=1)
+        cfg = transformers.RobertaConfig(**{**TINY, "max_position_embeddings": 42}, type_vocab_size=1, pad_token_id=1)
         model = transformers.RobertaModel(cfg)
     elif arch == "albert":
-        cfg = transformers.AlbertConfig(**{**TINY, "num_hidden_layers": 4}, embedding_size=16,
-                                        num_hidden_groups=2, inner_group_num=2, type_vocab_size=2)
+        cfg = transformers.AlbertConfig(
+            **{**TINY, "num_hidden_layers": 4},
+            embedding_size=16,
+            num_hidden_groups=2,
+            inner_group_num=2,
+            type_vocab_size=2,
+        )
         model = transformers.AlbertModel(cfg)
     elif arch == "distilbert":
-        cfg = transformers.DistilBertConfig(vocab_size=99, dim=32, n_layers=3, n_heads=4, hidden_dim=37,
-                                            max_position_embeddings=40)
+        cfg = transformers.DistilBertConfig(
+            vocab_size=99, dim=32, n_layers=3, n_heads=4, hidden_dim=37, max_position_embeddings=40
+        )
         model = transformers.DistilBertModel(cfg)
     elif arch == "mpnet":  # max_position_embeddings 42: positions run after pad_token_id 1, up to length 40
-        cfg = transformers.MPNetConfig(**{**TINY, "max_position_embeddings": 42}, pad_token_id=1,
-                                       relative_attention_num_buckets=32)
+        cfg = transformers.MPNetConfig(
+            **{**TINY, "max_position_embeddings": 42}, pad_token_id=1, relative_attention_num_buckets=32
+        )
         model = transformers.MPNetModel(cfg)
     else:
         raise AssertionError(arch)
@@ -64,8 +77,12 @@ def padded_batch(pad_id: int, vocab: int, lengths=(9, 4, 7, 1), seed=0, n_types=
 
 
 def torch_outputs(model, ids, mask, types):
-    kwargs = dict(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask), output_hidden_states=True,
-                  output_attentions=True)
+    kwargs = dict(
+        input_ids=torch.tensor(ids),
+        attention_mask=torch.tensor(mask),
+        output_hidden_states=True,
+        output_attentions=True,
+    )
     if getattr(model.config, "type_vocab_size", 0):  # DistilBERT and MPNet take no token types
         kwargs["token_type_ids"] = torch.tensor(types)
     with torch.no_grad():
@@ -93,8 +110,9 @@ def test_hidden_states_match_pytorch(saved):
     arch, model, path = saved
     module, params, tokenizer = isojax.from_pretrained(str(path))
     assert tokenizer is None and module.config.model_type == arch
-    ids, mask, types = padded_batch(model.config.pad_token_id, model.config.vocab_size,
-                                    n_types=module.config.type_vocab_size)
+    ids, mask, types = padded_batch(
+        model.config.pad_token_id, model.config.vocab_size, n_types=module.config.type_vocab_size
+    )
     ref = torch_outputs(model, ids, mask, types)
     out = module.apply({"params": params}, ids, mask, token_types(module.config, types), output_attentions=True)
     assert len(out.hidden_states) == len(ref.hidden_states)
@@ -102,8 +120,9 @@ def test_hidden_states_match_pytorch(saved):
         assert_close_on_real(mine, theirs.numpy(), mask, 1e-5)
     for mine, theirs in zip(out.attentions, ref.attentions):  # [B, heads, q, k]: compare rows of real queries
         real_q = mask.astype(bool)
-        np.testing.assert_allclose(np.asarray(mine).transpose(0, 2, 1, 3)[real_q],
-                                   theirs.numpy().transpose(0, 2, 1, 3)[real_q], atol=1e-5)
+        np.testing.assert_allclose(
+            np.asarray(mine).transpose(0, 2, 1, 3)[real_q], theirs.numpy().transpose(0, 2, 1, 3)[real_q], atol=1e-5
+        )
     if arch == "distilbert":
         assert out.pooler_output is None
     else:
@@ -118,8 +137,9 @@ def test_round_trip_back_to_pytorch(saved, tmp_path):
     reloaded = transformers.AutoModel.from_pretrained(tmp_path).eval()
     reloaded.config._attn_implementation = "eager"
     assert type(reloaded) is type(model)
-    ids, mask, types = padded_batch(model.config.pad_token_id, model.config.vocab_size, seed=1,
-                                    n_types=module.config.type_vocab_size)
+    ids, mask, types = padded_batch(
+        model.config.pad_token_id, model.config.vocab_size, seed=1, n_types=module.config.type_vocab_size
+    )
     ref = torch_outputs(reloaded, ids, mask, types)
     out = module.apply({"params": params}, ids, mask, token_types(module.config, types))
     for mine, theirs in zip(out.hidden_states, ref.hidden_states):
@@ -141,8 +161,9 @@ def test_task_checkpoint_prefix_and_head_keys_are_handled(tmp_path):
 
 def test_pytorch_bin_checkpoint(tmp_path):
     model = tiny_hf_model("bert")
-    model.save_pretrained(tmp_path, safe_serialization=False) if _accepts_safe_serialization() else \
-        torch.save(model.state_dict(), tmp_path / "pytorch_model.bin")
+    model.save_pretrained(tmp_path, safe_serialization=False) if _accepts_safe_serialization() else torch.save(
+        model.state_dict(), tmp_path / "pytorch_model.bin"
+    )
     (tmp_path / "config.json").write_text(json.dumps(model.config.to_dict()))
     for f in tmp_path.glob("*.safetensors"):
         f.unlink()
@@ -160,6 +181,7 @@ def _accepts_safe_serialization():
 
 
 # ---------------------------------------------------------------- jit, sharding, bf16
+
 
 @pytest.fixture(scope="module")
 def bert_tiny(tmp_path_factory):
@@ -203,13 +225,17 @@ def test_bf16_compute_stays_close(bert_tiny):
 def test_dropout_is_active_when_not_deterministic(bert_tiny):
     module, params, _ = bert_tiny
     ids, mask, types = padded_batch(0, 99)
-    run = lambda seed: module.apply({"params": params}, ids, mask, types, deterministic=False,  # noqa: E731
-                                    rngs={"dropout": jax.random.key(seed)}).last_hidden_state
+
+    def run(seed):
+        rngs = {"dropout": jax.random.key(seed)}
+        return module.apply({"params": params}, ids, mask, types, deterministic=False, rngs=rngs).last_hidden_state
+
     assert not np.allclose(run(0), run(1))
     np.testing.assert_array_equal(run(2), run(2))
 
 
 # ---------------------------------------------------------------- clear errors
+
 
 def test_unknown_model_type(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5", "vocab_size": 10}))
@@ -238,8 +264,11 @@ def test_missing_unexpected_and_misshapen_keys(bert_tiny, tmp_path):
     misshapen = dict(state)
     misshapen["encoder.layer.0.intermediate.dense.weight"] = np.zeros((36, 32), np.float32)
     write(misshapen)
-    with pytest.raises(ValueError, match=r"'encoder\.layer\.0\.intermediate\.dense\.weight' has shape \(36, 32\).*"
-                                         r"expects \(32, 37\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"'encoder\.layer\.0\.intermediate\.dense\.weight' has shape \(36, 32\).*"
+        r"expects \(32, 37\)",
+    ):
         isojax.from_pretrained(str(tmp_path))
 
 
@@ -268,8 +297,17 @@ def test_out_of_vocabulary_ids_under_jit_are_nan_not_clamped(bert_tiny):
 
 
 def test_distilbert_rejects_token_types():
-    cfg = config_from_hf(dict(model_type="distilbert", vocab_size=20, dim=8, n_layers=1, n_heads=2,
-                              hidden_dim=8, max_position_embeddings=16))
+    cfg = config_from_hf(
+        dict(
+            model_type="distilbert",
+            vocab_size=20,
+            dim=8,
+            n_layers=1,
+            n_heads=2,
+            hidden_dim=8,
+            max_position_embeddings=16,
+        )
+    )
     module = build_encoder(cfg)
     params = module.init(jax.random.key(0), jnp.ones((1, 3), jnp.int32))["params"]
     with pytest.raises(ValueError, match="distilbert has no token types"):
@@ -296,6 +334,7 @@ def test_distilbert_sinusoidal_positions_start_as_transformers_table():
 
 # ---------------------------------------------------------------- last-layer SoftDecay
 
+
 def test_softdecay_on_the_last_layer(bert_tiny, tmp_path):
     """alpha lives in params["last_layer_transform"]; the output is soft_decay of the plain model's last layer
     per sequence over real tokens; gradients w.r.t. alpha are finite on a padded batch; save/load keeps alpha."""
@@ -309,8 +348,9 @@ def test_softdecay_on_the_last_layer(bert_tiny, tmp_path):
     ref_hidden = plain.apply({"params": params}, ids, mask, types).last_hidden_state
     for i, n in enumerate(mask.sum(1)):
         np.testing.assert_allclose(out.last_hidden_state[i, :n], soft_decay(ref_hidden[i, :n], -0.4), atol=2e-5)
-    np.testing.assert_allclose(out.hidden_states[-2], plain.apply({"params": params}, ids, mask, types)
-                               .hidden_states[-2], atol=1e-6)
+    np.testing.assert_allclose(
+        out.hidden_states[-2], plain.apply({"params": params}, ids, mask, types).hidden_states[-2], atol=1e-6
+    )
 
     def loss(p):
         return (module.apply({"params": p}, ids, mask, types).pooler_output ** 2).sum()
@@ -343,8 +383,9 @@ def test_softdecay_authors_placement_equals_a_pytorch_transcription_of_their_blo
 
     model = tiny_hf_model("bert")
     model.save_pretrained(tmp_path)
-    module, params, _ = isojax.from_pretrained(str(tmp_path), last_layer_transform=SoftDecay(alpha_init=-0.6),
-                                               transform_placement="block")
+    module, params, _ = isojax.from_pretrained(
+        str(tmp_path), last_layer_transform=SoftDecay(alpha_init=-0.6), transform_placement="block"
+    )
     last = model.encoder.layer[-1].output
 
     def authors_forward(hidden_states, input_tensor):
@@ -360,7 +401,12 @@ def test_softdecay_authors_placement_equals_a_pytorch_transcription_of_their_blo
         np.testing.assert_allclose(mine, theirs.numpy(), atol=2e-5)
     np.testing.assert_allclose(out.pooler_output, ref.pooler_output.numpy(), atol=2e-5)
     plain, _, _ = isojax.from_pretrained(str(tmp_path), last_layer_transform=SoftDecay(alpha_init=-0.6))
-    assert np.abs(np.asarray(plain.apply({"params": params}, ids, mask, types).last_hidden_state)
-                  - np.asarray(out.last_hidden_state)).max() > 1e-2  # the two placements differ
+    assert (
+        np.abs(
+            np.asarray(plain.apply({"params": params}, ids, mask, types).last_hidden_state)
+            - np.asarray(out.last_hidden_state)
+        ).max()
+        > 1e-2
+    )  # the two placements differ
     with pytest.raises(ValueError, match="transform_placement must be one of"):
         build_encoder(module.config, transform_placement="inside").init(jax.random.key(0), ids)

@@ -2,6 +2,7 @@
 against transformers' config classes, partition rules that name every parameter, the accessors train/ and eval/
 use, and MPNet's relative-position buckets against Hugging Face's function.
 """
+
 import dataclasses
 import re
 
@@ -13,9 +14,21 @@ from flax import traverse_util
 from jax.sharding import PartitionSpec as P
 
 from isojax import SoftDecay
-from isojax.models import (ARCHITECTURES, TRANSFORM, build_encoder, build_model, config_from_hf, config_to_hf,
-                           has_pooler, init_params, model_kind, partition_rules, to_scanned, uses_token_types,
-                           word_embeddings)
+from isojax.models import (
+    ARCHITECTURES,
+    TRANSFORM,
+    build_encoder,
+    build_model,
+    config_from_hf,
+    config_to_hf,
+    has_pooler,
+    init_params,
+    model_kind,
+    partition_rules,
+    to_scanned,
+    uses_token_types,
+    word_embeddings,
+)
 from isojax.train.model import TaskModel, init_variables
 from isojax.train.parallel import partition_spec
 
@@ -30,19 +43,32 @@ KINDS = {"gpt2": "causal_lm", "bart": "encoder_decoder", "mbart": "encoder_decod
 def hf_config(model_type: str):
     """A tiny transformers config object of ``model_type`` (the independent reference for the translation)."""
     if model_type == "distilbert":
-        return transformers.DistilBertConfig(vocab_size=99, dim=32, n_layers=2, n_heads=4, hidden_dim=40,
-                                             max_position_embeddings=40, dropout=0.15)
+        return transformers.DistilBertConfig(
+            vocab_size=99, dim=32, n_layers=2, n_heads=4, hidden_dim=40, max_position_embeddings=40, dropout=0.15
+        )
     if model_type == "gpt2":
-        return transformers.GPT2Config(vocab_size=99, n_embd=32, n_layer=2, n_head=4, n_inner=40, n_positions=42,
-                                       resid_pdrop=0.15, embd_pdrop=0.15)
+        return transformers.GPT2Config(
+            vocab_size=99, n_embd=32, n_layer=2, n_head=4, n_inner=40, n_positions=42, resid_pdrop=0.15, embd_pdrop=0.15
+        )
     if model_type in ("bart", "mbart"):
         return transformers.AutoConfig.for_model(
-            model_type, vocab_size=99, d_model=32, encoder_layers=2, decoder_layers=3, encoder_attention_heads=4,
-            decoder_attention_heads=2, encoder_ffn_dim=40, decoder_ffn_dim=24, max_position_embeddings=42,
-            dropout=0.15, scale_embedding=True)
+            model_type,
+            vocab_size=99,
+            d_model=32,
+            encoder_layers=2,
+            decoder_layers=3,
+            encoder_attention_heads=4,
+            decoder_attention_heads=2,
+            encoder_ffn_dim=40,
+            decoder_ffn_dim=24,
+            max_position_embeddings=42,
+            dropout=0.15,
+            scale_embedding=True,
+        )
     extra = {"albert": dict(embedding_size=16, num_hidden_groups=2, inner_group_num=1)}.get(model_type, {})
-    return transformers.AutoConfig.for_model(model_type, **TINY, max_position_embeddings=42,
-                                             hidden_dropout_prob=0.15, **extra)
+    return transformers.AutoConfig.for_model(
+        model_type, **TINY, max_position_embeddings=42, hidden_dropout_prob=0.15, **extra
+    )
 
 
 @pytest.mark.parametrize("model_type", sorted(ARCHITECTURES))
@@ -55,8 +81,9 @@ def test_config_translation_agrees_with_transformers(model_type):
     assert uses_token_types(cfg) == (model_type in ("bert", "roberta", "albert"))
     assert model_kind(cfg) == KINDS.get(model_type, "encoder")
     # positions: RoBERTa and MPNet start after the padding index, BART's at 2 (on a table 2 rows longer)
-    assert cfg.max_sequence_length == (42 - ref.pad_token_id - 1 if model_type in ("roberta", "mpnet")
-                                       else ref.max_position_embeddings)
+    assert cfg.max_sequence_length == (
+        42 - ref.pad_token_id - 1 if model_type in ("roberta", "mpnet") else ref.max_position_embeddings
+    )
     assert cfg.pre_norm == (model_type in ("gpt2", "mbart"))
     if model_type in ("bart", "mbart"):
         dec = cfg.decoder_config()
@@ -94,8 +121,10 @@ def _all_parameter_paths(model_type: str, scan_layers: bool = False):
 def test_every_parameter_of_every_architecture_matches_a_partition_rule(model_type):
     model, params = _all_parameter_paths(model_type)
     rules = partition_rules(model.config) if model_type in KINDS else model.partition_rules()
-    specs = {"/".join(path): partition_spec("/".join(path), leaf.shape, 2, rules)
-             for path, leaf in traverse_util.flatten_dict(params).items()}
+    specs = {
+        "/".join(path): partition_spec("/".join(path), leaf.shape, 2, rules)
+        for path, leaf in traverse_util.flatten_dict(params).items()
+    }
     assert specs  # partition_spec raises for a parameter no rule names
     sharded = {path for path, spec in specs.items() if spec != P()}
     # Megatron: per block, q/k/v kernels and biases, the feed-forward input kernel and bias, two output kernels;
@@ -127,16 +156,21 @@ def test_partition_rules_cover_a_scanned_stack_as_its_layers(model_type):
             per_layer = unrolled["/".join(path).replace("/layers/block/", "/layer_0/")]
             assert spec == (P(None, *per_layer) if per_layer != P() else P()), path
         else:  # ALBERT's group_{g}/block_{j} is group_{g}_layer_{j} unscanned
-            joined = re.sub(r"/group_(\d+)/block(?:_(\d+))?/", lambda m: f"/group_{m[1]}_layer_{m[2] or 0}/",
-                            "/".join(path))
+            joined = re.sub(
+                r"/group_(\d+)/block(?:_(\d+))?/", lambda m: f"/group_{m[1]}_layer_{m[2] or 0}/", "/".join(path)
+            )
             assert spec == unrolled[joined], path
     assert stacked == (0 if model_type == "albert" else 16)  # 16 weights per block: 4 projections, 2 norms
 
 
 def test_a_new_parameter_without_a_rule_is_reported():
     with pytest.raises(ValueError, match="no partition rule names parameter 'encoder/encoder/layer_0/adapter"):
-        partition_spec("encoder/encoder/layer_0/adapter/kernel", (4, 4), 2, partition_rules(config_from_hf(
-            hf_config("bert").to_dict())))
+        partition_spec(
+            "encoder/encoder/layer_0/adapter/kernel",
+            (4, 4),
+            2,
+            partition_rules(config_from_hf(hf_config("bert").to_dict())),
+        )
 
 
 @pytest.mark.parametrize("model_type", sorted(KINDS))

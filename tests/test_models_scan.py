@@ -2,6 +2,7 @@
 outputs and gradients as the unrolled stack and as Hugging Face PyTorch, checkpoints that keep Hugging Face's names,
 and clear errors where scanning is not supported.
 """
+
 import dataclasses
 
 import jax
@@ -30,8 +31,9 @@ def saved(request, tmp_path_factory):
 
 
 def _batch(model, module, seed=0):
-    return padded_batch(model.config.pad_token_id, model.config.vocab_size, seed=seed,
-                        n_types=module.config.type_vocab_size)
+    return padded_batch(
+        model.config.pad_token_id, model.config.vocab_size, seed=seed, n_types=module.config.type_vocab_size
+    )
 
 
 def test_scanned_hidden_states_match_unscanned_and_pytorch(saved):
@@ -56,8 +58,9 @@ def test_scanned_hidden_states_match_unscanned_and_pytorch(saved):
         assert_close_on_real(mine, unrolled, mask, 1e-6)
     real_q = mask.astype(bool)
     for mine, theirs in zip(out_scanned.attentions, ref.attentions):
-        np.testing.assert_allclose(np.asarray(mine).transpose(0, 2, 1, 3)[real_q],
-                                   theirs.numpy().transpose(0, 2, 1, 3)[real_q], atol=1e-5)
+        np.testing.assert_allclose(
+            np.asarray(mine).transpose(0, 2, 1, 3)[real_q], theirs.numpy().transpose(0, 2, 1, 3)[real_q], atol=1e-5
+        )
     np.testing.assert_allclose(out_scanned.pooler_output, ref.pooler_output.numpy(), atol=1e-5)
 
 
@@ -71,12 +74,11 @@ def test_scanned_and_rematerialised_gradients_equal_the_unrolled_ones(saved, rem
 
     def loss(variant, p):
         out = variant.apply({"params": p}, ids, mask, types)
-        return jnp.sum(out.last_hidden_state * weights * mask[..., None]) + jnp.sum(out.pooler_output ** 2)
+        return jnp.sum(out.last_hidden_state * weights * mask[..., None]) + jnp.sum(out.pooler_output**2)
 
     reference = jax.grad(lambda p: loss(module, p))(params)
     scale = max(float(np.abs(r).max()) for r in jax.tree.leaves(reference))  # key biases' gradients are ~0 (round-off)
-    for variant, convert in [(module.clone(remat=remat), lambda g: g),
-                             (module.clone(scan_layers=True, remat=remat), lambda g: g)]:
+    for variant in [module.clone(remat=remat), module.clone(scan_layers=True, remat=remat)]:
         if variant.scan_layers:
             grads = to_unscanned(variant, jax.jit(jax.grad(lambda p: loss(variant, p)))(to_scanned(variant, params)))
         else:
@@ -115,8 +117,9 @@ def test_init_layout_and_conversions_are_inverse():
     converted = to_scanned(module, unrolled)
     assert jax.tree.structure(converted) == jax.tree.structure(own)
     assert [a.shape for a in jax.tree.leaves(converted)] == [a.shape for a in jax.tree.leaves(own)]
-    assert jax.tree.all(jax.tree.map(lambda a, b: bool(jnp.array_equal(a, b)), to_unscanned(module, converted),
-                                     unrolled))
+    assert jax.tree.all(
+        jax.tree.map(lambda a, b: bool(jnp.array_equal(a, b)), to_unscanned(module, converted), unrolled)
+    )
     layers = own["encoder"]["layers"]["block"]["attention"]["query"]["kernel"]
     assert not np.allclose(layers[0], layers[1])  # every layer initialised with its own key
     one = build_encoder(dataclasses.replace(cfg, num_hidden_layers=1), scan_layers=True)

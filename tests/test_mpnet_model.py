@@ -3,15 +3,16 @@
 Slow (a 12-layer, 768-wide model). It runs where the model has been fetched
 (``python -m isojax.models.assets all-mpnet-base-v2``); under ``CI=true`` it fetches the model itself.
 """
+
 import os
 
 import numpy as np
 import pytest
+from conftest import require
 
 import isojax
-from isojax.eval.sts import cosine_scores, correlations, embed_pairs
+from isojax.eval.sts import correlations, cosine_scores, embed_pairs
 from isojax.models import assets
-from conftest import require
 
 torch = require("torch")
 transformers = require("transformers")
@@ -45,11 +46,17 @@ def test_resolves_to_the_fetched_copy(mpnet_path, mpnet):
 def test_every_hidden_state_matches_pytorch(mpnet_path, mpnet):
     module, params, tokenizer = mpnet
     ref = transformers.AutoModel.from_pretrained(mpnet_path).eval()
-    enc = tokenizer(["A man is playing a guitar.", "Three children play football in a park near the river.",
-                     "Isotropy"], padding=True, return_tensors="np")
+    enc = tokenizer(
+        ["A man is playing a guitar.", "Three children play football in a park near the river.", "Isotropy"],
+        padding=True,
+        return_tensors="np",
+    )
     with torch.no_grad():
-        theirs = ref(input_ids=torch.tensor(enc["input_ids"]), attention_mask=torch.tensor(enc["attention_mask"]),
-                     output_hidden_states=True).hidden_states
+        theirs = ref(
+            input_ids=torch.tensor(enc["input_ids"]),
+            attention_mask=torch.tensor(enc["attention_mask"]),
+            output_hidden_states=True,
+        ).hidden_states
     mine = module.apply({"params": params}, enc["input_ids"], enc["attention_mask"])
     real = enc["attention_mask"].astype(bool)
     assert len(mine.hidden_states) == len(theirs) == 13

@@ -3,29 +3,45 @@
 BLEU and ROUGE (sacrebleu and rouge-score called directly), the trained flow layer (the fitted flow of
 :mod:`isojax.calibrate.flow` on the same parameters, and a float64 numpy Gaussian log-density), and the errors of
 bad input."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import sacrebleu
+import seq2seq_helpers
 import torch
+from conftest import require
 from rouge_score import rouge_scorer
 from transformers.models.bart.modeling_bart import shift_tokens_right as bart_shift
 from transformers.models.mbart.modeling_mbart import shift_tokens_right as mbart_shift
 
 from isojax.calibrate import Flow, FlowState, flow_forward
-from isojax.eval.generation_metrics import bleu, generation_metrics, rouge
 from isojax.data.seq2seq import Seq2SeqData, load_seq2seq, seq2seq_task
+from isojax.eval.generation_metrics import bleu, generation_metrics, rouge
 from isojax.train.seq2seq import IGNORE_INDEX, Seq2SeqSplit, label_smoothed_cross_entropy, shift_tokens_right
-from conftest import require
-import seq2seq_helpers
 
-HYPOTHESES = ["the cat sat on the mat", "a quick brown fox jumps over a lazy dog", "Hello there, general Kenobi!",
-              "rain in spain stays mainly", "it is what it is"]
-REFERENCES = ["the cat is sitting on the mat", "the quick brown fox jumped over the lazy dog",
-              "hello there general kenobi", "the rain in Spain stays mainly in the plain", "it is what it was"]
-SECOND = ["a cat sat on a mat", "quick brown foxes jump over lazy dogs", "Hello there, General Kenobi!",
-          "rain in spain falls mainly on the plain", "it is as it is"]
+HYPOTHESES = [
+    "the cat sat on the mat",
+    "a quick brown fox jumps over a lazy dog",
+    "Hello there, general Kenobi!",
+    "rain in spain stays mainly",
+    "it is what it is",
+]
+REFERENCES = [
+    "the cat is sitting on the mat",
+    "the quick brown fox jumped over the lazy dog",
+    "hello there general kenobi",
+    "the rain in Spain stays mainly in the plain",
+    "it is what it was",
+]
+SECOND = [
+    "a cat sat on a mat",
+    "quick brown foxes jump over lazy dogs",
+    "Hello there, General Kenobi!",
+    "rain in spain falls mainly on the plain",
+    "it is as it is",
+]
 
 
 def _padded_labels(rng, lengths, width, vocab):
@@ -41,12 +57,21 @@ def test_label_smoothed_cross_entropy_matches_torch(eps):
     logits = rng.normal(size=(3, 7, 11)).astype(np.float32) * 3
     labels = _padded_labels(rng, [7, 4, 1], 7, 11)
     losses, mask = jax.jit(label_smoothed_cross_entropy)(logits, labels, label_smoothing=eps)  # eps traced
-    want = torch.nn.functional.cross_entropy(torch.tensor(logits).reshape(-1, 11), torch.tensor(labels).reshape(-1),
-                                             label_smoothing=eps, ignore_index=IGNORE_INDEX, reduction="none")
+    want = torch.nn.functional.cross_entropy(
+        torch.tensor(logits).reshape(-1, 11),
+        torch.tensor(labels).reshape(-1),
+        label_smoothing=eps,
+        ignore_index=IGNORE_INDEX,
+        reduction="none",
+    )
     np.testing.assert_allclose(np.asarray(losses).ravel(), want.numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(mask, labels != IGNORE_INDEX)
-    mean = torch.nn.functional.cross_entropy(torch.tensor(logits).reshape(-1, 11), torch.tensor(labels).reshape(-1),
-                                             label_smoothing=eps, ignore_index=IGNORE_INDEX)
+    mean = torch.nn.functional.cross_entropy(
+        torch.tensor(logits).reshape(-1, 11),
+        torch.tensor(labels).reshape(-1),
+        label_smoothing=eps,
+        ignore_index=IGNORE_INDEX,
+    )
     np.testing.assert_allclose(float(np.sum(losses) / np.sum(mask)), float(mean), rtol=1e-5)
 
 
@@ -88,11 +113,13 @@ def test_split_arrays_tokenise_and_shift_as_transformers():
 
 
 def test_corpus_bleu_equals_sacrebleu():
-    assert bleu(HYPOTHESES, REFERENCES) == pytest.approx(sacrebleu.corpus_bleu(HYPOTHESES, [REFERENCES]).score,
-                                                         abs=1e-12)
+    assert bleu(HYPOTHESES, REFERENCES) == pytest.approx(
+        sacrebleu.corpus_bleu(HYPOTHESES, [REFERENCES]).score, abs=1e-12
+    )
     two = [[a, b] for a, b in zip(REFERENCES, SECOND)]
-    assert bleu(HYPOTHESES, two) == pytest.approx(sacrebleu.corpus_bleu(HYPOTHESES, [REFERENCES, SECOND]).score,
-                                                  abs=1e-12)
+    assert bleu(HYPOTHESES, two) == pytest.approx(
+        sacrebleu.corpus_bleu(HYPOTHESES, [REFERENCES, SECOND]).score, abs=1e-12
+    )
     lower = sacrebleu.corpus_bleu(HYPOTHESES, [REFERENCES], lowercase=True).score
     assert bleu(HYPOTHESES, REFERENCES, lowercase=True) == pytest.approx(lower, abs=1e-12)
     assert lower > bleu(HYPOTHESES, REFERENCES)  # case matters by default ("Hello" vs "hello")
@@ -113,9 +140,12 @@ def test_rouge_equals_rouge_score():
         assert got[t] == pytest.approx(100 * np.mean([s[t].fmeasure for s in scores]), abs=1e-12)
     plain = rouge_scorer.RougeScorer(["rouge1"], use_stemmer=False)
     assert rouge(HYPOTHESES, REFERENCES, types=["rouge1"], use_stemmer=False)["rouge1"] == pytest.approx(
-        100 * np.mean([plain.score(r, h)["rouge1"].fmeasure for h, r in zip(HYPOTHESES, REFERENCES)]), abs=1e-12)
-    best = [max(scorer.score(a, h)["rouge2"].fmeasure, scorer.score(b, h)["rouge2"].fmeasure)
-            for h, a, b in zip(HYPOTHESES, REFERENCES, SECOND)]
+        100 * np.mean([plain.score(r, h)["rouge1"].fmeasure for h, r in zip(HYPOTHESES, REFERENCES)]), abs=1e-12
+    )
+    best = [
+        max(scorer.score(a, h)["rouge2"].fmeasure, scorer.score(b, h)["rouge2"].fmeasure)
+        for h, a, b in zip(HYPOTHESES, REFERENCES, SECOND)
+    ]
     multi = rouge(HYPOTHESES, [[a, b] for a, b in zip(REFERENCES, SECOND)], types=["rouge2"])
     assert multi["rouge2"] == pytest.approx(100 * np.mean(best), abs=1e-12)
 
@@ -126,17 +156,20 @@ def test_generation_metrics_picks_the_named_metrics():
     assert out["rougeL"] == rouge(HYPOTHESES, REFERENCES, types=["rougeL"])["rougeL"]
 
 
-@pytest.mark.parametrize("call, error, message", [
-    (lambda: bleu(["a", "b"], ["a"]), ValueError, r"hypotheses \(2\) and references \(1\)"),
-    (lambda: bleu("a b", ["a b"]), TypeError, "hypotheses must be a sequence of strings"),
-    (lambda: bleu(["a", 3], ["a", "b"]), TypeError, r"hypotheses\[1\] must be a string"),
-    (lambda: bleu([], []), ValueError, "at least one text"),
-    (lambda: bleu(["a"], ["a"], level="doc"), ValueError, "level must be one of"),
-    (lambda: bleu(["a", "b"], [["a"], ["b", "c"]]), ValueError, "same number of references"),
-    (lambda: rouge(["a"], [[]]), TypeError, r"references\[0\] must be a string or a non-empty list"),
-    (lambda: rouge(["a"], ["a"], types=["rouge3"]), ValueError, "types must be some of"),
-    (lambda: generation_metrics(("meteor",), ["a"], ["a"]), ValueError, "unknown generation metric"),
-])
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (lambda: bleu(["a", "b"], ["a"]), ValueError, r"hypotheses \(2\) and references \(1\)"),
+        (lambda: bleu("a b", ["a b"]), TypeError, "hypotheses must be a sequence of strings"),
+        (lambda: bleu(["a", 3], ["a", "b"]), TypeError, r"hypotheses\[1\] must be a string"),
+        (lambda: bleu([], []), ValueError, "at least one text"),
+        (lambda: bleu(["a"], ["a"], level="doc"), ValueError, "level must be one of"),
+        (lambda: bleu(["a", "b"], [["a"], ["b", "c"]]), ValueError, "same number of references"),
+        (lambda: rouge(["a"], [[]]), TypeError, r"references\[0\] must be a string or a non-empty list"),
+        (lambda: rouge(["a"], ["a"], types=["rouge3"]), ValueError, "types must be some of"),
+        (lambda: generation_metrics(("meteor",), ["a"], ["a"]), ValueError, "unknown generation metric"),
+    ],
+)
 def test_bad_metric_input_is_a_clear_error(call, error, message):
     with pytest.raises(error, match=message):
         call()
@@ -145,8 +178,14 @@ def test_bad_metric_input_is_a_clear_error(call, error, message):
 def _flow_and_state(rows, x):
     flow = Flow(levels=2, depth=2, hidden=16)
     variables = flow.init(jax.random.key(3), rows)
-    state = FlowState(params=variables["params"]["glow"], constants=variables["constants"]["glow"],
-                      log_likelihood=jnp.zeros(0), levels=2, depth=2, hidden=16)
+    state = FlowState(
+        params=variables["params"]["glow"],
+        constants=variables["constants"]["glow"],
+        log_likelihood=jnp.zeros(0),
+        levels=2,
+        depth=2,
+        hidden=16,
+    )
     return flow, variables, state
 
 
@@ -159,7 +198,7 @@ def test_flow_layer_is_the_fitted_flow_on_the_same_parameters():
     z_ref, logdet = flow_forward(state, x)
     np.testing.assert_allclose(flow.apply(variables, x), z_ref, rtol=1e-6, atol=1e-6)
     z64 = np.asarray(z_ref).astype(np.float64)
-    want = (-0.5 * np.sum(z64 ** 2, -1) - 4 * np.log(2 * np.pi) + np.asarray(logdet).astype(np.float64)) / 8
+    want = (-0.5 * np.sum(z64**2, -1) - 4 * np.log(2 * np.pi) + np.asarray(logdet).astype(np.float64)) / 8
     got = flow.apply(variables, x, method=Flow.log_likelihood)
     assert got.shape == (3, 5)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
@@ -198,7 +237,8 @@ def test_missing_target_column_names_the_file(tmp_path):
 
 def test_translation_columns_are_read_from_the_dictionaries(tmp_path):
     require("datasets")
-    (tmp_path / "validation.jsonl").write_text('{"translation": {"en": "a house", "ro": "o casa"}}\n'
-                                               '{"translation": {"en": "a cat"}}\n')
+    (tmp_path / "validation.jsonl").write_text(
+        '{"translation": {"en": "a house", "ro": "o casa"}}\n{"translation": {"en": "a cat"}}\n'
+    )
     with pytest.raises(ValueError, match=r"line 2.*text under 'ro'"):
         load_seq2seq("wmt16_en_ro", "validation", source=str(tmp_path))

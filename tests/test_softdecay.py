@@ -1,5 +1,6 @@
 """SoftDecay against a direct numpy implementation of Algorithm 1, float64 finite differences, dense Jacobians and
 properties, for every decomposition strategy this backend lowers."""
+
 import functools
 
 import chex
@@ -10,11 +11,21 @@ import optax
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+from spectral_helpers import (
+    ALL_METHODS,
+    METHODS,
+    assert_operator_spectrum,
+    central_difference,
+    directional_difference,
+    operator_cases,
+    orthogonal,
+    rel_err,
+    with_spectrum,
+)
 
 from isojax.softdecay import SoftDecay, alpha_from_param, decay_curve, soft_decay, softdecay_derivative
-from spectral_helpers import (ALL_METHODS, METHODS, assert_operator_spectrum, central_difference,
-                              directional_difference, operator_cases, orthogonal, rel_err, with_spectrum)
 
 
 def algorithm1(x, alpha, rescale=True, rank=None):
@@ -39,8 +50,11 @@ def test_matches_numpy_algorithm1(method, rescale):
     rng = np.random.default_rng(0)
     xs = [rng.standard_normal(shape).astype(np.float32) for shape in [(3, 16, 48), (64, 24)]]  # per sequence, [N, d]
     alphas = np.array([-0.2, -0.6, -1.0], np.float32)
-    ys = jax.jit(lambda xs, alphas: [jax.vmap(lambda a, x=x: soft_decay(x, a, rescale=rescale, method=method))(alphas)
-                                     for x in xs])(xs, alphas)
+    ys = jax.jit(
+        lambda xs, alphas: [
+            jax.vmap(lambda a, x=x: soft_decay(x, a, rescale=rescale, method=method))(alphas) for x in xs
+        ]
+    )(xs, alphas)
     for x, y in zip(xs, ys):
         assert y.dtype == jnp.float32 and y.shape == (3, *x.shape)
         for alpha, y_alpha in zip(alphas, y):
@@ -87,9 +101,11 @@ def _fd_cases():
 
 def _grads(method):
     """jitted: for each (x, w) and each alpha, the gradients of ⟨w, soft_decay(x, alpha)⟩ in x and alpha."""
+
     def grads(xs, ws, alphas):
         loss = lambda x, a, w: jnp.sum(soft_decay(x, a, method=method) * w)  # noqa: E731
         return [jax.vmap(jax.grad(loss, argnums=(0, 1)), in_axes=(None, 0, None))(x, alphas, w) for x, w in zip(xs, ws)]
+
     return jax.jit(grads)
 
 
@@ -122,9 +138,14 @@ def _degenerate():
     }
     base = rng.standard_normal((40, 64)) * 3
     with_padding = np.concatenate([base, np.tile(base[:1], (88, 1))])  # [128, 64] of rank 40: 24 null values
-    return [(np.concatenate(list(small.values())), np.ones((12, 12), bool), [k for k in small for _ in range(2)]),
-            (np.stack([with_padding, with_padding]), np.stack([np.ones(128, bool), np.arange(128) < 40]),
-             ["40-rows+88-padding", "40-rows+88-padding-masked"])]
+    return [
+        (np.concatenate(list(small.values())), np.ones((12, 12), bool), [k for k in small for _ in range(2)]),
+        (
+            np.stack([with_padding, with_padding]),
+            np.stack([np.ones(128, bool), np.arange(128) < 40]),
+            ["40-rows+88-padding", "40-rows+88-padding-masked"],
+        ),
+    ]
 
 
 @functools.partial(jax.jit, static_argnames="method")
@@ -132,6 +153,7 @@ def _value_and_grads(xs, masks, ws, alpha, method):
     def loss(x, alpha, mask, w):
         y = soft_decay(x, alpha, mask=mask, method=method)
         return jnp.sum(y.astype(jnp.float32) * w), y
+
     per_matrix = jax.vmap(jax.grad(loss, argnums=(0, 1), has_aux=True), in_axes=(0, None, 0, 0))
     return [per_matrix(x, alpha, m, w) for x, m, w in zip(xs, masks, ws)]
 
@@ -143,8 +165,9 @@ def test_finite_gradients_on_degenerate_input(method, dtype):
     xs = [jnp.asarray(x, dtype) for x, _, _ in stacks]
     masks = [m for _, m, _ in stacks]
     ws = [jnp.asarray(np.random.default_rng(6).standard_normal(x.shape), jnp.float32) for x in xs]
-    for (_, mask, names), ((g_x, g_alpha), y) in zip(stacks, _value_and_grads(xs, masks, ws, jnp.float32(-0.2),
-                                                                                method)):
+    for (_, mask, names), ((g_x, g_alpha), y) in zip(
+        stacks, _value_and_grads(xs, masks, ws, jnp.float32(-0.2), method)
+    ):
         assert y.dtype == dtype and g_x.dtype == dtype
         y, g_x = np.asarray(y, np.float32), np.asarray(g_x, np.float32)
         for i, case in enumerate(names):
@@ -166,9 +189,14 @@ def _degenerate_float64():
     }
     base = 3 * rng.standard_normal((5, 7))
     padded = np.concatenate([base, np.tile(base[:1], (7, 1))])  # 5 rows + 7 copies of row 1: rank 5
-    return [(np.stack(list(small.values())), np.ones((5, 6), bool), list(small)),
-            (np.stack([padded, padded]), np.stack([np.ones(12, bool), np.arange(12) < 5]),
-             ["5-rows+7-copies", "5-rows+7-masked"])]
+    return [
+        (np.stack(list(small.values())), np.ones((5, 6), bool), list(small)),
+        (
+            np.stack([padded, padded]),
+            np.stack([np.ones(12, bool), np.arange(12) < 5]),
+            ["5-rows+7-copies", "5-rows+7-masked"],
+        ),
+    ]
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -185,8 +213,10 @@ def test_degenerate_derivatives_match_finite_differences(method):
         def one(x, mask, w, dx):
             def y_of(z, a):
                 return soft_decay(z, a, mask=mask, method=method)
+
             jvp = jax.jvp(lambda z: y_of(z, alpha), (x,), (dx,))[1]
             return (*jax.grad(lambda z, a: jnp.sum(y_of(z, a) * w), argnums=(0, 1))(x, alpha), jvp)
+
         return [jax.vmap(one)(*args) for args in zip(xs, masks, ws, directions)]
 
     xs, masks, _ = zip(*stacks)
@@ -218,7 +248,7 @@ def test_bfloat16_matches_float32_within_rounding(method):
     ref = algorithm1(np.asarray(x16, np.float64), -0.2)
     y = soft_decay_jit(x16, -0.2, method=method)
     assert y.dtype == jnp.bfloat16
-    np.testing.assert_allclose(np.asarray(y, np.float64), ref, atol=2 ** -8 * np.abs(ref).max())
+    np.testing.assert_allclose(np.asarray(y, np.float64), ref, atol=2**-8 * np.abs(ref).max())
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -230,10 +260,13 @@ def test_jit_vmap_grad_agree(method):
 
     @jax.jit  # one compilation for all the variants
     def variants(x, alphas):
-        return (sd(x, -0.5), jax.vmap(lambda m: sd(m, -0.5))(x),
-                jax.vmap(lambda a: sd(x, a))(alphas),
-                jax.grad(loss, argnums=(0, 1))(x, -0.5),
-                jax.vmap(jax.grad(loss, argnums=(0, 1)), in_axes=(0, None))(x, -0.5))
+        return (
+            sd(x, -0.5),
+            jax.vmap(lambda m: sd(m, -0.5))(x),
+            jax.vmap(lambda a: sd(x, a))(alphas),
+            jax.grad(loss, argnums=(0, 1))(x, -0.5),
+            jax.vmap(jax.grad(loss, argnums=(0, 1)), in_axes=(0, None))(x, -0.5),
+        )
 
     batched, per_example, per_alpha, (gx, ga), (gx_v, ga_v) = variants(x, jnp.asarray(alphas))
     np.testing.assert_allclose(per_example, batched, atol=1e-5)
@@ -259,6 +292,7 @@ def test_sharded_training_step_matches_single_device(method):
     def step(params, opt_state, x, mask, target):
         def loss(params):
             return jnp.mean((module.apply({"params": params}, x, mask) - target) ** 2)
+
         value, grads = jax.value_and_grad(loss)(params)
         updates, opt_state = opt.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, value
@@ -293,9 +327,9 @@ def test_transformed_singular_values_keep_order_max_and_rise(method, sigma, alph
     t = u.T @ y @ v  # y = U diag(t) Vᵀ in x's own singular bases
     np.testing.assert_allclose(t - np.diag(np.diag(t)), 0, atol=1e-9 * sigma[0])
     t = np.diag(t)
-    assert np.all(np.diff(t) <= 1e-9 * sigma[0])                      # order kept
-    np.testing.assert_allclose(t[0], sigma[0], rtol=1e-12)            # largest unchanged
-    assert np.all(t / t[0] >= sigma / sigma[0] - 1e-12)               # smaller ones rise relative to it
+    assert np.all(np.diff(t) <= 1e-9 * sigma[0])  # order kept
+    np.testing.assert_allclose(t[0], sigma[0], rtol=1e-12)  # largest unchanged
+    assert np.all(t / t[0] >= sigma / sigma[0] - 1e-12)  # smaller ones rise relative to it
     np.testing.assert_allclose(np.linalg.svd(y, compute_uv=False), t, rtol=1e-9)
 
 
@@ -323,8 +357,12 @@ def optimise():
 
 
 @settings(max_examples=20, deadline=None)
-@given(opt_name=st.sampled_from(["sgd", "adam"]), log_lr=st.floats(-3, 3), sign=st.sampled_from([-1.0, 1.0]),
-       alpha_init=st.sampled_from([-0.2, -0.6, -0.95]))
+@given(
+    opt_name=st.sampled_from(["sgd", "adam"]),
+    log_lr=st.floats(-3, 3),
+    sign=st.sampled_from([-1.0, 1.0]),
+    alpha_init=st.sampled_from([-0.2, -0.6, -0.95]),
+)
 def test_alpha_stays_negative_under_optimisation(optimise, opt_name, log_lr, sign, alpha_init):
     alphas, y = optimise(opt_name, 10.0**log_lr, sign, alpha_init)
     alphas = np.asarray(alphas)
@@ -394,19 +432,24 @@ def test_traced_alpha_outside_domain_gives_nan_not_a_clamped_value():
 
 # SoftDecay's derivative as an operator (isojax.softdecay.softdecay_derivative).
 
+
 @pytest.mark.parametrize(("method", "rescale"), [(m, True) for m in METHODS] + [("svd", False)])
 def test_operator_matches_jvp_vjp_and_dense_jacobian(method, rescale):
     """op.jvp == jax.jvp in x and α, op.vjp == jax.vjp, ⟨J dX, W⟩ == ⟨dX, Jᵀ W⟩, op.jvp(0, 1) == ∂X̃/∂α, and (with
     the rank-one term of K when rescaling) singular values, norm and condition number == the dense Jacobian's.
     Without the rescale the operator is spectral_derivative's, tested for every strategy in test_spectral."""
+
     @jax.jit
     def compute(x, mask, dx, w, alpha):
         fun = lambda z, a: soft_decay(z, a, mask=mask, rescale=rescale, method=method)  # noqa: E731
         op = softdecay_derivative(x, alpha, mask=mask, rescale=rescale, method=method)
-        out = {"y": (op.output, fun(x, alpha)), "jvp": (op.jvp(dx, 0.3).y, jax.jvp(fun, (x, alpha), (dx, 0.3))[1]),
-               "vjp": (op.vjp(w), jax.vjp(fun, x, alpha)[1](w)),
-               "d_alpha": (op.jvp(0.0, 1.0).y, jax.jvp(lambda a: fun(x, a), (alpha,), (1.0,))[1]),
-               "inner": (jnp.vdot(op.jvp(dx).y, w), jnp.vdot(dx, op.vjp(w)[0]))}
+        out = {
+            "y": (op.output, fun(x, alpha)),
+            "jvp": (op.jvp(dx, 0.3).y, jax.jvp(fun, (x, alpha), (dx, 0.3))[1]),
+            "vjp": (op.vjp(w), jax.vjp(fun, x, alpha)[1](w)),
+            "d_alpha": (op.jvp(0.0, 1.0).y, jax.jvp(lambda a: fun(x, a), (alpha,), (1.0,))[1]),
+            "inner": (jnp.vdot(op.jvp(dx).y, w), jnp.vdot(dx, op.vjp(w)[0])),
+        }
         if x.ndim == 2:
             out.update(sv=op.singular_values(), norm=op.norm(), cond=op.cond())
         return out
@@ -423,8 +466,9 @@ def test_operator_matches_jvp_vjp_and_dense_jacobian(method, rescale):
             np.testing.assert_allclose(got, ref, atol=1e-10 * np.abs(ref).max(), err_msg=f"{case} vjp")
         np.testing.assert_allclose(*out["inner"], rtol=1e-10)
         if "sv" in out:  # one matrix: against its dense Jacobian
-            assert_operator_spectrum(out["sv"], out["norm"], out["cond"],
-                                     lambda z, rank: algorithm1(z, -0.4, rescale, rank=rank), x, mask)
+            assert_operator_spectrum(
+                out["sv"], out["norm"], out["cond"], lambda z, rank: algorithm1(z, -0.4, rescale, rank=rank), x, mask
+            )
 
 
 def test_operator_d_alpha_closed_form():

@@ -11,6 +11,7 @@ References: SoftDecay written here in numpy from the paper's eq. 2 and Algorithm
 rescaled so that the top singular value is kept), and IsoScore from Rudman et al.'s steps (PCA variances, ddof=1,
 scaled to norm √d, isotropy defect δ).
 """
+
 import numpy as np
 
 from isojax.eval import sts
@@ -30,7 +31,7 @@ def isoscore_np(x):
     variances = np.linalg.eigvalsh(centred.T @ centred / (n - 1))  # the PCA-rotated cloud's variances
     v = np.sqrt(d) * variances / np.linalg.norm(variances)
     delta = np.linalg.norm(v - 1) / np.sqrt(2 * (d - np.sqrt(d)))
-    return ((d - delta ** 2 * (d - np.sqrt(d))) ** 2 - d) / (d * (d - 1))
+    return ((d - delta**2 * (d - np.sqrt(d))) ** 2 - d) / (d * (d - 1))
 
 
 def pair_sides(n=150, d=12, seed=0):

@@ -1,5 +1,6 @@
 """isojax.spectral against numpy SVD references, float64 central finite differences and dense Jacobians, for
 every decomposition strategy this backend lowers."""
+
 from types import SimpleNamespace
 
 import chex
@@ -7,11 +8,29 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from spectral_helpers import (
+    ALL_METHODS,
+    METHODS,
+    assert_operator_spectrum,
+    central_difference,
+    directional_difference,
+    operator_cases,
+    orthogonal,
+    rel_err,
+    with_spectrum,
+    y_tolerance,
+)
 
-from isojax.spectral import (DECOMPOSITIONS, SpectralMap, available_methods, current_platform, select_method,
-                             spectral_derivative, spectral_map, thin_svd)
-from spectral_helpers import (ALL_METHODS, METHODS, assert_operator_spectrum, central_difference,
-                              directional_difference, operator_cases, orthogonal, rel_err, with_spectrum, y_tolerance)
+from isojax.spectral import (
+    DECOMPOSITIONS,
+    SpectralMap,
+    available_methods,
+    current_platform,
+    select_method,
+    spectral_derivative,
+    spectral_map,
+    thin_svd,
+)
 
 
 def g_jax(s, p):
@@ -51,8 +70,9 @@ def test_thin_svd_is_an_svd(method, dtype):
     xs = [rng.standard_normal((6, 9)), rng.standard_normal((9, 6)), with_spectrum(rng, 7, 8, [3.0, 2.0, 2.0, 0.5])]
     eps = np.finfo(dtype).eps
     with jax.enable_x64(dtype == np.float64):
-        outs = jax.tree.map(np.asarray, jax.jit(lambda xs: [thin_svd(x, method) for x in xs])(
-            [x.astype(dtype) for x in xs]))
+        outs = jax.tree.map(
+            np.asarray, jax.jit(lambda xs: [thin_svd(x, method) for x in xs])([x.astype(dtype) for x in xs])
+        )
     for x, (u, s, vt) in zip(xs, outs):
         assert u.dtype == s.dtype == vt.dtype == dtype
         k = min(x.shape)
@@ -72,8 +92,7 @@ def test_accuracy_against_condition_number(method, dtype):
     kappas = [1e1, 1e2, 1e3, 1e4]
     xs = [with_spectrum(rng, 16, 48, np.geomspace(3.0, 3.0 / kappa, 16)).astype(dtype) for kappa in kappas]
     with jax.enable_x64(dtype == np.float64):
-        ys = [np.asarray(y) for y in jax.jit(lambda xs: [spectral_map(x, g_jax, 0.7, method=method).y
-                                                          for x in xs])(xs)]
+        ys = [np.asarray(y) for y in jax.jit(lambda xs: [spectral_map(x, g_jax, 0.7, method=method).y for x in xs])(xs)]
     for kappa, x, y in zip(kappas, xs, ys):
         assert rel_err(y, reference(x.astype(np.float64), 0.7)) < y_tolerance(method, dtype, kappa), kappa
 
@@ -83,8 +102,10 @@ def test_float32_gram_eigh_loses_the_small_values_the_svd_keeps():
     bound) while the SVD, the QR-first route and the float64 Gram route stay below 1e-5."""
     x = with_spectrum(np.random.default_rng(12), 16, 48, np.geomspace(3.0, 3e-3, 16)).astype(np.float32)
     ref = reference(x.astype(np.float64), 0.7)
-    errors = {m: rel_err(jax.jit(lambda x, m=m: spectral_map(x, g_jax, 0.7, method=m).y)(x), ref)
-              for m in ("svd", "qr_svd", "gram_eigh", "gram_eigh_f64")}
+    errors = {
+        m: rel_err(jax.jit(lambda x, m=m: spectral_map(x, g_jax, 0.7, method=m).y)(x), ref)
+        for m in ("svd", "qr_svd", "gram_eigh", "gram_eigh_f64")
+    }
     assert errors["gram_eigh"] > 1e-4
     assert max(errors["svd"], errors["qr_svd"], errors["gram_eigh_f64"]) < 1e-5, errors
 
@@ -157,16 +178,17 @@ def test_degenerate_derivatives_match_finite_differences(method):
     def derivatives(xs, masks, ws, directions, p):
         out = []
         for x, mask, w, dx in zip(xs, masks, ws, directions):
+
             def y_of(z, p, mask=mask):
                 return spectral_map(z, g_jax, p, mask=mask, method=method).y
+
             jvp = jax.jvp(lambda z: y_of(z, p), (x,), (dx,))[1]
             out.append((*jax.grad(lambda z, p: jnp.sum(y_of(z, p) * w), argnums=(0, 1))(x, p), jvp))
         return out
 
     xs, masks = zip(*cases.values())
     with jax.enable_x64(True):
-        results = jax.tree.map(np.asarray, jax.jit(derivatives)(list(xs), list(masks), ws, directions,
-                                                                jnp.float64(p)))
+        results = jax.tree.map(np.asarray, jax.jit(derivatives)(list(xs), list(masks), ws, directions, jnp.float64(p)))
     for (case, (x, mask)), w, direction, (gx, gp, jvp) in zip(cases.items(), ws, directions, results):
         rows = slice(None) if mask is None else mask
         real = x[rows]
@@ -192,8 +214,7 @@ def test_degenerate_derivatives_match_finite_differences(method):
 def test_singular_value_output_derivative(method):
     x = np.random.default_rng(3).standard_normal((4, 6))
     with jax.enable_x64(True):
-        grad = jax.jit(jax.grad(lambda x: jnp.sum(spectral_map(x, g_jax, 1.0, method=method).s ** 3)))(
-            jnp.asarray(x))
+        grad = jax.jit(jax.grad(lambda x: jnp.sum(spectral_map(x, g_jax, 1.0, method=method).s ** 3)))(jnp.asarray(x))
     fd = central_difference(lambda z: np.sum(np.linalg.svd(z, compute_uv=False) ** 3), x)
     assert rel_err(grad, fd) < 1e-6
 
@@ -204,13 +225,17 @@ def test_null_space_is_basis_independent(method):
     rotations and row permutations, while the literal thin-SVD map U g(S) Vᵀ is not (it depends on the basis
     LAPACK happens to return for the zero singular values)."""
     rng = np.random.default_rng(4)
-    x = with_spectrum(rng, 6, 9, [3.0, 1.0, 0.5])          # rank 3 of min(n, d) = 6
-    x = np.concatenate([x, x[:2]])                           # 8 rows: two duplicated rows, still rank 3
+    x = with_spectrum(rng, 6, 9, [3.0, 1.0, 0.5])  # rank 3 of min(n, d) = 6
+    x = np.concatenate([x, x[:2]])  # 8 rows: two duplicated rows, still rank 3
     q, r = orthogonal(rng, 8), orthogonal(rng, 9)
     perm = rng.permutation(8)
     with jax.enable_x64(True):
-        y, y_rot, y_perm = (np.asarray(y) for y in jax.jit(
-            lambda xs: [spectral_map(z, g_jax, 0.7, method=method).y for z in xs])([x, q @ x @ r.T, x[perm]]))
+        y, y_rot, y_perm = (
+            np.asarray(y)
+            for y in jax.jit(lambda xs: [spectral_map(z, g_jax, 0.7, method=method).y for z in xs])(
+                [x, q @ x @ r.T, x[perm]]
+            )
+        )
     np.testing.assert_allclose(y, reference(x, 0.7, rank=3), atol=1e-12)
     np.testing.assert_allclose(q.T @ y_rot @ r, y, atol=1e-12)
     np.testing.assert_allclose(y_perm, y[perm], atol=1e-12)
@@ -242,14 +267,20 @@ def test_mask_leaves_rows_out(method):
 
 @pytest.mark.parametrize("method", METHODS)
 def test_finite_gradients_on_degenerate_float32_input(method):
-    cases = {**{k: x for k, (x, _) in _degenerate().items()},
-             "40-rows+88-copies": np.concatenate([b := np.random.default_rng(8).standard_normal((40, 64)),
-                                                  np.tile(b[:1], (88, 1))])}
+    cases = {
+        **{k: x for k, (x, _) in _degenerate().items()},
+        "40-rows+88-copies": np.concatenate(
+            [b := np.random.default_rng(8).standard_normal((40, 64)), np.tile(b[:1], (88, 1))]
+        ),
+    }
     xs = [jnp.asarray(x, jnp.float32) for x in cases.values()]
     ws = [jnp.asarray(np.random.default_rng(7).standard_normal(x.shape), jnp.float32) for x in xs]
-    grads = jax.jit(lambda xs, ws, p: [jax.grad(
-        lambda x, p: jnp.sum(spectral_map(x, g_jax, p, method=method).y * w), argnums=(0, 1))(x, p)
-        for x, w in zip(xs, ws)])(xs, ws, 0.7)
+    grads = jax.jit(
+        lambda xs, ws, p: [
+            jax.grad(lambda x, p: jnp.sum(spectral_map(x, g_jax, p, method=method).y * w), argnums=(0, 1))(x, p)
+            for x, w in zip(xs, ws)
+        ]
+    )(xs, ws, 0.7)
     for case, (gx, gp) in zip(cases, grads):
         assert np.isfinite(gx).all() and np.isfinite(gp), case
 
@@ -261,7 +292,7 @@ def test_bfloat16_is_decomposed_in_float32(method):
     (y, s), grad = jax.jit(lambda x: (fun(x), jax.grad(lambda x: jnp.sum(fun(x).y.astype(jnp.float32)))(x)))(x)
     assert y.dtype == jnp.bfloat16 and s.dtype == jnp.float32
     ref = reference(np.asarray(x, np.float64), 0.7)
-    np.testing.assert_allclose(np.asarray(y, np.float64), ref, atol=2 ** -7 * np.abs(ref).max())
+    np.testing.assert_allclose(np.asarray(y, np.float64), ref, atol=2**-7 * np.abs(ref).max())
     assert grad.dtype == jnp.bfloat16 and np.isfinite(np.asarray(grad, np.float32)).all()
 
 
@@ -272,9 +303,12 @@ def test_jit_and_vmap_agree_with_batched_call(method):
 
     @jax.jit
     def variants(x):
-        return (spectral_map(x, g_jax, 0.7, method=method).y,
-                jax.vmap(lambda m, p: spectral_map(m, g_jax, p, method=method).y, in_axes=(0, None))(x, 0.7),
-                jax.vmap(jax.grad(loss))(x), jax.grad(loss)(x))
+        return (
+            spectral_map(x, g_jax, 0.7, method=method).y,
+            jax.vmap(lambda m, p: spectral_map(m, g_jax, p, method=method).y, in_axes=(0, None))(x, 0.7),
+            jax.vmap(jax.grad(loss))(x),
+            jax.grad(loss)(x),
+        )
 
     batched, mapped, grad_mapped, grad = variants(x)
     np.testing.assert_allclose(mapped, batched, atol=1e-5)
@@ -329,6 +363,7 @@ def test_current_platform_tells_cuda_from_rocm(monkeypatch):
 
 # The derivative as an operator (isojax.spectral.SpectralDerivative).
 
+
 def _operator_cases():
     rng = np.random.default_rng(20)
     return {**operator_cases(rng, 2.0), "batched": (rng.standard_normal((2, 3, 4)), None)}
@@ -338,13 +373,19 @@ def _operator_cases():
 def test_operator_matches_jvp_vjp_and_dense_jacobian(method):
     """jvp == jax.jvp (x and p), vjp == jax.vjp (y and s cotangents), ⟨J dX, W⟩ == ⟨dX, Jᵀ W⟩, and the singular
     values, norm and condition number == those of the dense float64 Jacobian."""
+
     @jax.jit
     def compute(x, mask, dx, w, ds, p):
         fun = lambda z, p: spectral_map(z, g_jax, p, mask=mask, method=method)  # noqa: E731
         op = spectral_derivative(x, g_jax, p, mask=mask, method=method)
-        out = {"op_y": op.y, "jvp": op.jvp(dx, 0.3), "jvp_ref": jax.jvp(fun, (x, p), (dx, jnp.float64(0.3))),
-               "vjp": op.vjp(w, ds), "vjp_ref": jax.vjp(fun, x, p)[1](SpectralMap(w, ds)),
-               "inner": (jnp.vdot(op.jvp(dx).y, w), jnp.vdot(dx, op.vjp(w)[0]))}
+        out = {
+            "op_y": op.y,
+            "jvp": op.jvp(dx, 0.3),
+            "jvp_ref": jax.jvp(fun, (x, p), (dx, jnp.float64(0.3))),
+            "vjp": op.vjp(w, ds),
+            "vjp_ref": jax.vjp(fun, x, p)[1](SpectralMap(w, ds)),
+            "inner": (jnp.vdot(op.jvp(dx).y, w), jnp.vdot(dx, op.vjp(w)[0])),
+        }
         if x.ndim == 2:
             out.update(sv=op.singular_values(), norm=op.norm(), cond=op.cond())
         return out
@@ -364,8 +405,9 @@ def test_operator_matches_jvp_vjp_and_dense_jacobian(method):
             np.testing.assert_allclose(got, ref, atol=1e-10 * np.abs(ref).max(), err_msg=case)
         np.testing.assert_allclose(*out["inner"], rtol=1e-10)
         if "sv" in out:  # one matrix: against its dense Jacobian
-            assert_operator_spectrum(out["sv"], out["norm"], out["cond"],
-                                     lambda z, rank: reference(z, 0.7, rank=rank), x, mask)
+            assert_operator_spectrum(
+                out["sv"], out["norm"], out["cond"], lambda z, rank: reference(z, 0.7, rank=rank), x, mask
+            )
 
 
 def test_operator_structure_and_jit():

@@ -1,10 +1,10 @@
 """The shared masked statistics (isojax._stats) against numpy/scipy on the real rows, with garbage padding rows."""
-import numpy as np
-import pytest
-from scipy.spatial.distance import cdist
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.spatial.distance import cdist
 
 from isojax import _stats
 
@@ -60,7 +60,7 @@ def test_gram_and_its_eigenvalues(padded):
     eigenvalues = _stats.gram_eigenvalues(rows)
     for b, e in enumerate(expected):
         np.testing.assert_allclose(eigenvalues[b][: len(e)], e, rtol=1e-9, atol=1e-9 * e[0])
-        np.testing.assert_allclose(eigenvalues[b][len(e):], 0, atol=1e-9 * e[0])
+        np.testing.assert_allclose(eigenvalues[b][len(e) :], 0, atol=1e-9 * e[0])
 
 
 def test_cosines_and_distances(padded):

@@ -5,22 +5,22 @@ an edge length (barcode gradients), scipy.stats.entropy (persistent entropy), a 
 shrink-the-longest authors' ``prominient_features`` (feature selection and its off-by-one), and
 synthetic clusters whose joining bars are known by construction.
 """
+
 import math
 import warnings
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.stats
+from conftest import require
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.sparse.csgraph import minimum_spanning_tree
 from scipy.spatial.distance import pdist, squareform
 
-import jax
-import jax.numpy as jnp
-
 from isojax import topology
-from conftest import require
 
 
 @pytest.fixture
@@ -158,7 +158,10 @@ def authors_prominent_count(bars):
     return 1 + recursive(new_lens, len(new_lens))
 
 
-def reference_selection(bars, tie=64 * np.finfo(np.float32).eps):
+FLOAT32_TIE = 64 * np.finfo(np.float32).eps
+
+
+def reference_selection(bars, tie=FLOAT32_TIE):
     """The corrected rule written out directly, in float64: S_i = Σ rest + i·Σ rest / exp(H(rest))
     over the rolled barcode [l_2..l_m, l_1]; features = l_1..l_k for the first k with
     S_k > S_{k−1}(1 + tie). Returns (k, smallest distance of a relative step to the tie threshold)."""
@@ -173,7 +176,7 @@ def reference_selection(bars, tie=64 * np.finfo(np.float32).eps):
     steps = np.diff(totals) / np.asarray(totals[:-1]) if len(totals) > 1 else np.zeros(0)
     rises = np.nonzero(steps > tie)[0]
     k = rises[0] + 1 if len(rises) else len(rolled)
-    return k, np.min(np.abs(steps[: k] - tie), initial=np.inf)
+    return k, np.min(np.abs(steps[:k] - tie), initial=np.inf)
 
 
 def test_selection_marks_exactly_the_bars_joining_clean_clusters():
@@ -190,7 +193,7 @@ def test_selection_marks_exactly_the_bars_joining_clean_clusters():
         assert sum(labels[i] != labels[j] for i, j in edges) == c - 1  # c − 1 MST edges join clusters
     bars = np.asarray(topology.zero_dim_barcode(x, mask=mask))
     selected = np.asarray(topology.select_prominent(bars, mask=topology.barcode_mask(mask)))
-    for b, (c, n, d) in enumerate(cases):
+    for b, (c, n, _d) in enumerate(cases):
         # The c − 1 longest bars join the clusters and are far longer than any intra-cluster bar.
         assert bars[b, c - 2] > 10 * bars[b, c - 1]
         np.testing.assert_array_equal(selected[b], np.arange(255) < c - 1)
@@ -260,7 +263,9 @@ def test_entropy_loss_all_bars_matches_scipy(x64):
     rng = np.random.default_rng(4)
     x = rng.normal(size=(30, 6))
     expected = -scipy.stats.entropy(scipy_mst(x)[1])
-    np.testing.assert_allclose(float(topology.persistent_entropy_loss(jnp.asarray(x), bars="all")), expected, rtol=1e-10)
+    np.testing.assert_allclose(
+        float(topology.persistent_entropy_loss(jnp.asarray(x), bars="all")), expected, rtol=1e-10
+    )
 
 
 def test_classwise_entropy_loss_on_known_clusters(x64):
@@ -279,12 +284,16 @@ def test_classwise_entropy_loss_on_known_clusters(x64):
     x, labels = jnp.asarray(x[perm]), jnp.asarray(labels[perm])
     loss = topology.persistent_entropy_loss(x, labels, in_cluster_weight=0.3)
     np.testing.assert_allclose(float(loss), expected_selected, rtol=1e-10)
-    np.testing.assert_allclose(float(topology.persistent_entropy_loss(x, labels, bars="all")), expected_in_cluster, rtol=1e-10)
+    np.testing.assert_allclose(
+        float(topology.persistent_entropy_loss(x, labels, bars="all")), expected_in_cluster, rtol=1e-10
+    )
     # Padding rows and jit (num_classes static) give the same value.
     padded = jnp.concatenate([x, 100 * jnp.ones((7, 16))])
     padded_labels = jnp.concatenate([labels, jnp.zeros(7, labels.dtype)])
     mask = jnp.arange(len(padded)) < len(x)
-    jitted = jax.jit(lambda x, y, m: topology.persistent_entropy_loss(x, y, mask=m, num_classes=3, in_cluster_weight=0.3))
+    jitted = jax.jit(
+        lambda x, y, m: topology.persistent_entropy_loss(x, y, mask=m, num_classes=3, in_cluster_weight=0.3)
+    )
     np.testing.assert_allclose(float(jitted(padded, padded_labels, mask)), expected_selected, rtol=1e-10)
 
 
@@ -293,7 +302,9 @@ def test_entropy_loss_batched_and_degenerate():
     x = rng.normal(size=(2, 12, 4)).astype(np.float32)
     labels = np.tile(np.arange(12) % 2, (2, 1))
     batched = topology.persistent_entropy_loss(x, labels)
-    np.testing.assert_allclose(batched, [topology.persistent_entropy_loss(x[b], labels[b]) for b in range(2)], rtol=1e-6)
+    np.testing.assert_allclose(
+        batched, [topology.persistent_entropy_loss(x[b], labels[b]) for b in range(2)], rtol=1e-6
+    )
     vmapped = jax.vmap(lambda x, y: topology.persistent_entropy_loss(x, y, num_classes=2))(x, labels)
     np.testing.assert_allclose(vmapped, batched, rtol=1e-6)
     identical = jnp.ones((6, 4))
@@ -301,7 +312,9 @@ def test_entropy_loss_batched_and_degenerate():
     for points, y in [(identical, np.arange(6) % 2), (lonely, np.array([0, 0, 0, 0, 1])), (lonely[:2], None)]:
 
         def both(p):
-            return topology.persistent_entropy_loss(p, y, in_cluster_weight=0.5) + topology.persistent_entropy_loss(p, y, bars="all")
+            return topology.persistent_entropy_loss(p, y, in_cluster_weight=0.5) + topology.persistent_entropy_loss(
+                p, y, bars="all"
+            )
 
         value, grad = jax.jit(jax.value_and_grad(both))(points)
         assert np.isfinite(float(value)) and np.all(np.isfinite(grad))

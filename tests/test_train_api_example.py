@@ -5,11 +5,11 @@ References: the first step against the same step written by hand with flax, opta
 device (loss, and the parameters after AdamW's update); the schedule against optax evaluated on its own; the task
 loss falls on every pass over the data.
 """
+
 import time
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
@@ -32,8 +32,14 @@ def _batches():
         r = np.random.default_rng(i)
         mask = (np.arange(L) < r.integers(3, L + 1, B)[:, None]).astype(np.int32)
         ids = (r.integers(1, 100, (B, L)) * mask).astype(np.int32)
-        out.append({"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros((B, L), np.int32),
-                    "labels": (ids[:, 1] % 3).astype(np.int32)})
+        out.append(
+            {
+                "input_ids": ids,
+                "attention_mask": mask,
+                "token_type_ids": np.zeros((B, L), np.int32),
+                "labels": (ids[:, 1] % 3).astype(np.int32),
+            }
+        )
     return out * EPOCHS
 
 
@@ -43,8 +49,14 @@ def _reference_first_step(namespace, batch):
     model, variables = namespace["model"], namespace["variables"]
 
     def loss(params):
-        out = model.apply({"params": params}, batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
-                          deterministic=False, rngs={"dropout": jax.random.fold_in(jax.random.key(0), 0)})
+        out = model.apply(
+            {"params": params},
+            batch["input_ids"],
+            batch["attention_mask"],
+            batch["token_type_ids"],
+            deterministic=False,
+            rngs={"dropout": jax.random.fold_in(jax.random.key(0), 0)},
+        )
         ce = optax.softmax_cross_entropy_with_integer_labels(out.logits, batch["labels"]).mean()
         return ce + 0.1 * losses.istar_loss(out.cls)
 
@@ -61,8 +73,11 @@ def test_readme_training_example_runs_on_the_mesh(capsys):
     first = [float(x) for x in capsys.readouterr().out.split()]
     want_loss, want_params = _reference_first_step(namespace, batches[0])
     assert first[0] == 1 and first[1] == pytest.approx(want_loss, rel=1e-5)
-    jax.tree.map(lambda got, want: np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6),
-                 jax.device_get(namespace["state"].params), want_params)
+    jax.tree.map(
+        lambda got, want: np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6),
+        jax.device_get(namespace["state"].params),
+        want_params,
+    )
     assert all(len(x.sharding.device_set) == 8 for x in jax.tree.leaves(namespace["state"]))
 
     namespace = {"batches": batches}
@@ -75,5 +90,7 @@ def test_readme_training_example_runs_on_the_mesh(capsys):
     np.testing.assert_allclose(rows[:, 3], [float(schedule(t)) for t in range(len(batches))], rtol=1e-6)
     task = rows[:, 2].reshape(EPOCHS, -1).mean(1)  # mean task loss of each pass over the 4 batches
     assert np.all(np.diff(task) < 0) and task[-1] < task[0] - 0.05, task  # falls on every pass
-    print(f"README example: {len(batches)} steps in {seconds:.1f} s (compilation included); task loss per pass "
-          f"{np.round(task, 3).tolist()}")
+    print(
+        f"README example: {len(batches)} steps in {seconds:.1f} s (compilation included); task loss per pass "
+        f"{np.round(task, 3).tolist()}"
+    )

@@ -3,6 +3,7 @@
 References: the hyperparameters stated in the papers (isotropy-calibration App. B, shrink-the-longest Table 1),
 written out here; the grid sizes are the products of the papers' model/task/method/seed lists.
 """
+
 import importlib.util
 import json
 import math
@@ -72,20 +73,26 @@ def test_seq2seq_settings_follow_appendix_b_and_section_4():
 
 def _write_run(out, stages, timing=None):
     out.mkdir(parents=True)
-    (out / "results.json").write_text(json.dumps({"config": {}, "step": 1, "stages": stages,
-                                                  **({"timing": timing} if timing else {})}))
+    (out / "results.json").write_text(
+        json.dumps({"config": {}, "step": 1, "stages": stages, **({"timing": timing} if timing else {})})
+    )
 
 
 def test_summary_tabulates_mean_and_std_over_seeds(tmp_path):
     """Reference: numpy mean and population std of the per-seed values written into fake runs."""
-    config = {"defaults": {"epochs": 1}, "grid": {"model": ["m"], "task": ["mrpc"],
-                                                   "method": ["baseline", "isotropy_layer"], "seed": [0, 1, 2]}}
+    config = {
+        "defaults": {"epochs": 1},
+        "grid": {"model": ["m"], "task": ["mrpc"], "method": ["baseline", "isotropy_layer"], "seed": [0, 1, 2]},
+    }
     runs = _run.expand_runs(config, "cfg", str(tmp_path))
     rng = np.random.default_rng(0)
     values = {}
     for run in runs[:-1]:  # the last run (isotropy_layer, seed 2) has not finished
-        evaluation = {"accuracy": float(rng.uniform(60, 90)), "f1": float(rng.uniform(60, 90)),
-                      "isoscore": float(rng.uniform(0, 0.1))}
+        evaluation = {
+            "accuracy": float(rng.uniform(60, 90)),
+            "f1": float(rng.uniform(60, 90)),
+            "isoscore": float(rng.uniform(0, 0.1)),
+        }
         stages = {"finetune": evaluation}
         if run["method"] == "isotropy_layer":
             stages["isotropy_layer"] = dict(evaluation, isoscore=evaluation["isoscore"] + 0.5)
@@ -94,7 +101,9 @@ def test_summary_tabulates_mean_and_std_over_seeds(tmp_path):
             values.setdefault((run["method"], stage), []).append(e)
     text = _run.summary(runs, "t")
     assert "## mrpc, m\n\n1 run(s) missing" in text
-    lines = {line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in text.splitlines() if line.startswith("| ")}
+    lines = {
+        line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in text.splitlines() if line.startswith("| ")
+    }
     for (method, stage), evals in values.items():
         label = method if method == "baseline" else f"{method}: {stage}"
         cells = lines[label]
@@ -130,8 +139,11 @@ def test_summary_of_a_seq2seq_task_has_its_generation_metrics_isotropy_and_time(
     config = {"grid": {"model": ["m"], "task": ["wmt16_en_ro"], "method": ["flow"], "seed": [0, 1]}}
     runs = _run.expand_runs(config, "cfg", str(tmp_path))
     for i, run in enumerate(runs):
-        _write_run(Path(run["out"]), {"finetune": {"bleu": 20.0 + 2 * i, "I1": 0.9, "I2": 0.5}},
-                   {"finetune": {"seconds_per_epoch": 90.0 + 10 * i}})
+        _write_run(
+            Path(run["out"]),
+            {"finetune": {"bleu": 20.0 + 2 * i, "I1": 0.9, "I2": 0.5}},
+            {"finetune": {"seconds_per_epoch": 90.0 + 10 * i}},
+        )
     text = _run.summary(runs, "t")
     header = next(line for line in text.splitlines() if line.startswith("| method"))
     assert header.split(" | ")[2:] == ["bleu", "I1(W)", "I2(W)", "s / epoch |"]

@@ -5,13 +5,14 @@ one-hot label/prediction matrices (Gorodkin 2004, written with numpy covariances
 scipy's Pearson and Spearman; numpy PCA and SVD for the explained variance and anisotropy; the ``isoscore``
 package; the partition function Z(c) = sum_w exp(c.w) over numpy's eigenvectors of W^T W, both signs.
 """
+
 import numpy as np
 import pytest
 import scipy.stats
+from conftest import require
 
 from isojax.data.glue import glue_task
 from isojax.train.evaluation import binary_f1, isotropy_metrics, matthews_corrcoef, task_metrics
-from conftest import require
 
 RNG = np.random.default_rng(0)
 
@@ -42,8 +43,10 @@ def test_binary_f1_and_task_metrics():
     out = task_metrics(glue_task("mrpc"), logits, y)
     assert out["accuracy"] == pytest.approx(100 * np.mean(p == y))
     assert out["f1"] == pytest.approx(100 * binary_f1(y, p))
-    assert set(task_metrics(glue_task("mnli"), RNG.normal(size=(30, 3)), RNG.integers(0, 3, 30))) == \
-        {"accuracy", "matthews_corrcoef"}
+    assert set(task_metrics(glue_task("mnli"), RNG.normal(size=(30, 3)), RNG.integers(0, 3, 30))) == {
+        "accuracy",
+        "matthews_corrcoef",
+    }
     scores, pred = RNG.uniform(0, 5, 50), RNG.normal(size=(50, 1))
     reg = task_metrics(glue_task("stsb"), pred, scores)
     assert reg["pearson"] == pytest.approx(100 * scipy.stats.pearsonr(pred[:, 0], scores)[0], rel=1e-6)
@@ -58,7 +61,7 @@ def test_isotropy_metrics_match_numpy_and_isoscore_package():
     for k in (1, 2, 3):
         assert got[f"ev{k}"] == pytest.approx(pca[:k].sum() / pca.sum(), rel=1e-4)
     s = np.linalg.svd(x, compute_uv=False)
-    assert got["anisotropy"] == pytest.approx(s[0] ** 2 / np.sum(s ** 2), rel=1e-4)
+    assert got["anisotropy"] == pytest.approx(s[0] ** 2 / np.sum(s**2), rel=1e-4)
     assert got["anisotropy_centered"] == pytest.approx(got["ev1"], rel=1e-6)
     assert got["isoscore"] == pytest.approx(float(require("IsoScore.IsoScore").IsoScore(x)), rel=1e-3)
     _, vecs = np.linalg.eigh(w.T @ w)

@@ -4,6 +4,7 @@ gradient's alignment with the mean embedding direction.
 References: numpy norms and cosines of the gradient that ``jax.grad`` of the same objective gives outside the
 train step; the run's log records and figure.
 """
+
 import json
 
 import jax
@@ -11,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from conftest import require, save_tiny_encoder
 from flax import traverse_util
 
 from isojax.models import EncoderConfig, build_encoder
@@ -20,7 +22,6 @@ from isojax.train.model import TaskModel, init_variables
 from isojax.train.objective import Objective
 from isojax.train.state import create_state
 from isojax.train.step import make_train_step
-from conftest import require, save_tiny_encoder
 
 
 def test_parameter_groups():
@@ -36,9 +37,16 @@ def test_parameter_groups():
 
 
 def test_the_step_logs_the_statistics_of_the_objectives_gradient():
-    cfg = EncoderConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=24, max_position_embeddings=16, hidden_dropout_prob=0.0,
-                        attention_probs_dropout_prob=0.0)
+    cfg = EncoderConfig(
+        vocab_size=50,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=24,
+        max_position_embeddings=16,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     model = TaskModel(build_encoder(cfg), num_labels=2, dropout_rate=0.0)
     params = model.encoder.init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))["params"]
     variables = init_variables(model, params, jax.random.key(1))
@@ -46,8 +54,12 @@ def test_the_step_logs_the_statistics_of_the_objectives_gradient():
     optimizer = optax.sgd(0.1)
     state = create_state(variables, optimizer, seed=0)
     rng = np.random.default_rng(0)
-    batch = {"input_ids": rng.integers(1, 50, (6, 8)).astype(np.int32), "attention_mask": np.ones((6, 8), np.int32),
-             "token_type_ids": np.zeros((6, 8), np.int32), "labels": rng.integers(0, 2, 6).astype(np.int32)}
+    batch = {
+        "input_ids": rng.integers(1, 50, (6, 8)).astype(np.int32),
+        "attention_mask": np.ones((6, 8), np.int32),
+        "token_type_ids": np.zeros((6, 8), np.int32),
+        "labels": rng.integers(0, 2, 6).astype(np.int32),
+    }
 
     def loss(p):
         out = model.apply({"params": p}, batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
@@ -55,13 +67,18 @@ def test_the_step_logs_the_statistics_of_the_objectives_gradient():
 
     grads = traverse_util.flatten_dict(jax.grad(loss)(state.params))
     step = jax.jit(make_train_step(model, objective, optimizer, gradient_every=2))
-    _, first = step(state, batch)            # step 1 of the stage: not a logged step
+    _, first = step(state, batch)  # step 1 of the stage: not a logged step
     _, second = step(state.replace(step=jnp.asarray(1)), batch)  # step 2: logged
     assert np.isnan(float(first["embedding_grad/mean_cosine"]))
     groups = {}
     for path, g in grads.items():
-        key = "layer_0" if "layer_0" in path else "layer_1" if "layer_1" in path else (
-            path[1] if path[0] == "encoder" else path[0])
+        key = (
+            "layer_0"
+            if "layer_0" in path
+            else "layer_1"
+            if "layer_1" in path
+            else (path[1] if path[0] == "encoder" else path[0])
+        )
         groups[key] = groups.get(key, 0.0) + float(np.sum(np.square(np.asarray(g, np.float64))))
     assert {k.split("/", 1)[1] for k in second if k.startswith("grad_norm/")} == set(groups)
     for key, value in groups.items():
@@ -73,7 +90,8 @@ def test_the_step_logs_the_statistics_of_the_objectives_gradient():
     assert float(second["embedding_grad/mean_cosine"]) == pytest.approx(want, abs=1e-4)
     v1 = np.linalg.eigh(np.cov(w, rowvar=False))[1][:, -1]
     assert float(second["embedding_grad/principal_cosine"]) == pytest.approx(
-        abs(total @ v1) / np.linalg.norm(total), abs=1e-4)
+        abs(total @ v1) / np.linalg.norm(total), abs=1e-4
+    )
 
 
 def test_finetune_with_log_gradients_writes_the_records_and_the_panels(tmp_path, default_model_path):
@@ -86,9 +104,23 @@ def test_finetune_with_log_gradients_writes_the_records_and_the_panels(tmp_path,
     model = save_tiny_encoder(tmp_path / "model", tokenizer)
     with pytest.raises(ValueError, match="log_gradients needs log_every > 0"):
         TrainConfig(log_gradients=True, log_every=0)
-    fit(TrainConfig(task="stsb", model=model, output_dir=str(tmp_path / "run"), steps=4, batch_size=8,
-                    eval_batch_size=8, train_limit=32, eval_limit=8, max_length=24, log_every=2, log_gradients=True,
-                    devices=1, progress=False))
+    fit(
+        TrainConfig(
+            task="stsb",
+            model=model,
+            output_dir=str(tmp_path / "run"),
+            steps=4,
+            batch_size=8,
+            eval_batch_size=8,
+            train_limit=32,
+            eval_limit=8,
+            max_length=24,
+            log_every=2,
+            log_gradients=True,
+            devices=1,
+            progress=False,
+        )
+    )
     records = [json.loads(line) for line in open(tmp_path / "run" / "log.jsonl")]
     train = [r for r in records if r["kind"] == "train"]
     assert [r["step"] for r in train] == [2, 4]

@@ -7,6 +7,7 @@ non-finite steps must have left its state after the last clean step on disk); th
 checkpoint written at the end of stage 1 (stage 2 must leave the encoder and head as they were there); the
 untrained model (Spearman of its regression head on the same dev pairs).
 """
+
 import json
 import os
 import shutil
@@ -17,12 +18,12 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
+import train_worker
 import transformers
+from conftest import save_tiny_encoder
 
 from isojax.train import Regularizer, TrainConfig, fit
-from conftest import save_tiny_encoder
 from isojax.train.cli import config_from_argv
-import train_worker
 
 
 @pytest.fixture(scope="module")
@@ -37,11 +38,45 @@ def tiny(tmp_path_factory, tokenizer):
 
 def _args(model, out, *extra):
     """isotropy_layer: 10 fine-tuning steps (5 batches an epoch) + 6 Isotropy Layer steps, dropout on."""
-    return ["finetune", "--task", "stsb", "--model", model, "--method", "isotropy_layer", "--out", str(out),
-            "--max-length", "32", "--batch-size", "8", "--eval-batch-size", "8", "--train-limit", "40",
-            "--eval-limit", "16", "--steps", "10", "--stage2-steps", "6", "--save-every", "3",
-            "--keep-checkpoints", "10", "--log-every", "1", "--lr", "1e-3", "--transform-lr", "1e-2",
-            "--devices", "1", "--quiet", *extra]
+    return [
+        "finetune",
+        "--task",
+        "stsb",
+        "--model",
+        model,
+        "--method",
+        "isotropy_layer",
+        "--out",
+        str(out),
+        "--max-length",
+        "32",
+        "--batch-size",
+        "8",
+        "--eval-batch-size",
+        "8",
+        "--train-limit",
+        "40",
+        "--eval-limit",
+        "16",
+        "--steps",
+        "10",
+        "--stage2-steps",
+        "6",
+        "--save-every",
+        "3",
+        "--keep-checkpoints",
+        "10",
+        "--log-every",
+        "1",
+        "--lr",
+        "1e-3",
+        "--transform-lr",
+        "1e-2",
+        "--devices",
+        "1",
+        "--quiet",
+        *extra,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -151,34 +186,49 @@ def test_resume_with_a_different_training_configuration_is_refused(tiny, referen
         fit(config_from_argv(_args(tiny, tmp_path, "--lr", "2e-3")))
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda m, o: TrainConfig(task="sst-5", model=m, output_dir=o), "task: unknown GLUE task 'sst-5'"),
-    (lambda m, o: TrainConfig(method="whitening", model=m, output_dir=o), "method: unknown method 'whitening'"),
-    (lambda m, o: config_from_argv(_args(m, o, "--reg", "entropy=0.1")), "unknown regulariser 'entropy'"),
-    (lambda m, o: TrainConfig(regularizers=(Regularizer("isoscore", representation="logits"),), model=m,
-                              output_dir=o), "representation 'logits'"),
-    (lambda m, o: TrainConfig(parallel="pmap", model_parallel=2, model=m, output_dir=o), "needs parallel='mesh'"),
-    (lambda m, o: TrainConfig(remat="sometimes", model=m, output_dir=o), "remat must be one of"),
-    (lambda m, o: config_from_argv(_args(m, o, "--max-nonfinite-steps", "0")),
-     "max_nonfinite_steps must be a positive integer, got 0"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda m, o: TrainConfig(task="sst-5", model=m, output_dir=o), "task: unknown GLUE task 'sst-5'"),
+        (lambda m, o: TrainConfig(method="whitening", model=m, output_dir=o), "method: unknown method 'whitening'"),
+        (lambda m, o: config_from_argv(_args(m, o, "--reg", "entropy=0.1")), "unknown regulariser 'entropy'"),
+        (
+            lambda m, o: TrainConfig(
+                regularizers=(Regularizer("isoscore", representation="logits"),), model=m, output_dir=o
+            ),
+            "representation 'logits'",
+        ),
+        (lambda m, o: TrainConfig(parallel="pmap", model_parallel=2, model=m, output_dir=o), "needs parallel='mesh'"),
+        (lambda m, o: TrainConfig(remat="sometimes", model=m, output_dir=o), "remat must be one of"),
+        (
+            lambda m, o: config_from_argv(_args(m, o, "--max-nonfinite-steps", "0")),
+            "max_nonfinite_steps must be a positive integer, got 0",
+        ),
+    ],
+)
 def test_bad_configuration_raises_on_construction(tiny, tmp_path, make, message):
     with pytest.raises(ValueError, match=message):
         make(tiny, str(tmp_path))
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(pooler_model=True, regularizers=(Regularizer("isoscore", representation="pooler"),)), "has no pooler"),
-    (dict(pooler_model=True, pooling="pooler"), "has no pooler"),
-    (dict(batch_size=12, devices=8), r"batch_size=12 does not divide over the 8 data-parallel devices"),
-    (dict(batch_size=6, devices=8, model_parallel=2), "batch_size=6 does not divide over the 4 data-parallel"),
-    (dict(devices=6, model_parallel=4), "model_parallel=4 must divide"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(pooler_model=True, regularizers=(Regularizer("isoscore", representation="pooler"),)), "has no pooler"),
+        (dict(pooler_model=True, pooling="pooler"), "has no pooler"),
+        (dict(batch_size=12, devices=8), r"batch_size=12 does not divide over the 8 data-parallel devices"),
+        (dict(batch_size=6, devices=8, model_parallel=2), "batch_size=6 does not divide over the 4 data-parallel"),
+        (dict(devices=6, model_parallel=4), "model_parallel=4 must divide"),
+    ],
+)
 def test_bad_setup_fails_before_training(tiny, tokenizer, tmp_path, kwargs, message):
     if jax.device_count() < 8:
         pytest.skip("needs 8 devices")
-    model = save_tiny_encoder(tmp_path / "no_pooler", tokenizer, pooler=False) if kwargs.pop("pooler_model", False) \
+    model = (
+        save_tiny_encoder(tmp_path / "no_pooler", tokenizer, pooler=False)
+        if kwargs.pop("pooler_model", False)
         else tiny
+    )
     config = TrainConfig(task="stsb", model=model, output_dir=str(tmp_path / "run"), steps=2, **kwargs)
     with pytest.raises(ValueError, match=message):
         fit(config)
@@ -187,9 +237,24 @@ def test_bad_setup_fails_before_training(tiny, tokenizer, tmp_path, kwargs, mess
 
 @pytest.mark.slow
 def test_short_stsb_finetune_of_the_default_model_beats_its_untrained_start(tmp_path, default_model_path):
-    config = TrainConfig(task="stsb", model="default", method="baseline", pooling="mean", output_dir=str(tmp_path),
-                         max_length=64, batch_size=8, eval_batch_size=50, train_limit=240, eval_limit=300,
-                         steps=30, learning_rate=1e-4, warmup_ratio=0.1, devices=1, log_every=5, progress=False)
+    config = TrainConfig(
+        task="stsb",
+        model="default",
+        method="baseline",
+        pooling="mean",
+        output_dir=str(tmp_path),
+        max_length=64,
+        batch_size=8,
+        eval_batch_size=50,
+        train_limit=240,
+        eval_limit=300,
+        steps=30,
+        learning_rate=1e-4,
+        warmup_ratio=0.1,
+        devices=1,
+        log_every=5,
+        progress=False,
+    )
     result = fit(config)
     evals = [json.loads(x) for x in open(tmp_path / "log.jsonl") if '"eval"' in x]
     untrained, trained = evals[0], evals[-1]
@@ -201,8 +266,8 @@ def test_short_stsb_finetune_of_the_default_model_beats_its_untrained_start(tmp_
 def test_representation_covariance_streams_the_numpy_covariance(tiny, tokenizer):
     """The C0 of I-STAR with c0='data': batch-streamed covariance == numpy's over all rows (tokens: real ones)."""
     from isojax.data.batching import tokenize
-    from isojax.models import from_pretrained
     from isojax.data.glue import GlueData, glue_task
+    from isojax.models import from_pretrained
     from isojax.train.feed import Split
     from isojax.train.loop import representation_covariance
     from isojax.train.model import TaskModel, init_variables
@@ -210,14 +275,21 @@ def test_representation_covariance_streams_the_numpy_covariance(tiny, tokenizer)
     encoder, params, _ = from_pretrained(tiny)
     model = TaskModel(encoder, num_labels=2)
     variables = init_variables(model, params, jax.random.key(0))
-    texts = ["a man plays a guitar", "two dogs run", "isotropy of embeddings", "the cat sleeps on a mat",
-             "rain", "a long sentence about nothing in particular at all"]
+    texts = [
+        "a man plays a guitar",
+        "two dogs run",
+        "isotropy of embeddings",
+        "the cat sleeps on a mat",
+        "rain",
+        "a long sentence about nothing in particular at all",
+    ]
     split = Split(GlueData(texts, None, np.zeros(len(texts), np.int32), glue_task("sst2"), "train"), tokenizer, 16)
     covariance = representation_covariance(model, variables, split, batch_size=4)
     data = tokenize(tokenizer, texts, None, max_length=16)
     out = model.apply(variables, data["input_ids"], data["attention_mask"], data["token_type_ids"])
-    np.testing.assert_allclose(covariance("cls"), np.cov(np.asarray(out.cls, np.float64), rowvar=False),
-                               rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(
+        covariance("cls"), np.cov(np.asarray(out.cls, np.float64), rowvar=False), rtol=1e-5, atol=1e-7
+    )
     tokens = np.asarray(out.tokens, np.float64)[np.asarray(out.mask)]
     np.testing.assert_allclose(covariance("tokens"), np.cov(tokens, rowvar=False), rtol=1e-5, atol=1e-7)
 
@@ -225,16 +297,17 @@ def test_representation_covariance_streams_the_numpy_covariance(tiny, tokenizer)
 def test_epoch_seconds_leaves_out_each_sessions_first_interval():
     from isojax.train.loop import epoch_seconds
 
-    records = [{"kind": "train", "stage": "finetune", "step": 2, "seconds": 30.0},   # compile + 2 steps
-               {"kind": "train", "stage": "finetune", "step": 4, "seconds": 2.0},
-               {"kind": "resume", "step": 4, "stage": 0},
-               {"kind": "train", "stage": "finetune", "step": 6, "seconds": 25.0},   # compile again after resume
-               {"kind": "train", "stage": "finetune", "step": 10, "seconds": 6.0},
-               {"kind": "train", "stage": "isotropy_layer", "step": 12, "seconds": 9.0}]
+    records = [
+        {"kind": "train", "stage": "finetune", "step": 2, "seconds": 30.0},  # compile + 2 steps
+        {"kind": "train", "stage": "finetune", "step": 4, "seconds": 2.0},
+        {"kind": "resume", "step": 4, "stage": 0},
+        {"kind": "train", "stage": "finetune", "step": 6, "seconds": 25.0},  # compile again after resume
+        {"kind": "train", "stage": "finetune", "step": 10, "seconds": 6.0},
+        {"kind": "train", "stage": "isotropy_layer", "step": 12, "seconds": 9.0},
+    ]
     got = epoch_seconds(records, "finetune", per_epoch=5)
     assert got == {"seconds_per_epoch": pytest.approx((2.0 + 6.0) / 6 * 5, abs=1e-3), "compile_and_first_seconds": 55.0}
-    assert epoch_seconds(records, "isotropy_layer", 5) == {"seconds_per_epoch": None,
-                                                           "compile_and_first_seconds": 9.0}
+    assert epoch_seconds(records, "isotropy_layer", 5) == {"seconds_per_epoch": None, "compile_and_first_seconds": 9.0}
 
 
 def test_finetune_reads_glue_from_the_data_dir(tiny, tokenizer, shared_data_dir, tmp_path):
@@ -242,9 +315,34 @@ def test_finetune_reads_glue_from_the_data_dir(tiny, tokenizer, shared_data_dir,
     from isojax.data import load_glue
     from isojax.train.loop import load_split
 
-    config = config_from_argv(["finetune", "--task", "rte", "--model", tiny, "--data-dir", str(shared_data_dir), "--out",
-                      str(tmp_path), "--max-length", "32", "--batch-size", "8", "--eval-batch-size", "8",
-                      "--train-limit", "16", "--eval-limit", "16", "--steps", "2", "--devices", "1", "--quiet"])
+    config = config_from_argv(
+        [
+            "finetune",
+            "--task",
+            "rte",
+            "--model",
+            tiny,
+            "--data-dir",
+            str(shared_data_dir),
+            "--out",
+            str(tmp_path),
+            "--max-length",
+            "32",
+            "--batch-size",
+            "8",
+            "--eval-batch-size",
+            "8",
+            "--train-limit",
+            "16",
+            "--eval-limit",
+            "16",
+            "--steps",
+            "2",
+            "--devices",
+            "1",
+            "--quiet",
+        ]
+    )
     assert config.data_dir == str(shared_data_dir)
     rows = load_split(config, "validation", tokenizer, 16)
     np.testing.assert_array_equal(rows.labels, load_glue("rte", "dev", data_dir=shared_data_dir).labels[:16])
@@ -263,7 +361,9 @@ def test_scanned_layers_with_remat_train_to_the_unrolled_parameters(tokenizer, t
     model = save_tiny_encoder(tmp_path / "two_layers", tokenizer, layers=2)
     extra = ("--method", "baseline", "--no-dropout", "--steps", "4", "--save-every", "0")
     unrolled = fit(config_from_argv(_args(model, tmp_path / "unrolled", *extra))).params
-    scanned = fit(config_from_argv(_args(model, tmp_path / "scanned", *extra, "--scan-layers", "--remat", "full"))).params
+    scanned = fit(
+        config_from_argv(_args(model, tmp_path / "scanned", *extra, "--scan-layers", "--remat", "full"))
+    ).params
     encoder = from_pretrained(model, scan_layers=True)[0]
     assert "layer_0" not in scanned["encoder"]["encoder"]
     scanned = {**scanned, "encoder": to_unscanned(encoder, scanned["encoder"])}
@@ -287,7 +387,8 @@ def _poisoned_from(monkeypatch, first: int) -> None:
 
 
 def test_nonfinite_steps_in_a_row_stop_the_run_and_the_rerun_resumes_from_the_last_good_checkpoint(
-        tiny, reference, tmp_path, monkeypatch):
+    tiny, reference, tmp_path, monkeypatch
+):
     """Batches from step 7 on are poisoned, --max-nonfinite-steps 2: steps 7 and 8 are skipped and the run stops
     (well within the alarm) naming step 8 and the checkpoint of step 6, the last one written (no checkpoint of a
     skipped step, although --save-every is 1); it equals the clean run's state after step 6. The rerun, on clean
@@ -301,9 +402,13 @@ def test_nonfinite_steps_in_a_row_stop_the_run_and_the_rerun_resumes_from_the_la
     signal.signal(signal.SIGALRM, lambda *_: pytest.fail("the poisoned run did not stop within 300 s"))
     signal.alarm(300)
     try:
-        with pytest.raises(loop.NonFiniteTrainingError, match=(
+        with pytest.raises(
+            loop.NonFiniteTrainingError,
+            match=(
                 rf"steps 7 to 8 \(stage 'finetune'\) had a non-finite loss or gradient, 2 in a row .* The last good "
-                rf"checkpoint is step 6 in {out / 'checkpoints'}: rerunning the same command resumes from it")):
+                rf"checkpoint is step 6 in {out / 'checkpoints'}: rerunning the same command resumes from it"
+            ),
+        ):
             fit(config_from_argv(argv))
     finally:
         signal.alarm(0)

@@ -11,6 +11,7 @@ for the batches that the processes' rows must make up.
 Every run is a ``tests/train_worker.py`` subprocess (``python -m isojax.train.cli finetune`` with probes) in
 its own process group, killed in a ``finally``; each wait has a deadline.
 """
+
 import json
 import os
 import signal
@@ -23,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import train_worker
 import transformers
 from jax.experimental import multihost_utils
 
@@ -32,7 +34,6 @@ from isojax.models import EncoderConfig, build_encoder, save_pretrained
 from isojax.train.cli import main
 from isojax.train.feed import Split, batch_indices, process_batches
 from isojax.train.parallel import select_devices
-import train_worker
 
 DEADLINE_S = 420  # for the whole run: 1.5 min on two quiet cores, 3.5 min when other jobs load them (load 8)
 SEED, BATCH, STEPS, STALL, N_TRAIN, N_DEV = 3, 8, 6, 4, 24, 12
@@ -43,10 +44,16 @@ def _rows(split: str, n: int) -> list[dict]:
     """STS-B rows: short pairs, and every eighth row long (over 32 tokens), so that batch widths differ (32 or 64)
     and, within a batch, between the processes' halves."""
     rng = np.random.default_rng(len(split))
-    return [{"sentence1": f"{split} {i} " + " ".join(rng.choice(WORDS, rng.integers(30, 40) if i % 8 == 5
-                                                                else rng.integers(2, 10))),
-             "sentence2": " ".join(rng.choice(WORDS, rng.integers(2, 8))),
-             "label": float(rng.uniform(0, 5)), "idx": i} for i in range(n)]
+    return [
+        {
+            "sentence1": f"{split} {i} "
+            + " ".join(rng.choice(WORDS, rng.integers(30, 40) if i % 8 == 5 else rng.integers(2, 10))),
+            "sentence2": " ".join(rng.choice(WORDS, rng.integers(2, 8))),
+            "label": float(rng.uniform(0, 5)),
+            "idx": i,
+        }
+        for i in range(n)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +66,14 @@ def setup(tmp_path_factory, tokenizer):
     """A tiny random BERT with the bundled tokenizer, and STS-B-layout JSON Lines files of :func:`_rows`.
     Returns the data's root, the model path, the first texts and the pairs' token counts of each split."""
     root = tmp_path_factory.mktemp("multihost")
-    cfg = EncoderConfig(vocab_size=tokenizer.vocab_size, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=64)
+    cfg = EncoderConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=64,
+    )
     module = build_encoder(cfg)
     params = module.init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))["params"]
     model = save_pretrained(module, params, str(root / "model"), tokenizer=tokenizer)
@@ -78,8 +91,13 @@ def test_two_processes_rows_make_up_the_single_process_batches(tokenizer, monkey
     """process_batches for each half of every batch, the exchange of lengths played by a stand-in all-gather;
     reference: batches() over the whole split tokenised at once (whose width, the longest row, is max_length)."""
     rows, max_length = _rows("train", N_TRAIN), 40
-    data = GlueData([r["sentence1"] for r in rows], [r["sentence2"] for r in rows],
-                    np.array([r["label"] for r in rows], np.float32), glue_task("stsb"), "train")
+    data = GlueData(
+        [r["sentence1"] for r in rows],
+        [r["sentence2"] for r in rows],
+        np.array([r["label"] for r in rows], np.float32),
+        glue_task("stsb"),
+        "train",
+    )
     split = Split(data, tokenizer, max_length)
     whole = {**tokenize(tokenizer, data.texts_a, data.texts_b, max_length=max_length), "labels": data.labels}
     assert whole["input_ids"].shape[1] == max_length  # a row is truncated, so batches() also caps at max_length
@@ -92,8 +110,11 @@ def test_two_processes_rows_make_up_the_single_process_batches(tokenizer, monkey
     monkeypatch.setattr(jax, "process_count", lambda: 2)
     got = []
     for p in (0, 1):
-        monkeypatch.setattr(multihost_utils, "process_allgather",
-                            lambda x, p=p: np.stack([x, longest[1]] if p == 0 else [longest[0], x]))
+        monkeypatch.setattr(
+            multihost_utils,
+            "process_allgather",
+            lambda x, p=p: np.stack([x, longest[1]] if p == 0 else [longest[0], x]),
+        )
         got.append(list(process_batches(split, order, halves[p])))
     assert len(got[0]) == len(got[1]) == len(want) == 2
     for g0, g1, w in zip(*got, want):
@@ -106,11 +127,14 @@ def test_two_processes_rows_make_up_the_single_process_batches(tokenizer, monkey
     assert any(longest[p].max() < width for p in (0, 1) for width in widths)
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--num-processes", "2"], "num_processes and process_id go together"),
-    (["--num-processes", "2", "--process-id", "2"], r"process_id must be in [0, num_processes=2), got 2"),
-    (["--distributed", "maybe"], "invalid choice: 'maybe'"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--num-processes", "2"], "num_processes and process_id go together"),
+        (["--num-processes", "2", "--process-id", "2"], r"process_id must be in [0, num_processes=2), got 2"),
+        (["--distributed", "maybe"], "invalid choice: 'maybe'"),
+    ],
+)
 def test_bad_multi_process_options_fail_before_jax_starts(extra, message, capsys):
     try:
         assert main(["finetune", *extra]) == 2
@@ -121,18 +145,51 @@ def test_bad_multi_process_options_fail_before_jax_starts(extra, message, capsys
 
 def test_a_multi_process_run_uses_every_device(monkeypatch):
     monkeypatch.setattr(jax, "process_count", lambda: 2)
-    with pytest.raises(ValueError, match=r"devices: a multi-process run uses every process's devices \(\d+ over 2 "
-                                         r"processes\), got 1"):
+    with pytest.raises(
+        ValueError,
+        match=r"devices: a multi-process run uses every process's devices \(\d+ over 2 "
+        r"processes\), got 1",
+    ):
         select_devices(1)
     assert select_devices(None) == jax.devices()
 
 
 def _argv(root, model, out):
     """isoscore regulariser (a whole-batch statistic), dropout on, a (data 4 x model 2) mesh over 8 devices."""
-    return ["finetune", "--task", "stsb", "--model", model, "--method", "isoscore", "--data-source",
-            str(root / "data"), "--out", str(out), "--max-length", "64", "--batch-size", str(BATCH),
-            "--eval-batch-size", str(BATCH), "--steps", str(STEPS), "--save-every", str(STALL), "--log-every", "1",
-            "--lr", "1e-3", "--seed", str(SEED), "--devices", "8", "--model-parallel", "2", "--quiet"]
+    return [
+        "finetune",
+        "--task",
+        "stsb",
+        "--model",
+        model,
+        "--method",
+        "isoscore",
+        "--data-source",
+        str(root / "data"),
+        "--out",
+        str(out),
+        "--max-length",
+        "64",
+        "--batch-size",
+        str(BATCH),
+        "--eval-batch-size",
+        str(BATCH),
+        "--steps",
+        str(STEPS),
+        "--save-every",
+        str(STALL),
+        "--log-every",
+        "1",
+        "--lr",
+        "1e-3",
+        "--seed",
+        str(SEED),
+        "--devices",
+        "8",
+        "--model-parallel",
+        "2",
+        "--quiet",
+    ]
 
 
 def _free_port() -> int:
@@ -149,10 +206,21 @@ class Job:
 
     def start(self, name, argv, *, devices, stall=0, records):
         with open(self.root / f"{name}.log", "w") as log:
-            self.procs.append((name, train_worker.launch(
-                stall, records, argv, stdout=log, cache=self.root / "jit", JAX_PLATFORMS="cpu",
-                XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-                HF_DATASETS_CACHE=str(self.root / "hf-datasets"))))
+            self.procs.append(
+                (
+                    name,
+                    train_worker.launch(
+                        stall,
+                        records,
+                        argv,
+                        stdout=log,
+                        cache=self.root / "jit",
+                        JAX_PLATFORMS="cpu",
+                        XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+                        HF_DATASETS_CACHE=str(self.root / "hf-datasets"),
+                    ),
+                )
+            )
 
     def output(self, name) -> str:
         return (self.root / f"{name}.log").read_text()
@@ -193,8 +261,13 @@ class Job:
 def _two_processes(job, tag, argv, records, stall=0):
     port = _free_port()
     for pid in (0, 1):
-        job.start(f"{tag}{pid}", argv + ["--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
-                                         "--process-id", str(pid)], devices=4, stall=stall, records=records)
+        job.start(
+            f"{tag}{pid}",
+            argv + ["--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(pid)],
+            devices=4,
+            stall=stall,
+            records=records,
+        )
 
 
 def _expected_calls(process):
@@ -206,16 +279,21 @@ def _expected_calls(process):
     order = [np.random.default_rng([SEED, e]).permutation(N_TRAIN) for e in (0, 1)]
     dev = np.arange(N_DEV)
     dev_call = [dev[:BATCH][half], np.concatenate([dev[BATCH:], np.repeat(dev[BATCH], 2 * BATCH - N_DEV)])[half]]
-    train_calls = [[order[e][k * BATCH:(k + 1) * BATCH][half] for k in ks]
-                   for e, ks in ((0, range(3)), (1, range(3)), (1, range(1, 3)))]
+    train_calls = [
+        [order[e][k * BATCH : (k + 1) * BATCH][half] for k in ks]
+        for e, ks in ((0, range(3)), (1, range(3)), (1, range(1, 3)))
+    ]
     return [("validation", dev_call)] + [("train", c) for c in train_calls] + [("validation", dev_call)]
 
 
 def test_two_processes_killed_and_resumed_end_with_the_single_process_parameters(setup, tmp_path):
     root, model, texts, lengths = setup
     # the processes must agree on batch widths: in some batches one half alone would be cut to 32 columns
-    halves = [(lengths[split][b0].max() > 32, lengths[split][b1].max() > 32)
-              for (split, c0), (_, c1) in zip(_expected_calls(0), _expected_calls(1)) for b0, b1 in zip(c0, c1)]
+    halves = [
+        (lengths[split][b0].max() > 32, lengths[split][b1].max() > 32)
+        for (split, c0), (_, c1) in zip(_expected_calls(0), _expected_calls(1))
+        for b0, b1 in zip(c0, c1)
+    ]
     assert any(h0 != h1 for h0, h1 in halves), halves
     deadline = time.time() + DEADLINE_S
     job = Job(tmp_path)
@@ -251,7 +329,10 @@ def test_two_processes_killed_and_resumed_end_with_the_single_process_parameters
     assert train_steps == list(range(1, STEPS + 1))
     assert [r["step"] for r in records_written if r["kind"] == "resume"] == [STALL]
     assert [r["step"] for r in records_written if r["kind"] == "eval"] == [0, STEPS]
-    single = {r["step"]: r["loss"] for line in open(tmp_path / "single" / "log.jsonl")
-              if (r := json.loads(line))["kind"] == "train"}
+    single = {
+        r["step"]: r["loss"]
+        for line in open(tmp_path / "single" / "log.jsonl")
+        if (r := json.loads(line))["kind"] == "train"
+    }
     assert {r["step"]: r["loss"] for r in records_written if r["kind"] == "train"} == pytest.approx(single, rel=1e-5)
     assert json.load(open(out / "results.json"))["step"] == STEPS

@@ -6,6 +6,7 @@ bitwise the same after it), and a run that never saw the poisoned batch (the nex
 state it gives there). The run-level behaviour (stop after N in a row, the checkpoint on disk, the resume) is in
 tests/test_train_loop.py.
 """
+
 import dataclasses
 from typing import Any
 
@@ -35,31 +36,52 @@ def _batch(i, *, poison: bool = False):
     ids = (r.integers(1, VOCAB, (B, L)) * mask).astype(np.int32)
     if poison:  # an id past the vocabulary: its embedding is NaN (isojax.models.layers.Embed), so is the loss
         ids[0, 1] = VOCAB
-    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros((B, L), np.int32),
-            "labels": r.integers(0, 3, B).astype(np.int32)}
+    return {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "token_type_ids": np.zeros((B, L), np.int32),
+        "labels": r.integers(0, 3, B).astype(np.int32),
+    }
 
 
 @pytest.fixture(scope="module")
 def setup():
     """A 1-layer classifier with IsoBN (batch statistics), dropout, and a balanced joint loss (balancer state)."""
-    cfg = EncoderConfig(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=32)
+    cfg = EncoderConfig(
+        vocab_size=VOCAB,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=32,
+    )
     encoder = build_encoder(cfg)
     model = TaskModel(encoder, num_labels=3, dropout_rate=0.1, use_isobn=True)
     params = encoder.init(jax.random.key(1), jnp.zeros((1, 4), jnp.int32))["params"]
     variables = init_variables(model, params, jax.random.key(2))
     objective = Objective(3, (Regularizer("isoscore", 0.5, "cls"),), combine="balanced")
-    optimizer = make_optimizer(variables["params"], learning_rate=3e-3, transform_learning_rate=1e-2,
-                               weight_decay=0.01, total_updates=3, warmup_steps=1)
+    optimizer = make_optimizer(
+        variables["params"],
+        learning_rate=3e-3,
+        transform_learning_rate=1e-2,
+        weight_decay=0.01,
+        total_updates=3,
+        warmup_steps=1,
+    )
     return model, objective, optimizer, create_state(variables, optimizer, seed=0)
 
 
 def _runner(setup, mode, devices):
     model, objective, optimizer, state = setup
-    return make_runner(mode, num_devices=devices, model_parallel=1,
-                       make_step=lambda c: make_train_step(model, objective, optimizer, collectives=c),
-                       predict=make_predict_step(model), abstract_state=jax.eval_shape(lambda: state),
-                       partition_rules=model.partition_rules())
+    return make_runner(
+        mode,
+        num_devices=devices,
+        model_parallel=1,
+        make_step=lambda c: make_train_step(model, objective, optimizer, collectives=c),
+        predict=make_predict_step(model),
+        abstract_state=jax.eval_shape(lambda: state),
+        partition_rules=model.partition_rules(),
+    )
 
 
 def _assert_equal(got, want, fields=GUARDED):
@@ -77,8 +99,9 @@ def test_a_nonfinite_step_is_skipped_and_counted(setup, mode, devices):
     before = runner.host(first)
     skipped, metrics = runner.train(first, _batch(1, poison=True))
     if mode == "pmap":  # every replica of every array is the same
-        jax.tree.map(lambda x: np.testing.assert_array_equal(np.asarray(x), np.asarray(x)[:1].repeat(devices, 0)),
-                     skipped)
+        jax.tree.map(
+            lambda x: np.testing.assert_array_equal(np.asarray(x), np.asarray(x)[:1].repeat(devices, 0)), skipped
+        )
     after = runner.host(skipped)
     metrics = runner.host(metrics)
     assert not np.isfinite(metrics["loss"]) and not np.isfinite(metrics["grad_norm"])
@@ -101,11 +124,15 @@ def test_a_nonfinite_step_is_skipped_and_counted(setup, mode, devices):
 def test_a_nonfinite_state_is_never_saved(setup, tmp_path):
     state = setup[3]
     head = state.params["head"]["classifier"]
-    bad = state.replace(params={**state.params,
-                                "head": {"classifier": {**head, "bias": head["bias"].at[1].set(jnp.inf)}}})
+    bad = state.replace(
+        params={**state.params, "head": {"classifier": {**head, "bias": head["bias"].at[1].set(jnp.inf)}}}
+    )
     with Checkpoints(str(tmp_path)) as checkpoints:
-        with pytest.raises(ValueError, match=r"refusing to checkpoint step 3 .*non-finite values in "
-                                             r"params/head/classifier/bias$"):
+        with pytest.raises(
+            ValueError,
+            match=r"refusing to checkpoint step 3 .*non-finite values in "
+            r"params/head/classifier/bias$",
+        ):
             checkpoints.save(3, bad, {"stage": 0})
         assert checkpoints.save(2, state, {"stage": 0})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["2"]
@@ -132,8 +159,9 @@ def test_a_checkpoint_without_the_counters_restores_them_as_zero(setup, tmp_path
         checkpoints.save(5, old, {"stage": 0})
     runner = _runner(setup, mode, devices)
     with Checkpoints(str(tmp_path)) as checkpoints:
-        step, restored, meta = checkpoints.restore_latest(lambda meta: runner.restore_target(
-            jax.eval_shape(lambda: state)))
+        step, restored, meta = checkpoints.restore_latest(
+            lambda meta: runner.restore_target(jax.eval_shape(lambda: state))
+        )
     restored = runner.host(runner.from_checkpoint(restored))
     assert (step, meta) == (5, {"stage": 0})
     _assert_equal(restored, state, GUARDED + ("step", "rng"))

@@ -6,6 +6,7 @@ numpy SVD for c1="auto"; closed forms of the balancer's first steps, of Adam's f
 (``-lr * sign(g)``) and of the warm-up/decay schedule; numpy closed forms of the weight schedules and optax's own
 schedules, with ``isojax.losses`` on the step's outputs for the scheduled loss.
 """
+
 import dataclasses
 import json
 
@@ -14,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from conftest import require, save_tiny_encoder
 
 from isojax import losses
 from isojax.models import EncoderConfig, build_encoder
@@ -27,7 +29,6 @@ from isojax.train.objective import Objective, Regularizer, class_ids, resolve_au
 from isojax.train.optim import make_optimizer, param_labels, schedule
 from isojax.train.state import create_state
 from isojax.train.step import make_train_step
-from conftest import require, save_tiny_encoder
 
 RNG = np.random.default_rng(0)
 N, H, V = 14, 6, 40
@@ -36,12 +37,22 @@ N, H, V = 14, 6, 40
 def _output(num_labels=3, seq=5):
     mask = np.arange(seq) < RNG.integers(2, seq + 1, N)[:, None]
     f = lambda *s: jnp.asarray(RNG.normal(size=s), jnp.float32)  # noqa: E731
-    return TaskOutput(logits=f(N, num_labels), cls=f(N, H), pooler=None, sentence=f(N, H), head_input=f(N, H),
-                      tokens=f(N, seq, H), mask=jnp.asarray(mask))
+    return TaskOutput(
+        logits=f(N, num_labels),
+        cls=f(N, H),
+        pooler=None,
+        sentence=f(N, H),
+        head_input=f(N, H),
+        tokens=f(N, seq, H),
+        mask=jnp.asarray(mask),
+    )
 
 
-PARAMS = {"encoder": {"embeddings": {"word_embeddings": {"embedding": jnp.asarray(RNG.normal(size=(V, H)) + 0.5,
-                                                                                   jnp.float32)}}}}
+PARAMS = {
+    "encoder": {
+        "embeddings": {"word_embeddings": {"embedding": jnp.asarray(RNG.normal(size=(V, H)) + 0.5, jnp.float32)}}
+    }
+}
 
 
 def _mean_offdiag_cosine(x):
@@ -63,26 +74,31 @@ def test_task_losses_match_numpy():
     labels = RNG.integers(0, 3, N)
     logits = np.asarray(out.logits, np.float64)
     log_softmax = logits - np.log(np.exp(logits).sum(1, keepdims=True))
-    np.testing.assert_allclose(task_losses(out.logits, jnp.asarray(labels), 3), -log_softmax[np.arange(N), labels],
-                               rtol=1e-5)
+    np.testing.assert_allclose(
+        task_losses(out.logits, jnp.asarray(labels), 3), -log_softmax[np.arange(N), labels], rtol=1e-5
+    )
     scores = RNG.uniform(0, 5, N).astype(np.float32)
-    np.testing.assert_allclose(task_losses(out.logits[:, :1], jnp.asarray(scores), 1), (logits[:, 0] - scores) ** 2,
-                               rtol=1e-5)
+    np.testing.assert_allclose(
+        task_losses(out.logits[:, :1], jnp.asarray(scores), 1), (logits[:, 0] - scores) ** 2, rtol=1e-5
+    )
 
 
 def test_sum_objective_terms_and_weights():
     out = _output()
     labels = jnp.asarray(RNG.integers(0, 3, N))
-    obj = Objective(3, (Regularizer("cosine", 2.0), Regularizer("isoscore", 0.5, "head_input"),
-                        Regularizer("cosine", 1.5, "tokens")))
+    obj = Objective(
+        3,
+        (Regularizer("cosine", 2.0), Regularizer("isoscore", 0.5, "head_input"), Regularizer("cosine", 1.5, "tokens")),
+    )
     loss, terms, _ = obj(out, PARAMS, labels, losses.balancer_init(2), GLOBAL)
     w = np.asarray(PARAMS["encoder"]["embeddings"]["word_embeddings"]["embedding"], np.float64)
     np.testing.assert_allclose(terms["cosine@embedding"], _mean_offdiag_cosine(w), rtol=1e-5)
     iso = float(require("IsoScore.IsoScore").IsoScore(np.asarray(out.head_input, np.float64)))
     np.testing.assert_allclose(terms["isoscore@head_input"], -np.log(iso + 1e-6), rtol=1e-4)
     real_tokens = np.asarray(out.tokens)[np.asarray(out.mask)]  # padding tokens are left out of the cloud
-    np.testing.assert_allclose(terms["cosine@tokens"], _mean_offdiag_cosine(real_tokens.astype(np.float64)),
-                               rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(
+        terms["cosine@tokens"], _mean_offdiag_cosine(real_tokens.astype(np.float64)), rtol=1e-4, atol=1e-6
+    )
     ce = np.mean(np.asarray(task_losses(out.logits, labels, 3)))
     np.testing.assert_allclose(terms["task"], ce, rtol=1e-6)
     want = ce + 2.0 * terms["cosine@embedding"] + 0.5 * terms["isoscore@head_input"] + 1.5 * terms["cosine@tokens"]
@@ -142,33 +158,51 @@ def test_parse_regularizer():
         parse_regularizer("isoscore=x")
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda: Regularizer("whitening"), "unknown regulariser 'whitening'"),
-    (lambda: Regularizer("isoscore", representation="embedding"), "unsupported representation 'embedding'"),
-    (lambda: Regularizer("cosine", representation="logits"), "unknown or unsupported representation 'logits'"),
-    (lambda: Regularizer("istar", options=(("gamma", 1.0),)), r"unknown option\(s\) \['gamma'\]"),
-    (lambda: TrainConfig(regularizers=(Regularizer("persistent_entropy", options=(("bars", "some"),)),)),
-     "persistent_entropy@cls: bars must be 'selected' or 'all'"),
-    (lambda: TrainConfig(regularizers=(Regularizer("istar", options=(("zeta", 2.0),)),)), "zeta must be"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: Regularizer("whitening"), "unknown regulariser 'whitening'"),
+        (lambda: Regularizer("isoscore", representation="embedding"), "unsupported representation 'embedding'"),
+        (lambda: Regularizer("cosine", representation="logits"), "unknown or unsupported representation 'logits'"),
+        (lambda: Regularizer("istar", options=(("gamma", 1.0),)), r"unknown option\(s\) \['gamma'\]"),
+        (
+            lambda: TrainConfig(regularizers=(Regularizer("persistent_entropy", options=(("bars", "some"),)),)),
+            "persistent_entropy@cls: bars must be 'selected' or 'all'",
+        ),
+        (lambda: TrainConfig(regularizers=(Regularizer("istar", options=(("zeta", 2.0),)),)), "zeta must be"),
+    ],
+)
 def test_bad_regularizers_raise(make, message):
     with pytest.raises(ValueError, match=message):
         make()
 
 
 def _tree(kernel, bias, theta):
-    return {"encoder": {"layer": {"kernel": kernel, "bias": bias}, "last_layer_transform": {"theta": theta}},
-            "isotropy_layer": {"dense": {"kernel": kernel}}}
+    return {
+        "encoder": {"layer": {"kernel": kernel, "bias": bias}, "last_layer_transform": {"theta": theta}},
+        "isotropy_layer": {"dense": {"kernel": kernel}},
+    }
 
 
 def test_param_groups_learning_rates_and_freezing():
     params = _tree(jnp.ones((3, 2)), jnp.ones(2), jnp.zeros(()))
     labels = param_labels(params, frozen=("isotropy_layer",))
-    assert labels["encoder"]["layer"]["kernel"] == "model" and labels["encoder"]["last_layer_transform"]["theta"] \
-        == "transform" and labels["isotropy_layer"]["dense"]["kernel"] == "frozen"
-    tx = make_optimizer(params, learning_rate=0.01, transform_learning_rate=0.5, weight_decay=0.0,
-                        total_updates=10, warmup_steps=0, schedule_kind="constant", max_grad_norm=None,
-                        frozen=("isotropy_layer",))
+    assert (
+        labels["encoder"]["layer"]["kernel"] == "model"
+        and labels["encoder"]["last_layer_transform"]["theta"] == "transform"
+        and labels["isotropy_layer"]["dense"]["kernel"] == "frozen"
+    )
+    tx = make_optimizer(
+        params,
+        learning_rate=0.01,
+        transform_learning_rate=0.5,
+        weight_decay=0.0,
+        total_updates=10,
+        warmup_steps=0,
+        schedule_kind="constant",
+        max_grad_norm=None,
+        frozen=("isotropy_layer",),
+    )
     grads = _tree(jnp.full((3, 2), -2.0), jnp.full(2, 3.0), jnp.asarray(0.7))
     updates, _ = tx.update(grads, tx.init(params), params)
     # Adam's first update is -lr * g / |g| (bias-corrected moments), up to eps
@@ -181,8 +215,14 @@ def test_param_groups_learning_rates_and_freezing():
 def test_gradient_accumulation_averages_batches():
     params = {"w": jnp.asarray([1.0, -2.0, 0.5])}
     g1, g2 = {"w": jnp.asarray([1.0, 2.0, -3.0])}, {"w": jnp.asarray([3.0, -1.0, 1.0])}
-    kwargs = dict(learning_rate=0.1, transform_learning_rate=0.1, weight_decay=0.0, total_updates=5,
-                  schedule_kind="constant", max_grad_norm=1.0)
+    kwargs = dict(
+        learning_rate=0.1,
+        transform_learning_rate=0.1,
+        weight_decay=0.0,
+        total_updates=5,
+        schedule_kind="constant",
+        max_grad_norm=1.0,
+    )
     acc = make_optimizer(params, accumulation=2, **kwargs)
     state = acc.init(params)
     u1, state = acc.update(g1, state, params)
@@ -216,8 +256,17 @@ def test_istar_with_a_data_reference_equals_the_isoscore_package():
     want = require("IsoScore.IsoScore").IsoScore_star(np.asarray(out.cls, np.float64), c0, 0.2)
     np.testing.assert_allclose(float(value), 1 - float(want), rtol=1e-4)
     identity = Objective(3, (parse_regularizer("istar=1.0@cls"),))
-    assert abs(float(identity.regularizer_value(parse_regularizer("istar=1.0@cls"), out, PARAMS,
-                                                jnp.zeros(N, jnp.int32), GLOBAL)) - float(value)) > 1e-3
+    assert (
+        abs(
+            float(
+                identity.regularizer_value(
+                    parse_regularizer("istar=1.0@cls"), out, PARAMS, jnp.zeros(N, jnp.int32), GLOBAL
+                )
+            )
+            - float(value)
+        )
+        > 1e-3
+    )
     with pytest.raises(ValueError, match="c0 must be 'identity' or 'data'"):
         parse_regularizer("istar@cls,c0=batch").check()
 
@@ -225,8 +274,16 @@ def test_istar_with_a_data_reference_equals_the_isoscore_package():
 def _tiny_task_model():
     """A 1-layer, 16-wide random encoder with a 3-class head, dropout off (the step's forward is then the
     deterministic forward): ``(model, variables)``."""
-    cfg = EncoderConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
-                        max_position_embeddings=16, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    cfg = EncoderConfig(
+        vocab_size=50,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=16,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     encoder = build_encoder(cfg)
     model = TaskModel(encoder, num_labels=3, dropout_rate=0.0)
     params = encoder.init(jax.random.key(3), jnp.zeros((1, 4), jnp.int32))["params"]
@@ -236,8 +293,12 @@ def _tiny_task_model():
 def _token_batch(i, b=8, length=6):
     r = np.random.default_rng(100 + i)
     mask = (np.arange(length) < r.integers(2, length + 1, b)[:, None]).astype(np.int32)
-    return {"input_ids": (r.integers(1, 50, (b, length)) * mask).astype(np.int32), "attention_mask": mask,
-            "token_type_ids": np.zeros((b, length), np.int32), "labels": r.integers(0, 3, b).astype(np.int32)}
+    return {
+        "input_ids": (r.integers(1, 50, (b, length)) * mask).astype(np.int32),
+        "attention_mask": mask,
+        "token_type_ids": np.zeros((b, length), np.int32),
+        "labels": r.integers(0, 3, b).astype(np.int32),
+    }
 
 
 def test_scheduled_weight_compiles_once_is_logged_and_weights_the_loss():
@@ -260,8 +321,13 @@ def test_scheduled_weight_compiles_once_is_logged_and_weights_the_loss():
     independent = optax.linear_schedule(0.1, 1.0, 4, 1)
     for t in range(7):
         batch = _token_batch(t)
-        out = model.apply({"params": state.params}, batch["input_ids"], batch["attention_mask"],
-                          batch["token_type_ids"], deterministic=True)
+        out = model.apply(
+            {"params": state.params},
+            batch["input_ids"],
+            batch["attention_mask"],
+            batch["token_type_ids"],
+            deterministic=True,
+        )
         logits = np.asarray(out.logits, np.float64)
         log_softmax = logits - np.log(np.exp(logits).sum(1, keepdims=True))
         ce = -np.mean(log_softmax[np.arange(len(logits)), batch["labels"]])
@@ -275,8 +341,11 @@ def test_scheduled_weight_compiles_once_is_logged_and_weights_the_loss():
     assert int(state.step) == 7
 
 
-@pytest.mark.parametrize("make", [lambda: jnp.float32(0.3), lambda: np.float32(0.3), lambda: 0.3,
-                                  lambda: jnp.asarray(0.3, jnp.bfloat16)], ids=["jax", "numpy", "float", "bfloat16"])
+@pytest.mark.parametrize(
+    "make",
+    [lambda: jnp.float32(0.3), lambda: np.float32(0.3), lambda: 0.3, lambda: jnp.asarray(0.3, jnp.bfloat16)],
+    ids=["jax", "numpy", "float", "bfloat16"],
+)
 def test_scalar_weights_equal_the_float_weight(make):
     """A 0-d NumPy / JAX float weight gives the loss task + w * R of its value, R = losses.istar_loss, and is held as
     a Python float (the regulariser stays hashable and the step static)."""
@@ -291,19 +360,22 @@ def test_scalar_weights_equal_the_float_weight(make):
     assert set(terms) == {"task", "istar@cls"}  # a constant weight is not logged as a schedule
 
 
-@pytest.mark.parametrize("weight, error, message", [
-    (jnp.ones(2), ValueError, r"regulariser istar: weight must be a scalar, got an array of shape \(2,\)"),
-    (np.array([0.3]), ValueError, r"weight must be a scalar, got an array of shape \(1,\)"),
-    (jnp.int32(1), TypeError, "regulariser istar: weight must be a float, got a scalar of dtype int32"),
-    (np.complex64(1), TypeError, "weight must be a float, got a scalar of dtype complex64"),
-    (True, TypeError, "weight must be a float or a schedule of the step, got True"),
-    ("heavy", ValueError, "weight 'heavy' is not a number or a schedule"),
-    (float("nan"), ValueError, "weight must be finite, got nan"),
-    ("linear:0:1", ValueError, r"schedule linear takes linear:A:B:N:S \(3 to 4 numbers\)"),
-    ("linear:0:1:0", ValueError, "N .steps. must be a positive integer, got 0"),
-    ("warmup:1:2.5", ValueError, "N .steps. must be a positive integer, got 2.5"),
-    ("cosine:x:4", ValueError, "the fields after 'cosine' must be numbers"),
-])
+@pytest.mark.parametrize(
+    "weight, error, message",
+    [
+        (jnp.ones(2), ValueError, r"regulariser istar: weight must be a scalar, got an array of shape \(2,\)"),
+        (np.array([0.3]), ValueError, r"weight must be a scalar, got an array of shape \(1,\)"),
+        (jnp.int32(1), TypeError, "regulariser istar: weight must be a float, got a scalar of dtype int32"),
+        (np.complex64(1), TypeError, "weight must be a float, got a scalar of dtype complex64"),
+        (True, TypeError, "weight must be a float or a schedule of the step, got True"),
+        ("heavy", ValueError, "weight 'heavy' is not a number or a schedule"),
+        (float("nan"), ValueError, "weight must be finite, got nan"),
+        ("linear:0:1", ValueError, r"schedule linear takes linear:A:B:N:S \(3 to 4 numbers\)"),
+        ("linear:0:1:0", ValueError, "N .steps. must be a positive integer, got 0"),
+        ("warmup:1:2.5", ValueError, "N .steps. must be a positive integer, got 2.5"),
+        ("cosine:x:4", ValueError, "the fields after 'cosine' must be numbers"),
+    ],
+)
 def test_bad_weights_raise_naming_the_weight(weight, error, message):
     with pytest.raises(error, match=message):
         Regularizer("istar", weight)
@@ -326,30 +398,35 @@ def test_option_and_joint_hyperparameters_take_scalars_and_schedules():
     loss, terms, _ = objective(out, PARAMS, labels, losses.balancer_init(2), GLOBAL, step=jnp.asarray(2))
     zeta, alpha = 0.5 + (0.1 - 0.5) * 2 / 4, 1.0 - 2 / 10
     istar = float(losses.istar_loss(out.cls, zeta=zeta))
-    np.testing.assert_allclose([terms["istar@cls/zeta"], terms["joint/alpha"], terms["istar@cls"]],
-                               [zeta, alpha, istar], rtol=1e-5)
+    np.testing.assert_allclose(
+        [terms["istar@cls/zeta"], terms["joint/alpha"], terms["istar@cls"]], [zeta, alpha, istar], rtol=1e-5
+    )
     np.testing.assert_allclose(loss, alpha * terms["task"] + (1 - alpha) * 0.5 * istar, rtol=1e-5)
     assert dict(Regularizer("istar", options=(("zeta", np.float64(0.3)),)).options)["zeta"] == 0.3
     with pytest.raises(ValueError, match="regulariser istar: option zeta must be a scalar"):
         Regularizer("istar", options=(("zeta", np.ones(3)),))
 
 
-@pytest.mark.parametrize("text, closed_form", [
-    ("constant:0.7", lambda t: np.full_like(t, 0.7)),
-    ("linear:0:1.5:4", lambda t: 1.5 * np.clip(t / 4, 0, 1)),
-    ("linear:1:0.5:4:2", lambda t: 1 - 0.5 * np.clip((t - 2) / 4, 0, 1)),
-    ("warmup:2:5", lambda t: 2 * np.clip(t / 5, 0, 1)),
-    ("warmup:2:5:3", lambda t: 2 * np.clip((t - 3) / 5, 0, 1)),
-    ("cosine:2:8", lambda t: 2 * (1 + np.cos(np.pi * np.minimum(t, 8) / 8)) / 2),
-    ("cosine:2:8:0.25", lambda t: 2 * (0.25 + 0.75 * (1 + np.cos(np.pi * np.minimum(t, 8) / 8)) / 2)),
-])
+@pytest.mark.parametrize(
+    "text, closed_form",
+    [
+        ("constant:0.7", lambda t: np.full_like(t, 0.7)),
+        ("linear:0:1.5:4", lambda t: 1.5 * np.clip(t / 4, 0, 1)),
+        ("linear:1:0.5:4:2", lambda t: 1 - 0.5 * np.clip((t - 2) / 4, 0, 1)),
+        ("warmup:2:5", lambda t: 2 * np.clip(t / 5, 0, 1)),
+        ("warmup:2:5:3", lambda t: 2 * np.clip((t - 3) / 5, 0, 1)),
+        ("cosine:2:8", lambda t: 2 * (1 + np.cos(np.pi * np.minimum(t, 8) / 8)) / 2),
+        ("cosine:2:8:0.25", lambda t: 2 * (0.25 + 0.75 * (1 + np.cos(np.pi * np.minimum(t, 8) / 8)) / 2)),
+    ],
+)
 def test_weight_schedule_text_follows_its_closed_form_and_round_trips(text, closed_form):
     """``--reg istar=TEXT@cls``: the weight at steps 0..11 equals the grammar's closed form (numpy), and the
     configuration's JSON holds the text, which reads back to the same regulariser."""
     reg = parse_regularizer(f"istar={text}@cls")
     t = np.arange(12.0)
-    np.testing.assert_allclose([float(reg.weight(jnp.asarray(k, jnp.int32))) for k in range(12)], closed_form(t),
-                               rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(
+        [float(reg.weight(jnp.asarray(k, jnp.int32))) for k in range(12)], closed_form(t), rtol=1e-6, atol=1e-7
+    )
     saved = json.loads(json.dumps(TrainConfig(regularizers=(reg,)).to_json()))["regularizers"][0]
     assert saved["weight"] == str(reg.weight) and Regularizer(**saved) == reg
 
@@ -371,20 +448,55 @@ def test_cli_weight_schedule_runs_compiled_once_and_logs_the_weight(default_mode
     traces, evaluate = [], StepSchedule.__call__
     monkeypatch.setattr(StepSchedule, "__call__", lambda self, step: traces.append(str(self)) or evaluate(self, step))
     out = tmp_path / "run"
-    fit(config_from_argv(["finetune", "--task", "stsb", "--model", model, "--reg", "istar=linear:0:1:4:1@cls",
-                          "--out", str(out), "--max-length", "32", "--batch-size", "8", "--eval-batch-size", "8",
-                          "--train-limit", "48", "--eval-limit", "8", "--steps", "6", "--log-every", "1",
-                          "--devices", "1", "--quiet"]))
+    fit(
+        config_from_argv(
+            [
+                "finetune",
+                "--task",
+                "stsb",
+                "--model",
+                model,
+                "--reg",
+                "istar=linear:0:1:4:1@cls",
+                "--out",
+                str(out),
+                "--max-length",
+                "32",
+                "--batch-size",
+                "8",
+                "--eval-batch-size",
+                "8",
+                "--train-limit",
+                "48",
+                "--eval-limit",
+                "8",
+                "--steps",
+                "6",
+                "--log-every",
+                "1",
+                "--devices",
+                "1",
+                "--quiet",
+            ]
+        )
+    )
     train = [r for r in map(json.loads, open(out / "log.jsonl")) if r["kind"] == "train"]
     assert [r["step"] for r in train] == [1, 2, 3, 4, 5, 6]
     weights = np.array([r["istar@cls/weight"] for r in train])
     np.testing.assert_allclose(weights, np.clip((np.arange(6) - 1) / 4, 0, 1), atol=1e-7)
-    np.testing.assert_allclose([r["loss"] for r in train],
-                               [r["task"] + w * r["istar@cls"] for r, w in zip(train, weights)], rtol=1e-6)
+    np.testing.assert_allclose(
+        [r["loss"] for r in train], [r["task"] + w * r["istar@cls"] for r, w in zip(train, weights)], rtol=1e-6
+    )
     assert traces == ["linear:0.0:1.0:4:1"]
     saved = json.load(open(out / "results.json"))["config"]["regularizers"]
-    assert saved == [{"name": "istar", "weight": "linear:0.0:1.0:4:1", "representation": "cls",
-                      "options": [["c0", "identity"], ["zeta", 0.2]]}]
+    assert saved == [
+        {
+            "name": "istar",
+            "weight": "linear:0.0:1.0:4:1",
+            "representation": "cls",
+            "options": [["c0", "identity"], ["zeta", 0.2]],
+        }
+    ]
 
 
 def test_cli_joint_alpha_takes_a_number_or_a_schedule():

@@ -4,6 +4,7 @@ under pmap give the same losses and parameters.
 References: the single-device run (no collectives, no sharding) is the reference of the parallel runs;
 the pmap collectives are checked against the same objective evaluated on the whole batch in one function.
 """
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -30,23 +31,48 @@ def _batch(i):
     r = np.random.default_rng(i)
     lengths = r.integers(3, L + 1, B)
     mask = (np.arange(L) < lengths[:, None]).astype(np.int32)
-    return {"input_ids": (r.integers(1, 90, (B, L)) * mask).astype(np.int32), "attention_mask": mask,
-            "token_type_ids": np.zeros((B, L), np.int32), "labels": r.integers(0, 3, B).astype(np.int32)}
+    return {
+        "input_ids": (r.integers(1, 90, (B, L)) * mask).astype(np.int32),
+        "attention_mask": mask,
+        "token_type_ids": np.zeros((B, L), np.int32),
+        "labels": r.integers(0, 3, B).astype(np.int32),
+    }
 
 
 def _setup(dropout: float, *, isotropy: bool = True):
-    cfg = EncoderConfig(vocab_size=90, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=32, hidden_dropout_prob=dropout,
-                        attention_probs_dropout_prob=dropout)
+    cfg = EncoderConfig(
+        vocab_size=90,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=32,
+        hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout,
+    )
     encoder = build_encoder(cfg)
     model = TaskModel(encoder, num_labels=3, dropout_rate=dropout, use_isobn=isotropy)
     params = encoder.init(jax.random.key(1), jnp.zeros((1, 4), jnp.int32))["params"]
     variables = init_variables(model, params, jax.random.key(2))
     # a batch-level regulariser ([CLS]), one on masked token states, one on the parameters (embedding matrix)
-    objective = Objective(3, (Regularizer("isoscore", 0.5, "cls"), Regularizer("istar", 0.3, "tokens"),
-                              Regularizer("cosine", 2.0, "embedding")) if isotropy else ())
-    optimizer = make_optimizer(variables["params"], learning_rate=3e-3, transform_learning_rate=1e-2,
-                               weight_decay=0.01, total_updates=STEPS, warmup_steps=1)
+    objective = Objective(
+        3,
+        (
+            Regularizer("isoscore", 0.5, "cls"),
+            Regularizer("istar", 0.3, "tokens"),
+            Regularizer("cosine", 2.0, "embedding"),
+        )
+        if isotropy
+        else (),
+    )
+    optimizer = make_optimizer(
+        variables["params"],
+        learning_rate=3e-3,
+        transform_learning_rate=1e-2,
+        weight_decay=0.01,
+        total_updates=STEPS,
+        warmup_steps=1,
+    )
     state = create_state(variables, optimizer, seed=0)
     return model, objective, optimizer, state
 
@@ -57,10 +83,15 @@ def _run(setup, mode, devices, model_parallel=1, *, predict=make_predict_step, b
     state)``."""
     batch = batch or _batch
     model, objective, optimizer, state = setup
-    runner = make_runner(mode, num_devices=devices, model_parallel=model_parallel,
-                         make_step=lambda c: make_train_step(model, objective, optimizer, collectives=c),
-                         predict=predict(model), abstract_state=jax.eval_shape(lambda: state),
-                         partition_rules=model.partition_rules())
+    runner = make_runner(
+        mode,
+        num_devices=devices,
+        model_parallel=model_parallel,
+        make_step=lambda c: make_train_step(model, objective, optimizer, collectives=c),
+        predict=predict(model),
+        abstract_state=jax.eval_shape(lambda: state),
+        partition_rules=model.partition_rules(),
+    )
     placed = runner.place(state)
     history = []
     for i in range(STEPS):
@@ -108,8 +139,11 @@ def test_model_axis_shards_params_and_optimizer_moments_megatron_style(no_dropou
     assert spec(layer["output"]["bias"]) == P()
     assert spec(placed.params["encoder"]["embeddings"]["word_embeddings"]["embedding"]) == P()
     # Adam's first moment of the query kernel follows the kernel
-    mu = [x for path, x in jax.tree_util.tree_leaves_with_path(placed.opt_state)
-          if "query" in jax.tree_util.keystr(path) and "kernel" in jax.tree_util.keystr(path)]
+    mu = [
+        x
+        for path, x in jax.tree_util.tree_leaves_with_path(placed.opt_state)
+        if "query" in jax.tree_util.keystr(path) and "kernel" in jax.tree_util.keystr(path)
+    ]
     assert mu and all(spec(x) == P(None, "model") for x in mu)
     assert runner.mesh.shape == {"data": 4, "model": 2}
 
@@ -155,7 +189,7 @@ def test_axis_collectives_give_the_global_value_and_gradient():
     def objective(w, x, c):
         h = x @ w
         task = c.total(jnp.sum(h[:, 0] ** 2)) / (x.shape[0] * c.size)
-        return task + losses.isoscore_loss(c.gather(h)) + 0.1 * c.replicated(jnp.sum(w ** 2))
+        return task + losses.isoscore_loss(c.gather(h)) + 0.1 * c.replicated(jnp.sum(w**2))
 
     want_value, want_grad = jax.value_and_grad(objective)(w0, x, GLOBAL)
     collectives = AxisCollectives("d", 8)

@@ -3,22 +3,23 @@ digit-reversal task in local files), the flow method on a GLUE task, and the err
 
 References: the untrained model (BLEU of its greedy decoding of the same dev sources, from sacrebleu), the
 fitted flow of :mod:`isojax.calibrate.flow` (the GLUE flow's log-likelihood term)."""
+
 import json
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import seq2seq_helpers
 import torch
 import transformers
+from conftest import require
 
 from isojax.calibrate import FlowState, flow_forward
 from isojax.models import EncoderConfig, build_encoder, save_pretrained
 from isojax.train import TrainConfig, fit
 from isojax.train.cli import main
 from isojax.train.model import TaskModel, init_variables
-from conftest import require
-import seq2seq_helpers
 
 
 @pytest.fixture(scope="module")
@@ -34,15 +35,53 @@ def reversal(tmp_path_factory):
 
 def _argv(model, data, out, method, *extra):
     """300 steps of 16 pairs (16 batches an epoch), greedy decoding of 32 dev pairs at steps 0, 150, 300."""
-    return ["finetune", "--task", "seq2seq", "--data-source", data, "--model", model, "--method", method,
-            "--out", str(out), "--max-length", "16", "--max-target-length", "16", "--batch-size", "16",
-            "--eval-batch-size", "32", "--steps", "300", "--lr", "1e-2", "--warmup-ratio", "0.1",
-            "--eval-every", "150", "--log-every", "10", "--devices", "1", "--quiet", *extra]
+    return [
+        "finetune",
+        "--task",
+        "seq2seq",
+        "--data-source",
+        data,
+        "--model",
+        model,
+        "--method",
+        method,
+        "--out",
+        str(out),
+        "--max-length",
+        "16",
+        "--max-target-length",
+        "16",
+        "--batch-size",
+        "16",
+        "--eval-batch-size",
+        "32",
+        "--steps",
+        "300",
+        "--lr",
+        "1e-2",
+        "--warmup-ratio",
+        "0.1",
+        "--eval-every",
+        "150",
+        "--log-every",
+        "10",
+        "--devices",
+        "1",
+        "--quiet",
+        *extra,
+    ]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method, term", [("cosine", "cosine@embedding"), ("spectrum_pol", "spectrum_pol@embedding"),
-                                          ("spectrum_exp", "spectrum_exp@embedding"), ("flow", "flow")])
+@pytest.mark.parametrize(
+    "method, term",
+    [
+        ("cosine", "cosine@embedding"),
+        ("spectrum_pol", "spectrum_pol@embedding"),
+        ("spectrum_exp", "spectrum_exp@embedding"),
+        ("flow", "flow"),
+    ],
+)
 def test_finetune_reverses_digit_strings_with_each_calibration_method(bart, reversal, tmp_path, method, term):
     extra = ("--log-gradients",) if method == "cosine" else ()  # main's gradient statistics work here too
     assert main(_argv(bart, reversal, tmp_path, method, *extra)) == 0
@@ -67,8 +106,14 @@ def test_finetune_reverses_digit_strings_with_each_calibration_method(bart, reve
 def test_glue_flow_log_likelihood_is_the_fitted_flows_log_density():
     """TaskModel with a flow: the head reads f(sentence), and flow_log_likelihood = (log N(f(x)) + log|det|) / d
     of the fitted flow with the same parameters."""
-    cfg = EncoderConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=16)
+    cfg = EncoderConfig(
+        vocab_size=50,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=16,
+    )
     encoder = build_encoder(cfg)
     params = encoder.init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))["params"]
     config = TrainConfig(task="rte", method="flow", flow_levels=2, flow_depth=2, flow_hidden=8)
@@ -79,21 +124,34 @@ def test_glue_flow_log_likelihood_is_the_fitted_flows_log_density():
     variables = init_variables(model, params, jax.random.key(1), np.asarray(sentence))
     out = model.apply(variables, ids, mask)
     np.testing.assert_allclose(out.sentence, sentence, rtol=1e-6, atol=1e-6)
-    state = FlowState(params=variables["params"]["flow"]["glow"], constants=variables["constants"]["flow"]["glow"],
-                      log_likelihood=jnp.zeros(0), levels=2, depth=2, hidden=8)
+    state = FlowState(
+        params=variables["params"]["flow"]["glow"],
+        constants=variables["constants"]["flow"]["glow"],
+        log_likelihood=jnp.zeros(0),
+        levels=2,
+        depth=2,
+        hidden=8,
+    )
     z, logdet = flow_forward(state, sentence)
     np.testing.assert_allclose(out.head_input, z, rtol=1e-5, atol=1e-5)
     z64 = np.asarray(z).astype(np.float64)
-    want = (-0.5 * np.sum(z64 ** 2, -1) - 8 * np.log(2 * np.pi) + np.asarray(logdet).astype(np.float64)) / 16
+    want = (-0.5 * np.sum(z64**2, -1) - 8 * np.log(2 * np.pi) + np.asarray(logdet).astype(np.float64)) / 16
     np.testing.assert_allclose(out.flow_log_likelihood, want, rtol=1e-5, atol=1e-5)
 
 
 def _encoder_dir(path, tokenizer):
-    cfg = EncoderConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=64)
+    cfg = EncoderConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=64,
+    )
     module = build_encoder(cfg)
-    return save_pretrained(module, module.init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))["params"],
-                           str(path), tokenizer=tokenizer)
+    return save_pretrained(
+        module, module.init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))["params"], str(path), tokenizer=tokenizer
+    )
 
 
 @pytest.mark.slow
@@ -101,10 +159,26 @@ def test_glue_flow_finetune_runs_end_to_end(tmp_path, default_model_path):
     require("datasets")  # STS-B is read through it
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(default_model_path))
     model = _encoder_dir(tmp_path / "model", tokenizer)
-    config = TrainConfig(task="stsb", model=model, method="flow", output_dir=str(tmp_path / "run"), max_length=32,
-                         batch_size=8, eval_batch_size=16, train_limit=40, eval_limit=16, steps=10, devices=1,
-                         log_every=1, flow_levels=2, flow_depth=2, pooling="mean", dropout=False,
-                         transform_learning_rate=1e-2, progress=False)
+    config = TrainConfig(
+        task="stsb",
+        model=model,
+        method="flow",
+        output_dir=str(tmp_path / "run"),
+        max_length=32,
+        batch_size=8,
+        eval_batch_size=16,
+        train_limit=40,
+        eval_limit=16,
+        steps=10,
+        devices=1,
+        log_every=1,
+        flow_levels=2,
+        flow_depth=2,
+        pooling="mean",
+        dropout=False,
+        transform_learning_rate=1e-2,
+        progress=False,
+    )
     result = fit(config)
     flow = [json.loads(x)["flow"] for x in open(tmp_path / "run" / "log.jsonl") if '"train"' in x]
     assert len(flow) == 10 and np.all(np.isfinite(flow))
@@ -115,8 +189,9 @@ def test_glue_flow_finetune_runs_end_to_end(tmp_path, default_model_path):
 
 def _gpt2_dir(path):
     torch.manual_seed(0)
-    cfg = transformers.GPT2Config(vocab_size=14, n_embd=16, n_layer=1, n_head=2, n_positions=24, bos_token_id=0,
-                                  eos_token_id=2)
+    cfg = transformers.GPT2Config(
+        vocab_size=14, n_embd=16, n_layer=1, n_head=2, n_positions=24, bos_token_id=0, eos_token_id=2
+    )
     transformers.GPT2LMHeadModel(cfg).save_pretrained(str(path))
     seq2seq_helpers.digit_tokenizer().save_pretrained(str(path))
     return str(path)
@@ -124,34 +199,60 @@ def _gpt2_dir(path):
 
 @pytest.mark.parametrize("kind", ["encoder", "gpt2"])
 def test_a_model_without_a_decoder_and_encoder_is_refused(kind, reversal, tmp_path):
-    model = (_encoder_dir(tmp_path / "m", seq2seq_helpers.digit_tokenizer()) if kind == "encoder"
-             else _gpt2_dir(tmp_path / "m"))
+    model = (
+        _encoder_dir(tmp_path / "m", seq2seq_helpers.digit_tokenizer())
+        if kind == "encoder"
+        else _gpt2_dir(tmp_path / "m")
+    )
     config = TrainConfig(task="seq2seq", data_source=reversal, model=model, output_dir=str(tmp_path / "run"))
     with pytest.raises(ValueError, match=r"fine-tuning \(seq2seq\) needs an encoder-decoder; this (bert|gpt2) model"):
         fit(config)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(max_target_length=30), "max_target_length=30 is longer than the 24 positions of this bart model's decoder"),
-    (dict(max_length=25), "max_length=25 is longer than the 24 positions"),
-    (dict(num_beams=2, generation_max_length=40), r"max_length=40 must lie in \[2, 24\], the positions of this bart"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (
+            dict(max_target_length=30),
+            "max_target_length=30 is longer than the 24 positions of this bart model's decoder",
+        ),
+        (dict(max_length=25), "max_length=25 is longer than the 24 positions"),
+        (
+            dict(num_beams=2, generation_max_length=40),
+            r"max_length=40 must lie in \[2, 24\], the positions of this bart",
+        ),
+    ],
+)
 def test_lengths_beyond_the_positions_are_refused(bart, reversal, tmp_path, kwargs, message):
-    config = TrainConfig(**{**dict(task="seq2seq", data_source=reversal, model=bart, output_dir=str(tmp_path),
-                                   max_length=16, max_target_length=16), **kwargs})
+    config = TrainConfig(
+        **{
+            **dict(
+                task="seq2seq",
+                data_source=reversal,
+                model=bart,
+                output_dir=str(tmp_path),
+                max_length=16,
+                max_target_length=16,
+            ),
+            **kwargs,
+        }
+    )
     with pytest.raises(ValueError, match=message):
         fit(config)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(method="softdecay"), "method 'softdecay' does not apply to the sequence-to-sequence task seq2seq"),
-    (dict(method="isoscore"), "does not apply"),
-    (dict(regularizers=("istar=1@cls",)), "has the representations"),
-    (dict(label_smoothing=1.0), r"label_smoothing must be in \[0, 1\)"),
-    (dict(task="wmt17"), "or a sequence-to-sequence task"),
-    (dict(scan_layers=True), "scan_layers and remat are for encoders"),
-    (dict(remat="dots"), "scan_layers and remat are for encoders"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(method="softdecay"), "method 'softdecay' does not apply to the sequence-to-sequence task seq2seq"),
+        (dict(method="isoscore"), "does not apply"),
+        (dict(regularizers=("istar=1@cls",)), "has the representations"),
+        (dict(label_smoothing=1.0), r"label_smoothing must be in \[0, 1\)"),
+        (dict(task="wmt17"), "or a sequence-to-sequence task"),
+        (dict(scan_layers=True), "scan_layers and remat are for encoders"),
+        (dict(remat="dots"), "scan_layers and remat are for encoders"),
+    ],
+)
 def test_bad_seq2seq_configuration_raises_on_construction(kwargs, message):
     from isojax.train.config import parse_regularizer
 

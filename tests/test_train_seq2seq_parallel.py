@@ -5,6 +5,7 @@ the parameters of an uninterrupted one.
 
 References: the single-device run; the uninterrupted run (as tests/test_train_loop.py does for classification).
 """
+
 import json
 import subprocess
 
@@ -12,18 +13,24 @@ import chex
 import jax
 import numpy as np
 import pytest
+import seq2seq_helpers
+import train_worker
+from conftest import require
+from test_train_parallel import _run, assert_same_training
 
 from isojax.calibrate import Flow
 from isojax.models import from_pretrained
 from isojax.train.objective import Regularizer
 from isojax.train.optim import make_optimizer
-from isojax.train.seq2seq import (IGNORE_INDEX, Seq2SeqModel, Seq2SeqObjective, init_variables, make_generate_step,
-                                  shift_tokens_right)
+from isojax.train.seq2seq import (
+    IGNORE_INDEX,
+    Seq2SeqModel,
+    Seq2SeqObjective,
+    init_variables,
+    make_generate_step,
+    shift_tokens_right,
+)
 from isojax.train.state import create_state
-from conftest import require
-import seq2seq_helpers
-from test_train_parallel import _run, assert_same_training
-import train_worker
 
 pytestmark = pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 devices (conftest gives 8 virtual CPUs)")
 
@@ -35,9 +42,13 @@ def _batch(i):
     source = (np.arange(S) < r.integers(3, S + 1, B)[:, None]).astype(np.int32)
     target = (np.arange(T) < r.integers(2, T + 1, B)[:, None]).astype(np.int32)
     labels = np.where(target == 1, r.integers(4, 14, (B, T)), IGNORE_INDEX).astype(np.int32)
-    return {"input_ids": np.where(source == 1, r.integers(4, 14, (B, S)), 1).astype(np.int32),
-            "attention_mask": source, "decoder_input_ids": shift_tokens_right(labels, 1, 2),
-            "decoder_attention_mask": target, "labels": labels}
+    return {
+        "input_ids": np.where(source == 1, r.integers(4, 14, (B, S)), 1).astype(np.int32),
+        "attention_mask": source,
+        "decoder_input_ids": shift_tokens_right(labels, 1, 2),
+        "decoder_attention_mask": target,
+        "labels": labels,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -47,16 +58,22 @@ def setup(tmp_path_factory):
     b = _batch(100)
     h, mask = model.apply({"params": {"encoder": params}}, *(b[k] for k in model.INPUTS), method="flow_features")
     variables = init_variables(model, params, jax.random.key(2), np.asarray(h)[np.asarray(mask)])
-    objective = Seq2SeqObjective(14, (Regularizer("cosine", 1.0, "embedding"), Regularizer("istar", 0.3, "tokens")),
-                                 label_smoothing=0.1)
-    optimizer = make_optimizer(variables["params"], learning_rate=3e-3, transform_learning_rate=1e-2,
-                               weight_decay=0.01, total_updates=STEPS, warmup_steps=1)
+    objective = Seq2SeqObjective(
+        14, (Regularizer("cosine", 1.0, "embedding"), Regularizer("istar", 0.3, "tokens")), label_smoothing=0.1
+    )
+    optimizer = make_optimizer(
+        variables["params"],
+        learning_rate=3e-3,
+        transform_learning_rate=1e-2,
+        weight_decay=0.01,
+        total_updates=STEPS,
+        warmup_steps=1,
+    )
     state = create_state(variables, optimizer, seed=0)
     predict = lambda m: make_generate_step(m, max_length=T)  # noqa: E731
     runs = {"initial_bias": np.asarray(params["final_logits_bias"])}
     for args in (("mesh", 1), ("mesh", 8), ("mesh", 8, 2), ("pmap", 8)):
-        history, host, runner, placed = _run((model, objective, optimizer, state), *args, predict=predict,
-                                             batch=_batch)
+        history, host, runner, placed = _run((model, objective, optimizer, state), *args, predict=predict, batch=_batch)
         runs[args] = history, host, runner.predict(placed, _batch(7))["sequences"]  # host numpy, every row
     return runs
 
@@ -74,11 +91,48 @@ def test_seq2seq_steps_and_decoding_match_single_device(setup, args):
 
 
 def _argv(model, data, out):
-    return ["finetune", "--task", "seq2seq", "--data-source", data, "--model", model, "--method", "flow",
-            "--out", str(out), "--max-length", "16", "--max-target-length", "16", "--batch-size", "16",
-            "--eval-batch-size", "32", "--eval-limit", "8", "--train-limit", "64", "--steps", "12", "--save-every", "4",
-            "--keep-checkpoints", "10", "--lr", "3e-3", "--log-every", "1", "--devices", "1", "--quiet",
-            "--flow-levels", "2", "--flow-depth", "2"]
+    return [
+        "finetune",
+        "--task",
+        "seq2seq",
+        "--data-source",
+        data,
+        "--model",
+        model,
+        "--method",
+        "flow",
+        "--out",
+        str(out),
+        "--max-length",
+        "16",
+        "--max-target-length",
+        "16",
+        "--batch-size",
+        "16",
+        "--eval-batch-size",
+        "32",
+        "--eval-limit",
+        "8",
+        "--train-limit",
+        "64",
+        "--steps",
+        "12",
+        "--save-every",
+        "4",
+        "--keep-checkpoints",
+        "10",
+        "--lr",
+        "3e-3",
+        "--log-every",
+        "1",
+        "--devices",
+        "1",
+        "--quiet",
+        "--flow-levels",
+        "2",
+        "--flow-depth",
+        "2",
+    ]
 
 
 def _worker(stall, records, argv, cache):

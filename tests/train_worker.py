@@ -8,6 +8,7 @@
   JSON line with the first texts of the rows it tokenised (``tokenised_<process>.jsonl``), and writes the final
   parameters of the run (``final_<process>.npz``, leaves in tree order).
 """
+
 import json
 import os
 import subprocess
@@ -21,12 +22,23 @@ REPO = Path(__file__).resolve().parents[1]
 def launch(stall: int, records, argv, *, stdout, cache, **env) -> subprocess.Popen:
     """Start a worker in its own process group, importing this checkout's isojax, with a persistent compilation
     cache in ``cache`` (workers that share it compile less) and the extra environment variables ``env``."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-               JAX_COMPILATION_CACHE_DIR=str(cache), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-               JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0", **env)
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        JAX_COMPILATION_CACHE_DIR=str(cache),
+        JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+        JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0",
+        **env,
+    )
     Path(records).mkdir(exist_ok=True)
-    return subprocess.Popen([sys.executable, __file__, str(stall), str(records), *argv], stdout=stdout,
-                            stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, __file__, str(stall), str(records), *argv],
+        stdout=stdout,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
 
 
 def kill_when_stalled(child: subprocess.Popen, timeout: float = 300) -> None:

@@ -1,11 +1,12 @@
 """Timing helpers shared by the benchmarks: medians after warm-up, both sides in one process."""
+
 from __future__ import annotations
 
 import os
 import platform
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import numpy as np
@@ -46,8 +47,10 @@ def interleaved_ms(fns: dict[str, Callable[[], object]], repeats: int) -> dict[s
 def machine() -> str:
     """One line naming the JAX backend, device and CPU count."""
     dev = jax.devices()[0]
-    return (f"jax {jax.__version__} on {dev.platform} ({dev.device_kind}), {os.cpu_count()} CPU cores, "
-            f"{platform.processor() or platform.machine()}")
+    return (
+        f"jax {jax.__version__} on {dev.platform} ({dev.device_kind}), {os.cpu_count()} CPU cores, "
+        f"{platform.processor() or platform.machine()}"
+    )
 
 
 def report(rows: list[tuple[str, float, float]], left: str = "isojax", right: str = "reference") -> None:
@@ -70,5 +73,9 @@ def add_model_arguments(ap, *, repeats: int) -> None:
 
 def bert_config(args) -> EncoderConfig:
     """The BERT config of :func:`add_model_arguments`' ``args`` (feed-forward 4x as wide as the hidden states)."""
-    return EncoderConfig(num_hidden_layers=args.layers, hidden_size=args.hidden, num_attention_heads=args.heads,
-                         intermediate_size=4 * args.hidden)
+    return EncoderConfig(
+        num_hidden_layers=args.layers,
+        hidden_size=args.hidden,
+        num_attention_heads=args.heads,
+        intermediate_size=4 * args.hidden,
+    )

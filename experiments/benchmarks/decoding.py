@@ -7,6 +7,7 @@ Same weights on both sides (PyTorch's random init, saved and loaded by isojax), 
 lengths, the same ``max_length``; the tokens of all three are checked to be equal before timing. Prints median
 milliseconds per call and the ratios.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,9 +64,17 @@ def main(argv=None):
     torch.set_num_threads(os.cpu_count())
     max_length = args.prompt + args.new
     torch.manual_seed(0)
-    ref = transformers.GPT2LMHeadModel(transformers.GPT2Config(
-        vocab_size=args.vocab, n_embd=args.width, n_layer=args.layers, n_head=args.width // 64,
-        n_positions=max_length, bos_token_id=0, eos_token_id=args.vocab - 1)).eval()
+    ref = transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(
+            vocab_size=args.vocab,
+            n_embd=args.width,
+            n_layer=args.layers,
+            n_head=args.width // 64,
+            n_positions=max_length,
+            bos_token_id=0,
+            eos_token_id=args.vocab - 1,
+        )
+    ).eval()
     with tempfile.TemporaryDirectory() as path:
         ref.save_pretrained(path)
         module, params, _ = isojax.from_pretrained(path)
@@ -79,26 +88,44 @@ def main(argv=None):
 
     def hf(beams):
         with torch.inference_mode():
-            return ref.generate(input_ids=t_ids, attention_mask=t_mask, max_length=max_length, num_beams=beams,
-                                do_sample=False, pad_token_id=args.vocab - 1)
+            return ref.generate(
+                input_ids=t_ids,
+                attention_mask=t_mask,
+                max_length=max_length,
+                num_beams=beams,
+                do_sample=False,
+                pad_token_id=args.vocab - 1,
+            )
 
     def mine(beams):
         return generate(module, params, ids, mask, max_length=max_length, num_beams=beams).sequences
 
     greedy = np.asarray(mine(1))
-    same = [np.array_equal(greedy[:, :hf(1).shape[1]], hf(1).numpy()),
-            np.array_equal(greedy, np.asarray(no_cache(params, ids, mask)))]
+    same = [
+        np.array_equal(greedy[:, : hf(1).shape[1]], hf(1).numpy()),
+        np.array_equal(greedy, np.asarray(no_cache(params, ids, mask))),
+    ]
     print(machine(), f"| torch {torch.__version__}, {torch.get_num_threads()} threads")
-    print(f"GPT-2 {args.layers} layers x {args.width}, vocab {args.vocab}; batch {args.batch}, prompts of "
-          f"{lengths.min()}-{lengths.max()} tokens (left-padded to {args.prompt}) + {args.new} new; same greedy "
-          f"tokens as transformers: {same[0]}, as the uncached loop: {same[1]}")
-    rows = [("greedy", median_ms(lambda: mine(1), repeats=args.repeats), median_ms(lambda: hf(1), repeats=args.repeats)),
-            (f"beam search, {args.beams} beams", median_ms(lambda: mine(args.beams), repeats=args.repeats),
-             median_ms(lambda: hf(args.beams), repeats=args.repeats))]
+    print(
+        f"GPT-2 {args.layers} layers x {args.width}, vocab {args.vocab}; batch {args.batch}, prompts of "
+        f"{lengths.min()}-{lengths.max()} tokens (left-padded to {args.prompt}) + {args.new} new; same greedy "
+        f"tokens as transformers: {same[0]}, as the uncached loop: {same[1]}"
+    )
+    rows = [
+        ("greedy", median_ms(lambda: mine(1), repeats=args.repeats), median_ms(lambda: hf(1), repeats=args.repeats)),
+        (
+            f"beam search, {args.beams} beams",
+            median_ms(lambda: mine(args.beams), repeats=args.repeats),
+            median_ms(lambda: hf(args.beams), repeats=args.repeats),
+        ),
+    ]
     report(rows, "isojax", "transformers")
     cached = rows[0][1]
-    report([("greedy: no cache / KV cache", median_ms(lambda: no_cache(params, ids, mask), repeats=args.repeats),
-             cached)], "no cache", "KV cache")
+    report(
+        [("greedy: no cache / KV cache", median_ms(lambda: no_cache(params, ids, mask), repeats=args.repeats), cached)],
+        "no cache",
+        "KV cache",
+    )
 
 
 if __name__ == "__main__":

@@ -9,12 +9,13 @@
    class in isojax's layers.
 Both sides alternate run by run after warm-up; prints medians, [min, max] and the ratio isojax / flax.
 """
+
 from __future__ import annotations
 
 import argparse
 import os
 import statistics
-from typing import Callable
+from collections.abc import Callable
 
 import flax.linen as nn
 import jax
@@ -42,8 +43,9 @@ def mask_fns(shape: tuple[int, ...]) -> dict[str, Callable[[], object]]:
     keys = iter(jax.random.split(jax.random.key(0), 10_000))
     fns = {}
     for name, cls in CLASSES.items():
-        grad = jax.jit(jax.grad(lambda x, k, cls=cls: cls(0.1).apply({}, x, deterministic=False,
-                                                                      rngs={"dropout": k}).sum()))
+        grad = jax.jit(
+            jax.grad(lambda x, k, cls=cls: cls(0.1).apply({}, x, deterministic=False, rngs={"dropout": k}).sum())
+        )
         fns[name] = lambda grad=grad: grad(x, next(keys))
     return fns
 
@@ -73,8 +75,10 @@ def main(argv=None):
     if not args.skip_step:
         cfg = bert_config(args)
         batch = random_batch(cfg, args.batch, args.length)
-        print_times(f"train step, BERT {args.layers} x {args.hidden}, batch {args.batch} x {args.length}",
-                    interleaved_ms(step_fns(cfg, batch), args.repeats))
+        print_times(
+            f"train step, BERT {args.layers} x {args.hidden}, batch {args.batch} x {args.length}",
+            interleaved_ms(step_fns(cfg, batch), args.repeats),
+        )
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
 
 

@@ -13,6 +13,7 @@ median over repeats is reported with the ratio isojax / PyTorch (goal <= 1.0) an
 two sides' embeddings. MPNet is skipped with a note unless it has been fetched
 (``python -m isojax.models.assets all-mpnet-base-v2``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,9 +48,10 @@ def torch_encode(model, tokenizer, texts, *, batch_size: int, max_length: int):
     out = np.empty((len(texts), model.config.hidden_size), np.float32)
     with torch.inference_mode():
         for start in range(0, len(texts), batch_size):
-            idx = order[start:start + batch_size]
-            enc = tokenizer([texts[i] for i in idx], padding=True, truncation=True, max_length=max_length,
-                            return_tensors="pt")
+            idx = order[start : start + batch_size]
+            enc = tokenizer(
+                [texts[i] for i in idx], padding=True, truncation=True, max_length=max_length, return_tensors="pt"
+            )
             hidden = model(**enc).last_hidden_state
             mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
             out[idx] = ((hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)).numpy()
@@ -75,10 +77,12 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(os.cpu_count())
     texts = sts_sentences(args.data_dir)
-    texts = texts[:args.limit] if args.limit else texts
+    texts = texts[: args.limit] if args.limit else texts
     print(machine())
-    print(f"{len(texts)} distinct STS12-16 sentences, batch {args.batch_size}, max length {args.max_length}, "
-          f"{os.cpu_count()} threads per side, median of {args.repeats} repeats")
+    print(
+        f"{len(texts)} distinct STS12-16 sentences, batch {args.batch_size}, max length {args.max_length}, "
+        f"{os.cpu_count()} threads per side, median of {args.repeats} repeats"
+    )
     print(f"{'model':<40} {'isojax sent/s':>14} {'torch sent/s':>13} {'ratio (time)':>13} {'max |diff|':>11}")
     for name in args.models.split(","):
         hub_id = assets.canonical_name(name)
@@ -102,8 +106,11 @@ def main(argv=None) -> int:
                 fn()
                 times[side].append(time.perf_counter() - start)
         t_ours, t_theirs = statistics.median(times["isojax"]), statistics.median(times["torch"])
-        print(f"{name:<40} {len(texts) / t_ours:>14.1f} {len(texts) / t_theirs:>13.1f} {t_ours / t_theirs:>13.3f} "
-              f"{np.abs(a - b).max():>11.2e}", flush=True)
+        print(
+            f"{name:<40} {len(texts) / t_ours:>14.1f} {len(texts) / t_theirs:>13.1f} {t_ours / t_theirs:>13.3f} "
+            f"{np.abs(a - b).max():>11.2e}",
+            flush=True,
+        )
     return 0
 
 

@@ -7,6 +7,7 @@ Both sides use the same weights (PyTorch's random init, converted) and the same 
 (goal on CPU: <= 1.0); the two sides are timed alternately, run by run, after warm-up. On a GPU it also prints
 tokens/s and achieved TFLOP/s of a bf16 forward as a fraction of ``--peak-tflops`` (the card's dense bf16 peak).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -67,10 +68,13 @@ def main(argv=None):
 
     err = float(np.abs(np.asarray(fwd(params, ids_j, mask_j)) - torch_forward().numpy()).max())
     print(machine(), f"| torch {torch.__version__}, {torch.get_num_threads()} threads")
-    print(f"BERT-base ({cfg.num_hidden_layers} layers) forward, batch {args.batch} x {args.length}; "
-          f"max |isojax - torch| = {err:.2e}")
-    ms = interleaved_medians({"isojax": lambda: fwd(params, ids_j, mask_j), "pytorch": torch_forward},
-                             repeats=args.repeats)
+    print(
+        f"BERT-base ({cfg.num_hidden_layers} layers) forward, batch {args.batch} x {args.length}; "
+        f"max |isojax - torch| = {err:.2e}"
+    )
+    ms = interleaved_medians(
+        {"isojax": lambda: fwd(params, ids_j, mask_j), "pytorch": torch_forward}, repeats=args.repeats
+    )
     jax_ms, torch_ms = ms["isojax"], ms["pytorch"]
     report([("forward float32", jax_ms, torch_ms)], "isojax", "pytorch")
 
@@ -79,8 +83,10 @@ def main(argv=None):
         fwd16 = jax.jit(lambda p, i, m: bf16.apply({"params": p}, i, m).last_hidden_state)
         ms = median_ms(lambda: fwd16(params, ids_j, mask_j), repeats=args.repeats)
         tflops = forward_flops(cfg, args.batch, args.length) / (ms * 1e-3) / 1e12
-        print(f"bf16 forward: {ms:.2f} ms, {args.batch * args.length / (ms * 1e-3):,.0f} tokens/s, "
-              f"{tflops:.1f} TFLOP/s = {tflops / args.peak_tflops:.1%} of {args.peak_tflops} peak")
+        print(
+            f"bf16 forward: {ms:.2f} ms, {args.batch * args.length / (ms * 1e-3):,.0f} tokens/s, "
+            f"{tflops:.1f} TFLOP/s = {tflops / args.peak_tflops:.1%} of {args.peak_tflops} peak"
+        )
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ per epoch) and the ratio to the protocol's baseline. The Isotropy Layer's first 
 a frozen [B, H] layer, so its ratio shows how far the measurement itself scatters. ``--methods cpu`` (default)
 takes the methods of the configuration's ``cpu_campaign``, ``all`` every method of the protocol.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,9 @@ def stage_steps(run, data_dir: str, out: str) -> tuple[dict, int]:
     stage on the first training batch, from the run's initial variables, its state kept between calls."""
     config = config_from_argv(run.arguments(out, data_dir))
     prepared = prepare(config)
-    order = batch_indices(len(prepared.train), config.batch_size, shuffle=True, seed=config.seed, epoch=0,
-                          drop_last=True)[:1]
+    order = batch_indices(
+        len(prepared.train), config.batch_size, shuffle=True, seed=config.seed, epoch=0, drop_last=True
+    )[:1]
     steps = {}
     for plan in prepared.plans:
         batch = next(process_batches(prepared.train, order, plan.runner.process_rows(config.batch_size)))
@@ -71,8 +73,10 @@ def main(argv=None) -> int:
         raise SystemExit(f"--methods: {unknown} not in protocol {args.protocol!r}: {sorted(protocol['methods'])}")
     if protocol["baseline"] not in methods:
         methods = [protocol["baseline"], *methods]
-    runs = select(expand(config), {"protocol": [args.protocol], "task": [args.task], "seed": [config["seeds"][0]],
-                                   "method": methods})
+    runs = select(
+        expand(config),
+        {"protocol": [args.protocol], "task": [args.task], "seed": [config["seeds"][0]], "method": methods},
+    )
 
     fns, per_epoch = {}, None
     with tempfile.TemporaryDirectory() as out:
@@ -83,8 +87,10 @@ def main(argv=None) -> int:
         times = interleaved_ms(fns, args.repeats)
 
     base = np.median(times[protocol["baseline"]])
-    print(f"{args.task}, protocol {args.protocol}, batch {runs[0].options['batch-size']}, {per_epoch} batches per "
-          f"epoch; {machine()}; median (and quartiles) of {args.repeats} interleaved rounds")
+    print(
+        f"{args.task}, protocol {args.protocol}, batch {runs[0].options['batch-size']}, {per_epoch} batches per "
+        f"epoch; {machine()}; median (and quartiles) of {args.repeats} interleaved rounds"
+    )
     print(f"{'method (stage)':<40} {'ms / step':>10} {'quartiles':>15} {'s / epoch':>10} {'/ baseline':>11}")
     for name, t in times.items():
         ms, (q1, q3) = np.median(t), np.percentile(t, [25, 75])

@@ -13,6 +13,7 @@ Both sides run in this process after warm-up (``block_until_ready``); medians in
 (< 1: isojax faster). Goal on CPU: ratio <= 1 for IsoScore and for the barcode at n >= 256. The outputs are
 compared before timing.
 """
+
 from __future__ import annotations
 
 import argparse

@@ -14,6 +14,7 @@ Timings add the two CPU threads' work, so their sum can exceed the wall time of 
 are what to compare. Made for XLA's CPU backend (the thunk names are HLO instruction names); on GPUs, kernel
 names are not HLO names and fall under their own name.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,8 +39,10 @@ _CONTROL_FLOW = ("call", "while", "conditional")  # their time is that of the op
 
 def op_names(hlo_text: str) -> dict[str, str]:
     """HLO instruction name -> the ``op_name`` metadata JAX attached to it (the traced function's call path)."""
-    return {m.group(1): m.group(2)
-            for m in re.finditer(r"^\s*(?:ROOT )?%?([\w.\-]+) = .*?op_name=\"([^\"]+)\"", hlo_text, re.M)}
+    return {
+        m.group(1): m.group(2)
+        for m in re.finditer(r"^\s*(?:ROOT )?%?([\w.\-]+) = .*?op_name=\"([^\"]+)\"", hlo_text, re.M)
+    }
 
 
 def label(op_name: str, kernel: str, depth: int) -> str:
@@ -91,8 +94,10 @@ def main(argv=None):
                 jax.block_until_ready(run())
         totals = per_module_ms(trace_dir, names, args.repeats, depth=5 if args.by == "module" else 8)
     print(machine())
-    print(f"BERT {args.layers} x {args.hidden}, batch {args.batch} x {args.length}: step {wall:.0f} ms (median, "
-          f"untraced); traced operations sum to {sum(totals.values()):.0f} ms per step")
+    print(
+        f"BERT {args.layers} x {args.hidden}, batch {args.batch} x {args.length}: step {wall:.0f} ms (median, "
+        f"untraced); traced operations sum to {sum(totals.values()):.0f} ms per step"
+    )
     for key, ms in totals.most_common(args.top):
         print(f"{ms:9.1f} ms  {100 * ms / sum(totals.values()):5.1f}%  {key}")
 

@@ -17,6 +17,7 @@ Goal on GPU: < 15 %.
 lowers; default ``auto``): (a) prints one row per strategy, (b) one SoftDecay step per strategy, all interleaved.
 Both sides of each comparison run in this process after warm-up (``block_until_ready``), medians in ms.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,7 +31,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from experiments.benchmarks.common import interleaved_ms, machine, median_ms, report  # noqa: E402
+from experiments.benchmarks.common import interleaved_ms, machine, report  # noqa: E402
 from isojax.softdecay import SoftDecay, soft_decay  # noqa: E402
 from isojax.spectral import available_methods, select_method  # noqa: E402
 
@@ -58,8 +59,10 @@ def bench_reference(args) -> None:
     import torch
 
     torch.set_num_threads(args.torch_threads)
-    print(f"torch {torch.__version__} ({torch.get_num_threads()} threads, LAPACK: MKL); jax LAPACK: scipy OpenBLAS "
-          f"(OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']})")
+    print(
+        f"torch {torch.__version__} ({torch.get_num_threads()} threads, LAPACK: MKL); jax LAPACK: scipy OpenBLAS "
+        f"(OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']})"
+    )
     rng = np.random.default_rng(0)
     x = rng.standard_normal((args.batch, args.length, args.hidden)).astype(np.float32)
     w = rng.standard_normal(x.shape).astype(np.float32)
@@ -70,21 +73,24 @@ def bench_reference(args) -> None:
     t_value, t_gx, t_ga = torch_soft_decay_step(xt, wt, at, transpose=False)
     steps = {}
     for m in args.method:
-        step = jax.jit(jax.value_and_grad(lambda x, a, w, m=m: jnp.sum(soft_decay(x, a, method=m) * w),
-                                          argnums=(0, 1)))
+        step = jax.jit(jax.value_and_grad(lambda x, a, w, m=m: jnp.sum(soft_decay(x, a, method=m) * w), argnums=(0, 1)))
         (value, (gx, ga)) = step(xj, aj, wj)
         gx_err = float(np.abs(np.asarray(gx) - t_gx.numpy()).max() / np.abs(t_gx.numpy()).max())
-        print(f"(a) {m}: soft_decay forward+backward on [{args.batch}, {args.length}, {args.hidden}], alpha="
-              f"{args.alpha}: loss {float(value):.4f} vs torch {float(t_value):.4f}; max |dx diff|/max|dx| "
-              f"{gx_err:.1e}; d alpha {float(ga):.4f} vs torch {float(t_ga):.4f}")
+        print(
+            f"(a) {m}: soft_decay forward+backward on [{args.batch}, {args.length}, {args.hidden}], alpha="
+            f"{args.alpha}: loss {float(value):.4f} vs torch {float(t_value):.4f}; max |dx diff|/max|dx| "
+            f"{gx_err:.1e}; d alpha {float(ga):.4f} vs torch {float(t_ga):.4f}"
+        )
         steps[m] = lambda step=step: step(xj, aj, wj)
     steps["torch [L, H]"] = lambda: torch_soft_decay_step(xt, wt, at, transpose=False)
     steps["torch [H, L]"] = lambda: torch_soft_decay_step(xt, wt, at, transpose=True)
     ms = {name: np.median(t) for name, t in interleaved_ms(steps, args.repeats).items()}
     rows = []
     for m in args.method:
-        rows += [(f"{m} / torch [L, H] (authors')", ms[m], ms["torch [L, H]"]),
-                 (f"{m} / torch [H, L]", ms[m], ms["torch [H, L]"])]
+        rows += [
+            (f"{m} / torch [L, H] (authors')", ms[m], ms["torch [L, H]"]),
+            (f"{m} / torch [H, L]", ms[m], ms["torch [H, L]"]),
+        ]
     report(rows, "isojax", "pytorch")
 
 
@@ -113,20 +119,32 @@ def bench_encoder(args) -> None:
     base = times["without SoftDecay"]
     h = cfg.hidden_size
     x = jax.device_put(rng.standard_normal((args.batch, args.length, h)).astype(np.float32))
-    alone = {m: jax.jit(jax.grad(lambda x, a, m=m: jnp.sum(soft_decay(x, a, mask=mask, method=m) ** 2),
-                                 argnums=(0, 1))) for m in args.method}
-    alone_ms = {m: np.median(t) for m, t in interleaved_ms(
-        {m: lambda f=f: f(x, np.float32(args.alpha)) for m, f in alone.items()}, args.repeats).items()}
-    print(f"(b) BERT-base ({cfg.num_hidden_layers} layers) training step (forward + backward for all params), batch "
-          f"{args.batch} x {args.length}, {args.repeats} interleaved repeats")
+    alone = {
+        m: jax.jit(jax.grad(lambda x, a, m=m: jnp.sum(soft_decay(x, a, mask=mask, method=m) ** 2), argnums=(0, 1)))
+        for m in args.method
+    }
+    alone_ms = {
+        m: np.median(t)
+        for m, t in interleaved_ms(
+            {m: lambda f=f: f(x, np.float32(args.alpha)) for m, f in alone.items()}, args.repeats
+        ).items()
+    }
+    print(
+        f"(b) BERT-base ({cfg.num_hidden_layers} layers) training step (forward + backward for all params), batch "
+        f"{args.batch} x {args.length}, {args.repeats} interleaved repeats"
+    )
     print(f"{'without SoftDecay':<40} {np.median(base):>10.1f} ms")
     for m in args.method:
         with_sd = times[f"with SoftDecay ({m})"]
-        print(f"{'with SoftDecay (' + m + ')':<40} {np.median(with_sd):>10.1f} ms   overhead (median of pairs) "
-              f"{100 * np.median(with_sd / base - 1):.1f} %  (pairs: "
-              f"{', '.join(f'{100 * r:.1f}' for r in with_sd / base - 1)})")
-        print(f"{'  soft_decay alone, fwd+bwd [B,L,H]':<40} {alone_ms[m]:>10.1f} ms = "
-              f"{100 * alone_ms[m] / np.median(base):.1f} % of the step without it")
+        print(
+            f"{'with SoftDecay (' + m + ')':<40} {np.median(with_sd):>10.1f} ms   overhead (median of pairs) "
+            f"{100 * np.median(with_sd / base - 1):.1f} %  (pairs: "
+            f"{', '.join(f'{100 * r:.1f}' for r in with_sd / base - 1)})"
+        )
+        print(
+            f"{'  soft_decay alone, fwd+bwd [B,L,H]':<40} {alone_ms[m]:>10.1f} ms = "
+            f"{100 * alone_ms[m] / np.median(base):.1f} % of the step without it"
+        )
 
 
 def methods(text: str) -> list[str]:
@@ -145,8 +163,12 @@ def main(argv=None):
     ap.add_argument("--alpha", type=float, default=-0.2)
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--torch-threads", type=int, default=os.cpu_count())
-    ap.add_argument("--method", type=methods, default=["auto"],
-                    help="SVD strategies, comma-separated names of isojax.spectral.DECOMPOSITIONS, auto or all")
+    ap.add_argument(
+        "--method",
+        type=methods,
+        default=["auto"],
+        help="SVD strategies, comma-separated names of isojax.spectral.DECOMPOSITIONS, auto or all",
+    )
     ap.add_argument("--skip-reference", action="store_true", help="skip (a)")
     ap.add_argument("--skip-encoder", action="store_true", help="skip (b)")
     ap.add_argument("--quick", action="store_true", help="smoke run: batch 4 x 32, 2 layers, 3 repeats")

@@ -14,6 +14,7 @@ calls after warm-up (``block_until_ready``); compile time is that of ``jit(...).
   ``last_layer_transform``, timed interleaved with the step without it; share = median over rounds of
   ``(with − without) / without``.
 """
+
 from __future__ import annotations
 
 import time
@@ -32,9 +33,14 @@ def random_batch(cfg: EncoderConfig, batch: int, length: int, seed: int = 0) -> 
     """Random token ids ``[batch, length]`` (every token real) and 2-class labels, on the device."""
     rng = np.random.default_rng(seed)
     ids = rng.integers(0, cfg.vocab_size, (batch, length)).astype(np.int32)
-    return jax.device_put({"input_ids": ids, "attention_mask": np.ones_like(ids),
-                           "token_type_ids": np.zeros_like(ids),
-                           "labels": rng.integers(0, 2, batch).astype(np.int32)})
+    return jax.device_put(
+        {
+            "input_ids": ids,
+            "attention_mask": np.ones_like(ids),
+            "token_type_ids": np.zeros_like(ids),
+            "labels": rng.integers(0, 2, batch).astype(np.int32),
+        }
+    )
 
 
 def xla_flops(compiled) -> float | None:
@@ -46,9 +52,14 @@ def xla_flops(compiled) -> float | None:
 
 
 def _rates(ms: float, tokens: int, flops: float, xla: float | None) -> dict:
-    return {"ms": ms, "tokens_per_s": tokens / (ms * 1e-3), "analytic_flops": float(flops),
-            "analytic_tflops_per_s": flops / (ms * 1e-3) / 1e12, "xla_flops": xla,
-            "xla_tflops_per_s": None if xla is None else xla / (ms * 1e-3) / 1e12}
+    return {
+        "ms": ms,
+        "tokens_per_s": tokens / (ms * 1e-3),
+        "analytic_flops": float(flops),
+        "analytic_tflops_per_s": flops / (ms * 1e-3) / 1e12,
+        "xla_flops": xla,
+        "xla_tflops_per_s": None if xla is None else xla / (ms * 1e-3) / 1e12,
+    }
 
 
 def _compile(fn, *args):
@@ -104,10 +115,16 @@ def softdecay_share(cfg: EncoderConfig, dtype, batch: dict, methods, repeats: in
             log(f"SoftDecay ({m}): {out[m]['error']}")
             continue
         ratios = times["with"] / times["base"] - 1
-        out[m] = {"base_ms": float(np.median(times["base"])), "with_ms": float(np.median(times["with"])),
-                  "share": float(np.median(ratios)), "rounds": [float(r) for r in ratios],
-                  "compile_s": info["compile_s"]}
-        log(f"SoftDecay ({m}): {out[m]['with_ms']:.1f} ms vs {out[m]['base_ms']:.1f} ms without, share "
-            f"{100 * out[m]['share']:.1f} %")
+        out[m] = {
+            "base_ms": float(np.median(times["base"])),
+            "with_ms": float(np.median(times["with"])),
+            "share": float(np.median(ratios)),
+            "rounds": [float(r) for r in ratios],
+            "compile_s": info["compile_s"],
+        }
+        log(
+            f"SoftDecay ({m}): {out[m]['with_ms']:.1f} ms vs {out[m]['base_ms']:.1f} ms without, share "
+            f"{100 * out[m]['share']:.1f} %"
+        )
         del with_sd
     return out

@@ -12,18 +12,25 @@ warm-up (a change in the machine's load reaches both sides alike). Defaults are 
 On a GPU it also times a BERT-base bf16 step and prints its model FLOPs utilisation (3 x forward matmul FLOPs
 per step / time / ``--peak-tflops``; goal above 40%).
 """
+
 from __future__ import annotations
 
 import argparse
 import os
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.benchmarks.common import (add_model_arguments, bert_config, interleaved_medians, machine, median_ms,
-                                          report)
+from experiments.benchmarks.common import (
+    add_model_arguments,
+    bert_config,
+    interleaved_medians,
+    machine,
+    median_ms,
+    report,
+)
 from experiments.benchmarks.encoder_forward import forward_flops
 from isojax.models import EncoderConfig, build_encoder, config_to_hf
 from isojax.models.bert import BERT_HF_NAMES
@@ -41,11 +48,22 @@ def isojax_step(cfg: EncoderConfig, encoder_params, dtype=jnp.float32, last_laye
     """``(jitted step, state)`` for a 2-class head on [CLS] with AdamW, clipping, dropout; ``encoder_params`` are
     those of ``build_encoder(cfg, last_layer_transform=last_layer_transform, **encoder_options)`` (e.g. a
     ``SoftDecay``; ``scan_layers=True``: params in the scanned layout)."""
-    model = TaskModel(build_encoder(cfg, dtype=dtype, last_layer_transform=last_layer_transform, **encoder_options),
-                      num_labels=2, pooling="cls", dropout_rate=0.1)
+    model = TaskModel(
+        build_encoder(cfg, dtype=dtype, last_layer_transform=last_layer_transform, **encoder_options),
+        num_labels=2,
+        pooling="cls",
+        dropout_rate=0.1,
+    )
     variables = init_variables(model, encoder_params, jax.random.key(0))
-    optimizer = make_optimizer(variables["params"], learning_rate=LR, transform_learning_rate=LR, weight_decay=WD,
-                               total_updates=10_000, schedule_kind="constant", max_grad_norm=CLIP)
+    optimizer = make_optimizer(
+        variables["params"],
+        learning_rate=LR,
+        transform_learning_rate=LR,
+        weight_decay=WD,
+        total_updates=10_000,
+        schedule_kind="constant",
+        max_grad_norm=CLIP,
+    )
     step = jax.jit(make_train_step(model, Objective(2), optimizer), donate_argnums=0)
     return step, create_state(variables, optimizer, seed=0)
 
@@ -85,16 +103,19 @@ def main(argv=None):
 
     rng = np.random.default_rng(0)
     ids = rng.integers(0, cfg.vocab_size, (args.batch, args.length)).astype(np.int32)
-    batch = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids),
-             "labels": rng.integers(0, 2, args.batch).astype(np.int32)}
+    batch = {
+        "input_ids": ids,
+        "attention_mask": np.ones_like(ids),
+        "token_type_ids": np.zeros_like(ids),
+        "labels": rng.integers(0, 2, args.batch).astype(np.int32),
+    }
     jax_step = step_runner(*isojax_step(cfg, jax.device_put(params)), jax.device_put(batch))
 
     encoder.train()
     modules = torch.nn.ModuleList([encoder, head])
     no_decay = [p for n, p in modules.named_parameters() if p.ndim < 2]
     decay = [p for n, p in modules.named_parameters() if p.ndim >= 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=LR)
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": no_decay, "weight_decay": 0.0}], lr=LR)
     t_ids, t_mask = torch.tensor(ids, dtype=torch.long), torch.ones(ids.shape, dtype=torch.long)
     t_labels = torch.tensor(batch["labels"], dtype=torch.long)
     dropout = torch.nn.Dropout(0.1)
@@ -109,8 +130,10 @@ def main(argv=None):
         return loss.detach()
 
     print(machine(), f"| torch {torch.__version__}, {torch.get_num_threads()} threads")
-    print(f"BERT {args.layers} layers x {args.hidden} wide, {args.heads} heads; train step on batch {args.batch} x "
-          f"{args.length} (fwd + bwd + clip + AdamW), float32")
+    print(
+        f"BERT {args.layers} layers x {args.hidden} wide, {args.heads} heads; train step on batch {args.batch} x "
+        f"{args.length} (fwd + bwd + clip + AdamW), float32"
+    )
     ms = interleaved_medians({"isojax": jax_step, "pytorch": torch_step}, repeats=args.repeats)
     jax_ms, torch_ms = ms["isojax"], ms["pytorch"]
     report([("train step float32", jax_ms, torch_ms)], "isojax", "pytorch")
@@ -120,15 +143,18 @@ def main(argv=None):
         base = EncoderConfig.bert_base()
         base_params = build_encoder(base).init(jax.random.key(0), jnp.zeros((1, 2), jnp.int32))["params"]
         ids16 = rng.integers(0, base.vocab_size, (args.batch, args.length)).astype(np.int32)
-        bf16_step = step_runner(*isojax_step(base, base_params, dtype=jnp.bfloat16),
-                                jax.device_put(dict(batch, input_ids=ids16)))
+        bf16_step = step_runner(
+            *isojax_step(base, base_params, dtype=jnp.bfloat16), jax.device_put(dict(batch, input_ids=ids16))
+        )
 
         ms = median_ms(bf16_step, repeats=max(args.repeats, 10))
         flops = 3 * forward_flops(base, args.batch, args.length)
         tflops = flops / (ms * 1e-3) / 1e12
-        print(f"BERT-base bf16 train step, batch {args.batch} x {args.length}: {ms:.2f} ms, "
-              f"{args.batch * args.length / (ms * 1e-3):,.0f} tokens/s, {tflops:.1f} TFLOP/s = MFU "
-              f"{tflops / args.peak_tflops:.1%} of {args.peak_tflops} peak")
+        print(
+            f"BERT-base bf16 train step, batch {args.batch} x {args.length}: {ms:.2f} ms, "
+            f"{args.batch * args.length / (ms * 1e-3):,.0f} tokens/s, {tflops:.1f} TFLOP/s = MFU "
+            f"{tflops / args.peak_tflops:.1%} of {args.peak_tflops} peak"
+        )
 
 
 if __name__ == "__main__":

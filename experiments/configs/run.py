@@ -14,6 +14,7 @@ embeddings as mean ± std over seeds, and the number of runs still missing. A se
 its generation metrics (BLEU or ROUGE-1/2/L), I1 and I2 of the output embedding matrix and the seconds per epoch
 (isotropy-calibration-evaluation Tables 2, 3 and 5).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -85,11 +86,16 @@ def summary(runs: list[dict], title: str) -> str:
         task, model = key
         if task in SEQ2SEQ_TASKS:
             columns = [(m, m, 2) for m in SEQ2SEQ_TASKS[task].metrics] + [
-                ("I1", "I1(W)", 2), ("I2", "I2(W)", 2), ("seconds_per_epoch", "s / epoch", 0)]
+                ("I1", "I1(W)", 2),
+                ("I2", "I2(W)", 2),
+                ("seconds_per_epoch", "s / epoch", 0),
+            ]
         else:
             columns = [(m, m, 2) for m in glue_task(task).metrics] + list(ISOTROPY_COLUMNS)
-        sections.append(f"## {task}, {model}\n\n{missing[key]} run(s) missing\n\n"
-                        + (seeds_table(groups[key], columns) if groups[key] else ""))
+        sections.append(
+            f"## {task}, {model}\n\n{missing[key]} run(s) missing\n\n"
+            + (seeds_table(groups[key], columns) if groups[key] else "")
+        )
     return "\n\n".join(sections) + "\n"
 
 

@@ -11,6 +11,7 @@ exception that compiles itself: its whole training loop is one jitted ``lax.scan
 with an optional ``mask [..., n]`` (true = real row) that selects the rows the statistics are estimated from,
 while a transform is applied to every row; leading axes are independent fits (:func:`fit_flow` pools them).
 """
+
 from isojax.calibrate.centering import TopDirections, all_but_the_top, center, fit_all_but_the_top, scaled_center
 from isojax.calibrate.flow import Flow, FlowState, fit_flow, flow_forward, flow_inverse, scale_lu_updates
 from isojax.calibrate.isobn import IsoBN, isobn_scale

@@ -8,6 +8,7 @@ whatever it holds (a NaN padding row only comes back NaN itself); a NaN or inf i
 finite float32 scale: the statistics that square the data are estimated on ``x`` divided by a power of two near
 its largest entry (exact) and scaled back.
 """
+
 from __future__ import annotations
 
 import math
@@ -120,6 +121,7 @@ def all_but_the_top(x, *, D: int | None = None, mode: str = "centered", mask=Non
             raise ValueError("D and mask configure the fit; pass them to fit_all_but_the_top, not with state")
         _check_stat(state.mean, "state.mean", x)
         _check_stat(state.directions, "state.directions", x, extra_dims=1)
+
     def transform(rows, state):
         rows_tilde = rows - state.mean[..., None, :]
         u = state.directions

@@ -29,6 +29,7 @@ setting) and :func:`flow_forward` / :func:`flow_inverse` apply the fitted :class
 same flow as a Linen layer trained *during* fine-tuning (BERT-flow's supervised setting; ``isojax finetune --method
 flow``), whose parameters and constants are those of a :class:`FlowState`.
 """
+
 from __future__ import annotations
 
 import math
@@ -41,8 +42,15 @@ from flax import struct
 
 from isojax._numeric import HIGHEST, promote_float32
 from isojax._stats import masked_mean
-from isojax._validate import (check_cloud, check_finite_rows, check_float, check_hyperparameter, check_mask,
-                              check_positive_int, nan_unless)
+from isojax._validate import (
+    check_cloud,
+    check_finite_rows,
+    check_float,
+    check_hyperparameter,
+    check_mask,
+    check_positive_int,
+    nan_unless,
+)
 
 # ActNorm's smallest start std, relative to the root-mean-square std of its input's features.
 _STD_FLOOR = 1e-4
@@ -76,8 +84,13 @@ def _lu_rotation(key, m: int) -> dict:
     w0 = nn.initializers.orthogonal()(key, (m, m), jnp.float32)
     p, lower, upper = jax.scipy.linalg.lu(w0)
     diag = jnp.diagonal(upper)
-    return dict(perm=jnp.argmax(p, axis=-1), sign=jnp.sign(diag), log_s=jnp.log(jnp.abs(diag)),
-                lower=jnp.tril(lower, -1), upper=jnp.triu(upper, 1))
+    return dict(
+        perm=jnp.argmax(p, axis=-1),
+        sign=jnp.sign(diag),
+        log_s=jnp.log(jnp.abs(diag)),
+        lower=jnp.tril(lower, -1),
+        upper=jnp.triu(upper, 1),
+    )
 
 
 class _InvertibleLinear(nn.Module):
@@ -120,6 +133,7 @@ def scale_lu_updates() -> optax.GradientTransformation:
     Gaussian's is ~sqrt(768) = 27.7); scaled by ``1/m`` it rises more slowly (1.33). At 384 features the unscaled
     fit converged, more slowly than the scaled one at 768.
     """
+
     def scale(path, update):
         name = getattr(path[-1], "key", None)
         return update / math.sqrt(update.shape[-1]) if name in ("lower", "upper") else update
@@ -172,8 +186,9 @@ class _Glow(nn.Module):
 
     @nn.compact
     def __call__(self, x, reverse: bool = False, init_mask=None):
-        steps = [[_Step(self.hidden, name=f"level{lv}_step{s}") for s in range(self.depth)]
-                 for lv in range(self.levels)]
+        steps = [
+            [_Step(self.hidden, name=f"level{lv}_step{s}") for s in range(self.depth)] for lv in range(self.levels)
+        ]
         if reverse:
             sizes = _level_sizes(x.shape[-1], self.levels)
             ends = [sum(sizes[: lv + 1]) for lv in range(self.levels - 1)]
@@ -266,8 +281,9 @@ class Flow(nn.Module):
         x = check_float(x, "x")
         mask = None if mask is None else check_mask(mask, x).reshape(-1)
         if x.ndim < 1 or _level_sizes(x.shape[-1], self.levels)[-1] < 2:
-            raise ValueError(f"x has shape {x.shape}: needs [..., d] with d > 2**(levels-1) = "
-                             f"{2 ** (self.levels - 1)} features")
+            raise ValueError(
+                f"x has shape {x.shape}: needs [..., d] with d > 2**(levels-1) = {2 ** (self.levels - 1)} features"
+            )
         rows = x.reshape(-1, x.shape[-1])
         return promote_float32(rows), mask, check_finite_rows(rows, mask, "x")
 
@@ -311,8 +327,13 @@ def fit_flow(
     Returns a :class:`FlowState` for :func:`flow_forward` / :func:`flow_inverse`.
     """
     x, mask, ok = check_cloud(x, mask, min_n=2)
-    for name, value in (("levels", levels), ("depth", depth), ("hidden", hidden), ("steps", steps),
-                        ("batch_size", batch_size)):
+    for name, value in (
+        ("levels", levels),
+        ("depth", depth),
+        ("hidden", hidden),
+        ("steps", steps),
+        ("batch_size", batch_size),
+    ):
         check_positive_int(value, name)
     learning_rate, learning_rate_ok = check_hyperparameter(learning_rate, "learning_rate", low=0.0, low_open=True)
     d = x.shape[-1]
@@ -324,10 +345,26 @@ def fit_flow(
     # A traced learning rate <= 0 or a non-finite real row (traced) makes the learning rate NaN, so the fitted
     # parameters are NaN (loud) rather than fitted uphill or on garbage. Padding rows are never drawn.
     fit = jax.jit(_fit, static_argnames=("module", "steps", "batch_size"))  # one compiled call per shape
-    variables, log_likelihood = fit(module, key, rows, row_mask, nan_unless(ok & learning_rate_ok, learning_rate),
-                                    steps=steps, batch_size=batch_size)
-    return nan_unless(ok, FlowState(params=variables["params"], constants=variables["constants"],
-                                    log_likelihood=log_likelihood, levels=levels, depth=depth, hidden=hidden))
+    variables, log_likelihood = fit(
+        module,
+        key,
+        rows,
+        row_mask,
+        nan_unless(ok & learning_rate_ok, learning_rate),
+        steps=steps,
+        batch_size=batch_size,
+    )
+    return nan_unless(
+        ok,
+        FlowState(
+            params=variables["params"],
+            constants=variables["constants"],
+            log_likelihood=log_likelihood,
+            levels=levels,
+            depth=depth,
+            hidden=hidden,
+        ),
+    )
 
 
 def _fit(module: _Glow, key, rows, row_mask, learning_rate, *, steps: int, batch_size: int):

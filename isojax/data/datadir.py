@@ -13,6 +13,7 @@ Its layout is that of the project's ``../shared/data``::
 A directory may hold only some of them. Not to be confused with ``ISOJAX_DATA``, the cache of files fetched
 from PyPI (:mod:`isojax.data.assets`; STS-B and the word-similarity sets come from there).
 """
+
 from __future__ import annotations
 
 import os
@@ -21,10 +22,14 @@ from pathlib import Path
 __all__ = ["DATA_DIR_ENV", "DATA_DIR_HELP", "DATA_DIR_HINT", "release_path", "resolve_data_dir"]
 
 DATA_DIR_ENV = "ISOJAX_DATA_DIR"
-DATA_DIR_HINT = (f"pass data_dir=DIR (command line: --data-dir DIR) or set {DATA_DIR_ENV}=DIR, DIR holding the "
-                 "original releases (sts/STS12..STS16, sick/, glue/<Task>/)")
-DATA_DIR_HELP = (f"directory of the original data releases: sts/STS12..STS16, sick/, glue/<Task>/ (default "
-                 f"${DATA_DIR_ENV}; without either, the Hugging Face Hub)")
+DATA_DIR_HINT = (
+    f"pass data_dir=DIR (command line: --data-dir DIR) or set {DATA_DIR_ENV}=DIR, DIR holding the "
+    "original releases (sts/STS12..STS16, sick/, glue/<Task>/)"
+)
+DATA_DIR_HELP = (
+    f"directory of the original data releases: sts/STS12..STS16, sick/, glue/<Task>/ (default "
+    f"${DATA_DIR_ENV}; without either, the Hugging Face Hub)"
+)
 
 
 def resolve_data_dir(source, data_dir) -> Path | None:
@@ -36,8 +41,10 @@ def resolve_data_dir(source, data_dir) -> Path | None:
     """
     if source not in (None, "auto"):
         if data_dir is not None:
-            raise ValueError(f"data_dir: the original release files are read with source='auto' (the default); "
-                             f"got source={source!r} as well, pass one of the two")
+            raise ValueError(
+                f"data_dir: the original release files are read with source='auto' (the default); "
+                f"got source={source!r} as well, pass one of the two"
+            )
         return None
     origin = "data_dir"
     if data_dir is None:
@@ -46,8 +53,10 @@ def resolve_data_dir(source, data_dir) -> Path | None:
             return None
     path = Path(os.fspath(data_dir)).expanduser()
     if not path.is_dir():
-        raise FileNotFoundError(f"{origin}: {path} is not a directory; expected a directory of the original "
-                                "releases (sts/STS12..STS16, sick/, glue/<Task>/)")
+        raise FileNotFoundError(
+            f"{origin}: {path} is not a directory; expected a directory of the original "
+            "releases (sts/STS12..STS16, sick/, glue/<Task>/)"
+        )
     return path
 
 
@@ -56,6 +65,8 @@ def release_path(data_dir: Path, relative: str, what: str) -> Path:
     and the expected layout."""
     path = Path(data_dir) / relative
     if not path.exists():
-        raise FileNotFoundError(f"{path}: not found; the data directory {data_dir} has no {what} "
-                                f"(expected {relative} in the layout of isojax.data.datadir)")
+        raise FileNotFoundError(
+            f"{path}: not found; the data directory {data_dir} has no {what} "
+            f"(expected {relative} in the layout of isojax.data.datadir)"
+        )
     return path

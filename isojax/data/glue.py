@@ -21,6 +21,7 @@ included, is a ``ValueError`` naming the file and line. A row with an empty (or 
 out of ``train``, with a logged count (it holds nothing to learn from), and is a ``ValueError`` naming the file
 and line in the splits that are evaluated. Text that is not UTF-8 is a ``ValueError`` naming the file and line.
 """
+
 from __future__ import annotations
 
 import logging
@@ -89,25 +90,55 @@ class GlueTask:
 _MNLI_SPLITS = ("train", "validation_matched", "validation_mismatched", "test_matched", "test_mismatched")
 _PAIR = ("sentence1", "sentence2")
 _NLI = ("entailment", "not_entailment")
-GLUE_TASKS: dict[str, GlueTask] = {t.name: t for t in (
-    GlueTask("cola", ("sentence",), 2, ("matthews_corrcoef",),
-             GlueTsv("CoLA", ("sentence",), "label", ("unacceptable", "acceptable"),
-                     headerless=("source", "label", "original_mark", "sentence"))),
-    GlueTask("sst2", ("sentence",), 2, ("accuracy",),
-             GlueTsv("SST-2", ("sentence",), "label", ("negative", "positive"))),
-    GlueTask("mrpc", _PAIR, 2, ("accuracy", "f1"),
-             GlueTsv("MRPC", ("#1 String", "#2 String"), "Quality", ("not_equivalent", "equivalent"))),
-    GlueTask("qqp", ("question1", "question2"), 2, ("accuracy", "f1"),
-             GlueTsv("QQP", ("question1", "question2"), "is_duplicate", ("not_duplicate", "duplicate"))),
-    GlueTask("stsb", _PAIR, 1, ("pearson", "spearman"), GlueTsv("STS-B", _PAIR, "score")),
-    GlueTask("mnli", ("premise", "hypothesis"), 3, ("accuracy",),
-             GlueTsv("MNLI", _PAIR, "gold_label", ("entailment", "neutral", "contradiction")), _MNLI_SPLITS),
-    GlueTask("qnli", ("question", "sentence"), 2, ("accuracy",),
-             GlueTsv("QNLI", ("question", "sentence"), "label", _NLI)),
-    GlueTask("rte", _PAIR, 2, ("accuracy",), GlueTsv("RTE", _PAIR, "label", _NLI)),
-    GlueTask("wnli", _PAIR, 2, ("accuracy",),
-             GlueTsv("WNLI", _PAIR, "label", ("not_entailment", "entailment"))),
-)}
+GLUE_TASKS: dict[str, GlueTask] = {
+    t.name: t
+    for t in (
+        GlueTask(
+            "cola",
+            ("sentence",),
+            2,
+            ("matthews_corrcoef",),
+            GlueTsv(
+                "CoLA",
+                ("sentence",),
+                "label",
+                ("unacceptable", "acceptable"),
+                headerless=("source", "label", "original_mark", "sentence"),
+            ),
+        ),
+        GlueTask(
+            "sst2", ("sentence",), 2, ("accuracy",), GlueTsv("SST-2", ("sentence",), "label", ("negative", "positive"))
+        ),
+        GlueTask(
+            "mrpc",
+            _PAIR,
+            2,
+            ("accuracy", "f1"),
+            GlueTsv("MRPC", ("#1 String", "#2 String"), "Quality", ("not_equivalent", "equivalent")),
+        ),
+        GlueTask(
+            "qqp",
+            ("question1", "question2"),
+            2,
+            ("accuracy", "f1"),
+            GlueTsv("QQP", ("question1", "question2"), "is_duplicate", ("not_duplicate", "duplicate")),
+        ),
+        GlueTask("stsb", _PAIR, 1, ("pearson", "spearman"), GlueTsv("STS-B", _PAIR, "score")),
+        GlueTask(
+            "mnli",
+            ("premise", "hypothesis"),
+            3,
+            ("accuracy",),
+            GlueTsv("MNLI", _PAIR, "gold_label", ("entailment", "neutral", "contradiction")),
+            _MNLI_SPLITS,
+        ),
+        GlueTask(
+            "qnli", ("question", "sentence"), 2, ("accuracy",), GlueTsv("QNLI", ("question", "sentence"), "label", _NLI)
+        ),
+        GlueTask("rte", _PAIR, 2, ("accuracy",), GlueTsv("RTE", _PAIR, "label", _NLI)),
+        GlueTask("wnli", _PAIR, 2, ("accuracy",), GlueTsv("WNLI", _PAIR, "label", ("not_entailment", "entailment"))),
+    )
+}
 
 
 @dataclass(frozen=True)
@@ -152,8 +183,9 @@ def _labelled(task: GlueTask, table: Table, split: str, classes=()) -> GlueData:
     if task.is_regression:
         labels = table.number("label", low=0.0, high=5.0, allowed=unlabelled).astype(np.float32)
     else:
-        labels = table.number("label", low=0, high=task.num_labels - 1, integer=True, allowed=unlabelled,
-                              classes=classes).astype(np.int32)
+        labels = table.number(
+            "label", low=0, high=task.num_labels - 1, integer=True, allowed=unlabelled, classes=classes
+        ).astype(np.int32)
     return GlueData(texts[0], texts[1] if task.is_pair else None, labels, task, split)
 
 
@@ -214,7 +246,9 @@ def load_glue(task: str, split: str = "train", *, data_dir=None, source="auto", 
         if source in ("auto", None) and spec.name == "stsb":
             log.info("GLUE stsb: Hub unreachable (%s); reading the offline package files", e)
             return _stsb_package(spec, split, cache_dir)
-        raise ConnectionError(f"GLUE {spec.name} is read from the Hub ({GLUE_HUB_ID}), which cannot be "
-                              f"reached: {e}. To read the files of GLUE's download script, {DATA_DIR_HINT}; "
-                              f"or pass source=<local directory in the Hub's layout, e.g. "
-                              f"{spec.name}/{split}-00000-of-00001.parquet>") from e
+        raise ConnectionError(
+            f"GLUE {spec.name} is read from the Hub ({GLUE_HUB_ID}), which cannot be "
+            f"reached: {e}. To read the files of GLUE's download script, {DATA_DIR_HINT}; "
+            f"or pass source=<local directory in the Hub's layout, e.g. "
+            f"{spec.name}/{split}-00000-of-00001.parquet>"
+        ) from e

@@ -16,12 +16,13 @@ Sentences are kept verbatim. A malformed file (a line with the wrong number of f
 number in the set's range, an empty sentence, text that is not UTF-8) is a ``ValueError`` naming the file and
 line.
 """
+
 from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -50,12 +51,15 @@ def read_sts_pair(input_path, gold_path) -> tuple[list[str], list[str], np.ndarr
     if lines[-1] == "":
         lines.pop()  # the final newline ends the last line; it does not start another
     if len(lines) != len(inputs):
-        raise ValueError(f"{gold_path}: {len(lines)} lines, but its input file {input_path} has {len(inputs)}; "
-                         "each input line needs one gold line (empty when unscored)")
+        raise ValueError(
+            f"{gold_path}: {len(lines)} lines, but its input file {input_path} has {len(inputs)}; "
+            "each input line needs one gold line (empty when unscored)"
+        )
     scored = [i for i, line in enumerate(lines) if line.strip()]
     if len(scored) < len(lines):
-        log.info("%s: %d of %d pairs unscored (empty gold line), left out", gold_path, len(lines) - len(scored),
-                 len(lines))
+        log.info(
+            "%s: %d of %d pairs unscored (empty gold line), left out", gold_path, len(lines) - len(scored), len(lines)
+        )
     gold = Table.from_file(str(gold_path), {"score": [lines[i] for i in scored]}, [i + 1 for i in scored])
     scores = gold.number("score", low=0.0, high=5.0)
     inputs = inputs.take(scored)
@@ -77,8 +81,9 @@ def sts_release_files(directory) -> dict[str, tuple[Path, Path | None]]:
             inputs = directory / f"{match['prefix']}.input.{match['name']}.txt"
             found[match["name"]] = (gold, inputs if inputs.is_file() else None)
     if not found:
-        raise FileNotFoundError(f"{directory}: no SemEval STS gold files (STS.gs.<name>.txt or "
-                                "STS2016.gs.<name>.txt) in this directory")
+        raise FileNotFoundError(
+            f"{directory}: no SemEval STS gold files (STS.gs.<name>.txt or STS2016.gs.<name>.txt) in this directory"
+        )
     return found
 
 
@@ -99,8 +104,9 @@ def read_sts_release(directory, subsets: Sequence[str] | None = None) -> tuple[l
         gold, inputs = found.get(name, (None, None))
         if inputs is None:
             missing = f"STS*.gs.{name}.txt" if gold is None else gold.name.replace(".gs.", ".input.", 1)
-            raise FileNotFoundError(f"{Path(directory) / missing}: not found; sub-corpus {name!r} needs its "
-                                    "input and gold files")
+            raise FileNotFoundError(
+                f"{Path(directory) / missing}: not found; sub-corpus {name!r} needs its input and gold files"
+            )
         a, b, s = read_sts_pair(inputs, gold)
         s1 += a
         s2 += b

@@ -16,6 +16,7 @@ whose source or target is empty (or whitespace only) is left out, in every split
 where the first ones were) is logged as a warning: there is nothing to translate or summarise, or nothing to
 compare an output with.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -48,12 +49,19 @@ class Seq2SeqTask:
 
 
 _ROUGE = ("rouge1", "rouge2", "rougeL")
-SEQ2SEQ_TASKS: dict[str, Seq2SeqTask] = {t.name: t for t in (
-    Seq2SeqTask("wmt16_en_ro", "wmt/wmt16", "ro-en", "translation.en", "translation.ro", ("bleu",), "en_XX", "ro_RO"),
-    Seq2SeqTask("wmt16_de_en", "wmt/wmt16", "de-en", "translation.de", "translation.en", ("bleu",), "de_DE", "en_XX"),
-    Seq2SeqTask("cnn_dailymail", "abisee/cnn_dailymail", "3.0.0", "article", "highlights", _ROUGE),
-    Seq2SeqTask("seq2seq", None, None, "source", "target", ("bleu", *_ROUGE)),
-)}
+SEQ2SEQ_TASKS: dict[str, Seq2SeqTask] = {
+    t.name: t
+    for t in (
+        Seq2SeqTask(
+            "wmt16_en_ro", "wmt/wmt16", "ro-en", "translation.en", "translation.ro", ("bleu",), "en_XX", "ro_RO"
+        ),
+        Seq2SeqTask(
+            "wmt16_de_en", "wmt/wmt16", "de-en", "translation.de", "translation.en", ("bleu",), "de_DE", "en_XX"
+        ),
+        Seq2SeqTask("cnn_dailymail", "abisee/cnn_dailymail", "3.0.0", "article", "highlights", _ROUGE),
+        Seq2SeqTask("seq2seq", None, None, "source", "target", ("bleu", *_ROUGE)),
+    )
+}
 
 
 @dataclass(frozen=True)
@@ -69,8 +77,9 @@ class Seq2SeqData:
         check_texts(self.sources, "sources")
         check_texts(self.targets, "targets")
         if len(self.sources) != len(self.targets):
-            raise ValueError(f"sources ({len(self.sources)}) and targets ({len(self.targets)}) must have the same "
-                             "length")
+            raise ValueError(
+                f"sources ({len(self.sources)}) and targets ({len(self.targets)}) must have the same length"
+            )
 
     def __len__(self) -> int:
         return len(self.sources)
@@ -94,8 +103,9 @@ def _texts(table: Table, column: str) -> list[str]:
     for i, value in enumerate(table.columns[name]):
         text = value.get(key) if isinstance(value, dict) else None
         if not isinstance(text, str):
-            raise ValueError(f"{table.where(i)}: column {name!r} must hold dictionaries with a text under {key!r}, "
-                             f"got {value!r}")
+            raise ValueError(
+                f"{table.where(i)}: column {name!r} must hold dictionaries with a text under {key!r}, got {value!r}"
+            )
         out.append(text)
     return out
 
@@ -113,8 +123,10 @@ def load_seq2seq(task: str, split: str = "train", *, source="auto") -> Seq2SeqDa
         raise ValueError(f"split: {spec.name} has splits {list(spec.splits)}, got {split!r}")
     if source in ("auto", "hub", None):
         if spec.hub_id is None:
-            raise ValueError(f"task {spec.name} has no Hub copy: pass source=<local file or directory with columns "
-                             f"{spec.source!r} and {spec.target!r}> (command line: --data-source)")
+            raise ValueError(
+                f"task {spec.name} has no Hub copy: pass source=<local file or directory with columns "
+                f"{spec.source!r} and {spec.target!r}> (command line: --data-source)"
+            )
         source = spec.hub_id
     table = load_table(source, split, config=spec.hub_config)
     pairs = Table({"source": _texts(table, spec.source), "target": _texts(table, spec.target)}, table.parts)

@@ -23,6 +23,7 @@ Every set and split is named in :data:`STS_SETS`; a SemEval year also names each
 
 Scores are returned on the data set's own scale as float64; correlation metrics do not depend on it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -58,16 +59,19 @@ class StsData:
         check_texts(self.sentences2, "sentences2")
         n = len(self.sentences1)
         if len(self.sentences2) != n or self.scores.shape != (n,):
-            raise ValueError(f"StsData {self.name}: sentences1 ({n}), sentences2 ({len(self.sentences2)}) "
-                             f"and scores {self.scores.shape} must have the same length")
+            raise ValueError(
+                f"StsData {self.name}: sentences1 ({n}), sentences2 ({len(self.sentences2)}) "
+                f"and scores {self.scores.shape} must have the same length"
+            )
 
     def __len__(self) -> int:
         return len(self.sentences1)
 
     def head(self, n: int) -> StsData:
         """The first ``n`` pairs (all of them when there are fewer)."""
-        return dataclasses.replace(self, sentences1=self.sentences1[:n], sentences2=self.sentences2[:n],
-                                   scores=self.scores[:n])
+        return dataclasses.replace(
+            self, sentences1=self.sentences1[:n], sentences2=self.sentences2[:n], scores=self.scores[:n]
+        )
 
 
 @dataclass(frozen=True)
@@ -96,16 +100,37 @@ _ORDER = ("train", "trial", "validation", "test", "all")
 _SPLITS = ("train", "validation", "test")
 STS_SETS: dict[str, StsSet] = {
     "stsb": StsSet("mteb/stsbenchmark-sts", {s: s for s in _SPLITS}, _SPLITS),
-    "sts12": StsSet("mteb/sts12-sts", {"train": "train", "test": "test"}, ("test",), folder="sts/STS12",
-                    subsets=("MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews")),
-    "sts13": StsSet("mteb/sts13-sts", {"test": "test"}, ("test",), folder="sts/STS13",
-                    subsets=("FNWN", "OnWN", "headlines")),  # SMT: gold scores only, its text was never released
-    "sts14": StsSet("mteb/sts14-sts", {"test": "test"}, ("test",), folder="sts/STS14",
-                    subsets=("OnWN", "deft-forum", "deft-news", "headlines", "images", "tweet-news")),
-    "sts15": StsSet("mteb/sts15-sts", {"test": "test"}, ("test",), folder="sts/STS15",
-                    subsets=("answers-forums", "answers-students", "belief", "headlines", "images")),
-    "sts16": StsSet("mteb/sts16-sts", {"test": "test"}, ("test",), folder="sts/STS16",
-                    subsets=("answer-answer", "headlines", "plagiarism", "postediting", "question-question")),
+    "sts12": StsSet(
+        "mteb/sts12-sts",
+        {"train": "train", "test": "test"},
+        ("test",),
+        folder="sts/STS12",
+        subsets=("MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews"),
+    ),
+    "sts13": StsSet(
+        "mteb/sts13-sts", {"test": "test"}, ("test",), folder="sts/STS13", subsets=("FNWN", "OnWN", "headlines")
+    ),  # SMT: gold scores only, its text was never released
+    "sts14": StsSet(
+        "mteb/sts14-sts",
+        {"test": "test"},
+        ("test",),
+        folder="sts/STS14",
+        subsets=("OnWN", "deft-forum", "deft-news", "headlines", "images", "tweet-news"),
+    ),
+    "sts15": StsSet(
+        "mteb/sts15-sts",
+        {"test": "test"},
+        ("test",),
+        folder="sts/STS15",
+        subsets=("answers-forums", "answers-students", "belief", "headlines", "images"),
+    ),
+    "sts16": StsSet(
+        "mteb/sts16-sts",
+        {"test": "test"},
+        ("test",),
+        folder="sts/STS16",
+        subsets=("answer-answer", "headlines", "plagiarism", "postediting", "question-question"),
+    ),
     "sickr": StsSet("mteb/sickr-sts", {"all": "test"}, ("train", "trial", "test", "all"), (1.0, 5.0), "sick"),
 }
 _ALIASES = {"sts-b": "stsb", "stsbenchmark": "stsb", "sick-r": "sickr", "sick": "sickr"}
@@ -124,8 +149,10 @@ def _lookup(name: str) -> tuple[str, str | None]:
     base, _, subset = str(name).partition("/")
     key = _ALIASES.get(base.lower(), base.lower())
     if key not in STS_SETS:
-        raise ValueError(f"name: unknown STS data set {name!r}; expected one of {sorted(STS_SETS)}, or "
-                         "<year>/<sub-corpus> such as 'sts12/MSRpar'")
+        raise ValueError(
+            f"name: unknown STS data set {name!r}; expected one of {sorted(STS_SETS)}, or "
+            "<year>/<sub-corpus> such as 'sts12/MSRpar'"
+        )
     if not subset:
         return key, None
     subsets = {s.lower(): s for s in STS_SETS[key].subsets}
@@ -149,29 +176,44 @@ def read_stsb_file(path, *, name: str = "stsb", split: str = "") -> StsData:
     optionally two source columns (197 training rows carry them). Scores must lie in [0, 5] and sentences
     must hold text. A malformed line raises ``ValueError`` naming the file and line.
     """
-    table = read_tsv(path, ("genre", "file", "year", "id", "score", "sentence1", "sentence2"),
-                     extra=("source1", "source2"))
-    return StsData(table.sentences("sentence1"), table.sentences("sentence2"),
-                   table.number("score", low=0.0, high=5.0), name, split)
+    table = read_tsv(
+        path, ("genre", "file", "year", "id", "score", "sentence1", "sentence2"), extra=("source1", "source2")
+    )
+    return StsData(
+        table.sentences("sentence1"),
+        table.sentences("sentence2"),
+        table.number("score", low=0.0, high=5.0),
+        name,
+        split,
+    )
 
 
 def _from_table(name: str, split: str, source) -> StsData:
     spec = STS_SETS[name]
     if split not in spec.hub_splits:
-        raise ValueError(f"split: the Hub copy of {name} ({spec.hub_id}) has splits {list(spec.hub_splits)}; "
-                         f"{split!r} is read from the original release files: {DATA_DIR_HINT}")
+        raise ValueError(
+            f"split: the Hub copy of {name} ({spec.hub_id}) has splits {list(spec.hub_splits)}; "
+            f"{split!r} is read from the original release files: {DATA_DIR_HINT}"
+        )
     table = load_table(source, spec.hub_splits[split])
     table.require(["sentence1", "sentence2", "score"])
     low, high = spec.score_range
-    return StsData(table.sentences("sentence1"), table.sentences("sentence2"),
-                   table.number("score", low=low, high=high), name, split)
+    return StsData(
+        table.sentences("sentence1"),
+        table.sentences("sentence2"),
+        table.number("score", low=low, high=high),
+        name,
+        split,
+    )
 
 
 def _from_release(name: str, subset: str | None, split: str, data_dir: Path) -> StsData:
     spec = STS_SETS[name]
     if split not in spec.release_splits:
-        raise ValueError(f"split: the original release of {name} has splits {list(spec.release_splits)}; "
-                         f"{split!r} is read from the Hub ({spec.hub_id})")
+        raise ValueError(
+            f"split: the original release of {name} has splits {list(spec.release_splits)}; "
+            f"{split!r} is read from the Hub ({spec.hub_id})"
+        )
     folder = release_path(data_dir, spec.folder, f"{name} release folder")
     if name == "sickr":
         s1, s2, scores = read_sick(folder, split)
@@ -226,7 +268,9 @@ def load_sts(name: str, split: str = "test", *, data_dir=None, source="auto", ca
     try:
         return _from_table(key, split, hub_id if source in ("auto", None, "hub") else source)
     except ConnectionError as e:
-        raise ConnectionError(f"{key} is read from the Hub ({hub_id}), which cannot be reached: {e}. To read the "
-                              f"original release files, {DATA_DIR_HINT}; or pass source=<local directory holding "
-                              f"{STS_SETS[key].hub_splits[split]}.jsonl.gz in the Hub's format (sentence1, "
-                              "sentence2, score)>") from e
+        raise ConnectionError(
+            f"{key} is read from the Hub ({hub_id}), which cannot be reached: {e}. To read the "
+            f"original release files, {DATA_DIR_HINT}; or pass source=<local directory holding "
+            f"{STS_SETS[key].hub_splits[split]}.jsonl.gz in the Hub's format (sentence1, "
+            "sentence2, score)>"
+        ) from e

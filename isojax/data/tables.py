@@ -10,6 +10,7 @@ a header row and one line per record, ``.jsonl``) or ``file: row N`` (``.json``,
 both 1-based. ``datasets`` honours ``HF_DATASETS_OFFLINE`` / ``HF_HUB_OFFLINE``: offline, a Hub id is
 served from the local ``datasets`` cache or fails at once with ``ConnectionError``.
 """
+
 from __future__ import annotations
 
 import functools
@@ -19,9 +20,9 @@ import os
 import re
 import socket
 import urllib.parse
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -47,8 +48,9 @@ def _format(path: Path):
         suffixes = suffixes[:-1]
     fmt = _FORMATS.get(suffixes[-1].lower() if suffixes else "")
     if fmt is None or (fmt[0] == "parquet" and path.suffix == ".gz"):
-        raise ValueError(f"source: cannot read {path}; expected one of {sorted(_FORMATS)} (optionally .gz, "
-                         "not for parquet)")
+        raise ValueError(
+            f"source: cannot read {path}; expected one of {sorted(_FORMATS)} (optionally .gz, not for parquet)"
+        )
     return fmt
 
 
@@ -116,8 +118,10 @@ class Table:
         values = self.text(name)
         for i, v in enumerate(values):
             if not v.strip():
-                raise ValueError(f"{self.where(i)}: column {name!r} is empty{' (whitespace only)' if v else ''}; "
-                                 "every sentence must hold text")
+                raise ValueError(
+                    f"{self.where(i)}: column {name!r} is empty{' (whitespace only)' if v else ''}; "
+                    "every sentence must hold text"
+                )
         return values
 
     def take(self, rows: Sequence[int]) -> Table:
@@ -138,8 +142,14 @@ class Table:
         if not blank:
             return self
         first = "; ".join(self.where(i) for i in sorted(blank)[:3])
-        log.warning("%s: skipped %d of %d rows with an empty text in %s (first: %s)", self.origin, len(blank),
-                    len(self), ", ".join(names), first)
+        log.warning(
+            "%s: skipped %d of %d rows with an empty text in %s (first: %s)",
+            self.origin,
+            len(blank),
+            len(self),
+            ", ".join(names),
+            first,
+        )
         return self.take([i for i in range(len(self)) if i not in blank])
 
     def number(self, name: str, *, low=None, high=None, integer=False, allowed=(), classes=()) -> np.ndarray:
@@ -193,7 +203,10 @@ def local_files(directory, split: str) -> list[Path]:
     directory = Path(directory)
     pattern = re.compile(rf"{re.escape(split)}([-.].*)?")
     files = sorted(
-        p for folder in (directory, directory / "data") if folder.is_dir() for p in folder.iterdir()
+        p
+        for folder in (directory, directory / "data")
+        if folder.is_dir()
+        for p in folder.iterdir()
         if p.is_file() and pattern.fullmatch(p.name) and _is_data(p)
     )
     if not files:

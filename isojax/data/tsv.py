@@ -8,11 +8,12 @@ without a final newline kept. Every row must have exactly the expected number of
 ``ValueError`` that names the file and the line, and so is text that is not UTF-8. Field values are kept verbatim
 (no stripping).
 """
+
 from __future__ import annotations
 
 import csv
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from isojax.data.tables import Table
 from isojax.data.utf8 import not_utf8
@@ -52,8 +53,10 @@ def read_tsv(path, names: Sequence[str] | None = None, *, extra: Sequence[str] =
             for row in reader:
                 if len(row) not in widths:
                     expected = " or ".join(map(str, widths))
-                    raise ValueError(f"{path}: line {reader.line_num}: expected {expected} tab-separated fields "
-                                     f"({', '.join(header + extra)}), got {len(row)}")
+                    raise ValueError(
+                        f"{path}: line {reader.line_num}: expected {expected} tab-separated fields "
+                        f"({', '.join(header + extra)}), got {len(row)}"
+                    )
                 row = row + [None] * (widths[-1] - len(row))
                 for values, value in zip(columns.values(), row):
                     values.append(value)

@@ -5,6 +5,7 @@ Python's ``UnicodeDecodeError`` gives a byte offset into a buffer, not a line, a
 (``path: line N: not UTF-8 text (...)``, lines counted from 1 at ``\\n``) where another library reads the file.
 The file is read a second time, in binary, only to find the line once decoding has failed.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -23,8 +24,10 @@ def not_utf8(path) -> ValueError:
             try:
                 line.decode("utf-8")
             except UnicodeDecodeError as e:
-                return ValueError(f"{path}: line {number}: not UTF-8 text (bytes {line[e.start:e.end]!r} at byte "
-                                  f"{e.start + 1} of the line: {e.reason})")
+                return ValueError(
+                    f"{path}: line {number}: not UTF-8 text (bytes {line[e.start : e.end]!r} at byte "
+                    f"{e.start + 1} of the line: {e.reason})"
+                )
     return ValueError(f"{path}: not UTF-8 text")
 
 

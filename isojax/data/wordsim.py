@@ -18,6 +18,7 @@ name            data set                                             pairs  scal
 Any other file in the same plain format is read with :func:`read_word_pairs`. Scores keep the
 data set's own scale (Spearman correlation does not depend on it); words keep their case.
 """
+
 from __future__ import annotations
 
 import math
@@ -56,8 +57,7 @@ WORDSIM_SETS: dict[str, tuple[str, tuple[float, float]]] = {
 }
 
 
-def read_word_pairs(path, *, score_range: tuple[float, float] | None = None, name: str | None = None
-                    ) -> WordSimData:
+def read_word_pairs(path, *, score_range: tuple[float, float] | None = None, name: str | None = None) -> WordSimData:
     """Read a ``word1 word2 score`` file.
 
     One pair per line; fields separated by tabs when the line has a tab (so a tab-separated word may
@@ -74,8 +74,9 @@ def read_word_pairs(path, *, score_range: tuple[float, float] | None = None, nam
         fields = [f.strip() for f in line.split("\t")] if "\t" in line else line.split()
         where = f"{path}: line {lineno}"
         if len(fields) != 3 or not all(fields):
-            raise ValueError(f"{where}: expected 3 fields 'word1 word2 score' (tab or space separated), "
-                             f"got {len(fields)}: {line!r}")
+            raise ValueError(
+                f"{where}: expected 3 fields 'word1 word2 score' (tab or space separated), got {len(fields)}: {line!r}"
+            )
         try:
             score = float(fields[2])
         except ValueError:
@@ -83,8 +84,9 @@ def read_word_pairs(path, *, score_range: tuple[float, float] | None = None, nam
         if not math.isfinite(score):
             raise ValueError(f"{where}: score (field 3) must be a finite number, got {fields[2]!r}")
         if score_range is not None and not score_range[0] <= score <= score_range[1]:
-            raise ValueError(f"{where}: score (field 3) must lie in [{score_range[0]}, {score_range[1]}], "
-                             f"got {fields[2]!r}")
+            raise ValueError(
+                f"{where}: score (field 3) must lie in [{score_range[0]}, {score_range[1]}], got {fields[2]!r}"
+            )
         pairs.append((fields[0], fields[1]))
         scores.append(score)
     if not pairs:
@@ -102,5 +104,7 @@ def load_wordsim(name, *, cache_dir=None) -> WordSimData:
         return read_word_pairs(asset_path(relative, cache_dir), score_range=score_range, name=key)
     if Path(name).is_file():
         return read_word_pairs(name)
-    raise ValueError(f"name: {name!r} is neither a known word-similarity set {sorted(WORDSIM_SETS)} "
-                     "nor an existing file of 'word1 word2 score' lines")
+    raise ValueError(
+        f"name: {name!r} is neither a known word-similarity set {sorted(WORDSIM_SETS)} "
+        "nor an existing file of 'word1 word2 score' lines"
+    )

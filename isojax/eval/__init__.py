@@ -1,4 +1,5 @@
 """Evaluation: running encoders over texts, layer-wise analysis."""
+
 from isojax.eval.analysis import analyze_layers
 from isojax.eval.encode import encode
 

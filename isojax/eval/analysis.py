@@ -15,10 +15,11 @@ sentence, pooled into one ``[T, d]`` matrix per layer:
     IsoScore                                                     (metrics.isoscore)
     anisotropy   σ_1^2 / Σ σ_i^2 of the pooled matrix, raw and centered   (metrics.anisotropy)
 """
+
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from collections.abc import Sequence
 
 import jax.numpy as jnp
 import numpy as np
@@ -57,8 +58,17 @@ def _per_sentence(output, mask, tokens_per_text: int):
     )
 
 
-def analyze_layers(module, params, tokenizer, texts: Sequence[str], *, batch_size: int = 32,
-                   max_length: int = 128, tokens_per_text: int = 8, progress: bool = False) -> dict:
+def analyze_layers(
+    module,
+    params,
+    tokenizer,
+    texts: Sequence[str],
+    *,
+    batch_size: int = 32,
+    max_length: int = 128,
+    tokens_per_text: int = 8,
+    progress: bool = False,
+) -> dict:
     """Per-layer table and pooled singular-value CDF of ``texts`` (see the module docstring).
 
     Returns a JSON-ready dict: ``layers``, one list per column of ``SENTENCE_COLUMNS`` and ``CORPUS_COLUMNS``
@@ -66,9 +76,17 @@ def analyze_layers(module, params, tokenizer, texts: Sequence[str], *, batch_siz
     ``texts`` is a sequence of strings (a single ``str`` is a ``TypeError``).
     """
     texts = check_texts(texts)
-    per = encode(module, params, tokenizer, texts, batch_size=batch_size, max_length=max_length,
-                 reduce=lambda out, mask: _per_sentence(out, mask, tokens_per_text), progress=progress,
-                 desc="analyzing layers")
+    per = encode(
+        module,
+        params,
+        tokenizer,
+        texts,
+        batch_size=batch_size,
+        max_length=max_length,
+        reduce=lambda out, mask: _per_sentence(out, mask, tokens_per_text),
+        progress=progress,
+        desc="analyzing layers",
+    )
     layers = per["ev1"].shape[1]
     result = {"num_texts": len(texts), "layers": list(range(layers))}
     for name in SENTENCE_COLUMNS:
@@ -86,9 +104,18 @@ def analyze_layers(module, params, tokenizer, texts: Sequence[str], *, batch_siz
     return result
 
 
-_HEADERS = {"token_uni": "TokenUni", "rbf_dis": "RBF_dis", "ev1": "EV_1", "ev2": "EV_2", "ev3": "EV_3",
-            "sv_median": "med σ̃", "sv_skewness": "skew σ̃", "isoscore": "IsoScore", "anisotropy": "aniso",
-            "anisotropy_centered": "aniso_c"}
+_HEADERS = {
+    "token_uni": "TokenUni",
+    "rbf_dis": "RBF_dis",
+    "ev1": "EV_1",
+    "ev2": "EV_2",
+    "ev3": "EV_3",
+    "sv_median": "med σ̃",
+    "sv_skewness": "skew σ̃",
+    "isoscore": "IsoScore",
+    "anisotropy": "aniso",
+    "anisotropy_centered": "aniso_c",
+}
 
 
 def format_table(result: dict) -> str:

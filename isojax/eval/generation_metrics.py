@@ -16,9 +16,10 @@ Both packages are the references; this module fixes how they are called:
 ``references[i]`` is the reference of hypothesis ``i``, or a list of its references (BLEU: every hypothesis the
 same number; ROUGE: the best-scoring reference counts, rouge-score's ``score_multi``).
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 __all__ = ["BLEU_LEVELS", "ROUGE_TYPES", "bleu", "generation_metrics", "rouge"]
 
@@ -31,8 +32,9 @@ def _check(hypotheses, references) -> tuple[list[str], list[list[str]]]:
     if isinstance(hypotheses, str) or not isinstance(hypotheses, Sequence):
         raise TypeError(f"hypotheses must be a sequence of strings, got {type(hypotheses).__name__}")
     if isinstance(references, str) or not isinstance(references, Sequence):
-        raise TypeError(f"references must be a sequence of strings (or of lists of strings), got "
-                        f"{type(references).__name__}")
+        raise TypeError(
+            f"references must be a sequence of strings (or of lists of strings), got {type(references).__name__}"
+        )
     if len(hypotheses) != len(references):
         raise ValueError(f"hypotheses ({len(hypotheses)}) and references ({len(references)}) must have the same length")
     if not hypotheses:
@@ -63,8 +65,9 @@ def bleu(hypotheses, references, *, level: str = "corpus", tokenize: str = "13a"
     return float(sum(metric.sentence_score(h, r).score for h, r in zip(hypotheses, refs)) / len(hypotheses))
 
 
-def rouge(hypotheses, references, *, types: Sequence[str] = ("rouge1", "rouge2", "rougeL"),
-          use_stemmer: bool = True) -> dict[str, float]:
+def rouge(
+    hypotheses, references, *, types: Sequence[str] = ("rouge1", "rouge2", "rougeL"), use_stemmer: bool = True
+) -> dict[str, float]:
     """Mean ROUGE F-measure x100 of each of ``types`` (module docstring), computed by rouge-score."""
     from rouge_score import rouge_scorer
 

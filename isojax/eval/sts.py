@@ -13,10 +13,11 @@ Several sets at once (the SoftDecay paper's Table 1): :func:`embed_sets` encodes
 the sets once, and :func:`evaluate_sets` applies every transform to every set, with one SoftDecay α chosen on
 a dev set, and averages over the sets.
 """
+
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -50,9 +51,11 @@ class Transform:
 
     @property
     def label(self) -> str:
-        extra = {"whiten": f"k={self.whiten_k}" if self.whiten_k else "",
-                 "abtt": f"D={self.abtt_D or 'd/100'}, {self.abtt_mode}",
-                 "softdecay": f"alpha={self.alpha:g}"}.get(self.method, "")
+        extra = {
+            "whiten": f"k={self.whiten_k}" if self.whiten_k else "",
+            "abtt": f"D={self.abtt_D or 'd/100'}, {self.abtt_mode}",
+            "softdecay": f"alpha={self.alpha:g}",
+        }.get(self.method, "")
         return f"{self.method} ({extra})" if extra else self.method
 
     def __call__(self, a: np.ndarray, b: np.ndarray) -> tuple[jax.Array, jax.Array]:
@@ -61,7 +64,7 @@ class Transform:
             return soft_decay(jnp.asarray(a), self.alpha), soft_decay(jnp.asarray(b), self.alpha)
         both = jnp.concatenate([jnp.asarray(a), jnp.asarray(b)])
         out = self.apply_joint(both)
-        return out[: len(a)], out[len(a):]
+        return out[: len(a)], out[len(a) :]
 
     def apply_joint(self, x: jax.Array) -> jax.Array:
         """The transform fitted on and applied to the rows of ``x [M, d]`` (not used for softdecay)."""
@@ -81,27 +84,61 @@ class Transform:
         return soft_decay(x, self.alpha)
 
 
-def embed_sets(module, params, tokenizer, sets: Sequence, *, poolings: Sequence[str] = ("mean",),
-               max_length: int = 128, batch_size: int = 64, progress: bool = False) -> dict[str, list]:
+def embed_sets(
+    module,
+    params,
+    tokenizer,
+    sets: Sequence,
+    *,
+    poolings: Sequence[str] = ("mean",),
+    max_length: int = 128,
+    batch_size: int = 64,
+    progress: bool = False,
+) -> dict[str, list]:
     """Sentence embeddings of both sides of several :class:`isojax.data.sts.StsData` in one pass.
 
     Every distinct sentence of all the sets is encoded once, and every pooling in ``poolings`` comes from that
     same forward pass. Returns ``{pooling: [(a [N_k, d], b [N_k, d]) for each set k]}``.
     """
     texts = list(dict.fromkeys(t for data in sets for t in (*data.sentences1, *data.sentences2)))
-    emb = encode(module, params, tokenizer, texts, reduce=lambda out, mask: {p: pool(out, mask, p) for p in poolings},
-                 max_length=max_length, batch_size=batch_size, progress=progress,
-                 desc=f"embedding {len(texts)} sentences of {len(sets)} set(s)")
+    emb = encode(
+        module,
+        params,
+        tokenizer,
+        texts,
+        reduce=lambda out, mask: {p: pool(out, mask, p) for p in poolings},
+        max_length=max_length,
+        batch_size=batch_size,
+        progress=progress,
+        desc=f"embedding {len(texts)} sentences of {len(sets)} set(s)",
+    )
     row = {t: i for i, t in enumerate(texts)}
     index = [([row[t] for t in data.sentences1], [row[t] for t in data.sentences2]) for data in sets]
     return {p: [(emb[p][i1], emb[p][i2]) for i1, i2 in index] for p in poolings}
 
 
-def embed_pairs(module, params, tokenizer, data, *, pooling: str = "mean", max_length: int = 128,
-                batch_size: int = 64, progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def embed_pairs(
+    module,
+    params,
+    tokenizer,
+    data,
+    *,
+    pooling: str = "mean",
+    max_length: int = 128,
+    batch_size: int = 64,
+    progress: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
     """Sentence embeddings ``([N, d], [N, d])`` of both sides of an :class:`isojax.data.sts.StsData`."""
-    return embed_sets(module, params, tokenizer, [data], poolings=(pooling,), max_length=max_length,
-                      batch_size=batch_size, progress=progress)[pooling][0]
+    return embed_sets(
+        module,
+        params,
+        tokenizer,
+        [data],
+        poolings=(pooling,),
+        max_length=max_length,
+        batch_size=batch_size,
+        progress=progress,
+    )[pooling][0]
 
 
 def cosine_scores(a, b) -> np.ndarray:
@@ -113,23 +150,30 @@ def cosine_scores(a, b) -> np.ndarray:
 
 def correlations(predicted, gold) -> dict[str, float]:
     """Spearman and Pearson correlation ×100."""
-    return {"spearman": 100 * float(scipy.stats.spearmanr(predicted, gold).statistic),
-            "pearson": 100 * float(scipy.stats.pearsonr(predicted, gold).statistic)}
+    return {
+        "spearman": 100 * float(scipy.stats.spearmanr(predicted, gold).statistic),
+        "pearson": 100 * float(scipy.stats.pearsonr(predicted, gold).statistic),
+    }
 
 
 def sentence_isotropy(raw: np.ndarray, transformed: np.ndarray, *, lsds_k: int = 12) -> dict[str, float]:
     """Figure-4 metrics of the SoftDecay paper on sentence embeddings ``[M, d]``: TokenUni (mean cosine of
     distinct pairs), log RBF_dis (t=2), EV_1, IsoScore, and LSDS of ``raw -> transformed`` (k neighbours)."""
-    measures = jax.jit(_sentence_isotropy, static_argnums=2)(jnp.asarray(raw, jnp.float32),
-                                                           jnp.asarray(transformed, jnp.float32), lsds_k)
+    measures = jax.jit(_sentence_isotropy, static_argnums=2)(
+        jnp.asarray(raw, jnp.float32), jnp.asarray(transformed, jnp.float32), lsds_k
+    )
     return {name: float(value) for name, value in measures.items()}
 
 
 def _sentence_isotropy(raw, x, lsds_k: int):
     """The measures, jitted by the caller as one call (isojax's metrics are plain functions; op by op they are slower)."""
-    return {"token_uni": metrics.token_uniformity(x), "rbf_dis": metrics.rbf_uniformity(x),
-            "ev1": metrics.explained_variance(x, 1), "isoscore": metrics.isoscore(x),
-            "lsds": metrics.lsds(raw, x, k=lsds_k)}
+    return {
+        "token_uni": metrics.token_uniformity(x),
+        "rbf_dis": metrics.rbf_uniformity(x),
+        "ev1": metrics.explained_variance(x, 1),
+        "isoscore": metrics.isoscore(x),
+        "lsds": metrics.lsds(raw, x, k=lsds_k),
+    }
 
 
 def evaluate_pairs(a: np.ndarray, b: np.ndarray, gold, transform: Transform, *, isotropy: bool = False) -> dict:
@@ -148,8 +192,14 @@ def search_alpha(a, b, gold, alphas: Sequence[float] = DEFAULT_ALPHAS) -> tuple[
     return max(scores, key=scores.get), scores
 
 
-def evaluate_sets(pairs: dict[str, tuple], transforms: Sequence[Transform], *, dev: tuple | None = None,
-                  alphas: Sequence[float] = DEFAULT_ALPHAS, isotropy: bool = False) -> dict:
+def evaluate_sets(
+    pairs: dict[str, tuple],
+    transforms: Sequence[Transform],
+    *,
+    dev: tuple | None = None,
+    alphas: Sequence[float] = DEFAULT_ALPHAS,
+    isotropy: bool = False,
+) -> dict:
     """Every transform on every set, as the SoftDecay paper's Table 1 (one α for all sets, chosen on a dev set).
 
     Args:
@@ -168,8 +218,12 @@ def evaluate_sets(pairs: dict[str, tuple], transforms: Sequence[Transform], *, d
         best, scores = search_alpha(*dev, alphas)
         transforms = [dataclasses.replace(t, alpha=best) if t.method == "softdecay" else t for t in transforms]
         out["alpha_search"] = {"spearman": {str(k): v for k, v in scores.items()}, "best": best}
-    out["sets"] = {label: [evaluate_pairs(a, b, gold, t, isotropy=isotropy) for t in transforms]
-                   for label, (a, b, gold) in pairs.items()}
-    out["average"] = {t.label: float(np.mean([rows[i]["spearman"] for rows in out["sets"].values()]))
-                      for i, t in enumerate(transforms)}
+    out["sets"] = {
+        label: [evaluate_pairs(a, b, gold, t, isotropy=isotropy) for t in transforms]
+        for label, (a, b, gold) in pairs.items()
+    }
+    out["average"] = {
+        t.label: float(np.mean([rows[i]["spearman"] for rows in out["sets"].values()]))
+        for i, t in enumerate(transforms)
+    }
     return out

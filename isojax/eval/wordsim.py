@@ -7,6 +7,7 @@ scored by cosine similarity or inner product, before and after post-processing t
     raw; center: W - mu; scaled_center: e(w) - ||e(w)|| mu_hat (mu_hat = mean of unit rows);
     abtt: all-but-the-top, eq. 11 (remove the mean and the ceil(d/100) top principal directions)
 """
+
 from __future__ import annotations
 
 import jax
@@ -63,8 +64,13 @@ def evaluate_wordsim(w, tokenizer, data, *, similarity: str = "cosine") -> dict:
     if similarity == "cosine":
         norms = np.linalg.norm(ea, axis=1) * np.linalg.norm(eb, axis=1)
         sims = np.divide(sims, norms, out=np.zeros_like(sims), where=norms > 0)
-    return {"data": data.name, "similarity": similarity, "pairs_used": len(keep), "pairs_total": len(data),
-            **correlations(sims, data.scores[keep])}
+    return {
+        "data": data.name,
+        "similarity": similarity,
+        "pairs_used": len(keep),
+        "pairs_total": len(data),
+        **correlations(sims, data.scores[keep]),
+    }
 
 
 def embedding_isotropy(w) -> dict[str, float]:
@@ -77,6 +83,11 @@ def embedding_isotropy(w) -> dict[str, float]:
     for name, method in (("I(W)", "raw"), ("I(W_c)", "center"), ("I(W_r)", "abtt")):
         i1, i2 = jax.jit(metrics.partition_isotropy)(transform_embeddings(w, method))  # one compilation per shape
         out[name], out[name.replace("I(", "I2(")] = float(i1), float(i2)
-    out.update({"avg_norm": avg_norm, "mean_norm": float(np.linalg.norm(mu)),
-                "mean_norm_ratio": float(np.linalg.norm(mu)) / avg_norm})
+    out.update(
+        {
+            "avg_norm": avg_norm,
+            "mean_norm": float(np.linalg.norm(mu)),
+            "mean_norm_ratio": float(np.linalg.norm(mu)) / avg_norm,
+        }
+    )
     return out

@@ -1,6 +1,7 @@
 """Flax (Linen) transformers that load and save Hugging Face checkpoints: BERT-family encoders, GPT-2, BART and
 mBART; the model contract (:mod:`isojax.models.registry`) through which the rest of isojax uses them; greedy and beam
 decoding with a key/value cache (:mod:`isojax.models.generate`)."""
+
 from isojax.models.albert import AlbertModel
 from isojax.models.bart import BartModel
 from isojax.models.bert import BertModel
@@ -9,20 +10,74 @@ from isojax.models.distilbert import DistilBertModel
 from isojax.models.gpt2 import GPT2Model
 from isojax.models.heads import MaskedLMHead
 from isojax.models.hub import DEFAULT_MODEL, from_pretrained, load_mlm_head, resolve, save_pretrained
-from isojax.models.layers import (Cache, DecoderOutput, EncoderModel, EncoderOutput, Seq2SeqOutput, init_cache,
-                                  to_scanned, to_unscanned)
+from isojax.models.layers import (
+    Cache,
+    DecoderOutput,
+    EncoderModel,
+    EncoderOutput,
+    Seq2SeqOutput,
+    init_cache,
+    to_scanned,
+    to_unscanned,
+)
 from isojax.models.mpnet import MPNetModel
-from isojax.models.registry import (ARCHITECTURES, SUPPORTED_MODEL_TYPES, TRANSFORM, architecture, build_encoder,
-                                    build_model, config_from_hf, config_to_hf, has_pooler, init_params, model_kind,
-                                    partition_rules, require_kind, token_types, uses_token_types, word_embeddings)
+from isojax.models.registry import (
+    ARCHITECTURES,
+    SUPPORTED_MODEL_TYPES,
+    TRANSFORM,
+    architecture,
+    build_encoder,
+    build_model,
+    config_from_hf,
+    config_to_hf,
+    has_pooler,
+    init_params,
+    model_kind,
+    partition_rules,
+    require_kind,
+    token_types,
+    uses_token_types,
+    word_embeddings,
+)
 from isojax.models.roberta import RobertaModel
 
 __all__ = [
-    "ARCHITECTURES", "DEFAULT_MODEL", "SUPPORTED_MODEL_TYPES", "TRANSFORM", "AlbertModel", "BartModel", "BertModel",
-    "Cache", "DecoderOutput", "DistilBertModel", "EncoderConfig", "EncoderModel", "EncoderOutput", "GPT2Model",
-    "MPNetModel", "MaskedLMHead", "RobertaModel", "Seq2SeqOutput", "architecture", "build_encoder", "build_model",
-    "config_from_hf", "config_to_hf", "from_pretrained", "has_pooler", "init_cache", "init_params", "load_mlm_head",
-    "model_kind", "partition_rules",
-    "require_kind", "resolve", "save_pretrained", "to_scanned", "to_unscanned", "token_types", "uses_token_types",
+    "ARCHITECTURES",
+    "DEFAULT_MODEL",
+    "SUPPORTED_MODEL_TYPES",
+    "TRANSFORM",
+    "AlbertModel",
+    "BartModel",
+    "BertModel",
+    "Cache",
+    "DecoderOutput",
+    "DistilBertModel",
+    "EncoderConfig",
+    "EncoderModel",
+    "EncoderOutput",
+    "GPT2Model",
+    "MPNetModel",
+    "MaskedLMHead",
+    "RobertaModel",
+    "Seq2SeqOutput",
+    "architecture",
+    "build_encoder",
+    "build_model",
+    "config_from_hf",
+    "config_to_hf",
+    "from_pretrained",
+    "has_pooler",
+    "init_cache",
+    "init_params",
+    "load_mlm_head",
+    "model_kind",
+    "partition_rules",
+    "require_kind",
+    "resolve",
+    "save_pretrained",
+    "to_scanned",
+    "to_unscanned",
+    "token_types",
+    "uses_token_types",
     "word_embeddings",
 ]

@@ -4,6 +4,7 @@ Layer ``i`` applies group ``i * num_hidden_groups // num_hidden_layers``; a grou
 blocks applied in order. ``hidden_states`` records every block that runs, as Hugging Face's ALBERT does. Scanned
 (``scan_layers=True``), each group is one loop over its layers, its blocks under ``encoder/group_{g}/block``.
 """
+
 from isojax.models.checkpoint import HFNames
 from isojax.models.config import EncoderConfig, bert_style_fields, bert_style_hf, check_absolute_positions
 from isojax.models.heads import MLMHeadNames
@@ -17,8 +18,11 @@ class AlbertEncoder(Encoder):
         cfg = self.config
         groups, inner = cfg.num_hidden_groups, cfg.inner_group_num
         names = [f"group_{g}_layer_{j}" for g in range(groups) for j in range(inner)]
-        order = [(i * groups // cfg.num_hidden_layers) * inner + j
-                 for i in range(cfg.num_hidden_layers) for j in range(inner)]
+        order = [
+            (i * groups // cfg.num_hidden_layers) * inner + j
+            for i in range(cfg.num_hidden_layers)
+            for j in range(inner)
+        ]
         return names, order
 
     def scan_segments(self):
@@ -26,8 +30,14 @@ class AlbertEncoder(Encoder):
         running the group's ``inner_group_num`` shared blocks (parameters broadcast, not stacked)."""
         cfg = self.config
         per_group = cfg.num_hidden_layers // cfg.num_hidden_groups
-        return [ScanSegment(f"group_{g}", [tuple(f"group_{g}_layer_{j}" for j in range(cfg.inner_group_num))]
-                            * per_group, stacked=False) for g in range(cfg.num_hidden_groups)]
+        return [
+            ScanSegment(
+                f"group_{g}",
+                [tuple(f"group_{g}_layer_{j}" for j in range(cfg.inner_group_num))] * per_group,
+                stacked=False,
+            )
+            for g in range(cfg.num_hidden_groups)
+        ]
 
 
 class AlbertModel(EncoderModel):
@@ -40,14 +50,24 @@ def config_from_hf(hf) -> EncoderConfig:
     """:class:`EncoderConfig` of an ALBERT ``config.json`` (factorised embeddings, shared groups, no dropout
     after the feed-forward output)."""
     check_absolute_positions(hf)
-    return EncoderConfig(**bert_style_fields(hf, hidden_act="gelu_new"), embedding_size=hf.get("embedding_size", 128),
-                         num_hidden_groups=hf.get("num_hidden_groups", 1), inner_group_num=hf.get("inner_group_num", 1),
-                         embedding_projection=True, ffn_output_dropout=False)
+    return EncoderConfig(
+        **bert_style_fields(hf, hidden_act="gelu_new"),
+        embedding_size=hf.get("embedding_size", 128),
+        num_hidden_groups=hf.get("num_hidden_groups", 1),
+        inner_group_num=hf.get("inner_group_num", 1),
+        embedding_projection=True,
+        ffn_output_dropout=False,
+    )
 
 
 def config_to_hf(config: EncoderConfig) -> dict:
-    return bert_style_hf(config, "AlbertModel", embedding_size=config.embedding_size,
-                         num_hidden_groups=config.num_hidden_groups, inner_group_num=config.inner_group_num)
+    return bert_style_hf(
+        config,
+        "AlbertModel",
+        embedding_size=config.embedding_size,
+        num_hidden_groups=config.num_hidden_groups,
+        inner_group_num=config.inner_group_num,
+    )
 
 
 ALBERT_HF_NAMES = HFNames(
@@ -71,5 +91,6 @@ ALBERT_HF_NAMES = HFNames(
     },
 )
 
-ALBERT_MLM_HEAD = MLMHeadNames(dense="predictions.dense", norm="predictions.LayerNorm", bias="predictions.bias",
-                               decoder="predictions.decoder")
+ALBERT_MLM_HEAD = MLMHeadNames(
+    dense="predictions.dense", norm="predictions.LayerNorm", bias="predictions.bias", decoder="predictions.decoder"
+)

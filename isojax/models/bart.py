@@ -12,6 +12,7 @@ BART's blocks are post-LayerNorm; mBART's are pre-LayerNorm and each of its stac
 decoder's count cache slots (``index + 0, 1, ...``), as in transformers, so decoder inputs are right-padded.
 ``final_logits_bias`` is a buffer in transformers (zero unless a checkpoint sets it) and a parameter here.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -22,8 +23,16 @@ from jax.sharding import PartitionSpec as P
 
 from isojax.models.checkpoint import HFNames
 from isojax.models.config import REQUIRED, EncoderConfig, check_supported, renamed_fields, renamed_hf
-from isojax.models.layers import (DecoderOutput, Embeddings, Encoder, EncoderOutput, Seq2SeqOutput, WordEmbeddings,
-                                  tied_logits, validate_inputs)
+from isojax.models.layers import (
+    DecoderOutput,
+    Embeddings,
+    Encoder,
+    EncoderOutput,
+    Seq2SeqOutput,
+    WordEmbeddings,
+    tied_logits,
+    validate_inputs,
+)
 
 _POSITION_OFFSET = 2  # BartLearnedPositionalEmbedding.offset
 
@@ -49,17 +58,27 @@ class BartModel(nn.Module):
         self.decoder = Encoder(dec, self.dtype, causal=True, cross_attention=True)
         self.final_logits_bias = self.param("final_logits_bias", nn.initializers.zeros, (1, cfg.vocab_size))
 
-    def encode(self, input_ids, attention_mask=None, *, deterministic: bool = True,
-               output_attentions: bool = False) -> EncoderOutput:
+    def encode(
+        self, input_ids, attention_mask=None, *, deterministic: bool = True, output_attentions: bool = False
+    ) -> EncoderOutput:
         """The encoder: ``input_ids [B, S]``, ``attention_mask [B, S]`` -> :class:`EncoderOutput` (``[B, S, H]``)."""
         ids, mask, _ = validate_inputs(self.config, input_ids, attention_mask, None)
         x = self.encoder_embeddings(ids, None, deterministic, word_vectors=self.embeddings(ids))
         stack = self.encoder(x, mask, deterministic, output_attentions)
         return EncoderOutput(stack.hidden_states[-1], stack.hidden_states, stack.attentions)
 
-    def decode(self, decoder_input_ids, encoder_hidden_states, encoder_attention_mask=None,
-               decoder_attention_mask=None, *, cache=None, deterministic: bool = True,
-               output_attentions: bool = False, head_transform=None) -> DecoderOutput:
+    def decode(
+        self,
+        decoder_input_ids,
+        encoder_hidden_states,
+        encoder_attention_mask=None,
+        decoder_attention_mask=None,
+        *,
+        cache=None,
+        deterministic: bool = True,
+        output_attentions: bool = False,
+        head_transform=None,
+    ) -> DecoderOutput:
         """The decoder: ``decoder_input_ids [B, L]`` attending to ``encoder_hidden_states [B, S, H]`` (real tokens
         ``encoder_attention_mask [B, S]``, default all) -> :class:`DecoderOutput` with ``logits [B, L, vocab_size]``.
 
@@ -75,49 +94,107 @@ class BartModel(nn.Module):
             encoder_attention_mask = jnp.ones(encoder_hidden_states.shape[:2], bool)
         encoder_attention_mask = jnp.asarray(encoder_attention_mask).astype(bool)
         if encoder_attention_mask.shape != encoder_hidden_states.shape[:2]:
-            raise ValueError(f"encoder_attention_mask has shape {encoder_attention_mask.shape}, the encoder output "
-                             f"{encoder_hidden_states.shape[:2]}")
+            raise ValueError(
+                f"encoder_attention_mask has shape {encoder_attention_mask.shape}, the encoder output "
+                f"{encoder_hidden_states.shape[:2]}"
+            )
         positions = self.decoder_embeddings.position_ids(ids) + (0 if cache is None else cache.index)
         x = self.decoder_embeddings(ids, None, deterministic, position_ids=positions, word_vectors=self.embeddings(ids))
-        stack = self.decoder(x, mask, deterministic, output_attentions, memory=encoder_hidden_states,
-                             memory_mask=encoder_attention_mask, cache=cache)
+        stack = self.decoder(
+            x,
+            mask,
+            deterministic,
+            output_attentions,
+            memory=encoder_hidden_states,
+            memory_mask=encoder_attention_mask,
+            cache=cache,
+        )
         h = stack.hidden_states[-1]
         head_input = h if head_transform is None else head_transform(h, mask)
         logits = tied_logits(self.variables["params"], head_input) + self.final_logits_bias
         return DecoderOutput(logits, h, stack.hidden_states, stack.attentions, stack.cross_attentions, stack.cache)
 
-    def __call__(self, input_ids, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None, *,
-                 deterministic: bool = True, output_attentions: bool = False, head_transform=None) -> Seq2SeqOutput:
+    def __call__(
+        self,
+        input_ids,
+        attention_mask=None,
+        decoder_input_ids=None,
+        decoder_attention_mask=None,
+        *,
+        deterministic: bool = True,
+        output_attentions: bool = False,
+        head_transform=None,
+    ) -> Seq2SeqOutput:
         if decoder_input_ids is None:
-            raise ValueError(f"decoder_input_ids is required: {self.config.model_type} is an encoder-decoder; pass the "
-                             "decoder inputs (for teacher forcing, the targets shifted right behind "
-                             f"decoder_start_token_id={self.config.decoder_start_token_id}), or decode with "
-                             "isojax.models.generate")
-        encoder = self.encode(input_ids, attention_mask, deterministic=deterministic,
-                              output_attentions=output_attentions)
-        decoder = self.decode(decoder_input_ids, encoder.last_hidden_state, attention_mask, decoder_attention_mask,
-                              deterministic=deterministic, output_attentions=output_attentions,
-                              head_transform=head_transform)
+            raise ValueError(
+                f"decoder_input_ids is required: {self.config.model_type} is an encoder-decoder; pass the "
+                "decoder inputs (for teacher forcing, the targets shifted right behind "
+                f"decoder_start_token_id={self.config.decoder_start_token_id}), or decode with "
+                "isojax.models.generate"
+            )
+        encoder = self.encode(
+            input_ids, attention_mask, deterministic=deterministic, output_attentions=output_attentions
+        )
+        decoder = self.decode(
+            decoder_input_ids,
+            encoder.last_hidden_state,
+            attention_mask,
+            decoder_attention_mask,
+            deterministic=deterministic,
+            output_attentions=output_attentions,
+            head_transform=head_transform,
+        )
         return Seq2SeqOutput(encoder, decoder)
 
 
 # BART's config.json name -> EncoderConfig field, and transformers' BartConfig defaults (MBartConfig: no
 # decoder_start_token_id)
-_NAMES = {"vocab_size": "vocab_size", "d_model": "hidden_size", "encoder_layers": "num_hidden_layers",
-          "encoder_attention_heads": "num_attention_heads", "encoder_ffn_dim": "intermediate_size",
-          "decoder_layers": "decoder_layers", "decoder_attention_heads": "decoder_attention_heads",
-          "decoder_ffn_dim": "decoder_ffn_dim", "activation_function": "hidden_act", "dropout": "hidden_dropout_prob",
-          "attention_dropout": "attention_probs_dropout_prob", "activation_dropout": "activation_dropout",
-          "max_position_embeddings": "max_position_embeddings", "init_std": "initializer_range",
-          "scale_embedding": "scale_embedding", "pad_token_id": "pad_token_id", "bos_token_id": "bos_token_id",
-          "eos_token_id": "eos_token_id", "decoder_start_token_id": "decoder_start_token_id",
-          "forced_bos_token_id": "forced_bos_token_id", "forced_eos_token_id": "forced_eos_token_id"}
-_DEFAULTS = {"vocab_size": REQUIRED, "d_model": REQUIRED, "encoder_layers": REQUIRED,
-             "encoder_attention_heads": REQUIRED, "encoder_ffn_dim": REQUIRED, "decoder_layers": REQUIRED,
-             "decoder_attention_heads": REQUIRED, "decoder_ffn_dim": REQUIRED, "activation_function": "gelu",
-             "dropout": 0.1, "attention_dropout": 0.0, "activation_dropout": 0.0, "max_position_embeddings": 1024,
-             "init_std": 0.02, "scale_embedding": False, "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2,
-             "decoder_start_token_id": 2, "forced_bos_token_id": None, "forced_eos_token_id": 2}
+_NAMES = {
+    "vocab_size": "vocab_size",
+    "d_model": "hidden_size",
+    "encoder_layers": "num_hidden_layers",
+    "encoder_attention_heads": "num_attention_heads",
+    "encoder_ffn_dim": "intermediate_size",
+    "decoder_layers": "decoder_layers",
+    "decoder_attention_heads": "decoder_attention_heads",
+    "decoder_ffn_dim": "decoder_ffn_dim",
+    "activation_function": "hidden_act",
+    "dropout": "hidden_dropout_prob",
+    "attention_dropout": "attention_probs_dropout_prob",
+    "activation_dropout": "activation_dropout",
+    "max_position_embeddings": "max_position_embeddings",
+    "init_std": "initializer_range",
+    "scale_embedding": "scale_embedding",
+    "pad_token_id": "pad_token_id",
+    "bos_token_id": "bos_token_id",
+    "eos_token_id": "eos_token_id",
+    "decoder_start_token_id": "decoder_start_token_id",
+    "forced_bos_token_id": "forced_bos_token_id",
+    "forced_eos_token_id": "forced_eos_token_id",
+}
+_DEFAULTS = {
+    "vocab_size": REQUIRED,
+    "d_model": REQUIRED,
+    "encoder_layers": REQUIRED,
+    "encoder_attention_heads": REQUIRED,
+    "encoder_ffn_dim": REQUIRED,
+    "decoder_layers": REQUIRED,
+    "decoder_attention_heads": REQUIRED,
+    "decoder_ffn_dim": REQUIRED,
+    "activation_function": "gelu",
+    "dropout": 0.1,
+    "attention_dropout": 0.0,
+    "activation_dropout": 0.0,
+    "max_position_embeddings": 1024,
+    "init_std": 0.02,
+    "scale_embedding": False,
+    "pad_token_id": 1,
+    "bos_token_id": 0,
+    "eos_token_id": 2,
+    "decoder_start_token_id": 2,
+    "forced_bos_token_id": None,
+    "forced_eos_token_id": 2,
+}
 _FIXED = {"encoder_layerdrop": 0.0, "decoder_layerdrop": 0.0, "tie_word_embeddings": True}
 _ARCHITECTURES = {"bart": "BartForConditionalGeneration", "mbart": "MBartForConditionalGeneration"}
 
@@ -129,8 +206,13 @@ def config_from_hf(hf) -> EncoderConfig:
     defaults = dict(_DEFAULTS, decoder_start_token_id=None) if hf["model_type"] == "mbart" else _DEFAULTS
     fields = renamed_fields(hf, _NAMES, defaults)
     fields["max_position_embeddings"] += _POSITION_OFFSET
-    return EncoderConfig(**fields, type_vocab_size=0, layer_norm_eps=1e-5, position_offset=_POSITION_OFFSET,
-                         pre_norm=hf["model_type"] == "mbart")
+    return EncoderConfig(
+        **fields,
+        type_vocab_size=0,
+        layer_norm_eps=1e-5,
+        position_offset=_POSITION_OFFSET,
+        pre_norm=hf["model_type"] == "mbart",
+    )
 
 
 def config_to_hf(config: EncoderConfig) -> dict:
@@ -167,8 +249,11 @@ BART_HF_NAMES = HFNames(
     block=_BLOCK_NAMES,
     params={"final_logits_bias": "final_logits_bias"},
     head=("final_logits_bias",),
-    tied={"encoder.embed_tokens.weight": "shared.weight", "decoder.embed_tokens.weight": "shared.weight",
-          "lm_head.weight": "shared.weight"},
+    tied={
+        "encoder.embed_tokens.weight": "shared.weight",
+        "decoder.embed_tokens.weight": "shared.weight",
+        "lm_head.weight": "shared.weight",
+    },
     namespaces=("shared.", "encoder.", "decoder."),
     ignore=r"^(encoder|decoder)\.version$",
 )

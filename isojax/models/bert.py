@@ -1,4 +1,5 @@
 """BERT (Devlin et al. 2019): the shared encoder as it is, and its Hugging Face parameter names."""
+
 from isojax.models.checkpoint import HFNames
 from isojax.models.config import EncoderConfig, bert_style_fields, bert_style_hf, check_absolute_positions
 from isojax.models.heads import MLMHeadNames
@@ -41,5 +42,9 @@ BERT_HF_NAMES = HFNames(
     block=BERT_BLOCK_NAMES,
 )
 
-BERT_MLM_HEAD = MLMHeadNames(dense="cls.predictions.transform.dense", norm="cls.predictions.transform.LayerNorm",
-                             bias="cls.predictions.bias", decoder="cls.predictions.decoder")
+BERT_MLM_HEAD = MLMHeadNames(
+    dense="cls.predictions.transform.dense",
+    norm="cls.predictions.transform.LayerNorm",
+    bias="cls.predictions.bias",
+    decoder="cls.predictions.decoder",
+)

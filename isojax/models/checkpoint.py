@@ -16,6 +16,7 @@ tied weight (``lm_head.weight`` = the word embeddings) are checked to be equal a
 Parameters outside the encoder's Hugging Face names (e.g. a last-layer SoftDecay's alpha) are "extra": they are
 kept in a separate ``isojax_extra.safetensors`` so that the main file stays loadable by transformers.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,7 +24,8 @@ import json
 import logging
 import os
 import re
-from typing import Mapping, NamedTuple
+from collections.abc import Mapping
+from typing import NamedTuple
 
 import numpy as np
 from flax import traverse_util
@@ -160,7 +162,7 @@ def _normalise_keys(state: Mapping[str, np.ndarray], prefix: str) -> dict[str, n
     out = {}
     for key, value in state.items():
         if key.startswith(prefix + "."):
-            key = key[len(prefix) + 1:]
+            key = key[len(prefix) + 1 :]
         key = re.sub(r"(LayerNorm|layer_norm|_norm)\.gamma$", r"\1.weight", key)
         key = re.sub(r"(LayerNorm|layer_norm|_norm)\.beta$", r"\1.bias", key)
         out[key] = value
@@ -201,16 +203,22 @@ def params_from_state_dict(state: Mapping[str, np.ndarray], names: HFNames, temp
         value = names.to_isojax_layout(path, state[slot.key])
         if slot.count > 1:
             if value.shape[-1] % slot.count:
-                raise ValueError(f"checkpoint key {slot.key!r} has shape {tuple(state[slot.key].shape)}, whose last "
-                                 f"axis does not split into {slot.count} equal parts (query, key, value)")
+                raise ValueError(
+                    f"checkpoint key {slot.key!r} has shape {tuple(state[slot.key].shape)}, whose last "
+                    f"axis does not split into {slot.count} equal parts (query, key, value)"
+                )
             value = np.split(value, slot.count, axis=-1)[slot.index]
         if tuple(value.shape) != tuple(leaf.shape):
-            transposed = (" (after transposing the PyTorch [out, in] weight)"
-                          if path[-1] == "kernel" and names.transpose_kernels else "")
+            transposed = (
+                " (after transposing the PyTorch [out, in] weight)"
+                if path[-1] == "kernel" and names.transpose_kernels
+                else ""
+            )
             part = f" (part {slot.index + 1} of {slot.count} along its last axis)" if slot.count > 1 else ""
             raise ValueError(
                 f"checkpoint key {slot.key!r} has shape {tuple(state[slot.key].shape)}, but the model expects "
-                f"{tuple(leaf.shape)} for params {'/'.join(path)!r}{part}{transposed}")
+                f"{tuple(leaf.shape)} for params {'/'.join(path)!r}{part}{transposed}"
+            )
         params[path] = np.asarray(value, dtype=np.float32)
         used.add(slot.key)
     if missing:
@@ -220,8 +228,10 @@ def params_from_state_dict(state: Mapping[str, np.ndarray], names: HFNames, temp
     for key, source in names.tied.items():
         if key in state and source in state:
             if state[key].shape != state[source].shape or not np.array_equal(state[key], state[source]):
-                raise ValueError(f"checkpoint key {key!r} differs from {source!r}: isojax ties the output embedding "
-                                 "matrix to the input one and cannot load an untied head")
+                raise ValueError(
+                    f"checkpoint key {key!r} differs from {source!r}: isojax ties the output embedding "
+                    "matrix to the input one and cannot load an untied head"
+                )
             used.add(key)
     ignore = re.compile(names.ignore) if names.ignore else None
     unused = [k for k in state if k not in used and not _BUFFERS.search(k) and not (ignore and ignore.search(k))]
@@ -271,25 +281,33 @@ def mlm_head_params(state: Mapping[str, np.ndarray], prefix: str, head, config) 
     """
     state = _normalise_keys(state, prefix)
     width, vocab = config.embedding_size, config.vocab_size
-    wanted = {("dense", "kernel"): (f"{head.dense}.weight", (config.hidden_size, width)),
-              ("dense", "bias"): (f"{head.dense}.bias", (width,)),
-              ("norm", "scale"): (f"{head.norm}.weight", (width,)),
-              ("norm", "bias"): (f"{head.norm}.bias", (width,)),
-              ("bias",): (head.bias, (vocab,))}
+    wanted = {
+        ("dense", "kernel"): (f"{head.dense}.weight", (config.hidden_size, width)),
+        ("dense", "bias"): (f"{head.dense}.bias", (width,)),
+        ("norm", "scale"): (f"{head.norm}.weight", (width,)),
+        ("norm", "bias"): (f"{head.norm}.bias", (width,)),
+        ("bias",): (head.bias, (vocab,)),
+    }
     missing = [key for key, _ in wanted.values() if key not in state]
     if missing:
-        raise ValueError(f"checkpoint has no masked-LM head: missing {missing} (a base-model or sentence-transformers "
-                         "checkpoint carries none; load a ...ForMaskedLM checkpoint)")
+        raise ValueError(
+            f"checkpoint has no masked-LM head: missing {missing} (a base-model or sentence-transformers "
+            "checkpoint carries none; load a ...ForMaskedLM checkpoint)"
+        )
     params = {}
     for path, (key, shape) in wanted.items():
         value = state[key].T if path[-1] == "kernel" else state[key]
         if tuple(value.shape) != shape:
-            raise ValueError(f"checkpoint key {key!r} has shape {tuple(state[key].shape)}, but the masked-LM head "
-                             f"expects {shape}" + (" after transposing" if path[-1] == "kernel" else ""))
+            raise ValueError(
+                f"checkpoint key {key!r} has shape {tuple(state[key].shape)}, but the masked-LM head "
+                f"expects {shape}" + (" after transposing" if path[-1] == "kernel" else "")
+            )
         params[path] = np.asarray(value, np.float32)
     tied = {f"{head.decoder}.weight": "embeddings.word_embeddings.weight", f"{head.decoder}.bias": head.bias}
     for key, source in tied.items():
         if key != source and key in state and source in state and not np.array_equal(state[key], state[source]):
-            raise ValueError(f"checkpoint key {key!r} differs from {source!r}: isojax ties the masked-LM decoder to "
-                             "them and cannot load an untied head")
+            raise ValueError(
+                f"checkpoint key {key!r} differs from {source!r}: isojax ties the masked-LM decoder to "
+                "them and cannot load an untied head"
+            )
     return traverse_util.unflatten_dict(params)

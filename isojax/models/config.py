@@ -6,10 +6,12 @@ translation lives in the architecture's own file (``config_from_hf`` / ``config_
 :mod:`isojax.models.registry`). :class:`EncoderConfig` holds the quantities under BERT's names plus the few switches
 that say where the architectures really differ.
 """
+
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 _ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "silu", "swish", "tanh")
 
@@ -18,10 +20,19 @@ REQUIRED = object()
 
 # BERT's config.json names of the fields every BERT-style config carries, with BERT's defaults
 _BERT_FIELDS = {
-    "vocab_size": REQUIRED, "hidden_size": REQUIRED, "num_hidden_layers": REQUIRED, "num_attention_heads": REQUIRED,
-    "intermediate_size": REQUIRED, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
-    "attention_probs_dropout_prob": 0.1, "max_position_embeddings": 512, "type_vocab_size": 2,
-    "layer_norm_eps": 1e-12, "pad_token_id": 0, "initializer_range": 0.02,
+    "vocab_size": REQUIRED,
+    "hidden_size": REQUIRED,
+    "num_hidden_layers": REQUIRED,
+    "num_attention_heads": REQUIRED,
+    "intermediate_size": REQUIRED,
+    "hidden_act": "gelu",
+    "hidden_dropout_prob": 0.1,
+    "attention_probs_dropout_prob": 0.1,
+    "max_position_embeddings": 512,
+    "type_vocab_size": 2,
+    "layer_norm_eps": 1e-12,
+    "pad_token_id": 0,
+    "initializer_range": 0.02,
 }
 
 
@@ -98,11 +109,14 @@ class EncoderConfig:
     def __post_init__(self):
         for heads in ("num_attention_heads", "decoder_attention_heads"):
             if getattr(self, heads) and self.hidden_size % getattr(self, heads):
-                raise ValueError(f"hidden_size ({self.hidden_size}) must be divisible by {heads} "
-                                 f"({getattr(self, heads)})")
+                raise ValueError(
+                    f"hidden_size ({self.hidden_size}) must be divisible by {heads} ({getattr(self, heads)})"
+                )
         if self.decoder_layers and not (self.decoder_attention_heads and self.decoder_ffn_dim):
-            raise ValueError(f"decoder_layers={self.decoder_layers} needs decoder_attention_heads and decoder_ffn_dim "
-                             f"(got {self.decoder_attention_heads} and {self.decoder_ffn_dim})")
+            raise ValueError(
+                f"decoder_layers={self.decoder_layers} needs decoder_attention_heads and decoder_ffn_dim "
+                f"(got {self.decoder_attention_heads} and {self.decoder_ffn_dim})"
+            )
         if self.hidden_act not in _ACTIVATIONS:
             raise ValueError(f"unsupported hidden_act {self.hidden_act!r}; expected one of {_ACTIVATIONS}")
         if self.num_hidden_layers % self.num_hidden_groups:
@@ -111,8 +125,10 @@ class EncoderConfig:
                 f"({self.num_hidden_groups})"
             )
         if not 0 <= self.position_offset < self.max_position_embeddings:
-            raise ValueError(f"position_offset ({self.position_offset}) must lie in [0, max_position_embeddings="
-                             f"{self.max_position_embeddings})")
+            raise ValueError(
+                f"position_offset ({self.position_offset}) must lie in [0, max_position_embeddings="
+                f"{self.max_position_embeddings})"
+            )
         if self.embedding_size is None:
             object.__setattr__(self, "embedding_size", self.hidden_size)
 
@@ -121,16 +137,19 @@ class EncoderConfig:
         """Longest input the position embeddings cover."""
         return self.max_position_embeddings - self.position_offset
 
-    def decoder_config(self) -> "EncoderConfig":
+    def decoder_config(self) -> EncoderConfig:
         """The config of an encoder-decoder's decoder stack: its depth, heads and feed-forward width."""
         if not self.decoder_layers:
             raise ValueError(f"{self.model_type} has no separate decoder (decoder_layers = 0)")
-        return dataclasses.replace(self, num_hidden_layers=self.decoder_layers,
-                                   num_attention_heads=self.decoder_attention_heads,
-                                   intermediate_size=self.decoder_ffn_dim)
+        return dataclasses.replace(
+            self,
+            num_hidden_layers=self.decoder_layers,
+            num_attention_heads=self.decoder_attention_heads,
+            intermediate_size=self.decoder_ffn_dim,
+        )
 
     @classmethod
-    def bert_base(cls, **overrides) -> "EncoderConfig":
+    def bert_base(cls, **overrides) -> EncoderConfig:
         """BERT-base (12 layers, 768 wide, 12 heads) with random weights, for benchmarks and tests."""
         return cls(**overrides)
 
@@ -153,8 +172,12 @@ def renamed_fields(hf: Mapping[str, Any], names: Mapping[str, str], defaults: Ma
 
 def renamed_hf(config: EncoderConfig, names: Mapping[str, str], architecture: str, **extra) -> dict[str, Any]:
     """Inverse of :func:`renamed_fields` for a config made in code: the ``config.json`` keys plus ``extra``."""
-    return dict({key: getattr(config, field) for key, field in names.items()}, model_type=config.model_type,
-                architectures=[architecture], **extra)
+    return dict(
+        {key: getattr(config, field) for key, field in names.items()},
+        model_type=config.model_type,
+        architectures=[architecture],
+        **extra,
+    )
 
 
 def bert_style_fields(hf: Mapping[str, Any], **defaults) -> dict[str, Any]:

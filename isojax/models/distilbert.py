@@ -1,4 +1,5 @@
 """DistilBERT (Sanh et al. 2019): no token types, no pooler, its own parameter names."""
+
 from isojax.models.checkpoint import HFNames
 from isojax.models.config import REQUIRED, EncoderConfig, renamed_fields, renamed_hf
 from isojax.models.heads import MLMHeadNames
@@ -12,15 +13,35 @@ class DistilBertModel(EncoderModel):
 
 
 # DistilBERT's config.json name -> EncoderConfig field
-_NAMES = {"vocab_size": "vocab_size", "dim": "hidden_size", "n_layers": "num_hidden_layers",
-          "n_heads": "num_attention_heads", "hidden_dim": "intermediate_size", "activation": "hidden_act",
-          "dropout": "hidden_dropout_prob", "attention_dropout": "attention_probs_dropout_prob",
-          "max_position_embeddings": "max_position_embeddings", "pad_token_id": "pad_token_id",
-          "initializer_range": "initializer_range", "sinusoidal_pos_embds": "sinusoidal_pos_embds"}
+_NAMES = {
+    "vocab_size": "vocab_size",
+    "dim": "hidden_size",
+    "n_layers": "num_hidden_layers",
+    "n_heads": "num_attention_heads",
+    "hidden_dim": "intermediate_size",
+    "activation": "hidden_act",
+    "dropout": "hidden_dropout_prob",
+    "attention_dropout": "attention_probs_dropout_prob",
+    "max_position_embeddings": "max_position_embeddings",
+    "pad_token_id": "pad_token_id",
+    "initializer_range": "initializer_range",
+    "sinusoidal_pos_embds": "sinusoidal_pos_embds",
+}
 # transformers' DistilBertConfig defaults; the sizes are required
-_DEFAULTS = {"vocab_size": REQUIRED, "dim": REQUIRED, "n_layers": REQUIRED, "n_heads": REQUIRED, "hidden_dim": REQUIRED,
-             "max_position_embeddings": REQUIRED, "activation": "gelu", "dropout": 0.1, "attention_dropout": 0.1,
-             "pad_token_id": 0, "initializer_range": 0.02, "sinusoidal_pos_embds": False}
+_DEFAULTS = {
+    "vocab_size": REQUIRED,
+    "dim": REQUIRED,
+    "n_layers": REQUIRED,
+    "n_heads": REQUIRED,
+    "hidden_dim": REQUIRED,
+    "max_position_embeddings": REQUIRED,
+    "activation": "gelu",
+    "dropout": 0.1,
+    "attention_dropout": 0.1,
+    "pad_token_id": 0,
+    "initializer_range": 0.02,
+    "sinusoidal_pos_embds": False,
+}
 
 
 def config_from_hf(hf) -> EncoderConfig:
@@ -52,5 +73,10 @@ DISTILBERT_HF_NAMES = HFNames(
     },
 )
 
-DISTILBERT_MLM_HEAD = MLMHeadNames(dense="vocab_transform", norm="vocab_layer_norm", bias="vocab_projector.bias",
-                                   decoder="vocab_projector", norm_eps=1e-12)
+DISTILBERT_MLM_HEAD = MLMHeadNames(
+    dense="vocab_transform",
+    norm="vocab_layer_norm",
+    bias="vocab_projector.bias",
+    decoder="vocab_projector",
+    norm_eps=1e-12,
+)

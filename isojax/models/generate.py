@@ -28,6 +28,7 @@ any padding (right, left, or holes) is first moved to the left, keeping each pro
 ids follow the mask (``cumsum(mask) - 1``), as transformers makes them for left-padded prompts. The returned
 sequences hold the left-padded prompt, then the generated tokens.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -82,28 +83,41 @@ def generation_config(config: EncoderConfig, **overrides) -> GenerationConfig:
     unknown = sorted(set(overrides) - fields)
     if unknown:
         raise TypeError(f"unknown generation settings {unknown}; expected some of {sorted(fields)}")
-    settings = dict(eos_token_id=config.eos_token_id, decoder_start_token_id=config.decoder_start_token_id,
-                    forced_bos_token_id=config.forced_bos_token_id, forced_eos_token_id=config.forced_eos_token_id)
+    settings = dict(
+        eos_token_id=config.eos_token_id,
+        decoder_start_token_id=config.decoder_start_token_id,
+        forced_bos_token_id=config.forced_bos_token_id,
+        forced_eos_token_id=config.forced_eos_token_id,
+    )
     settings.update(overrides)
     if settings.get("pad_token_id") is None:
         settings["pad_token_id"] = config.pad_token_id if config.pad_token_id is not None else settings["eos_token_id"]
     if settings["decoder_start_token_id"] is None:
         settings["decoder_start_token_id"] = config.bos_token_id
     out = GenerationConfig(**settings)
-    for name in ("eos_token_id", "pad_token_id", "decoder_start_token_id", "forced_bos_token_id",
-                 "forced_eos_token_id"):
+    for name in (
+        "eos_token_id",
+        "pad_token_id",
+        "decoder_start_token_id",
+        "forced_bos_token_id",
+        "forced_eos_token_id",
+    ):
         value = getattr(out, name)
         if value is not None and not (isinstance(value, (int, np.integer)) and 0 <= value < config.vocab_size):
-            raise ValueError(f"{name}={value!r} must be a token id in [0, {config.vocab_size}) (one id; lists of "
-                             "end tokens are not supported)")
+            raise ValueError(
+                f"{name}={value!r} must be a token id in [0, {config.vocab_size}) (one id; lists of "
+                "end tokens are not supported)"
+            )
     if not (isinstance(out.num_beams, int) and out.num_beams >= 1):
         raise ValueError(f"num_beams must be an integer >= 1, got {out.num_beams!r}")
     if out.early_stopping not in EARLY_STOPPING:
         raise ValueError(f"early_stopping must be one of {EARLY_STOPPING}, got {out.early_stopping!r}")
     decoder = config.decoder_config() if config.decoder_layers else config
     if not 2 <= out.max_length <= decoder.max_sequence_length:
-        raise ValueError(f"max_length={out.max_length} must lie in [2, {decoder.max_sequence_length}], the positions "
-                         f"of this {config.model_type} model's decoder")
+        raise ValueError(
+            f"max_length={out.max_length} must lie in [2, {decoder.max_sequence_length}], the positions "
+            f"of this {config.model_type} model's decoder"
+        )
     if out.pad_token_id is None:
         raise ValueError("pad_token_id is needed (the model config has neither pad_token_id nor eos_token_id)")
     return out
@@ -162,6 +176,7 @@ def _decode(module, gen: GenerationConfig, variables, ids, mask) -> GenerateOutp
 
         def step(tokens, cache, memory, memory_mask):
             return apply(tokens[:, None], memory, memory_mask, cache=cache, method="decode")
+
     search = _greedy if gen.num_beams == 1 else _beam_search
     return search(gen, step, prompt, out.logits[:, -1], out.cache, context)
 
@@ -262,16 +277,29 @@ def _beam_search(gen, step, prompt, logits, cache, context) -> GenerateOutput:
         scores = gather(merged_scores, best)
         # the live beams' cache rows follow their parents; then one step on their new tokens
         rows = (gather(parents, live) + jnp.arange(batch)[:, None] * k).reshape(-1)
-        cache = s.cache.replace(layers=tuple(
-            layer.replace(attention=jax.tree.map(lambda a: a[rows], layer.attention)) for layer in s.cache.layers))
+        cache = s.cache.replace(
+            layers=tuple(
+                layer.replace(attention=jax.tree.map(lambda a: a[rows], layer.attention)) for layer in s.cache.layers
+            )
+        )
         out = step(running_sequences[:, :, s.cur_len].reshape(-1), cache, *context)
         cur_len = s.cur_len + 1
         best_length = length - start if gen.early_stopping == "never" and penalty > 0 else cur_len - start
         best_possible = running_scores[:, :1] / jnp.asarray(best_length, jnp.float32) ** penalty
         worst_finished = jnp.where(is_finished, jnp.min(scores, axis=1, keepdims=True), _NEG)
         improvable = s.improvable & jnp.any(best_possible > worst_finished, axis=-1, keepdims=True)
-        return _Beams(cur_len, running_sequences, running_scores, sequences, scores, is_finished, improvable, hits,
-                      out.logits[:, -1], out.cache)
+        return _Beams(
+            cur_len,
+            running_sequences,
+            running_scores,
+            sequences,
+            scores,
+            is_finished,
+            improvable,
+            hits,
+            out.logits[:, -1],
+            out.cache,
+        )
 
     def cond(s: _Beams):
         go_on = jnp.any(s.improvable) & ~jnp.all(s.hits_stop) & (s.cur_len < length)
@@ -280,11 +308,17 @@ def _beam_search(gen, step, prompt, logits, cache, context) -> GenerateOutput:
         return go_on
 
     state = _Beams(
-        cur_len=jnp.asarray(start, jnp.int32), running_sequences=running,
-        running_scores=jnp.zeros((batch, k), jnp.float32).at[:, 1:].set(_NEG), sequences=running,
-        scores=jnp.full((batch, k), _NEG, jnp.float32), is_finished=jnp.zeros((batch, k), bool),
-        improvable=jnp.ones((batch, 1), bool), hits_stop=jnp.zeros((batch, keep), bool), logits=per_beam(logits),
-        cache=cache)
+        cur_len=jnp.asarray(start, jnp.int32),
+        running_sequences=running,
+        running_scores=jnp.zeros((batch, k), jnp.float32).at[:, 1:].set(_NEG),
+        sequences=running,
+        scores=jnp.full((batch, k), _NEG, jnp.float32),
+        is_finished=jnp.zeros((batch, k), bool),
+        improvable=jnp.ones((batch, 1), bool),
+        hits_stop=jnp.zeros((batch, keep), bool),
+        logits=per_beam(logits),
+        cache=cache,
+    )
     final = jax.lax.while_loop(cond, body, state)
     return GenerateOutput(final.sequences[:, 0], final.scores[:, 0])
 

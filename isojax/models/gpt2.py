@@ -11,6 +11,7 @@ real tokens cached. (transformers' forward without ``position_ids`` counts ``0, 
 agree on right-padded batches.) Hugging Face stores every projection as a ``Conv1D`` with weight ``[in, out]``, and
 the query, key and value projections side by side in one ``c_attn [H, 3H]``.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -46,33 +47,70 @@ class GPT2Model(nn.Module):
     dtype: Any = jnp.float32
 
     @nn.compact
-    def __call__(self, input_ids, attention_mask=None, token_type_ids=None, *, position_ids=None, cache=None,
-                 deterministic: bool = True, output_attentions: bool = False) -> DecoderOutput:
+    def __call__(
+        self,
+        input_ids,
+        attention_mask=None,
+        token_type_ids=None,
+        *,
+        position_ids=None,
+        cache=None,
+        deterministic: bool = True,
+        output_attentions: bool = False,
+    ) -> DecoderOutput:
         ids, mask, _ = validate_inputs(self.config, input_ids, attention_mask, token_type_ids)
         if position_ids is None:
             position_ids = positions_from_mask(mask, cache)
         x = Embeddings(self.config, self.dtype, name="embeddings")(ids, None, deterministic, position_ids=position_ids)
         stack = Encoder(self.config, self.dtype, causal=True, name="decoder")(
-            x, mask, deterministic, output_attentions, cache=cache)
+            x, mask, deterministic, output_attentions, cache=cache
+        )
         h = stack.hidden_states[-1]
-        return DecoderOutput(tied_logits(self.variables["params"], h), h, stack.hidden_states, stack.attentions,
-                             cache=stack.cache)
+        return DecoderOutput(
+            tied_logits(self.variables["params"], h), h, stack.hidden_states, stack.attentions, cache=stack.cache
+        )
 
 
 # GPT-2's config.json name -> EncoderConfig field, and transformers' GPT2Config defaults
-_NAMES = {"vocab_size": "vocab_size", "n_embd": "hidden_size", "n_layer": "num_hidden_layers",
-          "n_head": "num_attention_heads", "n_inner": "intermediate_size", "activation_function": "hidden_act",
-          "resid_pdrop": "hidden_dropout_prob", "attn_pdrop": "attention_probs_dropout_prob",
-          "n_positions": "max_position_embeddings", "layer_norm_epsilon": "layer_norm_eps",
-          "initializer_range": "initializer_range", "bos_token_id": "bos_token_id", "eos_token_id": "eos_token_id",
-          "pad_token_id": "pad_token_id"}
-_DEFAULTS = {"vocab_size": REQUIRED, "n_embd": REQUIRED, "n_layer": REQUIRED, "n_head": REQUIRED, "n_inner": None,
-             "activation_function": "gelu_new", "resid_pdrop": 0.1, "attn_pdrop": 0.1, "n_positions": 1024,
-             "layer_norm_epsilon": 1e-5, "initializer_range": 0.02, "bos_token_id": 50256, "eos_token_id": 50256,
-             "pad_token_id": None}
+_NAMES = {
+    "vocab_size": "vocab_size",
+    "n_embd": "hidden_size",
+    "n_layer": "num_hidden_layers",
+    "n_head": "num_attention_heads",
+    "n_inner": "intermediate_size",
+    "activation_function": "hidden_act",
+    "resid_pdrop": "hidden_dropout_prob",
+    "attn_pdrop": "attention_probs_dropout_prob",
+    "n_positions": "max_position_embeddings",
+    "layer_norm_epsilon": "layer_norm_eps",
+    "initializer_range": "initializer_range",
+    "bos_token_id": "bos_token_id",
+    "eos_token_id": "eos_token_id",
+    "pad_token_id": "pad_token_id",
+}
+_DEFAULTS = {
+    "vocab_size": REQUIRED,
+    "n_embd": REQUIRED,
+    "n_layer": REQUIRED,
+    "n_head": REQUIRED,
+    "n_inner": None,
+    "activation_function": "gelu_new",
+    "resid_pdrop": 0.1,
+    "attn_pdrop": 0.1,
+    "n_positions": 1024,
+    "layer_norm_epsilon": 1e-5,
+    "initializer_range": 0.02,
+    "bos_token_id": 50256,
+    "eos_token_id": 50256,
+    "pad_token_id": None,
+}
 # options isojax does not implement: config.json key -> the only value it accepts (transformers' default)
-_FIXED = {"scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False, "add_cross_attention": False,
-          "tie_word_embeddings": True}
+_FIXED = {
+    "scale_attn_weights": True,
+    "scale_attn_by_inverse_layer_idx": False,
+    "add_cross_attention": False,
+    "tie_word_embeddings": True,
+}
 
 
 def config_from_hf(hf) -> EncoderConfig:
@@ -80,8 +118,10 @@ def config_from_hf(hf) -> EncoderConfig:
     ``n_inner`` None = ``4 n_embd``; one dropout rate for embeddings and residuals)."""
     check_supported(hf, _FIXED)
     if hf.get("embd_pdrop", 0.1) != hf.get("resid_pdrop", 0.1):
-        raise ValueError(f"GPT-2 with embd_pdrop={hf['embd_pdrop']} != resid_pdrop={hf.get('resid_pdrop', 0.1)} is not "
-                         "supported: isojax uses one dropout rate for the embeddings and the residual branches")
+        raise ValueError(
+            f"GPT-2 with embd_pdrop={hf['embd_pdrop']} != resid_pdrop={hf.get('resid_pdrop', 0.1)} is not "
+            "supported: isojax uses one dropout rate for the embeddings and the residual branches"
+        )
     fields = renamed_fields(hf, _NAMES, _DEFAULTS)
     fields["intermediate_size"] = fields["intermediate_size"] or 4 * fields["hidden_size"]
     return EncoderConfig(**fields, type_vocab_size=0, pre_norm=True, embedding_norm=False)

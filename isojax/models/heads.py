@@ -11,6 +11,7 @@ Pooling methods (``h_l`` = hidden state of layer l, ``h_0`` the embedding output
 Heads: :class:`ClassificationHead` (fine-tuning) and :class:`MaskedLMHead` (the pretrained masked-LM head, loaded
 by :func:`isojax.models.load_mlm_head`, for gradient studies of the tied output layer).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -55,8 +56,9 @@ class ClassificationHead(nn.Module):
     @nn.compact
     def __call__(self, pooled: jax.Array, deterministic: bool = True) -> jax.Array:
         x = nn.Dropout(self.dropout_rate)(pooled, deterministic=deterministic)
-        return nn.Dense(self.num_labels, dtype=self.dtype, kernel_init=nn.initializers.normal(0.02),
-                        name="classifier")(x).astype(jnp.float32)
+        return nn.Dense(self.num_labels, dtype=self.dtype, kernel_init=nn.initializers.normal(0.02), name="classifier")(
+            x
+        ).astype(jnp.float32)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,5 +107,7 @@ class MaskedLMHead(nn.Module):
     def __call__(self, h, word_embeddings):
         """``logits [..., V] = transform(h) Wᵀ + bias`` for hidden states ``h [..., H]`` and ``W [V, E]``."""
         t = self.transform(h)
-        return jnp.einsum("...e,ve->...v", t, word_embeddings.astype(t.dtype),
-                          preferred_element_type=jnp.float32) + self.bias
+        return (
+            jnp.einsum("...e,ve->...v", t, word_embeddings.astype(t.dtype), preferred_element_type=jnp.float32)
+            + self.bias
+        )

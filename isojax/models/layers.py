@@ -18,10 +18,12 @@ token's keys and values to a :class:`Cache` instead of recomputing the prefix.
 Parameter names are canonical across architectures; each architecture file maps them to its Hugging Face names.
 :data:`PARTITION_RULES` says how each of these parameters is laid out over a ``("data", "model")`` mesh.
 """
+
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 import flax.struct
@@ -222,7 +224,7 @@ def bernoulli_mask(key, keep_prob: float, shape: tuple[int, ...]) -> Array:
     ``RngBitGenerator`` algorithm, XLA does not promise the same bits across versions; a mask is a pure function of
     ``key`` within one.
     """
-    threshold = jnp.uint32(min(round(keep_prob * 2.0 ** 32), 2 ** 32 - 1))
+    threshold = jnp.uint32(min(round(keep_prob * 2.0**32), 2**32 - 1))
     state = jax.random.bits(key, (4,), jnp.uint32)
     _, words = jax.lax.rng_bit_generator(state, shape, jnp.uint32, algorithm=jax.lax.RandomAlgorithm.RNG_THREE_FRY)
     return words < threshold
@@ -305,8 +307,15 @@ class Embeddings(nn.Module):
         return jnp.broadcast_to(jnp.arange(input_ids.shape[1]) + self.config.position_offset, input_ids.shape)
 
     @nn.compact
-    def __call__(self, input_ids: Array, token_type_ids: Array | None, deterministic: bool = True, *,
-                 position_ids: Array | None = None, word_vectors: Array | None = None) -> Array:
+    def __call__(
+        self,
+        input_ids: Array,
+        token_type_ids: Array | None,
+        deterministic: bool = True,
+        *,
+        position_ids: Array | None = None,
+        word_vectors: Array | None = None,
+    ) -> Array:
         """``position_ids`` default to :meth:`position_ids`; ``word_vectors [B, L, E]`` are token embeddings looked up
         in a table this module does not own (a :class:`WordEmbeddings` shared by two stacks), else its own
         ``word_embeddings`` table is used."""
@@ -347,8 +356,18 @@ class Attention(nn.Module):
     dtype: Any = jnp.float32
 
     @nn.compact
-    def __call__(self, x: Array, allowed: Array, deterministic: bool, output_attentions: bool, bias=None, *,
-                 source: Array | None = None, cache: KVCache | None = None, write_index=None):
+    def __call__(
+        self,
+        x: Array,
+        allowed: Array,
+        deterministic: bool,
+        output_attentions: bool,
+        bias=None,
+        *,
+        source: Array | None = None,
+        cache: KVCache | None = None,
+        write_index=None,
+    ):
         cfg = self.config
         heads = cfg.num_attention_heads
         head_dim = cfg.hidden_size // heads
@@ -380,8 +399,13 @@ class Attention(nn.Module):
             context = jnp.matmul(dropped, vh).swapaxes(1, 2)  # [B, L, heads, head_dim]
         else:
             probs = None
-            context = jax.nn.dot_product_attention(q, k.astype(q.dtype), v.astype(q.dtype),
-                                                   bias=None if bias is None else bias.astype(q.dtype), mask=allowed)
+            context = jax.nn.dot_product_attention(
+                q,
+                k.astype(q.dtype),
+                v.astype(q.dtype),
+                bias=None if bias is None else bias.astype(q.dtype),
+                mask=allowed,
+            )
         out = dense(cfg.hidden_size, cfg, self.dtype, "output")(context.reshape(*x.shape[:-1], cfg.hidden_size))
         return out, (probs if output_attentions else None, KVCache(k, v))
 
@@ -433,8 +457,15 @@ class TransformerBlock(nn.Module):
     cross_attention: bool = False
 
     @nn.compact
-    def __call__(self, x: Array, context: AttentionContext, deterministic: bool = True, output_attentions: bool = False,
-                 output_transform: Callable | None = None, cache: LayerCache | None = None):
+    def __call__(
+        self,
+        x: Array,
+        context: AttentionContext,
+        deterministic: bool = True,
+        output_attentions: bool = False,
+        output_transform: Callable | None = None,
+        cache: LayerCache | None = None,
+    ):
         cfg = self.config
         drop = Dropout(cfg.hidden_dropout_prob)
 
@@ -450,15 +481,36 @@ class TransformerBlock(nn.Module):
             return (y if cfg.pre_norm else norm(y)), extra
 
         attention = Attention(cfg, self.dtype, name="attention")
-        x, (probs, self_kv) = sublayer(x, "attention_norm", cfg.attention_output_dropout, lambda h: attention(
-            h, context.allowed, deterministic, output_attentions, context.bias,
-            cache=None if cache is None else cache.attention, write_index=context.write_index))
+        x, (probs, self_kv) = sublayer(
+            x,
+            "attention_norm",
+            cfg.attention_output_dropout,
+            lambda h: attention(
+                h,
+                context.allowed,
+                deterministic,
+                output_attentions,
+                context.bias,
+                cache=None if cache is None else cache.attention,
+                write_index=context.write_index,
+            ),
+        )
         cross_probs = cross_kv = None
         if self.cross_attention:
             cross = Attention(cfg, self.dtype, name="cross_attention")
-            x, (cross_probs, cross_kv) = sublayer(x, "cross_attention_norm", True, lambda h: cross(
-                h, context.memory_allowed, deterministic, output_attentions, source=context.memory,
-                cache=None if cache is None else cache.cross_attention))
+            x, (cross_probs, cross_kv) = sublayer(
+                x,
+                "cross_attention_norm",
+                True,
+                lambda h: cross(
+                    h,
+                    context.memory_allowed,
+                    deterministic,
+                    output_attentions,
+                    source=context.memory,
+                    cache=None if cache is None else cache.cross_attention,
+                ),
+            )
 
         def feed_forward(h):
             h = ACTIVATIONS[cfg.hidden_act](dense(cfg.intermediate_size, cfg, self.dtype, "intermediate")(h))
@@ -524,9 +576,18 @@ class Encoder(nn.Module):
         return None
 
     @nn.compact
-    def __call__(self, x: Array, mask: Array, deterministic: bool = True, output_attentions: bool = False,
-                 last_block_transform: Callable | None = None, *, memory: Array | None = None,
-                 memory_mask: Array | None = None, cache: Cache | None = None) -> StackOutput:
+    def __call__(
+        self,
+        x: Array,
+        mask: Array,
+        deterministic: bool = True,
+        output_attentions: bool = False,
+        last_block_transform: Callable | None = None,
+        *,
+        memory: Array | None = None,
+        memory_mask: Array | None = None,
+        cache: Cache | None = None,
+    ) -> StackOutput:
         """``x [B, L, H]``, ``mask [B, L]``; ``last_block_transform`` is passed to the last block that runs as its
         ``output_transform``; ``memory [B, S, H]`` / ``memory_mask [B, S]`` (default all real): what
         cross-attention reads; ``cache``: the decoding :class:`Cache`, to which the ``L`` tokens are appended (a
@@ -538,21 +599,31 @@ class Encoder(nn.Module):
         if self.remat != "none" and self.remat not in REMAT_POLICIES:
             raise ValueError(f"remat must be 'none' or one of {tuple(REMAT_POLICIES)}, got {self.remat!r}")
         if self.scan_layers and (self.causal or self.cross_attention or last_block_transform is not None):
-            raise ValueError("scan_layers supports encoder stacks only: not a causal or cross-attention stack "
-                             "(decoders, key/value caches) nor a last-block transform (use transform_placement="
-                             "'output')")
+            raise ValueError(
+                "scan_layers supports encoder stacks only: not a causal or cross-attention stack "
+                "(decoders, key/value caches) nor a last-block transform (use transform_placement="
+                "'output')"
+            )
         length = x.shape[1]
-        key_mask, first = (mask, 0) if cache is None else (
-            jax.lax.dynamic_update_slice(cache.mask, mask, (0, cache.index)), cache.index)
+        key_mask, first = (
+            (mask, 0)
+            if cache is None
+            else (jax.lax.dynamic_update_slice(cache.mask, mask, (0, cache.index)), cache.index)
+        )
         allowed = key_mask[:, None, None, :]
         if self.causal:  # query i (at slot first + i) sees slots t <= first + i
             slots = jnp.arange(key_mask.shape[1])
             allowed = allowed & (slots[None, :] <= first + jnp.arange(length)[:, None])
         if memory is not None and memory_mask is None:
             memory_mask = jnp.ones(memory.shape[:2], bool)
-        context = AttentionContext(mask, allowed, self.attention_bias(length), memory,
-                                   None if memory is None else memory_mask[:, None, None, :],
-                                   None if cache is None else cache.index)
+        context = AttentionContext(
+            mask,
+            allowed,
+            self.attention_bias(length),
+            memory,
+            None if memory is None else memory_mask[:, None, None, :],
+            None if cache is None else cache.index,
+        )
         hidden, attentions, cross_attentions, layer_caches = [x], [], [], []
         if self.scan_layers:
             for segment in self.scan_segments():
@@ -560,15 +631,23 @@ class Encoder(nn.Module):
                 hidden += states
                 attentions += probs
         else:
-            block_cls = TransformerBlock if self.remat == "none" else nn.remat(
-                TransformerBlock, static_argnums=(3, 4, 5), policy=REMAT_POLICIES[self.remat])
+            block_cls = (
+                TransformerBlock
+                if self.remat == "none"
+                else nn.remat(TransformerBlock, static_argnums=(3, 4, 5), policy=REMAT_POLICIES[self.remat])
+            )
             names, order = self.layout()
             blocks = [block_cls(self.config, self.dtype, self.cross_attention, name=name) for name in names]
             for step, index in enumerate(order):
                 transform = last_block_transform if step == len(order) - 1 else None
                 x, (probs, cross_probs), layer_cache = blocks[index](
-                    x, context, deterministic, output_attentions, transform,
-                    None if cache is None else cache.layers[step])
+                    x,
+                    context,
+                    deterministic,
+                    output_attentions,
+                    transform,
+                    None if cache is None else cache.layers[step],
+                )
                 hidden.append(x)
                 attentions.append(probs)
                 cross_attentions.append(cross_probs)
@@ -576,21 +655,34 @@ class Encoder(nn.Module):
         if self.config.pre_norm:
             hidden[-1] = layer_norm(self.config, self.dtype, "final_norm")(hidden[-1])
         new_cache = None if cache is None else Cache(tuple(layer_caches), key_mask, cache.index + length)
-        return StackOutput(tuple(hidden), tuple(attentions) if output_attentions else None,
-                           tuple(cross_attentions) if output_attentions and self.cross_attention else None, new_cache)
+        return StackOutput(
+            tuple(hidden),
+            tuple(attentions) if output_attentions else None,
+            tuple(cross_attentions) if output_attentions and self.cross_attention else None,
+            new_cache,
+        )
 
-    def _scan(self, segment: ScanSegment, x: Array, context: AttentionContext, deterministic: bool,
-              output_attentions: bool):
+    def _scan(
+        self, segment: ScanSegment, x: Array, context: AttentionContext, deterministic: bool, output_attentions: bool
+    ):
         """Run one :class:`ScanSegment` as ``nn.scan``; returns ``(x, hidden states, attention probs)``, one per block
         run, in order (probs None unless asked for)."""
-        body = BlockSequence if self.remat == "none" else nn.remat(
-            BlockSequence, policy=REMAT_POLICIES[self.remat], prevent_cse=False)
-        loop = nn.scan(body, variable_axes={"params": 0} if segment.stacked else {},
-                       variable_broadcast=False if segment.stacked else "params",
-                       split_rngs={"params": segment.stacked, "dropout": True}, in_axes=nn.broadcast,
-                       length=len(segment.iterations))
-        x, (states, probs) = loop(self.config, self.dtype, len(segment.iterations[0]), deterministic,
-                                  output_attentions, name=segment.name)(x, context)
+        body = (
+            BlockSequence
+            if self.remat == "none"
+            else nn.remat(BlockSequence, policy=REMAT_POLICIES[self.remat], prevent_cse=False)
+        )
+        loop = nn.scan(
+            body,
+            variable_axes={"params": 0} if segment.stacked else {},
+            variable_broadcast=False if segment.stacked else "params",
+            split_rngs={"params": segment.stacked, "dropout": True},
+            in_axes=nn.broadcast,
+            length=len(segment.iterations),
+        )
+        x, (states, probs) = loop(
+            self.config, self.dtype, len(segment.iterations[0]), deterministic, output_attentions, name=segment.name
+        )(x, context)
         states = [s for step in states for s in step]  # [iterations, size, B, L, H] -> blocks in order
         probs = [p for step in probs for p in step] if output_attentions else [None] * len(states)
         return x, states, probs
@@ -619,13 +711,14 @@ class BlockSequence(nn.Module):
         states, probs = [], []
         for j in range(self.size):
             x, (p, _), _ = TransformerBlock(self.config, self.dtype, name=_block_name(j, self.size))(
-                x, context, self.deterministic, self.output_attentions)
+                x, context, self.deterministic, self.output_attentions
+            )
             states.append(x)
             probs.append(p)
         return x, (jnp.stack(states), jnp.stack(probs) if self.output_attentions else None)
 
 
-def to_scanned(model: "EncoderModel", params: dict) -> dict:
+def to_scanned(model: EncoderModel, params: dict) -> dict:
     """An encoder's params in the layout of ``model`` built with ``scan_layers=True``, from the unscanned layout
     (``encoder/layer_0/...``, the one Hugging Face's names map; see :meth:`Encoder.scan_segments`). Inverse of
     :func:`to_unscanned`; ``params`` may hold numpy or JAX arrays."""
@@ -635,13 +728,19 @@ def to_scanned(model: "EncoderModel", params: dict) -> dict:
     out = {k: v for k, v in tree.items() if k not in blocks}
     for name, iterations, stacked in segments:
         size = len(iterations[0])
-        out[name] = {_block_name(j, size): jax.tree.map(
-            lambda *a: np.stack(a) if isinstance(a[0], np.ndarray) else jnp.stack(a),
-            *(tree[step[j]] for step in iterations)) if stacked else tree[iterations[0][j]] for j in range(size)}
+        out[name] = {
+            _block_name(j, size): jax.tree.map(
+                lambda *a: np.stack(a) if isinstance(a[0], np.ndarray) else jnp.stack(a),
+                *(tree[step[j]] for step in iterations),
+            )
+            if stacked
+            else tree[iterations[0][j]]
+            for j in range(size)
+        }
     return {**params, "encoder": out}
 
 
-def to_unscanned(model: "EncoderModel", params: dict) -> dict:
+def to_unscanned(model: EncoderModel, params: dict) -> dict:
     """An encoder's params in the unscanned layout (one subtree per block of :meth:`Encoder.layout`, the names Hugging
     Face's checkpoints map), from the layout of ``model`` built with ``scan_layers=True``; inverse of
     :func:`to_scanned`."""
@@ -751,17 +850,25 @@ class EncoderModel(nn.Module):
     has_pooler = True
 
     @nn.compact
-    def __call__(self, input_ids, attention_mask=None, token_type_ids=None, *, deterministic: bool = True,
-                 output_attentions: bool = False) -> EncoderOutput:
+    def __call__(
+        self,
+        input_ids,
+        attention_mask=None,
+        token_type_ids=None,
+        *,
+        deterministic: bool = True,
+        output_attentions: bool = False,
+    ) -> EncoderOutput:
         if self.transform_placement not in TRANSFORM_PLACEMENTS:
-            raise ValueError(f"transform_placement must be one of {TRANSFORM_PLACEMENTS}, "
-                             f"got {self.transform_placement!r}")
+            raise ValueError(
+                f"transform_placement must be one of {TRANSFORM_PLACEMENTS}, got {self.transform_placement!r}"
+            )
         ids, mask, types = validate_inputs(self.config, input_ids, attention_mask, token_type_ids)
         x = self.embeddings_cls(self.config, self.dtype, name="embeddings")(ids, types, deterministic)
         in_block = self.last_layer_transform is not None and self.transform_placement == "block"
-        stack = self.encoder_cls(self.config, self.dtype, scan_layers=self.scan_layers, remat=self.remat,
-                                 name="encoder")(
-            x, mask, deterministic, output_attentions, self.last_layer_transform if in_block else None)
+        stack = self.encoder_cls(
+            self.config, self.dtype, scan_layers=self.scan_layers, remat=self.remat, name="encoder"
+        )(x, mask, deterministic, output_attentions, self.last_layer_transform if in_block else None)
         hidden = list(stack.hidden_states)
         if self.last_layer_transform is not None and not in_block:
             hidden[-1] = self.last_layer_transform(hidden[-1], mask).astype(hidden[-1].dtype)

@@ -10,16 +10,17 @@ buckets whatever the config says, and so does isojax)::
     ret += n                                                      if n < 8
     ret += min(8 + floor(ln(n / 8) / ln(128 / 8) * 8), half - 1)   otherwise
 """
+
 import math
 
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
 
 from isojax.models.checkpoint import HFNames
 from isojax.models.config import EncoderConfig, bert_style_fields, bert_style_hf
 from isojax.models.heads import MLMHeadNames
 from isojax.models.layers import Embed, Encoder, EncoderModel
 from isojax.models.roberta import RobertaEmbeddings
-from jax.sharding import PartitionSpec as P
 
 _BUCKETS, _MAX_DISTANCE = 32, 128  # Hugging Face's MPNetEncoder.compute_position_bias defaults
 
@@ -41,8 +42,13 @@ class MPNetEncoder(Encoder):
 
     def attention_bias(self, length: int):
         cfg = self.config
-        table = Embed(cfg.relative_attention_num_buckets, cfg.num_attention_heads, cfg.initializer_range,
-                      self.dtype, name="relative_attention_bias")
+        table = Embed(
+            cfg.relative_attention_num_buckets,
+            cfg.num_attention_heads,
+            cfg.initializer_range,
+            self.dtype,
+            name="relative_attention_bias",
+        )
         positions = jnp.arange(length)
         values = table(relative_position_bucket(positions[None, :] - positions[:, None]))  # [L, L, heads]
         return jnp.transpose(values, (2, 0, 1))[None]
@@ -58,8 +64,11 @@ class MPNetModel(EncoderModel):
 def config_from_hf(hf) -> EncoderConfig:
     """:class:`EncoderConfig` of an MPNet ``config.json`` (no token types; positions after ``pad_token_id``)."""
     fields = bert_style_fields(hf, type_vocab_size=0, pad_token_id=1, layer_norm_eps=1e-5)
-    return EncoderConfig(**fields, position_offset=fields["pad_token_id"] + 1,
-                         relative_attention_num_buckets=hf.get("relative_attention_num_buckets", _BUCKETS))
+    return EncoderConfig(
+        **fields,
+        position_offset=fields["pad_token_id"] + 1,
+        relative_attention_num_buckets=hf.get("relative_attention_num_buckets", _BUCKETS),
+    )
 
 
 def config_to_hf(config: EncoderConfig) -> dict:
@@ -91,5 +100,6 @@ MPNET_HF_NAMES = HFNames(
 
 MPNET_PARTITION_RULES = ((r"encoder/relative_attention_bias/embedding$", P()),)
 
-MPNET_MLM_HEAD = MLMHeadNames(dense="lm_head.dense", norm="lm_head.layer_norm", bias="lm_head.bias",
-                              decoder="lm_head.decoder", activation="gelu")
+MPNET_MLM_HEAD = MLMHeadNames(
+    dense="lm_head.dense", norm="lm_head.layer_norm", bias="lm_head.bias", decoder="lm_head.decoder", activation="gelu"
+)

@@ -17,10 +17,12 @@ model only through the functions below, never through parameter names::
     init_params(module, key)       freshly initialised params of a module
     mlm_head(config)               where the pretrained masked-LM head lives in checkpoints (encoders)
 """
+
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import flax.linen as nn
 import jax.numpy as jnp
@@ -34,8 +36,11 @@ from isojax.models.layers import PARTITION_RULES, TRANSFORM, EncoderModel, word_
 
 PartitionRules = tuple[tuple[str, PartitionSpec], ...]
 
-KINDS = {"encoder": "an encoder (BERT family)", "causal_lm": "a causal language model (decoder only)",
-         "encoder_decoder": "an encoder-decoder"}
+KINDS = {
+    "encoder": "an encoder (BERT family)",
+    "causal_lm": "a causal language model (decoder only)",
+    "encoder_decoder": "an encoder-decoder",
+}
 """The kinds of model, and how error messages describe them."""
 
 
@@ -56,23 +61,55 @@ class Architecture:
 
 
 ARCHITECTURES: dict[str, Architecture] = {
-    "bert": Architecture(bert.BertModel, bert.BERT_HF_NAMES, bert.config_from_hf, bert.config_to_hf,
-                         mlm_head=bert.BERT_MLM_HEAD),
-    "roberta": Architecture(roberta.RobertaModel, roberta.ROBERTA_HF_NAMES, roberta.config_from_hf,
-                            roberta.config_to_hf, mlm_head=roberta.ROBERTA_MLM_HEAD),
-    "albert": Architecture(albert.AlbertModel, albert.ALBERT_HF_NAMES, albert.config_from_hf, albert.config_to_hf,
-                           mlm_head=albert.ALBERT_MLM_HEAD),
-    "distilbert": Architecture(distilbert.DistilBertModel, distilbert.DISTILBERT_HF_NAMES,
-                               distilbert.config_from_hf, distilbert.config_to_hf,
-                               mlm_head=distilbert.DISTILBERT_MLM_HEAD),
-    "mpnet": Architecture(mpnet.MPNetModel, mpnet.MPNET_HF_NAMES, mpnet.config_from_hf, mpnet.config_to_hf,
-                          mpnet.MPNET_PARTITION_RULES, mlm_head=mpnet.MPNET_MLM_HEAD),
-    "gpt2": Architecture(gpt2.GPT2Model, gpt2.GPT2_HF_NAMES, gpt2.config_from_hf, gpt2.config_to_hf,
-                         kind="causal_lm"),
-    "bart": Architecture(bart.BartModel, bart.BART_HF_NAMES, bart.config_from_hf, bart.config_to_hf,
-                         bart.BART_PARTITION_RULES, kind="encoder_decoder"),
-    "mbart": Architecture(bart.BartModel, bart.BART_HF_NAMES, bart.config_from_hf, bart.config_to_hf,
-                          bart.BART_PARTITION_RULES, kind="encoder_decoder"),
+    "bert": Architecture(
+        bert.BertModel, bert.BERT_HF_NAMES, bert.config_from_hf, bert.config_to_hf, mlm_head=bert.BERT_MLM_HEAD
+    ),
+    "roberta": Architecture(
+        roberta.RobertaModel,
+        roberta.ROBERTA_HF_NAMES,
+        roberta.config_from_hf,
+        roberta.config_to_hf,
+        mlm_head=roberta.ROBERTA_MLM_HEAD,
+    ),
+    "albert": Architecture(
+        albert.AlbertModel,
+        albert.ALBERT_HF_NAMES,
+        albert.config_from_hf,
+        albert.config_to_hf,
+        mlm_head=albert.ALBERT_MLM_HEAD,
+    ),
+    "distilbert": Architecture(
+        distilbert.DistilBertModel,
+        distilbert.DISTILBERT_HF_NAMES,
+        distilbert.config_from_hf,
+        distilbert.config_to_hf,
+        mlm_head=distilbert.DISTILBERT_MLM_HEAD,
+    ),
+    "mpnet": Architecture(
+        mpnet.MPNetModel,
+        mpnet.MPNET_HF_NAMES,
+        mpnet.config_from_hf,
+        mpnet.config_to_hf,
+        mpnet.MPNET_PARTITION_RULES,
+        mlm_head=mpnet.MPNET_MLM_HEAD,
+    ),
+    "gpt2": Architecture(gpt2.GPT2Model, gpt2.GPT2_HF_NAMES, gpt2.config_from_hf, gpt2.config_to_hf, kind="causal_lm"),
+    "bart": Architecture(
+        bart.BartModel,
+        bart.BART_HF_NAMES,
+        bart.config_from_hf,
+        bart.config_to_hf,
+        bart.BART_PARTITION_RULES,
+        kind="encoder_decoder",
+    ),
+    "mbart": Architecture(
+        bart.BartModel,
+        bart.BART_HF_NAMES,
+        bart.config_from_hf,
+        bart.config_to_hf,
+        bart.BART_PARTITION_RULES,
+        kind="encoder_decoder",
+    ),
 }
 SUPPORTED_MODEL_TYPES = tuple(ARCHITECTURES)
 
@@ -107,8 +144,9 @@ def require_kind(config: EncoderConfig, kinds: tuple[str, ...], purpose: str) ->
     e.g. ``"isojax sts"``)."""
     kind = model_kind(config)
     if kind not in kinds:
-        raise ValueError(f"{purpose} needs {' or '.join(KINDS[k] for k in kinds)}; this {config.model_type} model is "
-                         f"{KINDS[kind]}")
+        raise ValueError(
+            f"{purpose} needs {' or '.join(KINDS[k] for k in kinds)}; this {config.model_type} model is {KINDS[kind]}"
+        )
 
 
 def build_model(config: EncoderConfig, *, dtype: Any = jnp.float32) -> nn.Module:
@@ -117,17 +155,30 @@ def build_model(config: EncoderConfig, *, dtype: Any = jnp.float32) -> nn.Module
     return architecture(config.model_type).module_cls(config, dtype=dtype)
 
 
-def build_encoder(config: EncoderConfig, *, dtype: Any = jnp.float32, last_layer_transform=None,
-                  add_pooling_layer: bool = True, transform_placement: str = "output", scan_layers: bool = False,
-                  remat: str = "none") -> EncoderModel:
+def build_encoder(
+    config: EncoderConfig,
+    *,
+    dtype: Any = jnp.float32,
+    last_layer_transform=None,
+    add_pooling_layer: bool = True,
+    transform_placement: str = "output",
+    scan_layers: bool = False,
+    remat: str = "none",
+) -> EncoderModel:
     """The Linen encoder for ``config.model_type`` (``dtype`` = compute dtype; params are float32;
     ``transform_placement``: where ``last_layer_transform`` acts, see :class:`~isojax.models.layers.EncoderModel`;
     ``scan_layers`` / ``remat``: how the blocks run, see :class:`~isojax.models.layers.Encoder`).
     ``ValueError`` for a decoder model."""
     require_kind(config, ("encoder",), "build_encoder")
     return architecture(config.model_type).module_cls(
-        config, dtype=dtype, last_layer_transform=last_layer_transform, add_pooling_layer=add_pooling_layer,
-        transform_placement=transform_placement, scan_layers=scan_layers, remat=remat)
+        config,
+        dtype=dtype,
+        last_layer_transform=last_layer_transform,
+        add_pooling_layer=add_pooling_layer,
+        transform_placement=transform_placement,
+        scan_layers=scan_layers,
+        remat=remat,
+    )
 
 
 def init_params(module: nn.Module, key):
@@ -157,8 +208,10 @@ def mlm_head(config: EncoderConfig) -> MLMHeadNames:
     """The masked-LM head names of an encoder's architecture; ``ValueError`` for a model without one."""
     names = architecture(config.model_type).mlm_head
     if names is None:
-        raise ValueError(f"a masked-LM head needs an encoder (BERT family); this {config.model_type} model is "
-                         f"{KINDS[model_kind(config)]}")
+        raise ValueError(
+            f"a masked-LM head needs an encoder (BERT family); this {config.model_type} model is "
+            f"{KINDS[model_kind(config)]}"
+        )
     return names
 
 
@@ -168,6 +221,24 @@ def partition_rules(config: EncoderConfig) -> PartitionRules:
     return PARTITION_RULES + architecture(config.model_type).partition_rules
 
 
-__all__ = ["ARCHITECTURES", "KINDS", "SUPPORTED_MODEL_TYPES", "TRANSFORM", "Architecture", "architecture",
-           "build_encoder", "build_model", "config_from_hf", "config_to_hf", "has_pooler", "init_params", "mlm_head",
-           "model_kind", "partition_rules", "require_kind", "token_types", "uses_token_types", "word_embeddings"]
+__all__ = [
+    "ARCHITECTURES",
+    "KINDS",
+    "SUPPORTED_MODEL_TYPES",
+    "TRANSFORM",
+    "Architecture",
+    "architecture",
+    "build_encoder",
+    "build_model",
+    "config_from_hf",
+    "config_to_hf",
+    "has_pooler",
+    "init_params",
+    "mlm_head",
+    "model_kind",
+    "partition_rules",
+    "require_kind",
+    "token_types",
+    "uses_token_types",
+    "word_embeddings",
+]

@@ -1,4 +1,5 @@
 """RoBERTa (Liu et al. 2019): BERT's layout; positions count from ``pad_token_id + 1`` and skip padding."""
+
 import dataclasses
 
 import jax.numpy as jnp
@@ -37,5 +38,6 @@ def config_to_hf(config: EncoderConfig) -> dict:
 
 ROBERTA_HF_NAMES = dataclasses.replace(BERT_HF_NAMES, prefix="roberta")
 
-ROBERTA_MLM_HEAD = MLMHeadNames(dense="lm_head.dense", norm="lm_head.layer_norm", bias="lm_head.bias",
-                                decoder="lm_head.decoder", activation="gelu")
+ROBERTA_MLM_HEAD = MLMHeadNames(
+    dense="lm_head.dense", norm="lm_head.layer_norm", bias="lm_head.bias", decoder="lm_head.decoder", activation="gelu"
+)

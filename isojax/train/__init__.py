@@ -9,6 +9,7 @@ numbers or schedules of the step), :mod:`~isojax.train.optim`, :mod:`~isojax.tra
 :mod:`~isojax.train.feed` (each process's rows of every batch), :mod:`~isojax.train.checkpoint`,
 :mod:`~isojax.train.evaluation`, :mod:`~isojax.train.logs`, :mod:`~isojax.train.loop`, :mod:`~isojax.train.cli`.
 """
+
 from isojax.train.config import METHODS, Method, TrainConfig, parse_regularizer
 from isojax.train.hyperparams import StepSchedule
 from isojax.train.loop import FitResult, fit
@@ -20,7 +21,24 @@ from isojax.train.state import TrainState, create_state
 from isojax.train.step import make_predict_step, make_train_step
 
 __all__ = [
-    "METHODS", "REGULARIZERS", "REPRESENTATIONS", "FitResult", "Method", "Objective", "Regularizer", "StepSchedule",
-    "TaskModel", "TrainConfig", "TrainState", "create_state", "fit", "init_variables", "make_mesh",
-    "make_optimizer", "make_predict_step", "make_runner", "make_train_step", "parse_regularizer",
+    "METHODS",
+    "REGULARIZERS",
+    "REPRESENTATIONS",
+    "FitResult",
+    "Method",
+    "Objective",
+    "Regularizer",
+    "StepSchedule",
+    "TaskModel",
+    "TrainConfig",
+    "TrainState",
+    "create_state",
+    "fit",
+    "init_variables",
+    "make_mesh",
+    "make_optimizer",
+    "make_predict_step",
+    "make_runner",
+    "make_train_step",
+    "parse_regularizer",
 ]

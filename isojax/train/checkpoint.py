@@ -14,6 +14,7 @@ counters of :class:`~isojax.train.state.TrainState`), the field then restored as
 
 A state holding a non-finite floating-point value is never saved: :meth:`Checkpoints.save` raises instead.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -21,7 +22,8 @@ import logging
 import os
 import time
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -35,9 +37,11 @@ log = logging.getLogger(__name__)
 def nonfinite_arrays(state) -> list[str]:
     """Paths (``params/encoder/...``) of the floating-point arrays of ``state`` (host or device arrays, sharded
     ones included) that hold a NaN or an infinity; checked in one compiled pass on device."""
-    leaves = [(jax.tree_util.keystr(path, simple=True, separator="/"), x)
-              for path, x in jax.tree_util.tree_leaves_with_path(state)
-              if jnp.issubdtype(jnp.result_type(x), jnp.inexact)]
+    leaves = [
+        (jax.tree_util.keystr(path, simple=True, separator="/"), x)
+        for path, x in jax.tree_util.tree_leaves_with_path(state)
+        if jnp.issubdtype(jnp.result_type(x), jnp.inexact)
+    ]
     finite = jax.device_get(jax.jit(_all_finite)([x for _, x in leaves]))
     return [path for (path, _), ok in zip(leaves, finite) if not ok]
 
@@ -63,10 +67,14 @@ class Checkpoints:
     def __init__(self, directory: str, *, save_every: int = 0, keep: int = 3):
         self.directory = os.path.abspath(directory)
         self.save_every = save_every
-        options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True, cleanup_tmp_directories=True,
-                                               save_interval_steps=1)
-        self.manager = ocp.CheckpointManager(self.directory, options=options, item_handlers={
-            "state": ocp.StandardCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()})
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=keep, create=True, cleanup_tmp_directories=True, save_interval_steps=1
+        )
+        self.manager = ocp.CheckpointManager(
+            self.directory,
+            options=options,
+            item_handlers={"state": ocp.StandardCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()},
+        )
 
     def steps(self) -> list[int]:
         """Steps with a finished checkpoint, ascending."""
@@ -84,18 +92,22 @@ class Checkpoints:
             return False
         bad = nonfinite_arrays(state)
         if bad:
-            raise ValueError(f"refusing to checkpoint step {step} in {self.directory}: non-finite values in "
-                             f"{', '.join(bad[:5])}{f' and {len(bad) - 5} more arrays' if len(bad) > 5 else ''}")
-        self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                        meta=ocp.args.JsonSave(meta)), force=True)
+            raise ValueError(
+                f"refusing to checkpoint step {step} in {self.directory}: non-finite values in "
+                f"{', '.join(bad[:5])}{f' and {len(bad) - 5} more arrays' if len(bad) > 5 else ''}"
+            )
+        self.manager.save(
+            step, args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)), force=True
+        )
         return True
 
     def wait(self) -> None:
         """Block until pending saves are written."""
         self.manager.wait_until_finished()
 
-    def restore_latest(self, target: Callable[[dict], Any],
-                       check: Callable[[dict], None] | None = None) -> tuple[int, Any, dict] | None:
+    def restore_latest(
+        self, target: Callable[[dict], Any], check: Callable[[dict], None] | None = None
+    ) -> tuple[int, Any, dict] | None:
         """``(step, state, meta)`` of the newest readable checkpoint, or None when there is none.
 
         ``check(meta)`` may refuse the checkpoints (its exception propagates: a checkpoint of another run is
@@ -129,20 +141,32 @@ class Checkpoints:
         names them in ``ZERO_WHEN_MISSING`` (module docstring)."""
         saved = self.manager.item_metadata(step)["state"]  # None when its metadata cannot be read
         zeroed = getattr(type(target), "ZERO_WHEN_MISSING", ())
-        missing = set() if saved is None else {f.name for f in dataclasses.fields(target) if f.name not in saved and (
-            f.name in zeroed or not jax.tree.leaves(getattr(target, f.name)))}
+        missing = (
+            set()
+            if saved is None
+            else {
+                f.name
+                for f in dataclasses.fields(target)
+                if f.name not in saved and (f.name in zeroed or not jax.tree.leaves(getattr(target, f.name)))
+            }
+        )
         fields = {f.name: getattr(target, f.name) for f in dataclasses.fields(target) if f.name not in missing}
-        restored = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(
-            fields if missing else target))).state
+        restored = self.manager.restore(
+            step, args=ocp.args.Composite(state=ocp.args.StandardRestore(fields if missing else target))
+        ).state
         if not missing:
             return restored
-        return target.replace(**restored, **{name: jax.tree.map(_zeros, getattr(target, name))
-                                              for name in missing & set(zeroed)})
+        return target.replace(
+            **restored, **{name: jax.tree.map(_zeros, getattr(target, name)) for name in missing & set(zeroed)}
+        )
 
     def _unreadable(self, step: int, error: Exception) -> int:
-        warnings.warn(f"checkpoint step {step} in {self.directory} cannot be read ({type(error).__name__}: "
-                      f"{str(error)[:300]}); falling back to an earlier checkpoint (moving this one to "
-                      f"{step}.unreadable.<time>)", stacklevel=3)
+        warnings.warn(
+            f"checkpoint step {step} in {self.directory} cannot be read ({type(error).__name__}: "
+            f"{str(error)[:300]}); falling back to an earlier checkpoint (moving this one to "
+            f"{step}.unreadable.<time>)",
+            stacklevel=3,
+        )
         return step
 
     def _set_aside(self, steps) -> None:
@@ -160,7 +184,7 @@ class Checkpoints:
         self.manager.wait_until_finished()
         self.manager.close()
 
-    def __enter__(self) -> "Checkpoints":
+    def __enter__(self) -> Checkpoints:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -17,6 +17,7 @@ objective (and the losses match the mesh path):
 These rules hold for objectives that are *linear* in the gathered/total terms' gradients, i.e. a weighted
 sum of terms with weights that carry no gradient (the task loss, regularisers, the joint-loss balancer).
 """
+
 from __future__ import annotations
 
 import dataclasses

@@ -25,6 +25,7 @@ Tasks: a GLUE task (:mod:`isojax.data.glue`; a classifier, :class:`~isojax.train
 sequence-to-sequence task (:mod:`isojax.data.seq2seq`; an encoder-decoder, :mod:`isojax.train.seq2seq`), which
 takes the methods of :data:`SEQ2SEQ_METHODS` and regularisers of the ``embedding`` or ``tokens`` representation.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,8 +38,14 @@ from isojax.data.glue import glue_task
 from isojax.data.seq2seq import SEQ2SEQ_TASKS, seq2seq_task
 from isojax.models.heads import POOLINGS
 from isojax.models.layers import REMAT_POLICIES, TRANSFORM_PLACEMENTS
-from isojax.train.hyperparams import (Hyperparameter, StepSchedule, hyperparameter, is_schedule_text, is_scheduled,
-                                      to_json)
+from isojax.train.hyperparams import (
+    Hyperparameter,
+    StepSchedule,
+    hyperparameter,
+    is_schedule_text,
+    is_scheduled,
+    to_json,
+)
 from isojax.train.objective import COMBINATIONS, Regularizer
 from isojax.train.optim import SCHEDULES
 from isojax.train.parallel import PARALLEL_MODES
@@ -60,16 +67,17 @@ METHODS: dict[str, Method] = {
     "baseline": Method("task loss only"),
     "softdecay": Method("SoftDecay on the last layer, learnable alpha", softdecay=True),
     "cosine": Method("cosine regularisation of the word embeddings", (Regularizer("cosine", 1.0),)),
-    "spectrum_pol": Method("polynomial spectrum control of the word embeddings",
-                           (Regularizer("spectrum_pol", 1e-3),)),
-    "spectrum_exp": Method("exponential spectrum control of the word embeddings",
-                           (Regularizer("spectrum_exp", 1e-3),)),
+    "spectrum_pol": Method("polynomial spectrum control of the word embeddings", (Regularizer("spectrum_pol", 1e-3),)),
+    "spectrum_exp": Method("exponential spectrum control of the word embeddings", (Regularizer("spectrum_exp", 1e-3),)),
     "isoscore": Method("log(1/IsoScore) of the batch's [CLS] vectors", (Regularizer("isoscore", 0.1),)),
     "istar": Method("I-STAR: 1 - IsoScore* of the batch's [CLS] vectors", (Regularizer("istar", 1.0),)),
-    "persistent_entropy": Method("class-wise persistent entropy of the selected bars of [CLS]",
-                                 (Regularizer("persistent_entropy", 0.1),)),
-    "persistent_entropy_all": Method("class-wise persistent entropy of all bars of [CLS]",
-                                     (Regularizer("persistent_entropy", 0.1, options=(("bars", "all"),)),)),
+    "persistent_entropy": Method(
+        "class-wise persistent entropy of the selected bars of [CLS]", (Regularizer("persistent_entropy", 0.1),)
+    ),
+    "persistent_entropy_all": Method(
+        "class-wise persistent entropy of all bars of [CLS]",
+        (Regularizer("persistent_entropy", 0.1, options=(("bars", "all"),)),),
+    ),
     "isobn": Method("IsoBN on the pooled representation", isobn=True),
     "isotropy_layer": Method("two-stage Isotropy Layer with the balanced joint loss", isotropy_layer=True),
     "flow": Method("flow calibration: a Glow flow before the head, trained by maximum likelihood", flow=True),
@@ -103,8 +111,12 @@ class Stage:
 
 def _positive(value, name: str, *, integer: bool = False, allow_zero: bool = False) -> None:
     ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
-    if isinstance(value, bool) or not ok_type or not (value >= 0 if allow_zero else value > 0) or (
-            not integer and not math.isfinite(value)):
+    if (
+        isinstance(value, bool)
+        or not ok_type
+        or not (value >= 0 if allow_zero else value > 0)
+        or (not integer and not math.isfinite(value))
+    ):
         kind = "integer" if integer else "number"
         raise ValueError(f"{name} must be a {'non-negative' if allow_zero else 'positive'} {kind}, got {value!r}")
 
@@ -195,8 +207,9 @@ class TrainConfig:
             if isinstance(getattr(self, name), os.PathLike):
                 object.__setattr__(self, name, os.fspath(getattr(self, name)))
         if self.data_dir is not None and self.data_source != "auto":
-            raise ValueError(f"data_dir is read with data_source='auto', got data_source={self.data_source!r}; "
-                             "pass one of the two")
+            raise ValueError(
+                f"data_dir is read with data_source='auto', got data_source={self.data_source!r}; pass one of the two"
+            )
         method(self.method)
         object.__setattr__(self, "regularizers", tuple(self.regularizers))
         for reg in self.regularizers:
@@ -205,15 +218,33 @@ class TrainConfig:
             reg.check()
         for reg in self.method_spec.regularizers:
             reg.check()
-        choices = {"pooling": POOLINGS, "combine": COMBINATIONS, "schedule": SCHEDULES, "parallel": PARALLEL_MODES,
-                   "dtype": ("float32", "bfloat16"), "softdecay_placement": TRANSFORM_PLACEMENTS,
-                   "remat": ("none", *REMAT_POLICIES)}
+        choices = {
+            "pooling": POOLINGS,
+            "combine": COMBINATIONS,
+            "schedule": SCHEDULES,
+            "parallel": PARALLEL_MODES,
+            "dtype": ("float32", "bfloat16"),
+            "softdecay_placement": TRANSFORM_PLACEMENTS,
+            "remat": ("none", *REMAT_POLICIES),
+        }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
-        for name in ("max_length", "batch_size", "eval_batch_size", "grad_accumulation", "model_parallel",
-                     "keep_checkpoints", "max_target_length", "num_beams", "flow_levels", "flow_depth",
-                     "flow_hidden", "flow_init_batches", "max_nonfinite_steps"):
+        for name in (
+            "max_length",
+            "batch_size",
+            "eval_batch_size",
+            "grad_accumulation",
+            "model_parallel",
+            "keep_checkpoints",
+            "max_target_length",
+            "num_beams",
+            "flow_levels",
+            "flow_depth",
+            "flow_hidden",
+            "flow_init_batches",
+            "max_nonfinite_steps",
+        ):
             _positive(getattr(self, name), name, integer=True)
         for name in ("save_every", "eval_every", "log_every", "train_limit", "eval_limit", "seed"):
             _positive(getattr(self, name), name, integer=True, allow_zero=True)
@@ -249,20 +280,28 @@ class TrainConfig:
     def _check_seq2seq(self) -> None:
         key = METHOD_ALIASES.get(self.method, self.method)
         if key not in SEQ2SEQ_METHODS:
-            raise ValueError(f"method {self.method!r} does not apply to the sequence-to-sequence task {self.task}; "
-                             f"expected one of {list(SEQ2SEQ_METHODS)}")
+            raise ValueError(
+                f"method {self.method!r} does not apply to the sequence-to-sequence task {self.task}; "
+                f"expected one of {list(SEQ2SEQ_METHODS)}"
+            )
         if self.scan_layers or self.remat != "none":
-            raise ValueError(f"scan_layers and remat are for encoders; the sequence-to-sequence task {self.task} "
-                             "runs its encoder-decoder unrolled")
+            raise ValueError(
+                f"scan_layers and remat are for encoders; the sequence-to-sequence task {self.task} "
+                "runs its encoder-decoder unrolled"
+            )
         for reg in self.method_spec.regularizers + self.regularizers:
             if reg.representation not in SEQ2SEQ_REPRESENTATIONS:
-                raise ValueError(f"regulariser {reg.label}: a sequence-to-sequence model has the representations "
-                                 f"{list(SEQ2SEQ_REPRESENTATIONS)}, not {reg.representation!r}")
+                raise ValueError(
+                    f"regulariser {reg.label}: a sequence-to-sequence model has the representations "
+                    f"{list(SEQ2SEQ_REPRESENTATIONS)}, not {reg.representation!r}"
+                )
             if reg.needs_reference:
                 raise ValueError(f"regulariser {reg.label}: c0='data' is for classification tasks; use c0=identity")
         if self.data_dir is not None:
-            raise ValueError(f"data_dir holds GLUE/STS releases; the sequence-to-sequence task {self.task} reads "
-                             "data_source (the Hub, or a local file or directory)")
+            raise ValueError(
+                f"data_dir holds GLUE/STS releases; the sequence-to-sequence task {self.task} reads "
+                "data_source (the Hub, or a local file or directory)"
+            )
 
     @property
     def method_spec(self) -> Method:
@@ -293,9 +332,17 @@ class TrainConfig:
         if not spec.isotropy_layer:
             return (Stage("finetune", (), regs, self.combine, self.epochs, self.steps),)
         joint = "balanced" if self.combine == "sum" else self.combine
-        return (Stage("finetune", ("isotropy_layer",), regs, "sum", self.epochs, self.steps),
-                Stage("isotropy_layer", ("encoder", "head"), (Regularizer("isoscore", 1.0, "head_input"),), joint,
-                      self.stage2_epochs, self.stage2_steps))
+        return (
+            Stage("finetune", ("isotropy_layer",), regs, "sum", self.epochs, self.steps),
+            Stage(
+                "isotropy_layer",
+                ("encoder", "head"),
+                (Regularizer("isoscore", 1.0, "head_input"),),
+                joint,
+                self.stage2_epochs,
+                self.stage2_steps,
+            ),
+        )
 
     def to_json(self) -> dict:
         """A JSON-ready dict of the fields: a scheduled ``joint_alpha`` / ``balancer_smoothing`` as the text of its
@@ -303,8 +350,15 @@ class TrainConfig:
         such text (``Regularizer(**d)`` reads such a dict back)."""
         out = dataclasses.asdict(self)
         out.update(joint_alpha=to_json(self.joint_alpha), balancer_smoothing=to_json(self.balancer_smoothing))
-        out["regularizers"] = [{"name": r.name, "weight": to_json(r.weight), "representation": r.representation,
-                                "options": tuple((k, to_json(v)) for k, v in r.options)} for r in self.regularizers]
+        out["regularizers"] = [
+            {
+                "name": r.name,
+                "weight": to_json(r.weight),
+                "representation": r.representation,
+                "options": tuple((k, to_json(v)) for k, v in r.options),
+            }
+            for r in self.regularizers
+        ]
         return out
 
 

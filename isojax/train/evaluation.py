@@ -11,6 +11,7 @@ of the top 1-3 principal components (isotropy-layer Table 3), ``anisotropy`` and
 partition-function isotropy ``I1`` / ``I2`` of the word (= output) embedding matrix (calibration-evaluation
 Table 4).
 """
+
 from __future__ import annotations
 
 import jax
@@ -48,8 +49,10 @@ def task_metrics(task: GlueTask, logits, labels) -> dict[str, float]:
     if task.is_regression:
         return correlations(logits[:, 0], labels)
     predictions = logits.argmax(-1)
-    out = {"accuracy": 100 * float(np.mean(predictions == labels)),
-           "matthews_corrcoef": 100 * matthews_corrcoef(labels, predictions, task.num_labels)}
+    out = {
+        "accuracy": 100 * float(np.mean(predictions == labels)),
+        "matthews_corrcoef": 100 * matthews_corrcoef(labels, predictions, task.num_labels),
+    }
     if task.num_labels == 2:
         out["f1"] = 100 * binary_f1(labels, predictions)
     return out
@@ -80,12 +83,11 @@ def predict_all(runner, placed_state, data: Split, batch_size: int) -> dict[str,
     order = batch_indices(len(data), batch_size)
     padded = [np.concatenate([b, np.repeat(b[:1], batch_size - len(b))]) for b in order]
     fed = process_batches(data, padded, runner.process_rows(batch_size))
-    chunks = [{k: v[:len(b)] for k, v in runner.predict(placed_state, rows).items()} for b, rows in zip(order, fed)]
+    chunks = [{k: v[: len(b)] for k, v in runner.predict(placed_state, rows).items()} for b, rows in zip(order, fed)]
     return {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
 
 
 def evaluate(runner, placed_state, data: Split, task: GlueTask, word_embeddings, batch_size: int) -> dict:
     """Task metrics and isotropy metrics of the model in ``placed_state`` on ``data`` (all rows)."""
     out = predict_all(runner, placed_state, data, batch_size)
-    return {**task_metrics(task, out["logits"], data.labels),
-            **isotropy_metrics(out["head_input"], word_embeddings)}
+    return {**task_metrics(task, out["logits"], data.labels), **isotropy_metrics(out["head_input"], word_embeddings)}

@@ -18,6 +18,7 @@ A split is any object with ``__len__``, ``arrays(rows) -> dict`` (every array of
 token arrays right-padded to their longest row) and ``groups`` (its :class:`TokenGroup` s): :class:`Split`
 here, :class:`isojax.train.seq2seq.Seq2SeqSplit` for sequence-to-sequence tasks.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -66,8 +67,12 @@ class Split:
         ``attention_mask``, ``token_type_ids`` ``[len(rows), W]``, right-padded to their longest row)."""
         a, b = self.data.texts_a, self.data.texts_b
         rows = range(len(a)) if rows is None else rows
-        return tokenize(self.tokenizer, [a[i] for i in rows], None if b is None else [b[i] for i in rows],
-                        max_length=self.max_length)
+        return tokenize(
+            self.tokenizer,
+            [a[i] for i in rows],
+            None if b is None else [b[i] for i in rows],
+            max_length=self.max_length,
+        )
 
     def arrays(self, rows) -> dict[str, np.ndarray]:
         """:meth:`tokens` of ``rows`` and their ``labels``."""
@@ -75,8 +80,14 @@ class Split:
 
     @property
     def groups(self) -> tuple[TokenGroup, ...]:
-        return (TokenGroup("attention_mask", ("input_ids", "attention_mask", "token_type_ids"), self.max_length,
-                           {"input_ids": self.tokenizer.pad_token_id}),)
+        return (
+            TokenGroup(
+                "attention_mask",
+                ("input_ids", "attention_mask", "token_type_ids"),
+                self.max_length,
+                {"input_ids": self.tokenizer.pad_token_id},
+            ),
+        )
 
 
 def batch_indices(n: int, batch_size: int, **order) -> list[np.ndarray]:
@@ -121,7 +132,7 @@ def process_batches(split, index_batches: Sequence[np.ndarray], rows: np.ndarray
         widths = [bucket_length(longest[i, k], max_length=g.max_length) for i, g in enumerate(split.groups)]
         out = {}
         for key, value in arrays.items():
-            part = value[k * b:(k + 1) * b]
+            part = value[k * b : (k + 1) * b]
             if key in group_of:
                 g = split.groups[group_of[key]]
                 part = _to_width(part, widths[group_of[key]], g.fill.get(key, 0))

@@ -11,6 +11,7 @@ Per step, from the (globally reduced) gradient of the objective:
     embedding_grad/principal_cosine  |cos(Σ_j g_j, v₁)| with W's first principal direction
     embedding_grad/coherence       mean cosine between the rows' gradients (1: all pushed one way)
 """
+
 from __future__ import annotations
 
 import re

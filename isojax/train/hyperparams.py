@@ -16,18 +16,20 @@ values (``A``, ``B``, ``V``, ``F`` numbers; ``N`` > 0 and ``S`` >= 0 integers of
     cosine:A:N[:F]      A (F + (1 - F) (1 + cos(pi min(t, N) / N)) / 2): A down to F A at step N
                                                                                (optax.cosine_decay_schedule)
 """
+
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Union
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-Hyperparameter = Union[float, Callable[[Any], Any]]
+Hyperparameter = float | Callable[[Any], Any]
 
 # kind -> (argument names, how many of them are required, the optax schedule of the arguments)
 _KINDS: dict[str, tuple[tuple[str, ...], int, Callable[..., optax.Schedule]]] = {
@@ -55,16 +57,19 @@ class StepSchedule:
             raise ValueError(f"schedule kind must be one of {list(_KINDS)}, got {self.kind!r}")
         names, required, _ = _KINDS[self.kind]
         if not required <= len(self.args) <= len(names):
-            raise ValueError(f"schedule {self.kind} takes {self.kind}:{':'.join(names)} ({required} to {len(names)} "
-                             f"numbers), got {len(self.args)}: {self.args!r}")
+            raise ValueError(
+                f"schedule {self.kind} takes {self.kind}:{':'.join(names)} ({required} to {len(names)} "
+                f"numbers), got {len(self.args)}: {self.args!r}"
+            )
         args = []
         for name, value in zip(names, self.args):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise ValueError(f"schedule {self.kind}: {name} must be a finite number, got {value!r}")
             if name in _STEP_ARGUMENTS:
                 if value != int(value) or value < (1 if name == "N" else 0):
-                    raise ValueError(f"schedule {self.kind}: {name} (steps) must be {_STEP_ARGUMENTS[name]}, "
-                                     f"got {value!r}")
+                    raise ValueError(
+                        f"schedule {self.kind}: {name} (steps) must be {_STEP_ARGUMENTS[name]}, got {value!r}"
+                    )
                 value = int(value)
             else:
                 value = float(value)
@@ -114,8 +119,10 @@ def hyperparameter(value, name: str) -> Hyperparameter:
     if isinstance(value, bool) or value is None:
         raise TypeError(f"{name} must be a float or a schedule of the step, got {value!r}")
     if isinstance(value, jax.core.Tracer):
-        raise TypeError(f"{name} must be a concrete value (it is fixed when the step is built), got a traced "
-                        "value; pass a schedule of the step for a value that changes")
+        raise TypeError(
+            f"{name} must be a concrete value (it is fixed when the step is built), got a traced "
+            "value; pass a schedule of the step for a value that changes"
+        )
     if isinstance(value, (np.ndarray, np.generic, jax.Array)):
         if np.shape(value) != ():
             raise ValueError(f"{name} must be a scalar, got an array of shape {np.shape(value)}")
@@ -147,5 +154,13 @@ def to_json(value: Hyperparameter):
     return repr(value) if callable(value) else value
 
 
-__all__ = ["SCHEDULE_KINDS", "Hyperparameter", "StepSchedule", "hyperparameter", "is_schedule_text", "is_scheduled",
-           "to_json", "value_at"]
+__all__ = [
+    "SCHEDULE_KINDS",
+    "Hyperparameter",
+    "StepSchedule",
+    "hyperparameter",
+    "is_schedule_text",
+    "is_scheduled",
+    "to_json",
+    "value_at",
+]

@@ -4,6 +4,7 @@ Records carry ``"kind"`` and ``"time"`` (wall clock): ``"train"`` (step, stage, 
 training since the previous train record, loss and its terms, gradient norm), ``"eval"`` (step, stage, task
 metrics, isotropy metrics), ``"resume"`` (step restored, checkpoint).
 """
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,14 @@ def latest_evaluations(records: list[dict]) -> list[dict]:
     return [by_step[s] for s in sorted(by_step)]
 
 
-def plot_curves(records: list[dict], path: str, *, metrics: tuple[str, ...],
-                isotropy: tuple[str, ...] = ("anisotropy", "anisotropy_centered", "isoscore"), title: str = "") -> str:
+def plot_curves(
+    records: list[dict],
+    path: str,
+    *,
+    metrics: tuple[str, ...],
+    isotropy: tuple[str, ...] = ("anisotropy", "anisotropy_centered", "isoscore"),
+    title: str = "",
+) -> str:
     """PNG with the task ``metrics`` (left) and the ``isotropy`` measures (right; by default the anisotropy, raw and
     centered, and IsoScore of the evaluated embeddings) over training steps; with gradient statistics in the train
     records (``--log-gradients``), two more panels: the gradient norm of each parameter group (log scale) and the
@@ -86,8 +93,11 @@ def _plot_gradients(train: list[dict], norms, alignment) -> None:
         norms.plot(steps, [r.get(key, math.nan) for r in train], label=key.split("/", 1)[1], linewidth=1)
     norms.set(xlabel="step", yscale="log", title="gradient norm per parameter group")
     norms.legend(fontsize=6, ncol=2)
-    for key, style in (("embedding_grad/mean_cosine", "-"), ("embedding_grad/principal_cosine", "--"),
-                       ("embedding_grad/coherence", ":")):
+    for key, style in (
+        ("embedding_grad/mean_cosine", "-"),
+        ("embedding_grad/principal_cosine", "--"),
+        ("embedding_grad/coherence", ":"),
+    ):
         alignment.plot(steps, [r.get(key, math.nan) for r in train], style, label=key.split("/", 1)[1])
     alignment.set(xlabel="step", title="word-embedding gradient vs mean direction")
     alignment.legend(fontsize=7)

@@ -30,6 +30,7 @@ devices, checkpoints, resuming, logs, timing) is one loop.
 Outputs in ``output_dir``: ``checkpoints/``, ``log.jsonl`` (:mod:`isojax.train.logs`), ``curves.png`` (task
 metric and isotropy over training), ``results.json`` (configuration, final evaluation of every stage, timing).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -65,10 +66,26 @@ from isojax.train.step import make_predict_step, make_train_step
 log = logging.getLogger(__name__)
 
 # Fields that may differ when a run is resumed: where and how it runs, how often it reports.
-RESUMABLE_CHANGES = frozenset({"devices", "parallel", "model_parallel", "progress", "output_dir", "save_every",
-                               "keep_checkpoints", "eval_every", "log_every", "log_gradients", "eval_batch_size",
-                               "eval_limit", "num_beams", "length_penalty", "generation_max_length",
-                               "max_nonfinite_steps"})
+RESUMABLE_CHANGES = frozenset(
+    {
+        "devices",
+        "parallel",
+        "model_parallel",
+        "progress",
+        "output_dir",
+        "save_every",
+        "keep_checkpoints",
+        "eval_every",
+        "log_every",
+        "log_gradients",
+        "eval_batch_size",
+        "eval_limit",
+        "num_beams",
+        "length_penalty",
+        "generation_max_length",
+        "max_nonfinite_steps",
+    }
+)
 
 
 class NonFiniteTrainingError(FloatingPointError):
@@ -100,12 +117,22 @@ def build_model(config: TrainConfig):
         raise ValueError(f"model {config.model!r} has no tokenizer files; fine-tuning needs one")
     dropout = encoder.config.hidden_dropout_prob if config.dropout else 0.0
     if not config.dropout:
-        encoder = build_encoder(dataclasses.replace(encoder.config, hidden_dropout_prob=0.0,
-                                                    attention_probs_dropout_prob=0.0),
-                                dtype=dtype, last_layer_transform=transform,
-                                add_pooling_layer=encoder.add_pooling_layer, **layout)
-    model = TaskModel(encoder, num_labels=config.num_labels, pooling=config.pooling, dropout_rate=dropout,
-                      use_isobn=spec.isobn, use_isotropy_layer=spec.isotropy_layer, flow=config.make_flow())
+        encoder = build_encoder(
+            dataclasses.replace(encoder.config, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
+            dtype=dtype,
+            last_layer_transform=transform,
+            add_pooling_layer=encoder.add_pooling_layer,
+            **layout,
+        )
+    model = TaskModel(
+        encoder,
+        num_labels=config.num_labels,
+        pooling=config.pooling,
+        dropout_rate=dropout,
+        use_isobn=spec.isobn,
+        use_isotropy_layer=spec.isotropy_layer,
+        flow=config.make_flow(),
+    )
     return model, params, tokenizer
 
 
@@ -117,26 +144,33 @@ def check_setup(config: TrainConfig, model) -> None:
     if enc.decoder_layers:
         sizes.update({"decoder attention heads": enc.decoder_attention_heads, "decoder ffn size": enc.decoder_ffn_dim})
     if config.model_parallel > 1 and any(v % config.model_parallel for v in sizes.values()):
-        raise ValueError(f"model_parallel={config.model_parallel} must divide the "
-                         + ", ".join(f"{name} ({v})" for name, v in sizes.items()))
+        raise ValueError(
+            f"model_parallel={config.model_parallel} must divide the "
+            + ", ".join(f"{name} ({v})" for name, v in sizes.items())
+        )
     num_devices = len(select_devices(config.devices))
     data_size = num_devices // config.model_parallel if config.parallel == "mesh" else num_devices
     if num_devices % config.model_parallel:
         raise ValueError(f"model_parallel={config.model_parallel} must divide the {num_devices} devices")
     for name in ("batch_size", "eval_batch_size"):
         if getattr(config, name) % data_size:
-            raise ValueError(f"{name}={getattr(config, name)} does not divide over the {data_size} data-parallel "
-                             f"devices ({num_devices} devices, parallel={config.parallel!r}, "
-                             f"model_parallel={config.model_parallel})")
+            raise ValueError(
+                f"{name}={getattr(config, name)} does not divide over the {data_size} data-parallel "
+                f"devices ({num_devices} devices, parallel={config.parallel!r}, "
+                f"model_parallel={config.model_parallel})"
+            )
 
 
 def check_pooler(config: TrainConfig, model: TaskModel) -> None:
     """``ValueError`` when the configuration reads a pooler the model does not have."""
     wants_pooler = config.pooling == "pooler" or any(
-        r.representation == "pooler" for s in config.stages() for r in s.regularizers)
+        r.representation == "pooler" for s in config.stages() for r in s.regularizers
+    )
     if wants_pooler and not model.has_pooler:
-        raise ValueError(f"model {config.model!r} ({model.encoder.config.model_type}) has no pooler: the "
-                         "'pooler' pooling/representation is not available (use 'cls')")
+        raise ValueError(
+            f"model {config.model!r} ({model.encoder.config.model_type}) has no pooler: the "
+            "'pooler' pooling/representation is not available (use 'cls')"
+        )
 
 
 def eval_split(task: str) -> str:
@@ -169,8 +203,14 @@ class Plan:
 
     def meta(self, step: int, per_epoch: int, config: TrainConfig) -> dict:
         epoch, batch = divmod(step - self.start, per_epoch)
-        return {"stage": self.index, "stage_name": self.stage.name, "step": step, "epoch": epoch, "batch": batch,
-                "config": config.to_json()}
+        return {
+            "stage": self.index,
+            "stage_name": self.stage.name,
+            "step": step,
+            "epoch": epoch,
+            "batch": batch,
+            "config": config.to_json(),
+        }
 
 
 def representation_covariance(model: TaskModel, variables: dict, data: Split, batch_size: int):
@@ -219,13 +259,20 @@ class ClassificationRecipe:
 
     def references(self, model: TaskModel, variables: dict, train: Split) -> dict:
         regularizers = [reg for stage in self.config.stages() for reg in stage.regularizers]
-        return data_references(regularizers, representation_covariance(model, variables, train,
-                                                                       self.config.eval_batch_size))
+        return data_references(
+            regularizers, representation_covariance(model, variables, train, self.config.eval_batch_size)
+        )
 
     def objective(self, stage: Stage, params, references: dict) -> Objective:
         c = self.config
-        return Objective(c.num_labels, resolve_auto_options(stage.regularizers, params), stage.combine,
-                         c.joint_alpha, c.balancer_smoothing, references)
+        return Objective(
+            c.num_labels,
+            resolve_auto_options(stage.regularizers, params),
+            stage.combine,
+            c.joint_alpha,
+            c.balancer_smoothing,
+            references,
+        )
 
     def predict_step(self, model: TaskModel):
         return make_predict_step(model)
@@ -244,10 +291,12 @@ def flow_init_rows(model, params, train, config: TrainConfig) -> np.ndarray:
     """``[N, H]``: the real rows of what the flow transforms (``model.flow_features``), computed by the pretrained
     network ``params`` on the first ``flow_init_batches`` training batches (in the order training sees them); the
     flow's ActNorm starts from them. Every process computes them from the whole batches, so that all start alike."""
-    order = batch_indices(len(train), config.batch_size, shuffle=True, seed=config.seed, epoch=0,
-                          drop_last=True)[:config.flow_init_batches]
-    forward = jax.jit(lambda p, b: model.apply({"params": {"encoder": p}}, *(b[k] for k in model.INPUTS),
-                                               method="flow_features"))
+    order = batch_indices(len(train), config.batch_size, shuffle=True, seed=config.seed, epoch=0, drop_last=True)[
+        : config.flow_init_batches
+    ]
+    forward = jax.jit(
+        lambda p, b: model.apply({"params": {"encoder": p}}, *(b[k] for k in model.INPUTS), method="flow_features")
+    )
     rows = []
     for index in order:
         x, mask = forward(params, train.arrays(index.tolist()))
@@ -263,22 +312,50 @@ def _plans(config: TrainConfig, recipe, model, variables: dict, per_epoch: int, 
         updates = max(1, total // config.grad_accumulation)
         warmup = round(config.warmup_ratio * updates)
         objective = recipe.objective(stage, variables["params"], references)
-        optimizer = make_optimizer(variables["params"], learning_rate=config.learning_rate,
-                                   transform_learning_rate=config.transform_learning_rate,
-                                   weight_decay=config.weight_decay, total_updates=updates, warmup_steps=warmup,
-                                   schedule_kind=config.schedule, max_grad_norm=config.max_grad_norm,
-                                   accumulation=config.grad_accumulation, frozen=stage.frozen)
+        optimizer = make_optimizer(
+            variables["params"],
+            learning_rate=config.learning_rate,
+            transform_learning_rate=config.transform_learning_rate,
+            weight_decay=config.weight_decay,
+            total_updates=updates,
+            warmup_steps=warmup,
+            schedule_kind=config.schedule,
+            max_grad_norm=config.max_grad_norm,
+            accumulation=config.grad_accumulation,
+            frozen=stage.frozen,
+        )
         abstract = jax.eval_shape(lambda v, o=optimizer: create_state(v, o, config.seed), variables)
         runner = make_runner(
-            config.parallel, num_devices=config.devices, model_parallel=config.model_parallel,
+            config.parallel,
+            num_devices=config.devices,
+            model_parallel=config.model_parallel,
             make_step=lambda c, o=optimizer, obj=objective, f=stage.frozen, s=start: make_train_step(
-                model, obj, o, frozen=f, collectives=c, stage_start=s,
-                gradient_every=config.log_every if config.log_gradients else 0),
-            predict=recipe.predict_step(model), abstract_state=abstract, partition_rules=model.partition_rules())
+                model,
+                obj,
+                o,
+                frozen=f,
+                collectives=c,
+                stage_start=s,
+                gradient_every=config.log_every if config.log_gradients else 0,
+            ),
+            predict=recipe.predict_step(model),
+            abstract_state=abstract,
+            partition_rules=model.partition_rules(),
+        )
         # the logged learning rate: the encoder's, or the transform group's when the encoder is frozen
         peak = config.transform_learning_rate if "encoder" in stage.frozen else config.learning_rate
-        plans.append(Plan(index, stage, optimizer, total, start, abstract, runner,
-                          schedule(peak, updates, warmup, config.schedule)))
+        plans.append(
+            Plan(
+                index,
+                stage,
+                optimizer,
+                total,
+                start,
+                abstract,
+                runner,
+                schedule(peak, updates, warmup, config.schedule),
+            )
+        )
         start += total
     return plans
 
@@ -288,8 +365,10 @@ def _check_resumable(config: TrainConfig, meta: dict, directory: str) -> None:
     changed = sorted(k for k in set(saved) | set(now) if k not in RESUMABLE_CHANGES and saved.get(k) != now.get(k))
     if changed:
         diffs = "; ".join(f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in changed)
-        raise ValueError(f"the checkpoints in {directory} were written by a different configuration ({diffs}); "
-                         "resume with the same settings or choose a new output_dir")
+        raise ValueError(
+            f"the checkpoints in {directory} were written by a different configuration ({diffs}); "
+            "resume with the same settings or choose a new output_dir"
+        )
 
 
 @dataclasses.dataclass
@@ -319,8 +398,7 @@ def prepare(config: TrainConfig) -> Prepared:
     dev = kind.load(kind.eval_split, tokenizer, config.eval_limit)
     per_epoch = len(train) // config.batch_size
     if per_epoch == 0:
-        raise ValueError(f"the training set ({len(train)} rows) is smaller than one batch "
-                         f"({config.batch_size})")
+        raise ValueError(f"the training set ({len(train)} rows) is smaller than one batch ({config.batch_size})")
     flow_rows = flow_init_rows(model, pretrained, train, config) if config.method_spec.flow else None
     variables = kind.init_variables(model, pretrained, jax.random.key(config.seed), flow_rows)
     references = kind.references(model, variables, train)
@@ -331,17 +409,24 @@ def prepare(config: TrainConfig) -> Prepared:
 def fit(config: TrainConfig) -> FitResult:
     """Run (or resume) the fine-tuning described by ``config``; see the module docstring."""
     prepared = prepare(config)
-    kind, train, dev, per_epoch, plans = (prepared.recipe, prepared.train, prepared.dev, prepared.per_epoch,
-                                          prepared.plans)
+    kind, train, dev, per_epoch, plans = (
+        prepared.recipe,
+        prepared.train,
+        prepared.dev,
+        prepared.per_epoch,
+        prepared.plans,
+    )
 
     main_process = jax.process_index() == 0
     os.makedirs(config.output_dir, exist_ok=True)
     run_log = JsonLog(os.path.join(config.output_dir, "log.jsonl"))
-    with Checkpoints(os.path.join(config.output_dir, "checkpoints"), save_every=config.save_every,
-                     keep=config.keep_checkpoints) as checkpoints:  # closed (pending saves written) on errors too
+    with Checkpoints(
+        os.path.join(config.output_dir, "checkpoints"), save_every=config.save_every, keep=config.keep_checkpoints
+    ) as checkpoints:  # closed (pending saves written) on errors too
         restored = checkpoints.restore_latest(
             lambda meta: plans[meta["stage"]].runner.restore_target(plans[meta["stage"]].abstract_state),
-            check=lambda meta: _check_resumable(config, meta, checkpoints.directory))
+            check=lambda meta: _check_resumable(config, meta, checkpoints.directory),
+        )
         if restored is None:
             index, step = 0, 0
             placed = plans[0].runner.place(create_state(prepared.variables, plans[0].optimizer, config.seed))
@@ -350,29 +435,52 @@ def fit(config: TrainConfig) -> FitResult:
             step, state, meta = restored
             index, placed = meta["stage"], plans[meta["stage"]].runner.from_checkpoint(state)
             if main_process:
-                run_log.write({"kind": "resume", "step": step, "stage": meta["stage"], "epoch": meta["epoch"],
-                               "batch": meta["batch"]})
+                run_log.write(
+                    {
+                        "kind": "resume",
+                        "step": step,
+                        "stage": meta["stage"],
+                        "epoch": meta["epoch"],
+                        "batch": meta["batch"],
+                    }
+                )
 
         stage_results, last = {}, {}
         for plan in plans[index:]:
             if plan.index > index:  # a new stage starts from the previous stage's parameters and statistics
                 previous = plans[plan.index - 1].runner.host(placed)
-                placed = plan.runner.place(create_state({"params": previous.params, "batch_stats": previous.batch_stats,
-                                                         "constants": previous.constants},
-                                                        plan.optimizer, config.seed, step=step))
-            placed, last = _run_stage(config, kind, plan, placed, step - plan.start, train, dev, per_epoch, run_log,
-                                      checkpoints, main_process)
+                placed = plan.runner.place(
+                    create_state(
+                        {
+                            "params": previous.params,
+                            "batch_stats": previous.batch_stats,
+                            "constants": previous.constants,
+                        },
+                        plan.optimizer,
+                        config.seed,
+                        step=step,
+                    )
+                )
+            placed, last = _run_stage(
+                config, kind, plan, placed, step - plan.start, train, dev, per_epoch, run_log, checkpoints, main_process
+            )
             step = plan.start + plan.total
             stage_results[plan.stage.name] = last
     params = plans[-1].runner.host(placed.params)
     if main_process:
         records = run_log.read()
-        plot_curves(records, os.path.join(config.output_dir, "curves.png"), metrics=kind.metrics,
-                    isotropy=kind.curves, title=f"{config.model} on {config.task}: {config.method}")
+        plot_curves(
+            records,
+            os.path.join(config.output_dir, "curves.png"),
+            metrics=kind.metrics,
+            isotropy=kind.curves,
+            title=f"{config.model} on {config.task}: {config.method}",
+        )
         timing = {plan.stage.name: epoch_seconds(records, plan.stage.name, per_epoch) for plan in plans}
         with open(os.path.join(config.output_dir, "results.json"), "w") as f:
-            json.dump({"config": config.to_json(), "step": step, "stages": stage_results, "timing": timing}, f,
-                      indent=1)
+            json.dump(
+                {"config": config.to_json(), "step": step, "stages": stage_results, "timing": timing}, f, indent=1
+            )
     return FitResult(config.output_dir, step, last, stage_results, params)
 
 
@@ -399,8 +507,7 @@ def epoch_seconds(records: list[dict], stage: str, per_epoch: int) -> dict:
     return {"seconds_per_epoch": round(steady / steps * per_epoch, 3), "compile_and_first_seconds": round(first, 3)}
 
 
-def _run_stage(config, kind, plan: Plan, placed, done: int, train, dev, per_epoch, run_log, checkpoints,
-               main_process):
+def _run_stage(config, kind, plan: Plan, placed, done: int, train, dev, per_epoch, run_log, checkpoints, main_process):
     """Run batches ``done, ..., total - 1`` of one stage; evaluate and checkpoint at its end. Returns the placed
     state and the final evaluation."""
     runner = plan.runner
@@ -410,8 +517,9 @@ def _run_stage(config, kind, plan: Plan, placed, done: int, train, dev, per_epoc
     for k in range(done, plan.total):
         if divmod(k, per_epoch)[0] != epoch:
             epoch, start = divmod(k, per_epoch)
-            order = batch_indices(len(train), config.batch_size, shuffle=True, seed=config.seed, epoch=epoch,
-                                  start=start, drop_last=True)[:plan.total - k]  # the batches this stage runs
+            order = batch_indices(
+                len(train), config.batch_size, shuffle=True, seed=config.seed, epoch=epoch, start=start, drop_last=True
+            )[: plan.total - k]  # the batches this stage runs
             epoch_batches = process_batches(train, order, runner.process_rows(config.batch_size))
         placed, metrics = runner.train(placed, next(epoch_batches))
         step = plan.start + k + 1
@@ -427,8 +535,18 @@ def _run_stage(config, kind, plan: Plan, placed, done: int, train, dev, per_epoc
             # the schedule counts applied updates: skipped steps do not advance it
             lr = float(plan.learning_rate((k + 1 - skipped) // config.grad_accumulation))
             now = time.perf_counter()
-            run_log.write({"kind": "train", "step": step, "stage": plan.stage.name, "epoch": epoch, "lr": lr,
-                           "seconds": round(now - clock, 4), **values, "nonfinite_steps": skipped})
+            run_log.write(
+                {
+                    "kind": "train",
+                    "step": step,
+                    "stage": plan.stage.name,
+                    "epoch": epoch,
+                    "lr": lr,
+                    "seconds": round(now - clock, 4),
+                    **values,
+                    "nonfinite_steps": skipped,
+                }
+            )
             clock = now
             bar.set_postfix(loss=f"{values['loss']:.4f}")
         if skipped > previous:
@@ -449,25 +567,35 @@ def _run_stage(config, kind, plan: Plan, placed, done: int, train, dev, per_epoc
     return placed, result
 
 
-def _nonfinite_steps(step: int, streak: int, new: int, plan: Plan, config: TrainConfig,
-                     checkpoints: Checkpoints) -> None:
+def _nonfinite_steps(
+    step: int, streak: int, new: int, plan: Plan, config: TrainConfig, checkpoints: Checkpoints
+) -> None:
     """Warn that ``new`` more steps up to ``step`` were skipped (``streak`` in a row at ``step``);
     :class:`NonFiniteTrainingError` once the streak reaches ``config.max_nonfinite_steps``, naming the last good
     checkpoint. The loop reads the counters at its log, evaluation and checkpoint steps and at the stage's end, so
     a run stops at the first of those at or after the streak's limit."""
-    log.warning("%d step(s) up to step %d (%s) had a non-finite loss or gradient, updates skipped (%d in a row)",
-                new, step, plan.stage.name, streak)
+    log.warning(
+        "%d step(s) up to step %d (%s) had a non-finite loss or gradient, updates skipped (%d in a row)",
+        new,
+        step,
+        plan.stage.name,
+        streak,
+    )
     if streak < config.max_nonfinite_steps:
         return
     checkpoints.wait()
     saved = checkpoints.steps()
-    resume = (f"The last good checkpoint is step {saved[-1]} in {checkpoints.directory}: rerunning the same command "
-              "resumes from it" if saved else
-              f"No checkpoint was written in {checkpoints.directory}: rerunning the same command starts over")
+    resume = (
+        f"The last good checkpoint is step {saved[-1]} in {checkpoints.directory}: rerunning the same command "
+        "resumes from it"
+        if saved
+        else f"No checkpoint was written in {checkpoints.directory}: rerunning the same command starts over"
+    )
     raise NonFiniteTrainingError(
         f"steps {step - streak + 1} to {step} (stage {plan.stage.name!r}) had a non-finite loss or gradient, "
         f"{streak} in a row (max_nonfinite_steps={config.max_nonfinite_steps}); their updates were skipped and the "
-        f"run stops. {resume} (if it fails again, lower the learning rate or look at the data of these steps)")
+        f"run stops. {resume} (if it fails again, lower the learning rate or look at the data of these steps)"
+    )
 
 
 def _evaluate(kind, plan: Plan, placed, dev, step, run_log, main_process, *, stage_end: bool) -> dict:

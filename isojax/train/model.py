@@ -18,13 +18,13 @@ task loss. The task loss reaches the encoder through ``f`` but not ``f``'s param
 only ``f``'s parameters (BERT-flow's fine-tuning code). The flow's ActNorm starts from the pretrained encoder's
 sentence embeddings of the first training batch(es) (:func:`init_variables`).
 """
+
 from __future__ import annotations
 
 import flax.linen as nn
 import flax.struct
 import jax
 import jax.numpy as jnp
-
 from jax.sharding import PartitionSpec as P
 
 from isojax.calibrate import Flow, IsoBN, IsotropyLayer
@@ -116,9 +116,16 @@ class TaskModel(nn.Module):
         out, mask, sentence = self.embed(input_ids, attention_mask, token_type_ids, deterministic=deterministic)
         h, logits = self.heads(sentence, deterministic)
         log_likelihood = None if self.flow is None else self.flow.log_likelihood(sentence)
-        return TaskOutput(logits=logits, cls=out.last_hidden_state[:, 0], pooler=out.pooler_output,
-                          sentence=sentence, head_input=h, tokens=out.last_hidden_state, mask=mask,
-                          flow_log_likelihood=log_likelihood)
+        return TaskOutput(
+            logits=logits,
+            cls=out.last_hidden_state[:, 0],
+            pooler=out.pooler_output,
+            sentence=sentence,
+            head_input=h,
+            tokens=out.last_hidden_state,
+            mask=mask,
+            flow_log_likelihood=log_likelihood,
+        )
 
     @property
     def has_pooler(self) -> bool:
@@ -153,5 +160,8 @@ def init_variables(model: TaskModel, encoder_params, key, flow_rows=None) -> dic
     else:
         sentence = flow_rows
     variables = model.init(key, sentence, method=TaskModel.heads)
-    return {"params": dict(variables["params"], encoder=encoder_params),
-            "batch_stats": variables.get("batch_stats", {}), "constants": variables.get("constants", {})}
+    return {
+        "params": dict(variables["params"], encoder=encoder_params),
+        "batch_stats": variables.get("batch_stats", {}),
+        "constants": variables.get("constants", {}),
+    }

@@ -42,11 +42,13 @@ Class-wise persistent entropy (shrink-the-longest §4) splits the cloud by label
 (STS-B, scores in [0, 5]) the classes are ``bins`` equal-width score bins. Every batch-level regulariser is
 computed on the *global* batch (see :mod:`isojax.train.collectives`).
 """
+
 from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -87,9 +89,14 @@ def _istar(x, mask, labels, num_classes, *, zeta, c0="identity", reference=None)
 
 
 def _persistent_entropy(x, mask, labels, num_classes, *, bars, classwise, in_cluster_weight):
-    return topology.persistent_entropy_loss(x, labels if classwise else None, mask=mask,
-                                            num_classes=num_classes if classwise else None, bars=bars,
-                                            in_cluster_weight=in_cluster_weight)
+    return topology.persistent_entropy_loss(
+        x,
+        labels if classwise else None,
+        mask=mask,
+        num_classes=num_classes if classwise else None,
+        bars=bars,
+        in_cluster_weight=in_cluster_weight,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,18 +113,31 @@ class RegularizerKind:
 
 REGULARIZERS: dict[str, RegularizerKind] = {
     "cosine": RegularizerKind(_cosine, "embedding", "mean pairwise cosine of the rows (Gao et al. 2019)"),
-    "spectrum_pol": RegularizerKind(_spectrum_pol, "embedding", "spectrum control, polynomial prior c1 k^gamma",
-                                    {"c1": "auto", "gamma": -0.5}),
-    "spectrum_exp": RegularizerKind(_spectrum_exp, "embedding",
-                                    "spectrum control, exponential prior c1 exp(-c2 k^gamma)",
-                                    {"c1": "auto", "c2": 0.005, "gamma": 1.0}),
+    "spectrum_pol": RegularizerKind(
+        _spectrum_pol, "embedding", "spectrum control, polynomial prior c1 k^gamma", {"c1": "auto", "gamma": -0.5}
+    ),
+    "spectrum_exp": RegularizerKind(
+        _spectrum_exp,
+        "embedding",
+        "spectrum control, exponential prior c1 exp(-c2 k^gamma)",
+        {"c1": "auto", "c2": 0.005, "gamma": 1.0},
+    ),
     "isoscore": RegularizerKind(_isoscore, "cls", "log(1/IsoScore) of the batch", {}, _BATCH_REPRESENTATIONS),
-    "istar": RegularizerKind(_istar, "cls", "1 - IsoScore* (I-STAR) of the batch; c0 = identity or data "
-                             "(covariance of the representation over the training set at the start)",
-                             {"zeta": 0.2, "c0": "identity"}, _BATCH_REPRESENTATIONS),
+    "istar": RegularizerKind(
+        _istar,
+        "cls",
+        "1 - IsoScore* (I-STAR) of the batch; c0 = identity or data "
+        "(covariance of the representation over the training set at the start)",
+        {"zeta": 0.2, "c0": "identity"},
+        _BATCH_REPRESENTATIONS,
+    ),
     "persistent_entropy": RegularizerKind(
-        _persistent_entropy, "cls", "minus the persistent entropy of the 0-dim barcode, per class",
-        {"bars": "selected", "classwise": True, "in_cluster_weight": 0.0, "bins": 5}, _BATCH_REPRESENTATIONS),
+        _persistent_entropy,
+        "cls",
+        "minus the persistent entropy of the 0-dim barcode, per class",
+        {"bars": "selected", "classwise": True, "in_cluster_weight": 0.0, "bins": 5},
+        _BATCH_REPRESENTATIONS,
+    ),
 }
 
 
@@ -145,8 +165,10 @@ class Regularizer:
         if self.representation is None:
             object.__setattr__(self, "representation", kind.representation)
         if self.representation not in kind.representations:
-            raise ValueError(f"regulariser {self.name}: unknown or unsupported representation "
-                             f"{self.representation!r}; expected one of {list(kind.representations)}")
+            raise ValueError(
+                f"regulariser {self.name}: unknown or unsupported representation "
+                f"{self.representation!r}; expected one of {list(kind.representations)}"
+            )
         options = dict(self.options)
         unknown = sorted(set(options) - set(kind.options))
         if unknown:
@@ -166,8 +188,7 @@ class Regularizer:
 
     def fn(self, step=None) -> Callable:
         """``fn(x, mask, labels, num_classes)`` with the options bound (scheduled ones at ``step``)."""
-        return functools.partial(REGULARIZERS[self.name].fn,
-                                 **{k: value_at(v, step) for k, v in self.kwargs.items()})
+        return functools.partial(REGULARIZERS[self.name].fn, **{k: value_at(v, step) for k, v in self.kwargs.items()})
 
     def scheduled_values(self, step) -> dict:
         """``{"<label>/weight" | "<label>/<option>": value at step}`` of the scheduled weight and options."""
@@ -184,13 +205,17 @@ class Regularizer:
         """Evaluate the term abstractly on a small cloud, so that a bad option value raises ``ValueError`` now
         (naming the term) rather than when the training step is compiled."""
         if self.name == "istar" and dict(self.options)["c0"] not in ("identity", "data"):
-            raise ValueError(f"regulariser {self.label}: c0 must be 'identity' or 'data', "
-                             f"got {dict(self.options)['c0']!r}")
+            raise ValueError(
+                f"regulariser {self.label}: c0 must be 'identity' or 'data', got {dict(self.options)['c0']!r}"
+            )
         kwargs = {k: (1.0 if v == "auto" else value_at(v, 0)) for k, v in self.kwargs.items()}
         fn = functools.partial(REGULARIZERS[self.name].fn, **kwargs)
         try:
-            jax.eval_shape(lambda x, y: fn(x, None, y, 2), jax.ShapeDtypeStruct((8, 4), jnp.float32),
-                           jax.ShapeDtypeStruct((8,), jnp.int32))
+            jax.eval_shape(
+                lambda x, y: fn(x, None, y, 2),
+                jax.ShapeDtypeStruct((8, 4), jnp.float32),
+                jax.ShapeDtypeStruct((8,), jnp.int32),
+            )
         except (TypeError, ValueError) as e:
             raise ValueError(f"regulariser {self.label}: {e}") from e
 
@@ -214,8 +239,10 @@ def resolve_auto_options(regularizers, params) -> tuple[Regularizer, ...]:
         opts = dict(reg.options)
         if opts.get("c1") == "auto":
             if reg.representation != "embedding":
-                raise ValueError(f"regulariser {reg.label}: c1='auto' needs representation 'embedding'; "
-                                 "give c1=<number> for a batch representation")
+                raise ValueError(
+                    f"regulariser {reg.label}: c1='auto' needs representation 'embedding'; "
+                    "give c1=<number> for a batch representation"
+                )
             w = jnp.asarray(word_embeddings(params), jnp.float32)
             opts["c1"] = float(jnp.linalg.svd(w, compute_uv=False)[0])
             reg = dataclasses.replace(reg, options=tuple(opts.items()))
@@ -230,8 +257,11 @@ def data_references(regularizers, covariance) -> dict[str, jax.Array]:
     computed over the training set by the model at the start of training (``isojax.train.loop`` streams it
     batch by batch). Returns ``{term label: C0}``, as :func:`isojax.metrics.isoscore_star` takes it.
     """
-    return {reg.label: jnp.asarray(covariance(reg.representation), jnp.float32)
-            for reg in regularizers if reg.needs_reference}
+    return {
+        reg.label: jnp.asarray(covariance(reg.representation), jnp.float32)
+        for reg in regularizers
+        if reg.needs_reference
+    }
 
 
 def task_losses(logits, labels, num_labels: int):
@@ -286,8 +316,10 @@ class Objective:
             raise ValueError(f"alpha must be in [0, 1], got {self.alpha!r}")
         missing = [r.label for r in self.regularizers if r.needs_reference and r.label not in self.references]
         if missing:
-            raise ValueError(f"regulariser(s) {missing} need a reference statistic (c0='data'): pass references "
-                             "from data_references()")
+            raise ValueError(
+                f"regulariser(s) {missing} need a reference statistic (c0='data'): pass references "
+                "from data_references()"
+            )
 
     def cloud(self, reg: Regularizer, output: TaskOutput, params, labels, collectives: Collectives):
         """``(x [n, d], mask [n] | None, labels [n] | None)`` of a regulariser's representation (global batch);
@@ -296,13 +328,17 @@ class Objective:
             return word_embeddings(params), None, None
         if reg.representation == "tokens":
             tokens, mask = collectives.gather(output.tokens), collectives.gather(output.mask)
-            per_token = None if labels is None else jnp.broadcast_to(
-                collectives.gather(labels)[:, None], mask.shape).reshape(-1)
+            per_token = (
+                None
+                if labels is None
+                else jnp.broadcast_to(collectives.gather(labels)[:, None], mask.shape).reshape(-1)
+            )
             return tokens.reshape(-1, tokens.shape[-1]), mask.reshape(-1), per_token
         return collectives.gather(getattr(output, reg.representation)), None, collectives.gather(labels)
 
-    def regularizer_value(self, reg: Regularizer, output: TaskOutput, params, labels, collectives: Collectives,
-                          step=None):
+    def regularizer_value(
+        self, reg: Regularizer, output: TaskOutput, params, labels, collectives: Collectives, step=None
+    ):
         """Unweighted value of one regulariser on the global batch (or on the parameters); scheduled options
         at ``step``."""
         x, mask, per_row = self.cloud(reg, output, params, labels, collectives)
@@ -321,11 +357,15 @@ class Objective:
     @property
     def scheduled(self) -> bool:
         """Whether a weight, an option, ``alpha`` or ``smoothing`` is a schedule of the step."""
-        return is_scheduled(self.alpha) or is_scheduled(self.smoothing) or any(
-            is_scheduled(v) for reg in self.regularizers for v in (reg.weight, *dict(reg.options).values()))
+        return (
+            is_scheduled(self.alpha)
+            or is_scheduled(self.smoothing)
+            or any(is_scheduled(v) for reg in self.regularizers for v in (reg.weight, *dict(reg.options).values()))
+        )
 
-    def __call__(self, output: TaskOutput, params, labels, balancer: losses.BalancerState,
-                 collectives: Collectives, step=None):
+    def __call__(
+        self, output: TaskOutput, params, labels, balancer: losses.BalancerState, collectives: Collectives, step=None
+    ):
         """``(loss, terms, balancer)``: the scalar objective, a dict of its parts (``task``, each regulariser's
         unweighted value under its :attr:`Regularizer.label`, ``flow`` with a flow, the scheduled values at
         ``step``), and the updated balancer state. ``step`` (``[]`` int, traced in the train step: batches trained
@@ -340,8 +380,11 @@ class Objective:
             scheduled = {k: jnp.asarray(v, task.dtype) for k, v in reg.scheduled_values(step).items()}
             terms.update(scheduled)
             reg_total = reg_total + scheduled.get(f"{reg.label}/weight", reg.weight) * terms[reg.label]
-        joint = {f"joint/{name}": jnp.asarray(value_at(v, step), task.dtype)
-                 for name, v in (("alpha", self.alpha), ("smoothing", self.smoothing)) if is_scheduled(v)}
+        joint = {
+            f"joint/{name}": jnp.asarray(value_at(v, step), task.dtype)
+            for name, v in (("alpha", self.alpha), ("smoothing", self.smoothing))
+            if is_scheduled(v)
+        }
         terms.update(joint)
         if self.combine == "sum":
             loss = task + reg_total
@@ -349,10 +392,10 @@ class Objective:
             alpha = joint.get("joint/alpha", self.alpha)
             loss = alpha * task + (1 - alpha) * reg_total
         else:
-            loss, balancer = losses.balancer_update(balancer, jnp.stack([task, reg_total]),
-                                                    smoothing=joint.get("joint/smoothing", self.smoothing))
+            loss, balancer = losses.balancer_update(
+                balancer, jnp.stack([task, reg_total]), smoothing=joint.get("joint/smoothing", self.smoothing)
+            )
         if output.flow_log_likelihood is not None:
             terms["flow"] = flow_loss(output.flow_log_likelihood, output.flow_mask, collectives)
             loss = loss + terms["flow"]
         return loss, terms, balancer
-

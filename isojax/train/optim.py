@@ -20,9 +20,10 @@ transformers (never trained there), so it is frozen here too.
 LayerNorm and scalar parameters (the usual BERT fine-tuning rule). Steps count optimiser *updates*; with
 accumulation a training step is one batch and the optimiser updates every ``accumulation`` steps.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import jax
 import optax
@@ -40,13 +41,14 @@ def param_labels(params, frozen: Sequence[str] = ()):
     """Group of every parameter: ``"frozen"`` under a top-level key in ``frozen`` or a buffer (BART's
     ``final_logits_bias``), ``"transform"`` under the last-layer transform (SoftDecay) or the Isotropy Layer,
     ``"flow"`` under the flow, else ``"model"``."""
+
     def label(path, _):
         keys = tuple(getattr(k, "key", str(k)) for k in path)
-        if keys[0] in frozen or any(keys[:len(p)] == p for p in BUFFERS):
+        if keys[0] in frozen or any(keys[: len(p)] == p for p in BUFFERS):
             return "frozen"
-        if any(keys[:len(p)] == p for p in TRANSFORM_PREFIXES):
+        if any(keys[: len(p)] == p for p in TRANSFORM_PREFIXES):
             return "transform"
-        if keys[:len(FLOW_PREFIX)] == FLOW_PREFIX:
+        if keys[: len(FLOW_PREFIX)] == FLOW_PREFIX:
             return "flow"
         return "model"
 
@@ -64,35 +66,51 @@ def schedule(peak: float, total_updates: int, warmup_steps: int, kind: str = "li
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {kind!r}")
     warmup_steps = min(warmup_steps, total_updates)
     decay_steps = max(total_updates - warmup_steps, 1)
-    after = {"linear": optax.linear_schedule(peak, 0.0, decay_steps),
-             "cosine": optax.cosine_decay_schedule(peak, decay_steps),
-             "constant": optax.constant_schedule(peak)}[kind]
+    after = {
+        "linear": optax.linear_schedule(peak, 0.0, decay_steps),
+        "cosine": optax.cosine_decay_schedule(peak, decay_steps),
+        "constant": optax.constant_schedule(peak),
+    }[kind]
     if warmup_steps == 0:
         return after
     return optax.join_schedules([optax.linear_schedule(0.0, peak, warmup_steps), after], [warmup_steps])
 
 
-def make_optimizer(params, *, learning_rate: float, transform_learning_rate: float, weight_decay: float,
-                   total_updates: int, warmup_steps: int = 0, schedule_kind: str = "linear",
-                   max_grad_norm: float | None = 1.0, accumulation: int = 1,
-                   frozen: Sequence[str] = ()) -> optax.GradientTransformation:
+def make_optimizer(
+    params,
+    *,
+    learning_rate: float,
+    transform_learning_rate: float,
+    weight_decay: float,
+    total_updates: int,
+    warmup_steps: int = 0,
+    schedule_kind: str = "linear",
+    max_grad_norm: float | None = 1.0,
+    accumulation: int = 1,
+    frozen: Sequence[str] = (),
+) -> optax.GradientTransformation:
     """The optimiser of the module docstring for ``params`` (whose structure fixes the groups)."""
     labels = param_labels(params, frozen)
     groups = {
-        "model": optax.adamw(schedule(learning_rate, total_updates, warmup_steps, schedule_kind),
-                             weight_decay=weight_decay, mask=decay_mask),
+        "model": optax.adamw(
+            schedule(learning_rate, total_updates, warmup_steps, schedule_kind),
+            weight_decay=weight_decay,
+            mask=decay_mask,
+        ),
         "transform": optax.adam(schedule(transform_learning_rate, total_updates, warmup_steps, schedule_kind)),
         "frozen": optax.set_to_zero(),
     }
     has_flow = "flow" in jax.tree.leaves(labels)
     if has_flow:  # only then: the optimiser state of a run without a flow keeps its structure
-        groups["flow"] = optax.chain(optax.adamw(transform_learning_rate, weight_decay=weight_decay, mask=decay_mask),
-                                     scale_lu_updates())
+        groups["flow"] = optax.chain(
+            optax.adamw(transform_learning_rate, weight_decay=weight_decay, mask=decay_mask), scale_lu_updates()
+        )
     tx = optax.multi_transform(groups, labels)
     if max_grad_norm:
         clip = optax.clip_by_global_norm(max_grad_norm)
         if has_flow:  # the flow's gradient is clipped on its own (module docstring)
-            clip = optax.multi_transform({"flow": clip, "rest": clip},
-                                         jax.tree.map(lambda g: "flow" if g == "flow" else "rest", labels))
+            clip = optax.multi_transform(
+                {"flow": clip, "rest": clip}, jax.tree.map(lambda g: "flow" if g == "flow" else "rest", labels)
+            )
         tx = optax.chain(clip, tx)
     return optax.MultiSteps(tx, every_k_schedule=accumulation) if accumulation > 1 else tx

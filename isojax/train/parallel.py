@@ -30,18 +30,20 @@ batch sharding (the rows that this process's devices hold), and ``jax.make_array
 assembles the global batch. :meth:`MeshRunner.host` reads replicated arrays locally and gathers sharded ones
 over the processes. The pmap path is single-process.
 """
+
 from __future__ import annotations
 
 import logging
 import os
 import re
 import zlib
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import numpy as np
 from jax.experimental import multihost_utils
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from isojax.train.collectives import GLOBAL, AxisCollectives, Collectives
 
@@ -52,8 +54,13 @@ PARALLEL_MODES = ("mesh", "pmap")
 _TASK_COUNT_ENV = ("SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE")
 
 
-def initialize_distributed(mode: str = "auto", *, coordinator_address: str | None = None,
-                           num_processes: int | None = None, process_id: int | None = None) -> bool:
+def initialize_distributed(
+    mode: str = "auto",
+    *,
+    coordinator_address: str | None = None,
+    num_processes: int | None = None,
+    process_id: int | None = None,
+) -> bool:
     """Start JAX's multi-process runtime (``jax.distributed.initialize``): ``"on"`` always, ``"auto"`` when a
     multi-process job is described (``coordinator_address`` or ``num_processes`` given, ``JAX_COORDINATOR_ADDRESS``
     set, or a SLURM / Open MPI job of more than one task), ``"off"`` never.
@@ -64,13 +71,17 @@ def initialize_distributed(mode: str = "auto", *, coordinator_address: str | Non
     if mode not in ("auto", "on", "off"):
         raise ValueError(f"distributed must be 'auto', 'on' or 'off', got {mode!r}")
     if (num_processes is None) != (process_id is None):
-        raise ValueError(f"num_processes and process_id go together, got num_processes={num_processes!r}, "
-                         f"process_id={process_id!r}")
+        raise ValueError(
+            f"num_processes and process_id go together, got num_processes={num_processes!r}, process_id={process_id!r}"
+        )
     if num_processes is not None and not 0 <= process_id < num_processes:
         raise ValueError(f"process_id must be in [0, num_processes={num_processes}), got {process_id!r}")
-    multi = coordinator_address is not None or num_processes is not None or bool(
-        os.environ.get("JAX_COORDINATOR_ADDRESS")) or any(
-        os.environ.get(v, "1").isdigit() and int(os.environ.get(v, "1")) > 1 for v in _TASK_COUNT_ENV)
+    multi = (
+        coordinator_address is not None
+        or num_processes is not None
+        or bool(os.environ.get("JAX_COORDINATOR_ADDRESS"))
+        or any(os.environ.get(v, "1").isdigit() and int(os.environ.get(v, "1")) > 1 for v in _TASK_COUNT_ENV)
+    )
     if mode == "on" or (mode == "auto" and multi):
         jax.distributed.initialize(coordinator_address, num_processes, process_id)
         log.info("jax.distributed: process %d of %d", jax.process_index(), jax.process_count())
@@ -85,11 +96,14 @@ def select_devices(num_devices: int | None) -> list:
     if num_devices is None:
         return devices
     if jax.process_count() > 1 and num_devices != len(devices):
-        raise ValueError(f"devices: a multi-process run uses every process's devices ({len(devices)} over "
-                         f"{jax.process_count()} processes), got {num_devices}")
+        raise ValueError(
+            f"devices: a multi-process run uses every process's devices ({len(devices)} over "
+            f"{jax.process_count()} processes), got {num_devices}"
+        )
     if not 1 <= num_devices <= len(devices):
-        raise ValueError(f"devices: asked for {num_devices}, but {len(devices)} {devices[0].platform} device(s) "
-                         "are available")
+        raise ValueError(
+            f"devices: asked for {num_devices}, but {len(devices)} {devices[0].platform} device(s) are available"
+        )
     return devices[:num_devices]
 
 
@@ -117,15 +131,19 @@ def partition_spec(path: str, shape: tuple[int, ...], model_size: int, rules, *,
         if re.search(pattern, path):
             if model_size == 1 or all(axis is None for axis in spec):
                 return P()
-            if len(spec) == len(shape) and all(axis is None or shape[i] % model_size == 0
-                                               for i, axis in enumerate(spec)):
+            if len(spec) == len(shape) and all(
+                axis is None or shape[i] % model_size == 0 for i, axis in enumerate(spec)
+            ):
                 return spec
-            log.warning("%s: shape %s does not divide as %s over %d model devices; replicated", path, shape, spec,
-                        model_size)
+            log.warning(
+                "%s: shape %s does not divide as %s over %d model devices; replicated", path, shape, spec, model_size
+            )
             return P()
     if strict:
-        raise ValueError(f"no partition rule names parameter {path!r} (shape {shape}); add one next to the layer "
-                         "that defines it (see isojax.models.registry.partition_rules)")
+        raise ValueError(
+            f"no partition rule names parameter {path!r} (shape {shape}); add one next to the layer "
+            "that defines it (see isojax.models.registry.partition_rules)"
+        )
     return P()
 
 
@@ -154,16 +172,27 @@ class MeshRunner:
     """Train and predict under ``jit`` on a mesh (module docstring). ``make_step(collectives)`` builds the train
     step; ``predict`` is the prediction step; ``abstract_state`` fixes the state's shardings."""
 
-    def __init__(self, mesh: Mesh, make_step: Callable[[Collectives], Callable], predict: Callable,
-                 abstract_state, partition_rules):
+    def __init__(
+        self,
+        mesh: Mesh,
+        make_step: Callable[[Collectives], Callable],
+        predict: Callable,
+        abstract_state,
+        partition_rules,
+    ):
         self.mesh = mesh
         self.state_sharding = state_shardings(abstract_state, mesh, partition_rules)
         self.batch_sharding = NamedSharding(mesh, P("data"))
         replicated = NamedSharding(mesh, P())
-        self._train = jax.jit(make_step(GLOBAL), in_shardings=(self.state_sharding, self.batch_sharding),
-                              out_shardings=(self.state_sharding, replicated), donate_argnums=0)
-        self._predict = jax.jit(predict, in_shardings=(self.state_sharding, self.batch_sharding),
-                                out_shardings=self.batch_sharding)
+        self._train = jax.jit(
+            make_step(GLOBAL),
+            in_shardings=(self.state_sharding, self.batch_sharding),
+            out_shardings=(self.state_sharding, replicated),
+            donate_argnums=0,
+        )
+        self._predict = jax.jit(
+            predict, in_shardings=(self.state_sharding, self.batch_sharding), out_shardings=self.batch_sharding
+        )
 
     def place(self, state):
         """Put a host or single-device state onto the mesh: each process puts the shards its devices hold, from its
@@ -173,8 +202,9 @@ class MeshRunner:
         if jax.process_count() > 1:
             crcs = np.array([zlib.crc32(np.ascontiguousarray(x).tobytes()) for x in jax.tree.leaves(host)], np.uint32)
             multihost_utils.assert_equal(crcs, "the processes' copies of the state to place differ")
-        return jax.tree.map(lambda x, s: jax.make_array_from_callback(x.shape, s, x.__getitem__), host,
-                            self.state_sharding)
+        return jax.tree.map(
+            lambda x, s: jax.make_array_from_callback(x.shape, s, x.__getitem__), host, self.state_sharding
+        )
 
     def checkpoint_view(self, placed):
         """What a checkpoint stores: the global arrays themselves (Orbax writes shards in parallel)."""
@@ -188,14 +218,17 @@ class MeshRunner:
     def process_rows(self, batch_size: int) -> np.ndarray:
         """Positions, within a global batch of ``batch_size`` rows, of the rows that this process feeds: those its
         devices hold under the batch sharding, in order (all of them in a single-process run)."""
-        blocks = {index[0].indices(batch_size)[:2]
-                  for index in self.batch_sharding.addressable_devices_indices_map((batch_size,)).values()}
+        blocks = {
+            index[0].indices(batch_size)[:2]
+            for index in self.batch_sharding.addressable_devices_indices_map((batch_size,)).values()
+        }
         return np.concatenate([np.arange(start, stop) for start, stop in sorted(blocks)])
 
     def restore_target(self, abstract_state):
         """Abstract state with shardings: Orbax restores each shard straight onto its device."""
-        return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract_state,
-                            self.state_sharding)
+        return jax.tree.map(
+            lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract_state, self.state_sharding
+        )
 
     def from_checkpoint(self, restored):
         return restored
@@ -228,10 +261,13 @@ class PmapRunner:
 
     def place(self, state):
         """Replicate a host or single-device state on every device (leading axis = device)."""
+
         def replicate(x):
             x = np.asarray(x)[None]
             return jax.make_array_from_single_device_arrays(
-                (len(self.devices),) + x.shape[1:], self._placement, [jax.device_put(x, d) for d in self.devices])
+                (len(self.devices),) + x.shape[1:], self._placement, [jax.device_put(x, d) for d in self.devices]
+            )
+
         return jax.tree.map(replicate, state)
 
     def host(self, tree):
@@ -259,13 +295,14 @@ class PmapRunner:
         return self._train(placed, self._split(batch))
 
     def predict(self, placed, batch: dict) -> dict:
-        return jax.tree.map(lambda x: np.asarray(x).reshape((-1,) + x.shape[2:]),
-                            self._predict(placed, self._split(batch)))
+        return jax.tree.map(
+            lambda x: np.asarray(x).reshape((-1,) + x.shape[2:]), self._predict(placed, self._split(batch))
+        )
 
 
-
-def make_runner(mode: str, *, num_devices: int | None, model_parallel: int, make_step, predict, abstract_state,
-                partition_rules):
+def make_runner(
+    mode: str, *, num_devices: int | None, model_parallel: int, make_step, predict, abstract_state, partition_rules
+):
     """A :class:`MeshRunner` or :class:`PmapRunner` over the first ``num_devices`` devices (``partition_rules``:
     the model's, e.g. :meth:`isojax.train.model.TaskModel.partition_rules`; the mesh path needs them)."""
     if mode not in PARALLEL_MODES:
@@ -277,5 +314,14 @@ def make_runner(mode: str, *, num_devices: int | None, model_parallel: int, make
     return MeshRunner(make_mesh(num_devices, model_parallel), make_step, predict, abstract_state, partition_rules)
 
 
-__all__ = ["PARALLEL_MODES", "MeshRunner", "PmapRunner", "initialize_distributed", "make_mesh",
-           "make_runner", "partition_spec", "select_devices", "state_shardings"]
+__all__ = [
+    "PARALLEL_MODES",
+    "MeshRunner",
+    "PmapRunner",
+    "initialize_distributed",
+    "make_mesh",
+    "make_runner",
+    "partition_spec",
+    "select_devices",
+    "state_shardings",
+]

@@ -34,6 +34,7 @@ and ROUGE-1/2/L (rouge-score) as the task asks (:mod:`isojax.eval.generation_met
 (:func:`isojax.metrics.partition_isotropy`). Time per epoch is the loop's (``timing`` in ``results.json``).
 BART's ``final_logits_bias`` is a buffer in transformers and is frozen here (:mod:`isojax.train.optim`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -94,8 +95,9 @@ def label_smoothed_cross_entropy(logits, labels, *, label_smoothing: float = 0.0
         raise ValueError(f"labels must have shape {logits.shape[:-1]} (logits.shape[:-1]), got {labels.shape}")
     mask = labels != ignore_index
     target = jnp.take_along_axis(logits, jnp.where(mask, labels, 0)[..., None], axis=-1)[..., 0]
-    losses = (jax.nn.logsumexp(logits, axis=-1) - (1 - label_smoothing) * target
-              - label_smoothing * jnp.mean(logits, axis=-1))
+    losses = (
+        jax.nn.logsumexp(logits, axis=-1) - (1 - label_smoothing) * target - label_smoothing * jnp.mean(logits, axis=-1)
+    )
     return jnp.where(mask, losses, 0.0), mask
 
 
@@ -142,11 +144,25 @@ class Seq2SeqModel(nn.Module):
     def encode(self, input_ids, attention_mask=None, *, deterministic: bool = True):
         return self.encoder.encode(input_ids, attention_mask, deterministic=deterministic)
 
-    def decode(self, decoder_input_ids, encoder_hidden_states, encoder_attention_mask=None, decoder_attention_mask=None,
-               *, cache=None, deterministic: bool = True):
-        return self.encoder.decode(decoder_input_ids, encoder_hidden_states, encoder_attention_mask,
-                                   decoder_attention_mask, cache=cache, deterministic=deterministic,
-                                   head_transform=self.flow)
+    def decode(
+        self,
+        decoder_input_ids,
+        encoder_hidden_states,
+        encoder_attention_mask=None,
+        decoder_attention_mask=None,
+        *,
+        cache=None,
+        deterministic: bool = True,
+    ):
+        return self.encoder.decode(
+            decoder_input_ids,
+            encoder_hidden_states,
+            encoder_attention_mask,
+            decoder_attention_mask,
+            cache=cache,
+            deterministic=deterministic,
+            head_transform=self.flow,
+        )
 
     def flow_features(self, input_ids, attention_mask, decoder_input_ids, decoder_attention_mask):
         """``(h [B, T, H], mask [B, T])``: what the flow transforms (the decoder's last hidden states, teacher
@@ -158,10 +174,17 @@ class Seq2SeqModel(nn.Module):
         """Initialise the flow on ``rows [N, H]`` (its ActNorm starts from them)."""
         return self.flow(rows)
 
-    def __call__(self, input_ids, attention_mask, decoder_input_ids, decoder_attention_mask, *,
-                 deterministic: bool = True) -> Seq2SeqTaskOutput:
-        out = self.encoder(input_ids, attention_mask, decoder_input_ids, decoder_attention_mask,
-                           deterministic=deterministic, head_transform=self.flow)
+    def __call__(
+        self, input_ids, attention_mask, decoder_input_ids, decoder_attention_mask, *, deterministic: bool = True
+    ) -> Seq2SeqTaskOutput:
+        out = self.encoder(
+            input_ids,
+            attention_mask,
+            decoder_input_ids,
+            decoder_attention_mask,
+            deterministic=deterministic,
+            head_transform=self.flow,
+        )
         h, mask = out.decoder.last_hidden_state, jnp.asarray(decoder_attention_mask).astype(bool)
         log_likelihood = None if self.flow is None else self.flow.log_likelihood(h, mask)
         return Seq2SeqTaskOutput(out.logits, h, mask, log_likelihood)
@@ -225,33 +248,51 @@ class Seq2SeqSplit:
         pad = self.tokenizer.pad_token_id
 
         def encode(texts, length, **target):
-            enc = self.tokenizer(texts, truncation=True, max_length=length, padding="longest", padding_side="right",
-                                 return_tensors="np", **target)
+            enc = self.tokenizer(
+                texts,
+                truncation=True,
+                max_length=length,
+                padding="longest",
+                padding_side="right",
+                return_tensors="np",
+                **target,
+            )
             return np.asarray(enc["input_ids"], np.int32), np.asarray(enc["attention_mask"], np.int32)
 
         ids, mask = encode([self.data.sources[i] for i in rows], self.max_length)
-        target_ids, target_mask = encode(None, self.max_target_length,
-                                         text_target=[self.data.targets[i] for i in rows])
+        target_ids, target_mask = encode(None, self.max_target_length, text_target=[self.data.targets[i] for i in rows])
         labels = np.where(target_mask == 1, target_ids, IGNORE_INDEX).astype(np.int32)
-        return {"input_ids": ids, "attention_mask": mask,
-                "decoder_input_ids": shift_tokens_right(labels, pad, self.decoder_start_token_id),
-                "decoder_attention_mask": target_mask, "labels": labels}
+        return {
+            "input_ids": ids,
+            "attention_mask": mask,
+            "decoder_input_ids": shift_tokens_right(labels, pad, self.decoder_start_token_id),
+            "decoder_attention_mask": target_mask,
+            "labels": labels,
+        }
 
     @property
     def groups(self) -> tuple[TokenGroup, ...]:
         pad = self.tokenizer.pad_token_id
-        return (TokenGroup("attention_mask", ("input_ids", "attention_mask"), self.max_length, {"input_ids": pad}),
-                TokenGroup("decoder_attention_mask", ("decoder_input_ids", "decoder_attention_mask", "labels"),
-                           self.max_target_length, {"decoder_input_ids": pad, "labels": IGNORE_INDEX}))
+        return (
+            TokenGroup("attention_mask", ("input_ids", "attention_mask"), self.max_length, {"input_ids": pad}),
+            TokenGroup(
+                "decoder_attention_mask",
+                ("decoder_input_ids", "decoder_attention_mask", "labels"),
+                self.max_target_length,
+                {"decoder_input_ids": pad, "labels": IGNORE_INDEX},
+            ),
+        )
 
 
 def make_generate_step(model: Seq2SeqModel, **settings):
     """``predict(state, batch) -> {"sequences": [B, max_length]}``: the decoded dev batch (``settings``:
     :class:`isojax.models.generate.GenerationConfig` fields)."""
+
     def predict(state, batch: dict):
         collections = {"constants": state.constants} if state.constants else None
-        out = generate(model, state.params, batch["input_ids"], batch["attention_mask"], collections=collections,
-                       **settings)
+        out = generate(
+            model, state.params, batch["input_ids"], batch["attention_mask"], collections=collections, **settings
+        )
         return {"sequences": out.sequences}
 
     return predict
@@ -291,9 +332,12 @@ class Seq2SeqRecipe:
         if tokenizer is None:
             raise ValueError(f"model {c.model!r} has no tokenizer files; fine-tuning needs one")
         if not c.dropout:
-            network = registry.build_model(dataclasses.replace(
-                network.config, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, activation_dropout=0.0),
-                dtype=dtype)
+            network = registry.build_model(
+                dataclasses.replace(
+                    network.config, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, activation_dropout=0.0
+                ),
+                dtype=dtype,
+            )
         if self.task.source_lang and hasattr(tokenizer, "src_lang"):
             tokenizer.src_lang, tokenizer.tgt_lang = self.task.source_lang, self.task.target_lang
         self.model_config, self.tokenizer = network.config, tokenizer
@@ -308,8 +352,11 @@ class Seq2SeqRecipe:
         """Decoding settings of the dev set: the configuration's; mBART starts from the target language code, as
         its teacher forcing does."""
         c = self.config
-        settings = dict(num_beams=c.num_beams, length_penalty=c.length_penalty,
-                        max_length=c.generation_max_length or c.max_target_length + 1)
+        settings = dict(
+            num_beams=c.num_beams,
+            length_penalty=c.length_penalty,
+            max_length=c.generation_max_length or c.max_target_length + 1,
+        )
         if self.mbart and self.task.target_lang:
             settings["decoder_start_token_id"] = self.tokenizer.convert_tokens_to_ids(self.task.target_lang)
         return settings
@@ -317,11 +364,15 @@ class Seq2SeqRecipe:
     def check(self, model: Seq2SeqModel) -> None:
         """The source and target lengths against the positions of the encoder and decoder; the decoding settings."""
         cfg, c = model.config, self.config
-        for name, length, stack, which in (("max_length", c.max_length, cfg, "encoder"),
-                                           ("max_target_length", c.max_target_length, cfg.decoder_config(), "decoder")):
+        for name, length, stack, which in (
+            ("max_length", c.max_length, cfg, "encoder"),
+            ("max_target_length", c.max_target_length, cfg.decoder_config(), "decoder"),
+        ):
             if length > stack.max_sequence_length:
-                raise ValueError(f"{name}={length} is longer than the {stack.max_sequence_length} positions of this "
-                                 f"{cfg.model_type} model's {which}")
+                raise ValueError(
+                    f"{name}={length} is longer than the {stack.max_sequence_length} positions of this "
+                    f"{cfg.model_type} model's {which}"
+                )
         generation_config(cfg, **self.generation)
 
     def load(self, split: str, tokenizer, limit: int) -> Seq2SeqSplit:
@@ -341,9 +392,15 @@ class Seq2SeqRecipe:
 
     def objective(self, stage, params, references) -> Seq2SeqObjective:
         c = self.config
-        return Seq2SeqObjective(self.model_config.vocab_size, resolve_auto_options(stage.regularizers, params),
-                                stage.combine, c.joint_alpha, c.balancer_smoothing, references,
-                                label_smoothing=c.label_smoothing)
+        return Seq2SeqObjective(
+            self.model_config.vocab_size,
+            resolve_auto_options(stage.regularizers, params),
+            stage.combine,
+            c.joint_alpha,
+            c.balancer_smoothing,
+            references,
+            label_smoothing=c.label_smoothing,
+        )
 
     def predict_step(self, model: Seq2SeqModel):
         return make_generate_step(model, **self.generation)
@@ -353,5 +410,16 @@ class Seq2SeqRecipe:
         return evaluate(runner, placed, dev, self.task, w, self.config.eval_batch_size)
 
 
-__all__ = ["IGNORE_INDEX", "Seq2SeqModel", "Seq2SeqObjective", "Seq2SeqRecipe", "Seq2SeqSplit", "Seq2SeqTaskOutput",
-           "evaluate", "init_variables", "label_smoothed_cross_entropy", "make_generate_step", "shift_tokens_right"]
+__all__ = [
+    "IGNORE_INDEX",
+    "Seq2SeqModel",
+    "Seq2SeqObjective",
+    "Seq2SeqRecipe",
+    "Seq2SeqSplit",
+    "Seq2SeqTaskOutput",
+    "evaluate",
+    "init_variables",
+    "label_smoothed_cross_entropy",
+    "make_generate_step",
+    "shift_tokens_right",
+]

@@ -1,4 +1,5 @@
 """The training state: one pytree that a step maps to the next and a checkpoint stores whole."""
+
 from __future__ import annotations
 
 from typing import Any, ClassVar
@@ -46,13 +47,24 @@ class TrainState:
         return jax.random.wrap_key_data(self.rng)
 
 
-def create_state(variables: dict, optimizer: optax.GradientTransformation, seed: int, *, step: int = 0,
-                 balancer: losses.BalancerState | None = None) -> TrainState:
+def create_state(
+    variables: dict,
+    optimizer: optax.GradientTransformation,
+    seed: int,
+    *,
+    step: int = 0,
+    balancer: losses.BalancerState | None = None,
+) -> TrainState:
     """A fresh state for ``variables`` (``{"params", "batch_stats", "constants"}``, the last two optional): optimiser
     initialised, balancer reset (unless given), key from ``seed``, no skipped steps; ``step`` is where the stage starts
     in the run's step count."""
     params = variables["params"]
-    return TrainState(step=jnp.asarray(step, jnp.int32), params=params, opt_state=optimizer.init(params),
-                      batch_stats=variables.get("batch_stats", {}),
-                      balancer=losses.balancer_init(2) if balancer is None else balancer,
-                      rng=jax.random.key_data(jax.random.key(seed)), constants=variables.get("constants", {}))
+    return TrainState(
+        step=jnp.asarray(step, jnp.int32),
+        params=params,
+        opt_state=optimizer.init(params),
+        batch_stats=variables.get("batch_stats", {}),
+        balancer=losses.balancer_init(2) if balancer is None else balancer,
+        rng=jax.random.key_data(jax.random.key(seed)),
+        constants=variables.get("constants", {}),
+    )

@@ -5,9 +5,10 @@ A batch is a dict of the model's ``INPUTS`` and ``labels``: for :class:`~isojax.
 ``input_ids``, ``attention_mask``, ``token_type_ids`` (``[B, L]`` int32) and ``labels`` (``[B]``, int32 class ids or
 float32 scores); for :class:`~isojax.train.seq2seq.Seq2SeqModel`, see :mod:`isojax.train.seq2seq`.
 """
+
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -42,9 +43,16 @@ def model_variables(state: TrainState, params=None) -> dict:
     return variables
 
 
-def make_train_step(model: TaskModel, objective: Objective, optimizer: optax.GradientTransformation, *,
-                    frozen: Sequence[str] = (), collectives: Collectives = GLOBAL, gradient_every: int = 0,
-                    stage_start: int = 0) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
+def make_train_step(
+    model: TaskModel,
+    objective: Objective,
+    optimizer: optax.GradientTransformation,
+    *,
+    frozen: Sequence[str] = (),
+    collectives: Collectives = GLOBAL,
+    gradient_every: int = 0,
+    stage_start: int = 0,
+) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
     """``step(state, batch) -> (state, metrics)``: one batch forward and backward, one optimiser update.
 
     A step whose loss or gradient is not finite (NaN or ±inf anywhere: the global gradient norm is then not finite)
@@ -68,32 +76,50 @@ def make_train_step(model: TaskModel, objective: Objective, optimizer: optax.Gra
 
     def loss_fn(params, state: TrainState, batch, key):
         variables = model_variables(state, _stop_frozen(params, frozen))
-        output, updates = model.apply(variables, *(batch[k] for k in model.INPUTS), deterministic=False,
-                                      rngs={"dropout": key}, mutable=["batch_stats"])
-        loss, terms, balancer = objective(output, variables["params"], batch["labels"], state.balancer, collectives,
-                                          step=state.step)
+        output, updates = model.apply(
+            variables,
+            *(batch[k] for k in model.INPUTS),
+            deterministic=False,
+            rngs={"dropout": key},
+            mutable=["batch_stats"],
+        )
+        loss, terms, balancer = objective(
+            output, variables["params"], batch["labels"], state.balancer, collectives, step=state.step
+        )
         return loss, (terms, balancer, updates.get("batch_stats", state.batch_stats))
 
     def step(state: TrainState, batch: dict):
         key = collectives.device_key(jax.random.fold_in(state.key, state.step))
         (loss, (terms, balancer, batch_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-            state.params, state, batch, key)
+            state.params, state, batch, key
+        )
         grads = collectives.reduce_gradients(grads)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         metrics = {"loss": loss, **terms, "grad_norm": optax.tree.norm(grads)}
         if gradient_every:
             stats = jax.eval_shape(gradient_statistics, state.params, grads)
             skipped = lambda: jax.tree.map(lambda s: jnp.full(s.shape, jnp.nan, s.dtype), stats)  # noqa: E731
-            metrics.update(jax.lax.cond((state.step - stage_start + 1) % gradient_every == 0,
-                                        lambda: gradient_statistics(state.params, grads), skipped))
+            metrics.update(
+                jax.lax.cond(
+                    (state.step - stage_start + 1) % gradient_every == 0,
+                    lambda: gradient_statistics(state.params, grads),
+                    skipped,
+                )
+            )
         finite = jnp.isfinite(loss) & jnp.isfinite(metrics["grad_norm"])
-        applied = {"params": optax.apply_updates(state.params, updates), "opt_state": opt_state,
-                   "batch_stats": batch_stats, "balancer": balancer}
+        applied = {
+            "params": optax.apply_updates(state.params, updates),
+            "opt_state": opt_state,
+            "batch_stats": batch_stats,
+            "balancer": balancer,
+        }
         kept = {name: getattr(state, name) for name in applied}
         state = state.replace(
-            step=state.step + 1, **jax.tree.map(lambda new, old: jnp.where(finite, new, old), applied, kept),
+            step=state.step + 1,
+            **jax.tree.map(lambda new, old: jnp.where(finite, new, old), applied, kept),
             nonfinite_steps=state.nonfinite_steps + (~finite).astype(jnp.int32),
-            nonfinite_streak=jnp.where(finite, 0, state.nonfinite_streak + 1))
+            nonfinite_streak=jnp.where(finite, 0, state.nonfinite_streak + 1),
+        )
         return state, metrics
 
     return step
@@ -102,6 +128,7 @@ def make_train_step(model: TaskModel, objective: Objective, optimizer: optax.Gra
 def make_predict_step(model: TaskModel) -> Callable[[TrainState, dict], dict]:
     """``predict(state, batch) -> {"logits": [B, C], "head_input": [B, H]}``, deterministic (no dropout,
     IsoBN on its running statistics)."""
+
     def predict(state: TrainState, batch: dict):
         out: TaskOutput = model.apply(model_variables(state), *(batch[k] for k in model.INPUTS), deterministic=True)
         return {"logits": out.logits, "head_input": out.head_input}
