@@ -242,6 +242,8 @@ def _function_calls() -> dict[str, tuple[Callable, tuple, bool]]:
     key = jax.random.key(0)
     flow = calibrate.fit_flow(x, key, mask=m, levels=1, depth=1, hidden=8, steps=2, batch_size=8)
     whitening = calibrate.fit_whitening(x, mask=m)
+    abtt = calibrate.fit_all_but_the_top(x, D=1, mask=m)
+    centering = calibrate.fit_centering(x, mask=m)
     cov = jnp.cov(x.T) + jnp.eye(4)
     isobn = calibrate.IsoBN(use_running_average=False)
     isobn_vars = isobn.init(key, x, mask=m)
@@ -310,7 +312,11 @@ def _function_calls() -> dict[str, tuple[Callable, tuple, bool]]:
         "calibrate.all_but_the_top": (lambda x: calibrate.all_but_the_top(x, D=1, mask=m), (x,), True),
         "calibrate.center": (lambda x: calibrate.center(x, mask=m), (x,), True),
         "calibrate.fit_all_but_the_top": (lambda x: calibrate.fit_all_but_the_top(x, D=1, mask=m), (x,), True),
-        "calibrate.TopDirections": (lambda x: calibrate.fit_all_but_the_top(x, D=1, mask=m), (x,), True),
+        "calibrate.AllButTheTopState": (lambda x: calibrate.fit_all_but_the_top(x, D=1, mask=m), (x,), True),
+        "calibrate.apply_all_but_the_top": (lambda x: calibrate.apply_all_but_the_top(abtt, x), (x,), True),
+        "calibrate.fit_centering": (lambda x: calibrate.fit_centering(x, mask=m), (x,), True),
+        "calibrate.CenteringState": (lambda x: calibrate.fit_centering(x, mask=m), (x,), True),
+        "calibrate.apply_centering": (lambda x: calibrate.apply_centering(centering, x), (x,), True),
         "calibrate.fit_flow": (
             lambda x, k: calibrate.fit_flow(x, k, mask=m, levels=1, depth=1, hidden=8, steps=2, batch_size=8),
             (x, key),
@@ -323,8 +329,8 @@ def _function_calls() -> dict[str, tuple[Callable, tuple, bool]]:
         ),
         "calibrate.fit_whitening": (lambda x: calibrate.fit_whitening(x, mask=m), (x,), True),
         "calibrate.WhiteningState": (lambda x: calibrate.fit_whitening(x, mask=m), (x,), True),
-        "calibrate.flow_forward": (lambda x: calibrate.flow_forward(flow, x), (x,), True),
-        "calibrate.flow_inverse": (lambda z: calibrate.flow_inverse(flow, z), (x,), True),
+        "calibrate.apply_flow": (lambda x: calibrate.apply_flow(flow, x), (x,), True),
+        "calibrate.invert_flow": (lambda z: calibrate.invert_flow(flow, z), (x,), True),
         "calibrate.isobn_scale": (lambda c: calibrate.isobn_scale(c, jnp.sqrt(jnp.diagonal(c))), (cov,), True),
         "calibrate.scale_lu_updates": (
             lambda g: calibrate.scale_lu_updates().update(g, calibrate.scale_lu_updates().init(g))[0],
@@ -332,7 +338,7 @@ def _function_calls() -> dict[str, tuple[Callable, tuple, bool]]:
             False,
         ),
         "calibrate.scaled_center": (lambda x: calibrate.scaled_center(x, mask=m), (x,), True),
-        "calibrate.whiten": (lambda x: calibrate.whiten(x, whitening), (x,), True),
+        "calibrate.apply_whitening": (lambda x: calibrate.apply_whitening(whitening, x), (x,), True),
         "calibrate.IsoBN": (lambda x: isobn.apply(isobn_vars, x, mask=m, mutable=["batch_stats"])[0], (x,), True),
         "calibrate.IsotropyLayer": (lambda x: layer.apply(layer_vars, x), (x,), True),
         "calibrate.Flow": (lambda x: flow_module.apply(flow_vars, x, m), (x,), True),

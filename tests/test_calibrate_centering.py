@@ -11,13 +11,24 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from isojax.calibrate import TopDirections, all_but_the_top, center, fit_all_but_the_top, scaled_center
+from isojax.calibrate import (
+    AllButTheTopState,
+    CenteringState,
+    all_but_the_top,
+    apply_all_but_the_top,
+    apply_centering,
+    center,
+    fit_all_but_the_top,
+    fit_centering,
+    scaled_center,
+)
 
 # Compiled once per shape: cheaper than op-by-op dispatch, and it exercises the jit path.
 center = jax.jit(center)
 scaled_center = jax.jit(scaled_center)
 all_but_the_top = jax.jit(all_but_the_top, static_argnames=("D", "mode"))
 fit_all_but_the_top = jax.jit(fit_all_but_the_top, static_argnames=("D",))
+apply_all_but_the_top = jax.jit(apply_all_but_the_top, static_argnames=("mode",))
 
 
 def np_center(W):
@@ -66,7 +77,8 @@ def test_mask_batch_and_given_mean():
             if fn is center:
                 np.testing.assert_allclose(out[b] - W[b], np.broadcast_to(shift[0], (9, 4)), rtol=1e-5, atol=1e-5)
     dev_mean = W[0].mean(axis=0)
-    np.testing.assert_allclose(center(W[1], mean=dev_mean), W[1] - dev_mean, rtol=1e-6)
+    np.testing.assert_allclose(fit_centering(W[0]).mean, dev_mean, rtol=1e-6)
+    np.testing.assert_allclose(apply_centering(fit_centering(W[0]), W[1]), W[1] - dev_mean, rtol=1e-6)
 
 
 @pytest.mark.parametrize("mode", ["centered", "raw"])
@@ -82,7 +94,7 @@ def test_all_but_the_top_matches_numpy(mode):
 def test_all_but_the_top_removes_top_directions_and_modes_differ_by_constant():
     W = shifted_cloud(np.random.default_rng(2), 200, 20)
     state = fit_all_but_the_top(W, D=3)
-    assert isinstance(state, TopDirections) and state.directions.shape == (20, 3)
+    assert isinstance(state, AllButTheTopState) and state.directions.shape == (20, 3)
     centered = np.asarray(all_but_the_top(W, D=3))
     np.testing.assert_allclose(centered @ np.asarray(state.directions), 0, atol=1e-4)
     np.testing.assert_allclose(centered.mean(axis=0), 0, atol=1e-4)
@@ -98,10 +110,10 @@ def test_fit_on_dev_apply_to_test():
     mu = dev.mean(axis=0)
     U = np.linalg.svd(dev - mu, full_matrices=False)[2][:2].T
     np.testing.assert_allclose(
-        all_but_the_top(test, state=state), (test - mu) - ((test - mu) @ U) @ U.T, rtol=1e-4, atol=1e-4
+        apply_all_but_the_top(state, test), (test - mu) - ((test - mu) @ U) @ U.T, rtol=1e-4, atol=1e-4
     )
     np.testing.assert_allclose(
-        all_but_the_top(test, state=state, mode="raw"), (test - mu) - (test @ U) @ U.T, rtol=1e-4, atol=1e-4
+        apply_all_but_the_top(state, test, mode="raw"), (test - mu) - (test @ U) @ U.T, rtol=1e-4, atol=1e-4
     )
 
 
@@ -157,14 +169,12 @@ def test_bad_input_raises():
     with pytest.raises(ValueError, match="D must be"):
         fit_all_but_the_top(W, D=1.5)
     state = fit_all_but_the_top(W, D=1)
-    with pytest.raises(ValueError, match="not with state"):
-        all_but_the_top(W, D=1, state=state)
     with pytest.raises(ValueError, match="state.mean must have d=3"):
-        all_but_the_top(np.ones((5, 3), np.float32), state=state)
-    with pytest.raises(ValueError, match="mean must have d=4"):
-        center(W, mean=np.ones(3, np.float32))
-    with pytest.raises(ValueError, match="either mask or mean"):
-        center(W, mask=np.ones(5, bool), mean=np.ones(4, np.float32))
+        apply_all_but_the_top(state, np.ones((5, 3), np.float32))
+    with pytest.raises(ValueError, match="mode must be"):
+        apply_all_but_the_top(state, W, mode="both")
+    with pytest.raises(ValueError, match="state.mean must have d=4"):
+        apply_centering(CenteringState(mean=np.ones(3, np.float32)), W)
     with pytest.raises(TypeError, match="floating"):
         scaled_center(np.ones((5, 4), np.int32))
     with pytest.raises(ValueError, match=r"\[\.\.\., n, d\]"):

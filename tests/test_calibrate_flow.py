@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from isojax.calibrate import FlowState, fit_flow, flow_forward, flow_inverse, scale_lu_updates
+from isojax.calibrate import FlowState, apply_flow, fit_flow, invert_flow, scale_lu_updates
 
 D = 8
 CONFIG = dict(levels=2, depth=2, hidden=16, steps=200, batch_size=64, learning_rate=1e-3)
@@ -31,7 +31,7 @@ def fitted(gaussian_data):
 
 
 def log_likelihood(state, x):
-    z, logdet = flow_forward(state, x)
+    z, logdet = apply_flow(state, x)
     return -0.5 * jnp.sum(z * z, -1) - 0.5 * x.shape[-1] * math.log(2 * math.pi) + logdet
 
 
@@ -53,14 +53,14 @@ def test_fitted_density_approaches_the_true_gaussian(gaussian_data, fitted):
 
 def test_inverse_reconstructs_inputs(gaussian_data, fitted):
     x = gaussian_data[0]
-    z, _ = flow_forward(fitted, x)
-    np.testing.assert_allclose(flow_inverse(fitted, z), x, atol=1e-4, rtol=0)
+    z, _ = apply_flow(fitted, x)
+    np.testing.assert_allclose(invert_flow(fitted, z), x, atol=1e-4, rtol=0)
     fresh = np.random.default_rng(1).normal(size=(50, D)).astype(np.float32)
-    np.testing.assert_allclose(flow_forward(fitted, flow_inverse(fitted, fresh))[0], fresh, atol=1e-4, rtol=0)
+    np.testing.assert_allclose(apply_flow(fitted, invert_flow(fitted, fresh))[0], fresh, atol=1e-4, rtol=0)
 
 
 def test_calibrated_embeddings_are_nearly_isotropic(gaussian_data, fitted):
-    z = np.asarray(flow_forward(fitted, gaussian_data[0])[0], np.float64)
+    z = np.asarray(apply_flow(fitted, gaussian_data[0])[0], np.float64)
     assert np.abs(np.cov(z.T) - np.eye(D)).max() < 0.15
     raw_cov = np.cov(gaussian_data[0].T)
     assert np.abs(raw_cov - np.diag(np.diag(raw_cov))).max() > 0.3  # the raw data was far from it
@@ -75,8 +75,8 @@ def test_logdet_matches_jacobian_determinant_float64(fitted):
         params = jax.tree.unflatten(treedef, [jnp.asarray(leaf, jnp.float64) + n for leaf, n in zip(leaves, noise)])
         state = fitted.replace(params=params)
         x = jnp.asarray(rng.normal(size=(3, D)))
-        _, logdet = flow_forward(state, x)
-        jac = jax.vmap(jax.jacfwd(lambda v: flow_forward(state, v)[0]))(x)
+        _, logdet = apply_flow(state, x)
+        jac = jax.vmap(jax.jacfwd(lambda v: apply_flow(state, v)[0]))(x)
         sign, ref = np.linalg.slogdet(np.asarray(jac))
         assert (sign != 0).all()
         np.testing.assert_allclose(logdet, ref, rtol=1e-10, atol=1e-10)
@@ -101,15 +101,15 @@ def test_mask_excludes_padded_rows(gaussian_data):
 
 def test_shapes_jit_vmap_grad_and_pytree(fitted):
     x = np.random.default_rng(4).normal(size=(2, 5, D)).astype(np.float32)
-    z, logdet = flow_forward(fitted, x)
+    z, logdet = apply_flow(fitted, x)
     assert z.shape == (2, 5, D) and logdet.shape == (2, 5)
-    z_flat, _ = jax.jit(flow_forward)(fitted, x.reshape(10, D))
+    z_flat, _ = jax.jit(apply_flow)(fitted, x.reshape(10, D))
     np.testing.assert_allclose(z_flat.reshape(2, 5, D), z, rtol=1e-5, atol=1e-5)
-    z_vmapped, _ = jax.vmap(flow_forward, in_axes=(None, 0))(fitted, x)
+    z_vmapped, _ = jax.vmap(apply_flow, in_axes=(None, 0))(fitted, x)
     np.testing.assert_allclose(z_vmapped, z, rtol=1e-5, atol=1e-5)
-    single, _ = flow_forward(fitted, x[0, 0])
+    single, _ = apply_flow(fitted, x[0, 0])
     np.testing.assert_allclose(single, z[0, 0], rtol=1e-5, atol=1e-5)
-    grad = jax.grad(lambda v: jnp.sum(flow_forward(fitted, v)[0] ** 2))(jnp.asarray(x))
+    grad = jax.grad(lambda v: jnp.sum(apply_flow(fitted, v)[0] ** 2))(jnp.asarray(x))
     assert np.isfinite(grad).all()
     leaves = jax.tree.leaves(fitted)
     assert isinstance(fitted, FlowState) and all(isinstance(leaf, jax.Array) for leaf in leaves)
@@ -132,9 +132,9 @@ def test_bad_input_raises(gaussian_data, fitted):
     with pytest.raises(ValueError, match="mask must have shape"):
         fit_flow(x, key, mask=np.ones(3, bool))
     with pytest.raises(ValueError, match="d=8"):
-        flow_forward(fitted, x[:, :5])
+        apply_flow(fitted, x[:, :5])
     with pytest.raises(ValueError, match="d=8"):
-        flow_inverse(fitted, x[:, :5])
+        invert_flow(fitted, x[:, :5])
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +157,7 @@ def test_fit_is_stable_on_shifted_anisotropic_cloud_with_dead_features(embedding
     config = dict(levels=2, depth=1, hidden=16, steps=150, batch_size=128)  # small: XLA's CPU compile dominates
     # A learning rate of 1e-9 keeps every parameter within 150 * 1e-9 of its data-dependent start.
     start = fit_flow(x, jax.random.key(0), learning_rate=1e-9, **config)
-    z = np.asarray(flow_forward(start, x)[0], np.float64)
+    z = np.asarray(apply_flow(start, x)[0], np.float64)
     for block in np.split(z, 2, axis=1):  # what level 0 factors out, what level 1 outputs
         assert np.abs(block.mean(0)).max() < 0.2
         assert 0.7 < np.sqrt(block.var(0).mean()) < 1.3
@@ -170,8 +170,8 @@ def test_fit_is_stable_on_shifted_anisotropic_cloud_with_dead_features(embedding
     assert np.isfinite(history).all()
     assert history[-20:].mean() > history[:20].mean() + 0.2  # nats per dimension
     assert history.min() > history[0] - 0.2
-    z = flow_forward(state, x)[0]
-    np.testing.assert_allclose(flow_inverse(state, z), x, rtol=0, atol=1e-4 * np.abs(x).max())
+    z = apply_flow(state, x)[0]
+    np.testing.assert_allclose(invert_flow(state, z), x, rtol=0, atol=1e-4 * np.abs(x).max())
 
 
 def test_scale_lu_updates_divides_triangular_factors_by_sqrt_width():
@@ -211,5 +211,5 @@ def test_fit_converges_at_bert_base_width():
     true_cov = (q * scales**2) @ q.T
     true = scipy.stats.multivariate_normal(mean, true_cov, allow_singular=False).logpdf(x).mean() / d
     assert history[0] + 0.5 < got < true + 0.05  # unscaled: got = -2e7
-    norms = np.linalg.norm(np.asarray(flow_forward(state, x)[0], np.float64), axis=-1)
+    norms = np.linalg.norm(np.asarray(apply_flow(state, x)[0], np.float64), axis=-1)
     assert 0.6 * math.sqrt(d) < norms.mean() < 1.4 * math.sqrt(d)  # unscaled: 1.7e5

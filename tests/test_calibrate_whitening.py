@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 from jax.test_util import check_grads
 
-from isojax.calibrate import WhiteningState, fit_whitening, whiten
+from isojax.calibrate import WhiteningState, apply_whitening, fit_whitening
 from isojax.calibrate.whitening import eigh_descending
 
 # Compiled once per shape: cheaper than op-by-op dispatch, and it exercises the jit path.
 fit_whitening = jax.jit(fit_whitening, static_argnames=("k", "eps"))
-whiten = jax.jit(whiten, static_argnames=("normalize",))
+apply_whitening = jax.jit(apply_whitening, static_argnames=("normalize",))
 
 
 def _sign_fix(u):
@@ -40,7 +40,7 @@ def test_matches_numpy_reference_float64(k):
     mu, W, y = np_whitening(x, 7 if k is None else k)
     with jax.enable_x64(True):
         state = fit_whitening(jnp.asarray(x), k=k, eps=0.0)
-        out = whiten(jnp.asarray(x), state)
+        out = apply_whitening(state, jnp.asarray(x))
         np.testing.assert_allclose(state.mean, mu, rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(state.W, W, rtol=1e-9, atol=1e-12)
         np.testing.assert_allclose(out, y, rtol=1e-9, atol=1e-10)
@@ -49,7 +49,7 @@ def test_matches_numpy_reference_float64(k):
 def test_float32_default_eps_close_to_reference():
     x = correlated_cloud(np.random.default_rng(1), 500, 16)
     _, _, y = np_whitening(x, 16)
-    out = whiten(x.astype(np.float32), fit_whitening(x.astype(np.float32)))
+    out = apply_whitening(fit_whitening(x.astype(np.float32)), x.astype(np.float32))
     assert out.dtype == jnp.float32
     np.testing.assert_allclose(out, y, rtol=1e-3, atol=1e-3)
 
@@ -64,9 +64,9 @@ def test_gaussian_cloud_whitens_to_identity_covariance():
     fresh = rng.multivariate_normal(mean, cov, size=20_000).astype(np.float32)
     state = fit_whitening(fit_x)
     # On the fitted sample: identity up to float32 rounding; on a fresh sample: up to sampling error.
-    np.testing.assert_allclose(np.cov(np.asarray(whiten(fit_x, state)).T), np.eye(d), atol=2e-4)
-    np.testing.assert_allclose(np.cov(np.asarray(whiten(fresh, state)).T), np.eye(d), atol=0.06)
-    np.testing.assert_allclose(np.asarray(whiten(fresh, state)).mean(0), np.zeros(d), atol=0.05)
+    np.testing.assert_allclose(np.cov(np.asarray(apply_whitening(state, fit_x)).T), np.eye(d), atol=2e-4)
+    np.testing.assert_allclose(np.cov(np.asarray(apply_whitening(state, fresh)).T), np.eye(d), atol=0.06)
+    np.testing.assert_allclose(np.asarray(apply_whitening(state, fresh)).mean(0), np.zeros(d), atol=0.05)
 
 
 def test_mask_ignores_padded_rows():
@@ -87,10 +87,10 @@ def test_batched_fit_equals_separate_fits_and_jits():
     for b in range(3):
         single = fit_whitening(x[b][mask[b]], k=4)
         chex.assert_trees_all_close(jax.tree.map(lambda a: a[b], batched), single, rtol=1e-4, atol=1e-5)
-    y = whiten(x, batched)
+    y = apply_whitening(batched, x)
     assert y.shape == (3, 40, 4)
-    np.testing.assert_allclose(y[1], whiten(x[1], jax.tree.map(lambda a: a[1], batched)), rtol=1e-5, atol=1e-5)
-    chex.assert_trees_all_close(jax.vmap(whiten)(x, batched), y, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(y[1], apply_whitening(jax.tree.map(lambda a: a[1], batched), x[1]), rtol=1e-5, atol=1e-5)
+    chex.assert_trees_all_close(jax.vmap(apply_whitening)(batched, x), y, rtol=1e-5, atol=1e-5)
 
 
 def test_normalize_gives_unit_rows_and_keeps_zero_rows():
@@ -98,11 +98,11 @@ def test_normalize_gives_unit_rows_and_keeps_zero_rows():
     x = correlated_cloud(rng, 30, 4, dtype=np.float32)
     state = fit_whitening(x)
     probe = np.concatenate([x[:3], state.mean[None]])  # the last row whitens to exactly zero
-    y = whiten(probe, state, normalize=True)
-    raw = np.asarray(whiten(probe, state))
+    y = apply_whitening(state, probe, normalize=True)
+    raw = np.asarray(apply_whitening(state, probe))
     np.testing.assert_allclose(y[:3], raw[:3] / np.linalg.norm(raw[:3], axis=-1, keepdims=True), rtol=1e-5)
     np.testing.assert_array_equal(y[3], np.zeros(4))
-    g = jax.grad(lambda p: whiten(p, state, normalize=True).sum())(jnp.asarray(probe))
+    g = jax.grad(lambda p: apply_whitening(state, p, normalize=True).sum())(jnp.asarray(probe))
     assert np.isfinite(g).all()
 
 
@@ -119,7 +119,7 @@ def test_degenerate_data_gives_finite_outputs_and_gradients(x):
     probe = jnp.asarray(np.random.default_rng(8).normal(size=(3, x.shape[1])), jnp.float32)
 
     def loss(x):
-        return jnp.sum(whiten(probe, fit_whitening(x, k=2)) ** 2)
+        return jnp.sum(apply_whitening(fit_whitening(x, k=2), probe) ** 2)
 
     value, grad = jax.jit(jax.value_and_grad(loss))(x)
     assert np.isfinite(value) and np.isfinite(grad).all()
@@ -129,7 +129,7 @@ def test_gradient_through_fit_matches_finite_differences():
     x = correlated_cloud(np.random.default_rng(9), 12, 4)
     probe = np.random.default_rng(10).normal(size=(3, 4))
     with jax.enable_x64(True):
-        f = jax.jit(lambda x: jnp.sum(jnp.sin(whiten(jnp.asarray(probe), fit_whitening(x, k=3, eps=0.0)))))
+        f = jax.jit(lambda x: jnp.sum(jnp.sin(apply_whitening(fit_whitening(x, k=3, eps=0.0), jnp.asarray(probe)))))
         check_grads(f, (jnp.asarray(x),), order=1, modes=["fwd", "rev"], atol=1e-6, rtol=1e-6)
 
 
@@ -173,4 +173,15 @@ def test_bad_input_raises():
     with pytest.raises(ValueError, match="mask must have shape"):
         fit_whitening(x, mask=np.ones(9, bool))
     with pytest.raises(ValueError, match="d=5 features"):
-        whiten(np.ones((3, 5), np.float32), fit_whitening(x))
+        apply_whitening(fit_whitening(x), np.ones((3, 5), np.float32))
+
+
+def test_names_before_the_fit_apply_scheme_name_their_replacement():
+    from isojax import calibrate
+
+    with pytest.raises(AttributeError, match=r"whiten was renamed: use isojax\.calibrate\.apply_whitening"):
+        calibrate.whiten  # noqa: B018
+    with pytest.raises(AttributeError, match="invert_flow"):
+        calibrate.flow_inverse  # noqa: B018
+    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
+        calibrate.no_such_name  # noqa: B018

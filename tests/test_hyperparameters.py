@@ -20,7 +20,7 @@ def cloud(seed=0, n=12, d=4):
 
 def whitened_sum(x, eps):
     state = calibrate.fit_whitening(x, eps=eps)
-    return jnp.sum(jnp.sin(calibrate.whiten(x, state)))
+    return jnp.sum(jnp.sin(calibrate.apply_whitening(state, x)))
 
 
 def balanced_means(x, smoothing):

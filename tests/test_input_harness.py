@@ -84,6 +84,8 @@ H = np.random.default_rng(1).normal(size=(4, D)).astype(np.float32)
 TARGETS = np.array([0, 1, 5, 3])
 G = np.random.default_rng(2).normal(size=(N, D)).astype(np.float32)
 WHITENING = calibrate.fit_whitening(X)
+CENTERING = calibrate.fit_centering(X)
+TOP_DIRECTIONS = calibrate.fit_all_but_the_top(X, D=1)
 ISOBN = calibrate.IsoBN(use_running_average=False)
 ISOBN_STATS = ISOBN.init(jax.random.key(0), X)
 ISOTROPY_LAYER = calibrate.IsotropyLayer()
@@ -156,13 +158,18 @@ CASES: dict[str, Case] = {
     ),
     "softdecay.SoftDecay": Case(lambda x, m: SOFTDECAY_MODULE.apply(SOFTDECAY_PARAMS, x, m), rowwise=True),
     "calibrate.center": Case(lambda x, m: calibrate.center(x, mask=m), degree=1, rowwise=True),
+    "calibrate.fit_centering": Case(lambda x, m: calibrate.fit_centering(x, mask=m), degree=1, out=lambda s: s.mean),
+    "calibrate.apply_centering": Case(lambda x, m: calibrate.apply_centering(CENTERING, x), masked=False, rowwise=True),
     "calibrate.scaled_center": Case(lambda x, m: calibrate.scaled_center(x, mask=m), degree=1, rowwise=True),
     "calibrate.fit_all_but_the_top": Case(
         lambda x, m: calibrate.fit_all_but_the_top(x, D=1, mask=m), grad=False, out=lambda state: state.mean
     ),
+    "calibrate.apply_all_but_the_top": Case(
+        lambda x, m: calibrate.apply_all_but_the_top(TOP_DIRECTIONS, x), masked=False, rowwise=True
+    ),
     "calibrate.all_but_the_top": Case(lambda x, m: calibrate.all_but_the_top(x, D=1, mask=m), degree=1, rowwise=True),
     "calibrate.fit_whitening": Case(lambda x, m: calibrate.fit_whitening(x, mask=m), grad=False),
-    "calibrate.whiten": Case(lambda x, m: calibrate.whiten(x, WHITENING), masked=False, rowwise=True),
+    "calibrate.apply_whitening": Case(lambda x, m: calibrate.apply_whitening(WHITENING, x), masked=False, rowwise=True),
     "calibrate.fit_flow": Case(
         lambda x, m: calibrate.fit_flow(
             x, jax.random.key(0), mask=m, levels=1, depth=1, hidden=4, steps=2, batch_size=4
@@ -170,8 +177,8 @@ CASES: dict[str, Case] = {
         grad=False,
         out=lambda state: state.log_likelihood,
     ),
-    "calibrate.flow_forward": Case(lambda x, m: calibrate.flow_forward(flow_state(), x), masked=False, rowwise=True),
-    "calibrate.flow_inverse": Case(lambda x, m: calibrate.flow_inverse(flow_state(), x), masked=False, rowwise=True),
+    "calibrate.apply_flow": Case(lambda x, m: calibrate.apply_flow(flow_state(), x), masked=False, rowwise=True),
+    "calibrate.invert_flow": Case(lambda x, m: calibrate.invert_flow(flow_state(), x), masked=False, rowwise=True),
     "calibrate.Flow": Case(lambda x, m: FLOW_MODULE.apply(FLOW_VARIABLES, x, m), rowwise=True),
     "calibrate.IsoBN": Case(lambda x, m: ISOBN.apply(ISOBN_STATS, x, mask=m, mutable=["batch_stats"])[0], rowwise=True),
     "calibrate.IsotropyLayer": Case(lambda x, m: ISOTROPY_LAYER.apply(ISOTROPY_PARAMS, x), masked=False, rowwise=True),
@@ -201,7 +208,8 @@ EXEMPT: dict[str, str] = {
     "softdecay.decay_curve": "a scalar curve of singular values, no cloud",
     "softdecay.alpha_from_param": "maps a scalar parameter",
     "calibrate.FlowState": "state type",
-    "calibrate.TopDirections": "state type",
+    "calibrate.AllButTheTopState": "state type",
+    "calibrate.CenteringState": "state type",
     "calibrate.WhiteningState": "state type",
     "calibrate.isobn_scale": "takes a covariance and standard deviations, not a cloud",
     "calibrate.scale_lu_updates": "an optax transformation",

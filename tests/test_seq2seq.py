@@ -16,7 +16,7 @@ from rouge_score import rouge_scorer
 from transformers.models.bart.modeling_bart import shift_tokens_right as bart_shift
 from transformers.models.mbart.modeling_mbart import shift_tokens_right as mbart_shift
 
-from isojax.calibrate import Flow, FlowState, flow_forward
+from isojax.calibrate import Flow, FlowState, apply_flow
 from isojax.data.seq2seq import Seq2SeqData, load_seq2seq, seq2seq_task
 from isojax.eval.generation_metrics import bleu, generation_metrics, rouge
 from isojax.train.seq2seq import IGNORE_INDEX, Seq2SeqSplit, label_smoothed_cross_entropy, shift_tokens_right
@@ -190,12 +190,12 @@ def _flow_and_state(rows, x):
 
 
 def test_flow_layer_is_the_fitted_flow_on_the_same_parameters():
-    """z = f(x) equals flow_forward's, and log_likelihood = (log N(z; 0, I) + log|det|) / d (numpy, float64)."""
+    """z = f(x) equals apply_flow's, and log_likelihood = (log N(z; 0, I) + log|det|) / d (numpy, float64)."""
     rng = np.random.default_rng(4)
     rows = rng.normal(size=(40, 8)).astype(np.float32) * np.linspace(0.5, 3, 8) + 2
     x = rng.normal(size=(3, 5, 8)).astype(np.float32) * 2
     flow, variables, state = _flow_and_state(rows, x)
-    z_ref, logdet = flow_forward(state, x)
+    z_ref, logdet = apply_flow(state, x)
     np.testing.assert_allclose(flow.apply(variables, x), z_ref, rtol=1e-6, atol=1e-6)
     z64 = np.asarray(z_ref).astype(np.float64)
     want = (-0.5 * np.sum(z64**2, -1) - 4 * np.log(2 * np.pi) + np.asarray(logdet).astype(np.float64)) / 8

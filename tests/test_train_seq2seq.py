@@ -15,7 +15,7 @@ import torch
 import transformers
 from conftest import require
 
-from isojax.calibrate import FlowState, flow_forward
+from isojax.calibrate import FlowState, apply_flow
 from isojax.models import EncoderConfig, build_encoder, save_pretrained
 from isojax.train import TrainConfig, fit
 from isojax.train.cli import main
@@ -132,7 +132,7 @@ def test_glue_flow_log_likelihood_is_the_fitted_flows_log_density():
         depth=2,
         hidden=8,
     )
-    z, logdet = flow_forward(state, sentence)
+    z, logdet = apply_flow(state, sentence)
     np.testing.assert_allclose(out.head_input, z, rtol=1e-5, atol=1e-5)
     z64 = np.asarray(z).astype(np.float64)
     want = (-0.5 * np.sum(z64**2, -1) - 8 * np.log(2 * np.pi) + np.asarray(logdet).astype(np.float64)) / 16

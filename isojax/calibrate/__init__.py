@@ -1,8 +1,13 @@
 """Post-hoc isotropy calibration: whitening, centering / all-but-the-top, flow calibration, IsoBN, Isotropy Layer.
 
-Fit/apply pairs are pure functions of arrays and an explicit fitted state (``fit_whitening`` -> ``whiten``,
-``fit_all_but_the_top`` -> ``all_but_the_top(..., state=)``, ``fit_flow`` -> ``flow_forward`` / ``flow_inverse``);
-``Flow`` (the flow trained during fine-tuning), ``IsoBN`` and ``IsotropyLayer`` are Linen modules.
+Every calibration fitted on data is a pair of pure functions with one naming scheme:
+``fit_<name>(x, *, mask=None, ...) -> <Name>State`` estimates the statistics and
+``apply_<name>(state, x, ...)`` transforms any rows with them (the state first, as in Flax's
+``module.apply(variables, x)``): :func:`fit_centering` / :func:`apply_centering`, :func:`fit_all_but_the_top` /
+:func:`apply_all_but_the_top`, :func:`fit_whitening` / :func:`apply_whitening`, :func:`fit_flow` /
+:func:`apply_flow` (and :func:`invert_flow`). :func:`center`, :func:`scaled_center` and :func:`all_but_the_top`
+fit on ``x`` and transform ``x`` in one call. ``Flow`` (the flow trained during fine-tuning), ``IsoBN`` and
+``IsotropyLayer`` are Linen modules (Flax's ``init`` / ``apply``).
 
 Conventions as in :mod:`isojax.metrics`: plain functions that the caller jits (integer settings such as ``k``,
 ``D`` and ``steps`` and string modes static; float settings such as ``eps`` of :func:`fit_whitening` and
@@ -12,28 +17,56 @@ with an optional ``mask [..., n]`` (true = real row) that selects the rows the s
 while a transform is applied to every row; leading axes are independent fits (:func:`fit_flow` pools them).
 """
 
-from isojax.calibrate.centering import TopDirections, all_but_the_top, center, fit_all_but_the_top, scaled_center
-from isojax.calibrate.flow import Flow, FlowState, fit_flow, flow_forward, flow_inverse, scale_lu_updates
+from isojax.calibrate.centering import (
+    AllButTheTopState,
+    CenteringState,
+    all_but_the_top,
+    apply_all_but_the_top,
+    apply_centering,
+    center,
+    fit_all_but_the_top,
+    fit_centering,
+    scaled_center,
+)
+from isojax.calibrate.flow import Flow, FlowState, apply_flow, fit_flow, invert_flow, scale_lu_updates
 from isojax.calibrate.isobn import IsoBN, isobn_scale
 from isojax.calibrate.isotropy_layer import IsotropyLayer
-from isojax.calibrate.whitening import WhiteningState, fit_whitening, whiten
+from isojax.calibrate.whitening import WhiteningState, apply_whitening, fit_whitening
 
 __all__ = [
+    "AllButTheTopState",
+    "CenteringState",
     "Flow",
     "FlowState",
     "IsoBN",
     "IsotropyLayer",
-    "TopDirections",
     "WhiteningState",
     "all_but_the_top",
+    "apply_all_but_the_top",
+    "apply_centering",
+    "apply_flow",
+    "apply_whitening",
     "center",
     "fit_all_but_the_top",
+    "fit_centering",
     "fit_flow",
     "fit_whitening",
-    "flow_forward",
-    "flow_inverse",
+    "invert_flow",
     "isobn_scale",
     "scale_lu_updates",
     "scaled_center",
-    "whiten",
 ]
+
+# Names before the one fit/apply scheme: an AttributeError that names the replacement.
+_RENAMED = {
+    "whiten": "apply_whitening(state, x)",
+    "flow_forward": "apply_flow(state, x)",
+    "flow_inverse": "invert_flow(state, z)",
+    "TopDirections": "AllButTheTopState",
+}
+
+
+def __getattr__(name: str):
+    if name in _RENAMED:
+        raise AttributeError(f"isojax.calibrate.{name} was renamed: use isojax.calibrate.{_RENAMED[name]}")
+    raise AttributeError(f"module 'isojax.calibrate' has no attribute {name!r}")

@@ -7,6 +7,10 @@ whatever it holds (a NaN padding row only comes back NaN itself); a NaN or inf i
 ``ValueError`` (concrete) or makes the whole result NaN (traced). The transforms are scale-equivariant at any
 finite float32 scale: the statistics that square the data are estimated on ``x`` divided by a power of two near
 its largest entry (exact) and scaled back.
+
+Fit/apply pairs (:func:`fit_centering` -> :func:`apply_centering`, :func:`fit_all_but_the_top` ->
+:func:`apply_all_but_the_top`) apply statistics fitted on one split to another; :func:`center`,
+:func:`scaled_center` and :func:`all_but_the_top` fit on ``x`` and transform ``x`` in one call.
 """
 
 from __future__ import annotations
@@ -32,29 +36,106 @@ def _check_stat(value, name: str, x, *, extra_dims: int = 0):
     return value
 
 
-def center(x, *, mask=None, mean=None):
-    """Centering (too-much-in-common eq. 9): ``x_i - mu``, ``mu = mean_i x_i`` over the unmasked rows.
+@struct.dataclass
+class CenteringState:
+    """Fitted centering: the mean ``mean [..., d]`` (float32) of the rows it was fitted on.
 
-    ``x [..., n, d]`` -> ``[..., n, d]``. Pass ``mean [..., d]`` (e.g. estimated on other data) to subtract it
-    instead of the mean of ``x``.
+    Built by :func:`fit_centering`, applied by :func:`apply_centering`; a pytree, so it can cross ``jit`` and
+    ``vmap``.
+    """
+
+    mean: jax.Array
+
+
+def fit_centering(x, *, mask=None) -> CenteringState:
+    """Estimate the centering mean ``mu = mean_i x_i`` over the unmasked rows (too-much-in-common eq. 9).
+
+    Args:
+      x: float array ``[..., n, d]``; leading axes are independent fits.
+      mask: optional bool ``[..., n]``, true = a row that enters the mean.
+
+    Returns:
+      A :class:`CenteringState` with ``mean [..., d]`` (float32, or ``x``'s dtype if wider).
+
+    Examples:
+      >>> import numpy as np
+      >>> from isojax import calibrate
+      >>> state = calibrate.fit_centering(np.array([[1.0, 2.0], [3.0, 6.0]], np.float32))
+      >>> np.round(np.asarray(state.mean), 4).tolist()
+      [2.0, 4.0]
     """
     x, mask, ok = check_cloud(x, mask)
+    return nan_unless(ok, CenteringState(mean=masked_mean(promote_float32(x), mask)))
+
+
+def apply_centering(state: CenteringState, x):
+    """Subtract a fitted mean from every row: ``y_i = x_i - mu`` (too-much-in-common eq. 9).
+
+    Args:
+      state: a :class:`CenteringState` (``mean [..., d]``, e.g. fitted on another split); it broadcasts
+        against the leading axes of ``x``.
+      x: float array ``[..., n, d]``.
+
+    Returns:
+      ``[..., n, d]`` float32 (or ``x``'s dtype if wider).
+
+    Examples:
+      >>> import numpy as np
+      >>> from isojax import calibrate
+      >>> state = calibrate.CenteringState(mean=np.array([1.0, -1.0], np.float32))
+      >>> np.round(np.asarray(calibrate.apply_centering(state, np.array([[2.0, 0.0]], np.float32))), 4).tolist()
+      [[1.0, 1.0]]
+    """
+    x, _, ok = check_cloud(x)
+    mean = _check_stat(state.mean, "state.mean", x)
+    return nan_unless(ok, promote_float32(x) - mean[..., None, :])
+
+
+def center(x, *, mask=None):
+    """Centering fitted and applied on the same rows (too-much-in-common eq. 9): ``x_i - mu``.
+
+    ``mu = mean_i x_i`` over the unmasked rows; every row, padded ones included, is shifted. Equal to
+    ``apply_centering(fit_centering(x, mask=mask), x)``; use that pair to apply a mean fitted on other data.
+
+    Args:
+      x: float array ``[..., n, d]``; leading axes are independent fits.
+      mask: optional bool ``[..., n]``, true = a row that enters the mean.
+
+    Returns:
+      ``[..., n, d]`` float32 (or ``x``'s dtype if wider); the unmasked rows have mean zero.
+
+    Examples:
+      >>> import numpy as np
+      >>> from isojax import calibrate
+      >>> np.round(np.asarray(calibrate.center(np.array([[1.0, 2.0], [3.0, 6.0]], np.float32))), 4).tolist()
+      [[-1.0, -2.0], [1.0, 2.0]]
+    """
+    x, mask, ok = check_cloud(x, mask)  # a padding row may hold anything, NaN included (module docstring)
     x = promote_float32(x)
-    if mean is None:
-        mean = masked_mean(x, mask)
-    elif mask is not None:
-        raise ValueError("mask only selects the rows that estimate the mean; pass either mask or mean, not both")
-    else:
-        mean = _check_stat(mean, "mean", x)
-    return nan_unless(ok, x - mean[..., None, :])
+    return nan_unless(ok, x - masked_mean(x, mask)[..., None, :])
 
 
 def scaled_center(x, *, mask=None):
     """Scaled centering (too-much-in-common §5.2): ``x_i - ||x_i|| mu_hat``, ``mu_hat = mean_j x_j / ||x_j||``.
 
-    ``x [..., n, d]`` -> ``[..., n, d]``; the mean of unit vectors runs over the unmasked rows. A zero row
-    contributes a zero unit vector to ``mu_hat`` (it still counts in the denominator) and maps to itself;
-    gradients there are finite.
+    The mean of unit vectors runs over the unmasked rows; every row is transformed. A zero row contributes a
+    zero unit vector to ``mu_hat`` (it still counts in the denominator) and maps to itself; gradients there are
+    finite.
+
+    Args:
+      x: float array ``[..., n, d]``; leading axes are independent fits.
+      mask: optional bool ``[..., n]``, true = a row that enters ``mu_hat``.
+
+    Returns:
+      ``[..., n, d]`` float32 (or ``x``'s dtype if wider).
+
+    Examples:
+      Two unit rows: ``mu_hat = (0.5, 0.5)``, so ``e_1`` maps to ``(0.5, -0.5)``.
+
+      >>> import numpy as np
+      >>> from isojax import calibrate
+      >>> np.round(np.asarray(calibrate.scaled_center(np.eye(2, dtype=np.float32))), 4).tolist()
+      [[0.5, -0.5], [-0.5, 0.5]]
     """
     x, mask, ok = check_cloud(x, mask)
     x, scale = unit_scale(promote_float32(x), mask)  # 1-homogeneous: computed at unit scale, scaled back
@@ -69,9 +150,12 @@ def scaled_center(x, *, mask=None):
 
 
 @struct.dataclass
-class TopDirections:
-    """Statistics of all-but-the-top: ``mean [..., d]`` and the top-``D`` principal directions
-    ``directions [..., d, D]`` (columns, descending variance) of the centered data."""
+class AllButTheTopState:
+    """Fitted all-but-the-top: the mean ``mean [..., d]`` and the top-``D`` principal directions
+    ``directions [..., d, D]`` (columns, orthonormal, descending variance) of the centered data (float32).
+
+    Built by :func:`fit_all_but_the_top`, applied by :func:`apply_all_but_the_top`; a pytree.
+    """
 
     mean: jax.Array
     directions: jax.Array
@@ -84,43 +168,46 @@ def _default_D(d: int, D):
     return D
 
 
-def fit_all_but_the_top(x, *, D: int | None = None, mask=None) -> TopDirections:
-    """Estimate ``mu`` and ``U = PCA(x - mu)[:, :D]`` (eq. 9-10) from ``x [..., n, d]``.
+def _check_mode(mode: str) -> None:
+    if mode not in ("centered", "raw"):
+        raise ValueError(f"mode must be 'centered' or 'raw', got {mode!r}")
 
-    ``U`` holds the ``D`` leading eigenvectors of the covariance of the unmasked rows (default
-    ``D = ceil(d / 100)``). Use it with ``all_but_the_top(x, state=...)`` to apply directions fitted on
-    one split (e.g. dev) to another (test).
+
+def fit_all_but_the_top(x, *, D: int | None = None, mask=None) -> AllButTheTopState:
+    """Estimate ``mu`` and ``U = PCA(x - mu)[:, :D]`` (too-much-in-common eq. 9-10) from the unmasked rows.
+
+    ``U`` holds the ``D`` leading eigenvectors of the covariance of the unmasked rows, each signed so that its
+    largest-magnitude entry is positive. Apply it with :func:`apply_all_but_the_top`, e.g. to directions fitted
+    on one split (dev) applied to another (test).
+
+    Args:
+      x: float array ``[..., n, d]``; leading axes are independent fits.
+      D: static int in ``[0, d]``, the number of directions (default ``ceil(d / 100)``).
+      mask: optional bool ``[..., n]``, true = a row that enters the statistics.
+
+    Returns:
+      An :class:`AllButTheTopState`: ``mean [..., d]`` and ``directions [..., d, D]`` (float32).
+
+    Examples:
+      Points spread along the first axis: the top direction is ``e_1``.
+
+      >>> import numpy as np
+      >>> from isojax import calibrate
+      >>> x = np.array([[-2.0, 0.1], [2.0, 0.1], [-1.0, -0.1], [1.0, -0.1]], np.float32)
+      >>> state = calibrate.fit_all_but_the_top(x, D=1)
+      >>> np.allclose(state.directions, [[1.0], [0.0]], atol=1e-5)
+      True
     """
     x, mask, ok = check_cloud(x, mask)
     D = _default_D(x.shape[-1], D)
     x, scale = unit_scale(promote_float32(x), mask)  # the directions are scale-invariant, the mean scales back
     mu, cov = covariance(x, mask, ddof=1)
     _, u = eigh_descending(cov)
-    return nan_unless(ok, TopDirections(mean=mu * scale[..., None], directions=u[..., :D]))
+    return nan_unless(ok, AllButTheTopState(mean=mu * scale[..., None], directions=u[..., :D]))
 
 
-def all_but_the_top(x, *, D: int | None = None, mode: str = "centered", mask=None, state: TopDirections | None = None):
-    """All-but-the-top post-processing: remove the mean and the top ``D`` principal directions.
-
-    With ``x~_i = x_i - mu`` (eq. 9) and ``U = PCA(x~)`` (eq. 10, ``D`` columns, default ``ceil(d/100)``):
-
-    * ``mode="centered"`` (too-much-in-common eq. 11): ``x^_i = x~_i - sum_j (U_j^T x~_i) U_j``;
-    * ``mode="raw"`` (Mu & Viswanath 2018, Alg. 1): ``x^_i = x~_i - sum_j (U_j^T x_i) U_j``, which differs
-      from the centered variant by the constant ``sum_j (U_j^T mu) U_j``.
-
-    ``x [..., n, d]`` -> ``[..., n, d]``. ``mu`` and ``U`` are estimated from the unmasked rows of ``x``,
-    or taken from ``state`` (see :func:`fit_all_but_the_top`); ``state`` excludes ``D`` and ``mask``.
-    """
-    x, _, ok = check_cloud(x, mask)
-    if mode not in ("centered", "raw"):
-        raise ValueError(f"mode must be 'centered' or 'raw', got {mode!r}")
-    if state is None:
-        state = fit_all_but_the_top(x, D=D, mask=mask)
-    else:
-        if D is not None or mask is not None:
-            raise ValueError("D and mask configure the fit; pass them to fit_all_but_the_top, not with state")
-        _check_stat(state.mean, "state.mean", x)
-        _check_stat(state.directions, "state.directions", x, extra_dims=1)
+def _remove_top(state: AllButTheTopState, x, mode: str):
+    """Eq. 11 (``mode="centered"``) or Mu & Viswanath's Alg. 1 (``"raw"``) on every row of a validated ``x``."""
 
     def transform(rows, state):
         rows_tilde = rows - state.mean[..., None, :]
@@ -128,4 +215,70 @@ def all_but_the_top(x, *, D: int | None = None, mode: str = "centered", mask=Non
         coefficients = jnp.matmul(rows_tilde if mode == "centered" else rows, u, precision=HIGHEST)
         return rows_tilde - jnp.matmul(coefficients, jnp.swapaxes(u, -1, -2), precision=HIGHEST)
 
-    return nan_unless(ok, rowwise(transform, promote_float32(x), state))
+    return rowwise(transform, promote_float32(x), state)
+
+
+def apply_all_but_the_top(state: AllButTheTopState, x, *, mode: str = "centered"):
+    """Remove a fitted mean and top ``D`` principal directions from every row of ``x``.
+
+    With ``x~_i = x_i - mu`` (eq. 9) and ``U = state.directions`` (eq. 10):
+
+    * ``mode="centered"`` (too-much-in-common eq. 11): ``x^_i = x~_i - sum_j (U_j^T x~_i) U_j``;
+    * ``mode="raw"`` (Mu & Viswanath 2018, Alg. 1): ``x^_i = x~_i - sum_j (U_j^T x_i) U_j``, which differs
+      from the centered variant by the constant ``sum_j (U_j^T mu) U_j``.
+
+    Args:
+      state: an :class:`AllButTheTopState` from :func:`fit_all_but_the_top` (``mean [..., d]``,
+        ``directions [..., d, D]``); it broadcasts against the leading axes of ``x``.
+      x: float array ``[..., n, d]``.
+      mode: static ``"centered"`` (default) or ``"raw"``.
+
+    Returns:
+      ``[..., n, d]`` float32 (or ``x``'s dtype if wider).
+
+    Examples:
+      Fitted on a cloud spread along ``e_1``: a new point keeps only its centered ``e_2`` coordinate.
+
+      >>> import numpy as np
+      >>> from isojax import calibrate
+      >>> x = np.array([[-2.0, 0.1], [2.0, 0.1], [-1.0, -0.1], [1.0, -0.1]], np.float32)
+      >>> state = calibrate.fit_all_but_the_top(x, D=1)
+      >>> y = calibrate.apply_all_but_the_top(state, np.array([[5.0, 3.0]], np.float32))
+      >>> np.allclose(y, [[0.0, 3.0]], atol=1e-5)
+      True
+    """
+    x, _, ok = check_cloud(x)
+    _check_mode(mode)
+    _check_stat(state.mean, "state.mean", x)
+    _check_stat(state.directions, "state.directions", x, extra_dims=1)
+    return nan_unless(ok, _remove_top(state, x, mode))
+
+
+def all_but_the_top(x, *, D: int | None = None, mode: str = "centered", mask=None):
+    """All-but-the-top fitted and applied on the same rows: remove the mean and the top ``D`` principal directions.
+
+    Equal to ``apply_all_but_the_top(fit_all_but_the_top(x, D=D, mask=mask), x, mode=mode)`` (formulas there):
+    ``mu`` and ``U`` are estimated from the unmasked rows of ``x`` and every row is transformed (a padding row
+    may hold anything, NaN included, without changing the others).
+
+    Args:
+      x: float array ``[..., n, d]``; leading axes are independent fits.
+      D: static int in ``[0, d]``, the number of directions removed (default ``ceil(d / 100)``).
+      mode: static ``"centered"`` (eq. 11, default) or ``"raw"`` (Mu & Viswanath's Alg. 1).
+      mask: optional bool ``[..., n]``, true = a row that enters the statistics.
+
+    Returns:
+      ``[..., n, d]`` float32 (or ``x``'s dtype if wider).
+
+    Examples:
+      In two dimensions, removing the top direction leaves the centered second coordinate.
+
+      >>> import numpy as np
+      >>> from isojax import calibrate
+      >>> x = np.array([[-2.0, 0.1], [2.0, 0.1], [-1.0, -0.1], [1.0, -0.1]], np.float32)
+      >>> np.allclose(calibrate.all_but_the_top(x, D=1), [[0, 0.1], [0, 0.1], [0, -0.1], [0, -0.1]], atol=1e-5)
+      True
+    """
+    x, _, ok = check_cloud(x, mask)
+    _check_mode(mode)
+    return nan_unless(ok, _remove_top(fit_all_but_the_top(x, D=D, mask=mask), x, mode))

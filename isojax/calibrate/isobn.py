@@ -25,8 +25,30 @@ from isojax._validate import check_cloud
 
 
 def isobn_scale(cov, std, *, eps: float = 1e-3):
-    """IsoBN per-feature scale ``s [d]`` from a covariance ``cov [d, d]`` and standard deviations ``std [d]``
-    (formulas in the module docstring). Zero standard deviations give ``corr = 0`` rather than NaN."""
+    """IsoBN per-feature scale (formulas in the module docstring).
+
+    ``corr_ij = clip(C_ij / (sigma_i sigma_j), -1, 1)``, ``gamma_i = mean_j corr_ij^2``,
+    ``s_i = (gamma_i sigma_i + eps)^(-1/2)``, then ``s <- s * sqrt(tr C / (sum_i C_ii s_i^2 + eps))``.
+    Zero standard deviations give ``corr = 0`` rather than NaN.
+
+    Args:
+      cov: float covariance ``[d, d]``.
+      std: float standard deviations ``[d]``.
+      eps: float ``> 0``, the regulariser of both divisions.
+
+    Returns:
+      ``s [d]`` in the dtype of ``cov`` and ``std``.
+
+    Examples:
+      Uncorrelated features with variances 4 and 1: ``gamma = 1/2``, ``s = (1, sqrt 2) * sqrt(5/6)``, which
+      keeps the total variance ``4 s_1^2 + s_2^2 = 5``.
+
+      >>> import numpy as np
+      >>> from isojax import calibrate
+      >>> s = calibrate.isobn_scale(np.diag([4.0, 1.0]), np.array([2.0, 1.0]), eps=0.0)
+      >>> np.round(np.asarray(s, np.float64), 4).tolist()
+      [0.9129, 1.291]
+    """
     denom = std[:, None] * std[None, :]
     pos = denom > 0
     corr = jnp.clip(jnp.where(pos, cov / jnp.where(pos, denom, 1), 0), -1, 1)

@@ -1,7 +1,8 @@
 """BERT-whitening (Su et al. 2021) and the covariance eigendecomposition it shares with all-but-the-top.
 
 ``fit_whitening`` estimates the mean ``mu`` and the whitening matrix ``W = U diag(1/sqrt(s))`` from the
-eigendecomposition ``C = U diag(s) U^T`` of the sample covariance; ``whiten`` maps ``y = (x - mu) W[:, :k]``.
+eigendecomposition ``C = U diag(s) U^T`` of the sample covariance; ``apply_whitening`` maps
+``y = (x - mu) W[:, :k]``.
 On the data it was fitted on, the whitened sample covariance (``ddof=1``, as ``np.cov`` in the authors'
 code) is the identity.
 """
@@ -21,6 +22,8 @@ from isojax._validate import check_cloud, check_hyperparameter, nan_unless
 def eigh_descending(c):
     """Eigendecomposition of a symmetric ``c [..., d, d]``: eigenvalues ``[..., d]`` in descending order and
     eigenvectors ``[..., d, d]`` (columns), each signed so that its largest-magnitude entry is positive.
+
+    (Internal helper, shared with all-but-the-top; not in ``__all__``.)
 
     The fixed sign makes outputs that depend on individual eigenvectors (whitened coordinates) deterministic.
     The derivative is the usual eigenvector perturbation formula ``dU = U (F o (U^T dC U))`` with
@@ -56,7 +59,10 @@ def _eigh_descending_jvp(primals, tangents):
 
 @struct.dataclass
 class WhiteningState:
-    """Fitted BERT-whitening: ``mean [..., d]`` and ``W [..., d, k]``; apply with :func:`whiten`."""
+    """Fitted BERT-whitening: ``mean [..., d]`` and ``W [..., d, k]`` (float32).
+
+    Built by :func:`fit_whitening`, applied by :func:`apply_whitening`; a pytree.
+    """
 
     mean: jax.Array
     W: jax.Array
@@ -82,6 +88,26 @@ def fit_whitening(x, *, k: int | None = None, mask=None, eps: float | None = Non
     ``mean [..., d]``, ``W [..., d, k]``. Bad input as in :mod:`isojax.calibrate.centering`; the covariance is
     estimated on ``x`` divided by a power of two near its largest entry (exact) and ``mean``, ``W`` scaled back,
     so any finite float32 scale works (1e±20 included).
+
+    Args:
+      x: float array ``[..., n, d]`` with ``n >= 2``; leading axes are independent fits.
+      k: static int in ``[1, d]``, the number of whitened dimensions kept (default ``d``).
+      mask: optional bool ``[..., n]``, true = a row that enters the statistics.
+      eps: float ``>= 0`` (traced), the eigenvalue floor relative to ``s_max`` (default float32's machine
+        epsilon).
+
+    Returns:
+      A :class:`WhiteningState`: ``mean [..., d]`` and ``W [..., d, k]`` (float32).
+
+    Examples:
+      Independent features with variances 4 and 1: ``W = diag(1/2, 1)``.
+
+      >>> import numpy as np
+      >>> from isojax import calibrate
+      >>> x = np.array([[2.0, 1.0], [-2.0, 1.0], [2.0, -1.0], [-2.0, -1.0]], np.float32) * np.sqrt(0.75)
+      >>> state = calibrate.fit_whitening(x, eps=0.0)
+      >>> np.allclose(state.W, [[0.5, 0.0], [0.0, 1.0]], atol=1e-5)
+      True
     """
     x, mask, ok = check_cloud(x, mask, min_n=2)
     d = x.shape[-1]
@@ -99,12 +125,29 @@ def fit_whitening(x, *, k: int | None = None, mask=None, eps: float | None = Non
     return nan_unless(ok, WhiteningState(mean=mu * scale[..., None], W=nan_unless(eps_ok, W)))
 
 
-def whiten(x, state: WhiteningState, *, normalize: bool = False):
-    """Apply a fitted whitening: ``y = (x - mu) W`` with ``x [..., n, d]`` -> ``y [..., n, k]``.
+def apply_whitening(state: WhiteningState, x, *, normalize: bool = False):
+    """Apply a fitted whitening to every row: ``y = (x - mu) W``.
 
-    ``state`` broadcasts against the leading axes of ``x`` (``mean [..., d]`` against ``x [..., n, d]``).
-    With ``normalize=True`` each row is then divided by its L2 norm (``y / ||y||``, zero rows stay zero), as
-    in BERT-whitening's cosine-similarity evaluation.
+    With ``normalize=True`` each row is then divided by its L2 norm (``y / ||y||``, zero rows stay zero), as in
+    BERT-whitening's cosine-similarity evaluation.
+
+    Args:
+      state: a :class:`WhiteningState` from :func:`fit_whitening` (``mean [..., d]``, ``W [..., d, k]``); it
+        broadcasts against the leading axes of ``x``.
+      x: float array ``[..., n, d]``.
+      normalize: static bool, L2-normalise the whitened rows.
+
+    Returns:
+      ``y [..., n, k]`` float32 (or ``x``'s dtype if wider). On the data it was fitted on, ``y`` has zero mean
+      and identity sample covariance (``ddof=1``).
+
+    Examples:
+      >>> import numpy as np
+      >>> from isojax import calibrate
+      >>> x = np.random.default_rng(0).normal(size=(50, 3)).astype(np.float32) @ np.diag([1.0, 5.0, 0.2])
+      >>> y = np.asarray(calibrate.apply_whitening(calibrate.fit_whitening(x), x), np.float64)
+      >>> np.allclose(np.cov(y.T), np.eye(3), atol=1e-3)
+      True
     """
     x, _, ok = check_cloud(x)
     if state.mean.shape[-1] != x.shape[-1] or state.W.shape[-2] != x.shape[-1]:

@@ -75,12 +75,12 @@ class Transform:
         if self.method == "scaled_center":
             return calibrate.scaled_center(x)
         if self.method == "whiten":
-            return calibrate.whiten(x, calibrate.fit_whitening(x, k=self.whiten_k))
+            return calibrate.apply_whitening(calibrate.fit_whitening(x, k=self.whiten_k), x)
         if self.method == "abtt":
             return calibrate.all_but_the_top(x, D=self.abtt_D, mode=self.abtt_mode)
         if self.method == "flow":
             state = calibrate.fit_flow(x, jax.random.key(self.seed), steps=self.flow_steps)
-            return calibrate.flow_forward(state, x)[0]
+            return calibrate.apply_flow(state, x)[0]
         return soft_decay(x, self.alpha)
 
 
