@@ -72,7 +72,17 @@ def cosine_regularization(w, *, mask=None, weight=1.0):
       weight: λ (traced).
 
     Returns:
-      ``[...]`` values in [−λ/N, λ(N − 1)/N].
+      ``[...]`` values in [−λ/N, λ(N − 1)/N], float32 (or ``w``'s dtype if wider).
+
+    Examples:
+      Two opposite rows reach the minimum −λ/N, two parallel rows the maximum λ(N − 1)/N.
+
+      >>> import numpy as np
+      >>> from isojax import losses
+      >>> opposite = np.array([[1.0, 0.0], [-1.0, 0.0]], np.float32)
+      >>> parallel = np.array([[1.0, 0.0], [2.0, 0.0]], np.float32)
+      >>> [round(float(losses.cosine_regularization(w)), 4) for w in (opposite, parallel)]
+      [-0.5, 0.5]
     """
     w, mask, ok = check_cloud(w, mask, "w", min_n=2)
     weight, _ = check_hyperparameter(weight, "weight")
@@ -86,15 +96,42 @@ def _ranks(num: int):
 
 
 def polynomial_decay(num: int, *, c1, gamma):
-    """The polynomial prior spectrum of spectrum control, c1 k^γ for k = 1..``num`` (static), ``[num]``."""
+    """The polynomial prior spectrum of spectrum control, c1 k^γ for k = 1..``num``.
+
+    Args:
+      num: static int, the number of singular values.
+      c1: scale; gamma: exponent γ (both float, traced).
+
+    Returns:
+      ``[num]`` prior values in the default float dtype (float32 unless x64 is enabled).
+
+    Examples:
+      >>> import numpy as np
+      >>> from isojax import losses
+      >>> np.round(np.asarray(losses.polynomial_decay(3, c1=2.0, gamma=-1.0), np.float64), 4).tolist()
+      [2.0, 1.0, 0.6667]
+    """
     c1, _ = check_hyperparameter(c1, "c1")
     gamma, _ = check_hyperparameter(gamma, "gamma")
     return c1 * _ranks(num) ** gamma
 
 
 def exponential_decay(num: int, *, c1, c2, gamma):
-    """The exponential prior spectrum of spectrum control, c1 exp(−c2 k^γ) for k = 1..``num`` (static),
-    ``[num]``."""
+    """The exponential prior spectrum of spectrum control, c1 exp(−c2 k^γ) for k = 1..``num``.
+
+    Args:
+      num: static int, the number of singular values.
+      c1: scale; c2: rate; gamma: exponent γ of k (all float, traced).
+
+    Returns:
+      ``[num]`` prior values in the default float dtype (float32 unless x64 is enabled).
+
+    Examples:
+      >>> import numpy as np
+      >>> from isojax import losses
+      >>> np.round(np.asarray(losses.exponential_decay(2, c1=1.0, c2=1.0, gamma=1.0), np.float64), 4).tolist()
+      [0.3679, 0.1353]
+    """
     c1, _ = check_hyperparameter(c1, "c1")
     c2, _ = check_hyperparameter(c2, "c2")
     gamma, _ = check_hyperparameter(gamma, "gamma")
@@ -124,7 +161,15 @@ def spectrum_polynomial(w, *, c1, gamma, weight=1.0):
       c1: scale of the prior; gamma: decay exponent γ; weight: λ (all traced).
 
     Returns:
-      ``[...]`` penalties.
+      ``[...]`` non-negative penalties, float32 (or ``w``'s dtype if wider).
+
+    Examples:
+      ``W = diag(2, 1)`` against the flat prior ``c1 k^0 = 1``: ``(2 − 1)² + (1 − 1)² = 1``.
+
+      >>> import numpy as np
+      >>> from isojax import losses
+      >>> round(float(losses.spectrum_polynomial(np.diag([2.0, 1.0]).astype(np.float32), c1=1.0, gamma=0.0)), 4)
+      1.0
     """
     w = check_cloud(w, None, "w")[0]
     return _spectrum_penalty(w, polynomial_decay(min(w.shape[-2:]), c1=c1, gamma=gamma), weight)
@@ -141,7 +186,17 @@ def spectrum_exponential(w, *, c1, c2, gamma, weight=1.0):
       c1: scale; c2: rate; gamma: exponent γ of k; weight: λ (all traced).
 
     Returns:
-      ``[...]`` penalties.
+      ``[...]`` non-negative penalties, float32 (or ``w``'s dtype if wider).
+
+    Examples:
+      ``W = diag(2, 1)`` against the prior ``exp(−k)``:
+
+      >>> import numpy as np
+      >>> from isojax import losses
+      >>> w = np.diag([2.0, 1.0]).astype(np.float32)
+      >>> got = float(losses.spectrum_exponential(w, c1=1.0, c2=1.0, gamma=1.0))
+      >>> round(got, 4), round(float((2 - np.exp(-1)) ** 2 + (1 - np.exp(-2)) ** 2), 4)
+      (3.4115, 3.4115)
     """
     w = check_cloud(w, None, "w")[0]
     return _spectrum_penalty(w, exponential_decay(min(w.shape[-2:]), c1=c1, c2=c2, gamma=gamma), weight)
@@ -160,7 +215,16 @@ def isoscore_loss(x, *, mask=None, eps=1e-6):
       eps: positive floor inside the log (traced; a traced eps ≤ 0 gives NaN).
 
     Returns:
-      ``[...]`` non-negative losses (≤ −log eps).
+      ``[...]`` non-negative losses (≤ −log eps), float32 (or ``x``'s dtype if wider).
+
+    Examples:
+      A cloud spread evenly over two of three dimensions has IsoScore 1/2, so the loss is ``log 2``.
+
+      >>> import numpy as np
+      >>> from isojax import losses
+      >>> disk = np.array([[1.0, 0.0, 0.0], [-1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, -1.0, 0.0]], np.float32)
+      >>> round(float(losses.isoscore_loss(disk)), 4), round(float(np.log(2)), 4)
+      (0.6931, 0.6931)
     """
     eps, eps_ok = check_hyperparameter(eps, "eps", low=0.0, low_open=True)
     score = isoscore(x, mask=mask)  # NaN (traced bad input) stays NaN: the floor below must not hide it
@@ -178,7 +242,15 @@ def istar_loss(x, *, c0=None, zeta=0.2, mask=None, weight=1.0):
       zeta: shrinkage in [0, 1] (traced); mask: optional ``[..., n]`` bool; weight: λ (traced).
 
     Returns:
-      ``[...]`` values in [0, λ].
+      ``[...]`` values in [0, λ], float32 (or ``x``'s dtype if wider).
+
+    Examples:
+      Two points on a line: IsoScore* with ``zeta = 0.5`` is 0.6 (see :func:`isojax.metrics.isoscore_star`).
+
+      >>> import numpy as np
+      >>> from isojax import losses
+      >>> round(float(losses.istar_loss(np.array([[-1.0, 0.0], [1.0, 0.0]], np.float32), zeta=0.5)), 4)
+      0.4
     """
     weight, _ = check_hyperparameter(weight, "weight")
     return weight * (1 - isoscore_star(x, c0=c0, zeta=zeta, mask=mask))
@@ -197,7 +269,21 @@ class BalancerState(NamedTuple):
 
 
 def balancer_init(num_losses: int = 2) -> BalancerState:
-    """Initial :class:`BalancerState` for ``num_losses`` losses (isotropy-layer-joint-loss §3.3)."""
+    """Initial :class:`BalancerState` for ``num_losses`` losses (isotropy-layer-joint-loss §3.3).
+
+    Args:
+      num_losses: positive int, the number m of balanced losses.
+
+    Returns:
+      A :class:`BalancerState` with ``means`` zeros ``[m]`` float32 and ``step`` 0 (int32); the first
+      :func:`balancer_update` sets the means to the observed losses.
+
+    Examples:
+      >>> from isojax import losses
+      >>> state = losses.balancer_init(2)
+      >>> state.means.tolist(), int(state.step)
+      ([0.0, 0.0], 0)
+    """
     if isinstance(num_losses, bool) or not isinstance(num_losses, int) or num_losses < 1:
         raise ValueError(f"num_losses must be a positive int, got {num_losses!r}")
     return BalancerState(means=jnp.zeros((num_losses,), jnp.float32), step=jnp.zeros((), jnp.int32))
@@ -219,7 +305,16 @@ def balancer_update(state: BalancerState, losses, *, smoothing=0.15):
       smoothing: s in (0, 1] (traced; a traced value outside gives NaN loss and means).
 
     Returns:
-      ``(loss, new_state)``: the balanced scalar loss L̂ and the updated state.
+      ``(loss, new_state)``: the balanced scalar loss L̂ (``[]``, ``losses``' dtype) and the updated state.
+
+    Examples:
+      At the first step the means are the losses 1 and 3 (mean 2), so both rescaled losses are 2.
+
+      >>> import numpy as np
+      >>> from isojax import losses
+      >>> loss, state = losses.balancer_update(losses.balancer_init(2), np.array([1.0, 3.0], np.float32))
+      >>> round(float(loss), 4), np.round(np.asarray(state.means, np.float64), 4).tolist(), int(state.step)
+      (2.0, [1.0, 3.0], 1)
     """
     losses = check_float(jnp.asarray(losses), "losses")
     if losses.shape != state.means.shape:

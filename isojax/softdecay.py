@@ -34,6 +34,21 @@ def decay_curve(s, alpha):
     so no epsilon is added (the authors' code adds 1e-7 inside the log, a change of at most 1e-7/(|α|·arg)).
     It is computed as ``log1p(a(σ − a))`` when that argument is ≥ −1/2 (accurate for small |α|) and as
     ``log((1 − a)(1 + a) + aσ)`` otherwise (accurate for α → −1, where it becomes ``ln σ``).
+
+    Args:
+      s: float array of singular values, any shape, ``s > 0``.
+      alpha: float α in ``[−1, 0)``, broadcastable against ``s`` (not checked here; see :func:`soft_decay`).
+
+    Returns:
+      ``f(s)``, the broadcast shape of ``s`` and ``alpha``, in their promoted float dtype.
+
+    Examples:
+      ``α = −0.5``, ``σ = 1``: ``f = ln(1 + 0.5 · 0.5) / 0.5 = 2 ln 1.25``.
+
+      >>> import numpy as np
+      >>> from isojax import softdecay
+      >>> round(float(softdecay.decay_curve(1.0, -0.5)), 4), round(float(2 * np.log(1.25)), 4)
+      (0.4463, 0.4463)
     """
     a = -alpha
     arg = a * (s - a)
@@ -114,6 +129,17 @@ def soft_decay(x, alpha, *, mask=None, rescale: bool = True, method: str = "auto
 
     Returns:
       ``[..., n, d]`` array of ``x.dtype``.
+
+    Examples:
+      ``X = diag(2, 1)``, ``α = −0.5``: the largest singular value stays 2 and the other becomes
+      ``2 f(1) / f(2) = 2 ln 1.25 / ln 1.75``.
+
+      >>> import numpy as np
+      >>> from isojax import softdecay
+      >>> y = softdecay.soft_decay(np.diag([2.0, 1.0]).astype(np.float32), -0.5)
+      >>> sigma = np.linalg.svd(np.asarray(y, np.float64), compute_uv=False)
+      >>> np.round(sigma, 4).tolist(), round(float(2 * np.log(1.25) / np.log(1.75)), 4)
+      ([2.0, 0.7975], 0.7975)
     """
     x = check_points(x, "x")
     work = working_dtype(x.dtype)
@@ -141,7 +167,29 @@ def softdecay_derivative(x, alpha, *, mask=None, rescale: bool = True, method: s
     ``∂X̃/∂α``, ``op.singular_values()``, ``op.norm()``, ``op.cond()`` describe ``dX -> dX̃`` (α fixed).
     ``op.output`` is ``soft_decay``'s value in the working dtype.
 
-    Args: as :func:`soft_decay`; ``x [..., n, d]``. Everything is in the working dtype (float32 for bf16).
+    Args:
+      x: ``[..., n, d]`` floating, as in :func:`soft_decay`.
+      alpha: scalar in ``[−1, 0)``.
+      mask: optional ``[..., n]`` bool, true = real row.
+      rescale: static bool, apply Algorithm 1's ``K``.
+      method: static SVD strategy, ``"auto"`` or a name in :data:`isojax.spectral.DECOMPOSITIONS`.
+
+    Returns:
+      A :class:`isojax.spectral.SpectralDerivative` with leading shape ``[...]``; everything is in the working
+      dtype (float32 for bf16/float16 ``x``).
+
+    Examples:
+      The derivative in α agrees with a central finite difference of :func:`soft_decay`.
+
+      >>> import numpy as np
+      >>> from isojax import softdecay
+      >>> x = np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32) * 3
+      >>> op = softdecay.softdecay_derivative(x, -0.5)
+      >>> d_alpha = np.asarray(op.jvp(np.zeros_like(x), 1.0).y)
+      >>> h = 1e-2
+      >>> fd = (np.asarray(softdecay.soft_decay(x, -0.5 + h)) - np.asarray(softdecay.soft_decay(x, -0.5 - h))) / (2 * h)
+      >>> np.allclose(d_alpha, fd, atol=2e-3)
+      True
     """
     x = check_points(x, "x")
     work = working_dtype(x.dtype)
@@ -162,6 +210,24 @@ def alpha_from_param(theta, alpha_init: float):
     ``α = α₀ e^θ̂ / ((1 + α₀) − α₀ e^θ̂)`` so that the initial θ = 0 gives exactly ``α₀ = alpha_init``.
     α lies in ``[−1, 0)`` for every θ: the clip (where the sigmoid is saturated to float32 precision, so no
     learning signal is lost) keeps ``e^θ̂`` finite and α strictly negative (``|α| ≥ e^−30·|α₀| ≈ 9e-14·|α₀|``).
+
+    Args:
+      theta: float θ, any shape (the module's is a float32 scalar); traced.
+      alpha_init: Python float α₀ in ``(−1, 0)``.
+
+    Returns:
+      α, the shape and dtype of ``theta``, in ``[−1, 0)``.
+
+    Examples:
+      θ = 0 gives α₀; θ = 1 gives the sigmoid form ``−sigmoid(1 + logit(0.2))``.
+
+      >>> import numpy as np
+      >>> from isojax import softdecay
+      >>> round(float(softdecay.alpha_from_param(np.float32(0.0), -0.2)), 4)
+      -0.2
+      >>> got = float(softdecay.alpha_from_param(np.float32(1.0), -0.2))
+      >>> round(got, 4), round(float(-1 / (1 + np.exp(-(1 + np.log(0.2 / 0.8))))), 4)
+      (-0.4046, -0.4046)
     """
     if not -1.0 < alpha_init < 0.0:
         raise ValueError(f"alpha_init must satisfy -1 < alpha_init < 0, got {alpha_init}")

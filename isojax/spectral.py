@@ -171,7 +171,16 @@ DECOMPOSITIONS: dict[str, Decomposition] = {
 def current_platform() -> str:
     """``jax.default_backend()``, with GPUs split into ``cuda`` and ``rocm``: the platform code runs on when it is
     not exported for another one (what the experiments time and report; the decomposition itself is chosen per
-    lowering platform, see :func:`select_method`)."""
+    lowering platform, see :func:`select_method`).
+
+    Returns:
+      ``"cpu"``, ``"cuda"``, ``"rocm"`` or ``"tpu"``.
+
+    Examples:
+      >>> from isojax import spectral
+      >>> spectral.current_platform() in ("cpu", "cuda", "rocm", "tpu")
+      True
+    """
     backend = jax.default_backend()
     if backend == "gpu":
         version = jax.extend.backend.get_backend().platform_version.lower()
@@ -180,7 +189,19 @@ def current_platform() -> str:
 
 
 def available_methods(platform: str | None = None) -> list[str]:
-    """Names in :data:`DECOMPOSITIONS` that lower on ``platform`` (default :func:`current_platform`)."""
+    """Names in :data:`DECOMPOSITIONS` that lower on ``platform`` (default :func:`current_platform`).
+
+    Args:
+      platform: ``"cpu"``, ``"cuda"``, ``"rocm"``, ``"tpu"`` or None (the current one).
+
+    Returns:
+      A list of method names (str), in the order of :data:`DECOMPOSITIONS`.
+
+    Examples:
+      >>> from isojax import spectral
+      >>> spectral.available_methods("tpu")
+      ['svd', 'svd_polar', 'qr_svd', 'gram_eigh', 'gram_eigh_jacobi', 'gram_eigh_qdwh']
+    """
     platform = current_platform() if platform is None else _check_platform(platform)
     return [name for name, dec in DECOMPOSITIONS.items() if platform in dec.platforms]
 
@@ -219,6 +240,21 @@ def select_method(method: str, shape, platform: str | None = None) -> str:
     ``jax.export.export(..., platforms=("cpu", "cuda", "tpu"))`` runs ``svd`` on CPU and TPU and
     ``gram_eigh_f64`` on a GPU, and a name a lowering platform does not support is refused when that platform's
     branch is lowered (or, outside ``jit``, when it is called) with this function's ``ValueError``.
+
+    Args:
+      method: ``"auto"`` or a name in :data:`DECOMPOSITIONS`.
+      shape: the shape ``[..., n, d]`` of the matrices (a tuple of ints).
+      platform: ``"cpu"``, ``"cuda"``, ``"rocm"``, ``"tpu"`` or None (the current one).
+
+    Returns:
+      The method name (str) that runs.
+
+    Examples:
+      On a GPU, ``"auto"`` takes the float64 Gram route above 32 rows or columns and the SVD below.
+
+      >>> from isojax import spectral
+      >>> spectral.select_method("auto", (8, 128, 384), "cuda"), spectral.select_method("auto", (8, 16, 16), "cuda")
+      ('gram_eigh_f64', 'svd')
     """
     method = _check_method(method)
     platform = current_platform() if platform is None else _check_platform(platform)
@@ -248,6 +284,13 @@ def thin_svd(x, method: str = "auto"):
       ``(u [..., n, k], s [..., k], vt [..., k, d])`` in the working dtype, ``k = min(n, d)``, ``s ≥ 0`` in descending
       order (the Gram route: ``s_i = |R_ii|``, descending up to rounding). Differentiating these directly uses
       JAX's own rules (NaN on repeated values); differentiate through :func:`spectral_map` instead.
+
+    Examples:
+      >>> import numpy as np
+      >>> from isojax import spectral
+      >>> u, s, vt = spectral.thin_svd(np.array([[3.0, 0.0], [0.0, 1.0], [0.0, 0.0]], np.float32))
+      >>> np.round(np.asarray(s, np.float64), 4).tolist(), u.shape, vt.shape
+      ([3.0, 1.0], (3, 2), (2, 2))
     """
     x = check_cloud(x)[0]
     return _decompose_on_platforms(x.astype(working_dtype(x.dtype)), _check_method(method))
@@ -359,7 +402,20 @@ class SpectralMap(NamedTuple):
 
 
 def working_dtype(dtype) -> jnp.dtype:
-    """The dtype singular-value work runs in: float32 for bf16/float16/float32 inputs, float64 for float64."""
+    """The dtype singular-value work runs in: float32 for bf16/float16/float32 inputs, float64 for float64.
+
+    Args:
+      dtype: a floating dtype (anything ``jnp.promote_types`` accepts).
+
+    Returns:
+      The working ``jnp.dtype``: ``promote_types(dtype, float32)``.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from isojax import spectral
+      >>> str(spectral.working_dtype(jnp.bfloat16))
+      'float32'
+    """
     return jnp.promote_types(dtype, jnp.float32)
 
 
@@ -416,6 +472,16 @@ def spectral_map(x, fn: Callable, *params, mask=None, rtol: float | None = None,
     quotient would lose all digits to cancellation). Exact and finite on repeated singular values; zero on
     null–null directions (small perturbations there stay null). First-order only: differentiating the
     derivative again goes through the decomposition's own JAX rule.
+
+    Examples:
+      Cubing the singular values is the matrix product ``X Xᵀ X = U diag(s³) Vᵀ``.
+
+      >>> import numpy as np
+      >>> from isojax import spectral
+      >>> x = np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)
+      >>> y, s = spectral.spectral_map(x, lambda s: s**3)
+      >>> np.allclose(y, x @ x.T @ x, atol=1e-4)
+      True
     """
     xw, mask, params, rtol, method = _prepare(x, fn, params, mask, rtol, method)
     y, s = _spectral_map(fn, rtol, method, xw, params)
@@ -670,6 +736,28 @@ def spectral_derivative(
     ``jax.vjp``; it exposes the divided-difference matrices ``A``, ``B``, ``h`` (formula in :func:`spectral_map`),
     the operator's singular values, norm and condition number. Same arguments as :func:`spectral_map`;
     everything is in the working dtype. It shares its implementation with the custom JVP.
+
+    Args:
+      x: ``[..., n, d]`` floating array.
+      fn: ``fn(s, *params)``, elementwise in ``s`` (as in :func:`spectral_map`).
+      *params: arrays ``fn`` depends on (their tangents are the extra arguments of ``jvp``).
+      mask: optional ``[..., n]`` bool, true = real row.
+      rtol: static float, the null threshold relative to ``s_max`` (default ``max(n, d) · eps``).
+      method: static decomposition name or ``"auto"``.
+
+    Returns:
+      A :class:`SpectralDerivative` with leading shape ``[...]``, ``k = min(n, d)``, in the working dtype.
+
+    Examples:
+      For ``g(s) = s³`` (``Y = X Xᵀ X``) the product rule gives ``dY = dX XᵀX + X dXᵀ X + X Xᵀ dX``.
+
+      >>> import numpy as np
+      >>> from isojax import spectral
+      >>> rng = np.random.default_rng(0)
+      >>> x, dx = rng.normal(size=(2, 4, 3)).astype(np.float32)
+      >>> op = spectral.spectral_derivative(x, lambda s: s**3)
+      >>> np.allclose(op.jvp(dx).y, dx @ x.T @ x + x @ dx.T @ x + x @ x.T @ dx, atol=1e-4)
+      True
     """
     xw, mask, params, rtol, method = _prepare(x, fn, params, mask, rtol, method)
     f = _factor(fn, rtol, method, xw, params)
