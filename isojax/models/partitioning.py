@@ -11,8 +11,8 @@ dimension) among those that
 
 An array with no such dimension (a scalar, an odd-sized bias, a 3-way classifier bias) keeps its model-parallel
 placement (replicated over ``data``). The computation is unchanged: under ``jit`` XLA all-gathers each split
-parameter where the forward and backward passes use it and reduce-scatters its gradient, so the optimiser updates
-only the local shard (:mod:`isojax.train.parallel` applies these rules).
+parameter where the forward and backward passes use it and sums its gradient over the data axis for the local
+shard, which is all the optimiser updates (:mod:`isojax.train.parallel` applies these rules).
 """
 
 from __future__ import annotations

@@ -11,16 +11,18 @@ input features; every other array is replicated. The rules come from the model
 every parameter must match one (a parameter no rule names is an error, not silently replicated), and a rule
 whose sharded dimension does not divide by the model axis falls back to replicated with a logged warning.
 Optimiser moments follow their parameter's rule; other state (step, counts, IsoBN statistics) is replicated.
+The step sees the global batch, so whole-batch regularisers and IsoBN statistics are global without
+collectives.
 
 **FSDP** (``fsdp=True``): the parameters and the optimiser state are in addition split over the ``data`` axis,
 each array along its largest dimension that divides by the data-axis size and is not split over ``model``
 (:func:`isojax.models.partitioning.fsdp_spec`; arrays without one stay as the model rules say), so a device holds
 about ``1/N`` of the parameters and Adam moments over ``N`` data devices. The step is the same function: XLA
-all-gathers each parameter where the forward and backward passes use it and reduce-scatters the gradients, so the
-losses and updates equal the replicated run's up to rounding. Checkpoints hold global arrays, so a state saved
-under one placement and device count restores under another (:meth:`MeshRunner.restore_target`).
-The step sees the global batch, so whole-batch regularisers and IsoBN statistics are global without
-collectives.
+all-gathers each parameter where the forward and backward passes use it and sums each gradient over the data axis
+for the shard that updates it, so the losses and updates equal the replicated run's up to rounding. (On the CPU
+backend the compiled step sums each whole gradient with an all-reduce and then slices it, twice the bytes of the
+reduce-scatter that suffices; read from ``compiled.as_text()`` of a tiny step.) Checkpoints hold global arrays, so
+a state saved under one placement and device count restores under another (:meth:`MeshRunner.restore_target`).
 
 **pmap** (:class:`PmapRunner`). ``jax.pmap(step, axis_name="data")`` over the devices, the state replicated on
 each, the batch split in equal row blocks; :class:`~isojax.train.collectives.AxisCollectives` makes the
