@@ -71,7 +71,7 @@ def blank_fraction(png: Path) -> float:
 
     img = Image.open(png).convert("RGB")
     background = img.getpixel((img.width - 5, img.height - 5))
-    pixels = img.getdata()
+    pixels = list(img.getdata()) if not hasattr(img, "get_flattened_data") else img.get_flattened_data()
     return sum(p == background for p in pixels) / len(pixels)
 
 
