@@ -124,3 +124,13 @@ def test_readme_softdecay_example_runs(default_model_path, capsys):
     exec(_readme_python_blocks()[1], scope)
     assert scope["y"].shape == scope["h"].shape
     assert capsys.readouterr().out.strip()
+
+
+def test_getting_started_first_lines_run(default_model_path, capsys):
+    """Getting started's first ten lines, run as written on the bundled model."""
+    text = (ROOT / "docs" / "getting_started.md").read_text()
+    block = text.split("## A first ten lines", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    scope = {}
+    exec(block, scope)
+    assert scope["y"].shape == scope["h"].shape
+    assert len(capsys.readouterr().out.strip().splitlines()) == 2
