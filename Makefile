@@ -39,3 +39,30 @@ test: $(TESTENV)
 
 bench: $(TESTENV)
 	$(PY) -m experiments.benchmarks.encoder_forward
+
+# Documentation (Sphinx + myst-nb; see docs/conf.py). Warnings, broken cross-references included, are errors.
+#   make docs        - build the site into docs/_build/html
+#   make docs-check  - open the index, a guide, an API page and a notebook in headless Chromium (Debian's `chromium`),
+#                      screenshot them into docs/_build/screenshots and fail on an empty page, a raw role or raw math
+DOCSENV := $(VENV)/.isojax-docs
+MATHJAX_VERSION := 3.2.2
+MATHJAX := docs/_build/mathjax/tex-svg.js
+
+.PHONY: docs docs-check
+
+$(DOCSENV): $(RUNTIME)
+	$(PIP) -e ".[docs]"
+	touch $@
+
+# MathJax from npm, served by the site itself so that the pages render math offline (no CDN).
+$(MATHJAX):
+	mkdir -p docs/_build/mathjax-npm docs/_build/mathjax
+	cd docs/_build/mathjax-npm && npm pack --silent mathjax@$(MATHJAX_VERSION) && tar xzf mathjax-$(MATHJAX_VERSION).tgz
+	cp -r docs/_build/mathjax-npm/package/es5/input docs/_build/mathjax/
+	cp docs/_build/mathjax-npm/package/es5/tex-svg.js $@
+
+docs: $(DOCSENV) $(MATHJAX)
+	$(PY) -m sphinx -b html -n -W --keep-going docs docs/_build/html
+
+docs-check: docs
+	$(PY) docs/check_pages.py docs/_build/html docs/_build/screenshots

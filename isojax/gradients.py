@@ -483,9 +483,9 @@ class CommonEnemiesAlignment(NamedTuple):
     Attributes:
       mean_cosine: ``[]`` cos(−Σ_j g_j, μ): > 0 when the step moves the rows, on the whole, further along
         their shared mean direction (≈ 1: the common enemies drive the common shift).
-      principal_cosine: ``[]`` |cos(Σ_j g_j, v_1)|.
+      principal_cosine: ``[]`` ``|cos(Σ_j g_j, v_1)|``.
       row_mean_cosines: ``[V]`` cos(−g_j, μ) for each row (0 for a zero gradient row or a padding row).
-      row_principal_cosines: ``[V]`` |cos(g_j, v_1)| for each row.
+      row_principal_cosines: ``[V]`` ``|cos(g_j, v_1)|`` for each row.
       coherence: ``[]`` the mean cosine between distinct rows' gradients (TokenUni of the rows g_j): 1 when all
         rows are pushed along one direction.
     """

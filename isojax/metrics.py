@@ -269,7 +269,7 @@ def partition_isotropy(w, *, mask=None, center: bool = False):
 
     Gradients treat the eigenvectors as constants (``stop_gradient``): eigenvector derivatives are
     undefined for repeated eigenvalues. The returned gradient is that of Z over fixed directions.
-    Not scale-invariant (Z depends on the norms); WᵀW is formed in float32, so |w| must stay below about 1e19
+    Not scale-invariant (Z depends on the norms); WᵀW is formed in float32, so ``|w|`` must stay below about 1e19
     (a non-finite WᵀW gives NaN, and the eigensolver never sees it).
 
     Args:
@@ -425,7 +425,7 @@ def lsds(x, fx, *, k: int = 12, t: float = 1.0, weights: str = "rbf", reg: float
     ridge ``reg``·trace. Lower = the transform f preserved the local neighbourhoods better.
     Gradients flow through f(x) and through the weights; the neighbour sets are piecewise constant.
     Not scale-invariant (the RBF weights and the residuals have scales): distances and residuals are squared
-    in float32, so |x| and |f(x)| must stay below about 1e19.
+    in float32, so ``|x|`` and ``|f(x)|`` must stay below about 1e19.
 
     Args:
       x: ``[..., n, d]`` original points.

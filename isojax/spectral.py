@@ -144,7 +144,7 @@ class Decomposition(NamedTuple):
     algorithm: lax.linalg.SvdAlgorithm | lax.linalg.EighImplementation | None
     """The ``algorithm`` of ``jax.lax.linalg.svd`` or ``implementation`` of ``jax.lax.linalg.eigh``."""
     float64: bool
-    """Gram route: form and decompose the Gram matrix in float64."""
+    """For a Gram route, whether the Gram matrix is formed and decomposed in float64."""
     platforms: tuple[str, ...]
     """Platforms whose JAX lowering exists (``cpu``, ``cuda``, ``rocm``, ``tpu``)."""
 

@@ -389,7 +389,7 @@ def persistent_entropy_loss_grad(
     Through the bars: with S the bars whose entropy is taken (the selected ones, or all), L_S = Σ_{e∈S} l_e,
     p_e = l_e / L_S and H = −Σ_{e∈S} p_e log p_e,
 
-        ∂(−H)/∂l_e = (log p_e + H) / L_S   (e ∈ S, l_e > 0),      ∂(w · mean_K l)/∂l_e = w / |K|   (e ∈ K),
+        ∂(−H)/∂l_e = (log p_e + H) / L_S   (e ∈ S, l_e > 0),      ∂(w · mean_K l)/∂l_e = w / ``|K|``   (e ∈ K),
 
     K the in-cluster bars; the selection is piecewise constant and carries no gradient. Through the selected
     MST edges: bar e joins points (i, j) with l_e = ‖x_i − x_j‖, so it adds ∂L/∂l_e · (x_i − x_j)/l_e to

@@ -1,5 +1,5 @@
-"""The README's Python training example runs as written: a model, an objective with a scheduled regulariser, an
-optimiser and a train step, run data-parallel on a mesh of the 8 virtual devices.
+"""The fine-tuning guide's Python training example runs as written: a model, an objective with a scheduled
+regulariser, an optimiser and a train step, run data-parallel on a mesh of the 8 virtual devices.
 
 References: the first step against the same step written by hand with flax, optax and ``isojax.losses`` on one
 device (loss, and the parameters after AdamW's update); the schedule against optax evaluated on its own; the task
@@ -18,9 +18,9 @@ from isojax import losses
 
 pytestmark = pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 devices (conftest gives 8 virtual CPUs)")
 
-# The README block (its "From Python" example), read from the README so that the two cannot drift apart.
-README = Path(__file__).resolve().parents[1] / "README.md"
-EXAMPLE = README.read_text().split("**From Python.**", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+# The guide's "From Python" block, read from docs/guides/finetuning.md so that the two cannot drift apart.
+GUIDE = Path(__file__).resolve().parents[1] / "docs" / "guides" / "finetuning.md"
+EXAMPLE = GUIDE.read_text().split("**From Python.**", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
 
 B, L, EPOCHS = 16, 8, 6
 
@@ -91,6 +91,6 @@ def test_readme_training_example_runs_on_the_mesh(capsys):
     task = rows[:, 2].reshape(EPOCHS, -1).mean(1)  # mean task loss of each pass over the 4 batches
     assert np.all(np.diff(task) < 0) and task[-1] < task[0] - 0.05, task  # falls on every pass
     print(
-        f"README example: {len(batches)} steps in {seconds:.1f} s (compilation included); task loss per pass "
+        f"guide example: {len(batches)} steps in {seconds:.1f} s (compilation included); task loss per pass "
         f"{np.round(task, 3).tolist()}"
     )

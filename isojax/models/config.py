@@ -40,7 +40,9 @@ _BERT_FIELDS = {
 class EncoderConfig:
     """Hyper-parameters of a transformer, under BERT's names (the name is historical: GPT-2 and BART use it too).
 
-    Attributes beyond Hugging Face's:
+    Beyond Hugging Face's attributes it has these.
+
+    Attributes:
       embedding_size: width of the token embeddings (ALBERT factorises them; elsewhere = hidden_size).
       num_hidden_groups, inner_group_num: ALBERT's parameter sharing (layer i uses group
         ``i * num_hidden_groups // num_hidden_layers``; each group holds ``inner_group_num`` blocks).

@@ -98,13 +98,14 @@ ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
 class EncoderOutput:
     """What an encoder returns.
 
-    last_hidden_state: ``[B, L, H]`` output of the last layer (after the optional last-layer transform; after
-      the final LayerNorm in a pre-LN stack).
-    hidden_states: arrays ``[B, L, H]``: the embedding output, then the output of every block that ran
-      (``num_hidden_layers + 1`` of them; ALBERT with ``inner_group_num > 1`` records each inner block, as
-      Hugging Face does).
-    attentions: per layer ``[B, heads, L, L]`` attention probabilities, or None unless asked for.
-    pooler_output: ``[B, H]`` = tanh(W h_[CLS] + b) where the architecture has a pooler, else None.
+    Attributes:
+      last_hidden_state: ``[B, L, H]`` output of the last layer (after the optional last-layer transform; after
+        the final LayerNorm in a pre-LN stack).
+      hidden_states: arrays ``[B, L, H]``: the embedding output, then the output of every block that ran
+        (``num_hidden_layers + 1`` of them; ALBERT with ``inner_group_num > 1`` records each inner block, as
+        Hugging Face does).
+      attentions: per layer ``[B, heads, L, L]`` attention probabilities, or None unless asked for.
+      pooler_output: ``[B, H]`` = tanh(W h_[CLS] + b) where the architecture has a pooler, else None.
     """
 
     last_hidden_state: Array
@@ -117,13 +118,15 @@ class EncoderOutput:
 class DecoderOutput:
     """What a decoder returns (GPT-2; the decoder of BART / mBART).
 
-    logits: ``[B, L, vocab_size]`` float32 next-token scores: the LM head tied to the word embeddings
-      (:func:`tied_logits`), plus BART's ``final_logits_bias``.
-    last_hidden_state, hidden_states, attentions: as in :class:`EncoderOutput` (``L`` new tokens; with a cache the
-      attention probabilities run over its ``T`` slots).
-    cross_attentions: per layer ``[B, heads, L, S]`` attention probabilities over the encoder output
-      (encoder-decoder, when asked for), else None.
-    cache: the updated :class:`Cache` when one was given, else None.
+    Attributes:
+      logits: ``[B, L, vocab_size]`` float32 next-token scores: the LM head tied to the word embeddings
+        (:func:`tied_logits`), plus BART's ``final_logits_bias``.
+      last_hidden_state: as in :class:`EncoderOutput`, over the ``L`` new tokens.
+      hidden_states: as in :class:`EncoderOutput`, over the ``L`` new tokens.
+      attentions: as in :class:`EncoderOutput`; with a cache the attention probabilities run over its ``T`` slots.
+      cross_attentions: per layer ``[B, heads, L, S]`` attention probabilities over the encoder output
+        (encoder-decoder, when asked for), else None.
+      cache: the updated :class:`Cache` when one was given, else None.
     """
 
     logits: Array

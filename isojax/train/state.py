@@ -38,7 +38,7 @@ class TrainState:
     nonfinite_streak: jax.Array = flax.struct.field(default_factory=lambda: jnp.zeros((), jnp.int32))
 
     ZERO_WHEN_MISSING: ClassVar[tuple[str, ...]] = ("nonfinite_steps", "nonfinite_streak")
-    """Counters added after checkpoints were first written: a checkpoint that lacks them restores them as zero
+    """Counters added after checkpoints were first written. A checkpoint that lacks them restores them as zero
     (:meth:`isojax.train.checkpoint.Checkpoints.restore_latest`)."""
 
     @property
