@@ -2,7 +2,8 @@
 
 Collection: every ``isojax`` module that defines ``__all__`` (so docstrings added later run too); for each, its own
 docstring and every object its ``__all__`` names (methods included), each object once under the module that
-defines it. One pytest case per docstring with examples.
+defines it. One pytest case per docstring with examples, run in a copy of its defining module's globals (as
+``python -m doctest`` and ``pytest --doctest-modules`` do).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def _doctests():
         for qualified, obj, owner in objects:
             if inspect.ismodule(obj) and obj is not module:
                 continue  # a submodule re-exported by name: collected as a module of its own
-            for test in finder.find(obj, qualified, module=owner, globs={}):
+            for test in finder.find(obj, qualified, module=owner):  # globals: a copy of the defining module's
                 if test.examples:
                     found.setdefault(test.name, test)
     return [found[name] for name in sorted(found)]
