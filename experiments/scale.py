@@ -436,6 +436,21 @@ def default_plan(batches=(16, 32)) -> list[Cell]:
     ]
 
 
+def local_plan(num_devices: int, batches=(16, 32)) -> list[Cell]:
+    """The cells for a machine of ``num_devices`` devices (what ``python -m experiments.accelerator`` compiles on
+    the device it sees): every model, float32 and bfloat16 (BERT also with full remat), in each layout over the
+    largest device count of :data:`LAYOUTS` that it has, at two batches (the fit for this device)."""
+    count = max(layout.devices for layout in LAYOUTS.values() if layout.devices <= num_devices)
+    return [
+        Cell(model, layout.name, dtype, remat, tuple(batches))
+        for model in MODELS
+        for layout in LAYOUTS.values()
+        if layout.devices == count
+        for dtype in ("float32", "bfloat16")
+        for remat in (("none", "full") if model == "bert-base" else ("none",))
+    ]
+
+
 def full_grid(models, layouts, dtypes, remats, batches) -> list[Cell]:
     """Every combination, each at every batch size."""
     return [Cell(m, n, d, r, tuple(batches)) for m in models for n in layouts for d in dtypes for r in remats]
@@ -625,21 +640,35 @@ def main(argv=None):
     prov = provenance("scale")
     start = time.perf_counter()
 
-    def write(rows, skipped, fits):
-        intro = (
-            "The train step of `isojax finetune --method baseline` (dropout on, layers unrolled, AdamW) compiled for "
-            f"{jax.device_count()} {jax.devices()[0].platform} device(s) at sequence length {args.length}; only "
-            f"lowered and compiled, never run ({time.perf_counter() - start:.0f} s so far, {len(rows)} compiled "
-            f"steps of the {sum(len(c.batches) for c in plan)} planned). Bytes per device; how each number is read "
-            "and what the analytic minimum counts: the module docstring of `experiments/scale.py`. On CPU, XLA "
-            "promotes bfloat16 collectives to float32 (the HLO converts around them)."
+    def done(rows, skipped, fits):
+        return write(
+            rows,
+            skipped,
+            fits,
+            plan=plan,
+            length=args.length,
+            seconds=time.perf_counter() - start,
+            prov=prov,
+            directory=args.out,
         )
-        payload = {"length": args.length, "rows": rows, "skipped": skipped, "fits": fits, "goals": goals(rows)}
-        sections = [intro, "## Goals\n\n" + "\n".join(payload["goals"]), *tables(rows, skipped, fits)]
-        return write_result("scale", "Scale table from compiled train steps", sections, payload, prov, args.out)
 
-    rows, skipped, fits = run(plan, args.length, done=write)
-    print(write(rows, skipped, fits))
+    print(done(*run(plan, args.length, done=done)))
+
+
+def write(rows, skipped, fits, *, plan, length, seconds, prov, directory=RESULTS, stem="scale") -> str:
+    """``STEM.{md,json}`` in ``directory`` (the goals, the table, the cells not run and the fit); returns the .md
+    path."""
+    intro = (
+        "The train step of `isojax finetune --method baseline` (dropout on, layers unrolled, AdamW) compiled for "
+        f"{jax.device_count()} {jax.devices()[0].platform} device(s) at sequence length {length}; only lowered and "
+        f"compiled, never run ({seconds:.0f} s so far, {len(rows)} compiled steps of the "
+        f"{sum(len(c.batches) for c in plan)} planned). Bytes per device; how each number is read and what the "
+        "analytic minimum counts: the module docstring of `experiments/scale.py`. On CPU, XLA promotes bfloat16 "
+        "collectives to float32 (the HLO converts around them)."
+    )
+    payload = {"length": length, "rows": rows, "skipped": skipped, "fits": fits, "goals": goals(rows)}
+    sections = [intro, "## Goals\n\n" + "\n".join(payload["goals"]), *tables(rows, skipped, fits)]
+    return write_result(stem, "Scale table from compiled train steps", sections, payload, prov, directory)
 
 
 if __name__ == "__main__":

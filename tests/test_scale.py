@@ -1,6 +1,8 @@
 """The scale table's readings (experiments/scale.py): the HLO collective parser and memory reading against closed
 forms, and the issue's goals on a tiny BERT over the 8 virtual devices."""
 
+import json
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -13,7 +15,7 @@ TINY = (
     dict(
         model_type="bert",
         hidden_size=32,
-        num_hidden_layers=4,
+        num_hidden_layers=2,
         num_attention_heads=4,
         intermediate_size=128,
         vocab_size=512,
@@ -125,9 +127,6 @@ def test_data_parallel_step_all_reduces_the_gradient_once_and_holds_the_state(ti
     assert r["collective_ratio"] == pytest.approx(1, abs=0.05)
     assert r["state_bytes"] == pytest.approx(12 * params, rel=0.001)
     assert r["batch_bytes"] == (16 // 8) * 8 * 4 * 3 + (16 // 8) * 4  # ids, mask, types [2, 8] + labels [2]
-    one = _cell(tiny, "replicated 1", batch=16)
-    assert sum(one["collectives"].values()) == 0
-    assert one["state_bytes"] == r["state_bytes"]
 
 
 def test_model_parallel_state_splits_the_megatron_matrices(tiny):
@@ -135,7 +134,7 @@ def test_model_parallel_state_splits_the_megatron_matrices(tiny):
     query/key/value/output and feed-forward matrices and the query/key/value and FFN input biases
     (4 h^2 + 3 h + 2 h i + i per layer), counted from the shapes."""
     r = _cell(tiny, "model 2", batch=16)
-    h, i, layers = 32, 128, 4
+    h, i, layers = 32, 128, 2
     split = layers * (4 * h * h + 3 * h + 2 * h * i + i)
     assert r["state_bytes"] == pytest.approx(12 * (r["params"] - split / 2), rel=0.0002)
     assert r["state_ratio"] == pytest.approx(1, rel=0.0002)
@@ -153,3 +152,35 @@ def test_fit_extrapolates_the_peak_linearly():
     small, large = {"batch": 4, "peak_bytes": 18}, {"batch": 8, "peak_bytes": 26}
     assert scale.fit(small, large, 100, 4) == 44
     assert scale.fit(small, large, 11, 1) is None
+
+
+def test_local_plan_takes_the_layouts_over_the_devices_there_are():
+    """One device: the replicated-1 cells of every model; 8 devices: the 8-device layouts; 3 devices: those over 2."""
+    assert {c.layout for c in scale.local_plan(1)} == {"replicated 1"}
+    assert {c.model for c in scale.local_plan(1)} == set(scale.MODELS)
+    assert {c.layout for c in scale.local_plan(3)} == {"replicated 2"}
+    assert {c.layout for c in scale.local_plan(8)} == {
+        "replicated 8",
+        "model 2",
+        "model 4",
+        "model 8",
+        "fsdp 8",
+        "fsdp 4 x model 2",
+    }
+    assert all(len(c.batches) == 2 for c in scale.local_plan(8))
+
+
+def test_accelerator_prints_and_writes_the_scale_rows(tiny, monkeypatch, tmp_path, capsys):
+    """experiments.accelerator's scale part: the local plan compiled, its table printed and written by device; on
+    one device the step has no collective and holds the whole state (12 bytes per parameter + step counters)."""
+    from experiments import accelerator
+
+    monkeypatch.setattr(scale, "local_plan", lambda n: [scale.Cell(tiny, "replicated 1", batches=(2, 4))])
+    got = accelerator.run_scale(str(tmp_path), "some-device", {"command": "test"}, length=8)
+    assert got["compiled"] == 2
+    assert (tmp_path / "some-device-scale.md").exists() and (tmp_path / "some-device-scale.json").exists()
+    printed = capsys.readouterr().out
+    assert "| tiny | replicated 1 | float32 | none | 2 |" in printed and "What fits where" in printed
+    rows = json.loads((tmp_path / "some-device-scale.json").read_text())["rows"]
+    assert [sum(r["collectives"].values()) for r in rows] == [0, 0]
+    assert rows[0]["state_bytes"] == pytest.approx(12 * rows[0]["params"], rel=0.001)
