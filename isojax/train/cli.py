@@ -217,6 +217,11 @@ def add_finetune_parser(subparsers) -> argparse.ArgumentParser:
     r.add_argument("--parallel", default=d.parallel, choices=("mesh", "pmap"), help="jit on a mesh, or pmap")
     r.add_argument("--model-parallel", type=int, default=d.model_parallel, help="size of the mesh's model axis")
     r.add_argument(
+        "--fsdp",
+        action="store_true",
+        help="FSDP: split the parameters and Adam moments over the mesh's data axis (with --parallel mesh)",
+    )
+    r.add_argument(
         "--distributed",
         default="auto",
         choices=("auto", "on", "off"),
@@ -289,6 +294,7 @@ def config_from_args(args) -> TrainConfig:
         devices=args.devices,
         parallel=args.parallel,
         model_parallel=args.model_parallel,
+        fsdp=args.fsdp,
         output_dir=args.out,
         save_every=args.save_every,
         keep_checkpoints=args.keep_checkpoints,

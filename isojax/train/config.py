@@ -48,7 +48,7 @@ from isojax.train.hyperparams import (
 )
 from isojax.train.objective import COMBINATIONS, Regularizer
 from isojax.train.optim import SCHEDULES
-from isojax.train.parallel import PARALLEL_MODES
+from isojax.train.parallel import FSDP_NEEDS_MESH, PARALLEL_MODES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,6 +136,8 @@ class TrainConfig:
     one ``nn.scan`` loop (compile time flat in depth; checkpoints hold the stacked layout) and ``remat`` ("none",
     "full", "dots") recomputes each block's forward in the backward pass (encoders only; see
     :func:`isojax.models.from_pretrained`); ``log_gradients`` then reports the scanned stack as one group.
+    ``fsdp`` splits the parameters and optimiser state over the mesh's data axis (FSDP, :mod:`isojax.train.parallel`;
+    ``parallel="mesh"`` only, combinable with ``model_parallel``).
 
     ``joint_alpha`` and ``balancer_smoothing`` (and the regularisers' weights and float options) are numbers or
     schedules of the step (:mod:`isojax.train.hyperparams`; text such as ``"linear:1:0.5:300"`` is read as one).
@@ -179,6 +181,7 @@ class TrainConfig:
     devices: int | None = None
     parallel: str = "mesh"
     model_parallel: int = 1
+    fsdp: bool = False
     output_dir: str = "runs/finetune"
     save_every: int = 0
     keep_checkpoints: int = 3
@@ -276,6 +279,10 @@ class TrainConfig:
             raise ValueError("log_gradients needs log_every > 0 (the statistics go into the logged train records)")
         if self.parallel == "pmap" and self.model_parallel != 1:
             raise ValueError("model_parallel > 1 needs parallel='mesh' (pmap is data-parallel only)")
+        if not isinstance(self.fsdp, bool):
+            raise TypeError(f"fsdp must be True or False, got {self.fsdp!r}")
+        if self.fsdp and self.parallel == "pmap":
+            raise ValueError(FSDP_NEEDS_MESH)
 
     def _check_seq2seq(self) -> None:
         key = METHOD_ALIASES.get(self.method, self.method)

@@ -11,6 +11,14 @@ input features; every other array is replicated. The rules come from the model
 every parameter must match one (a parameter no rule names is an error, not silently replicated), and a rule
 whose sharded dimension does not divide by the model axis falls back to replicated with a logged warning.
 Optimiser moments follow their parameter's rule; other state (step, counts, IsoBN statistics) is replicated.
+
+**FSDP** (``fsdp=True``): the parameters and the optimiser state are in addition split over the ``data`` axis,
+each array along its largest dimension that divides by the data-axis size and is not split over ``model``
+(:func:`isojax.models.partitioning.fsdp_spec`; arrays without one stay as the model rules say), so a device holds
+about ``1/N`` of the parameters and Adam moments over ``N`` data devices. The step is the same function: XLA
+all-gathers each parameter where the forward and backward passes use it and reduce-scatters the gradients, so the
+losses and updates equal the replicated run's up to rounding. Checkpoints hold global arrays, so a state saved
+under one placement and device count restores under another (:meth:`MeshRunner.restore_target`).
 The step sees the global batch, so whole-batch regularisers and IsoBN statistics are global without
 collectives.
 
@@ -45,6 +53,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from isojax.models.partitioning import fsdp_spec
 from isojax.train.collectives import GLOBAL, AxisCollectives, Collectives
 
 log = logging.getLogger(__name__)
@@ -52,6 +61,12 @@ log = logging.getLogger(__name__)
 PARALLEL_MODES = ("mesh", "pmap")
 
 _TASK_COUNT_ENV = ("SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE")
+
+FSDP_NEEDS_MESH = "fsdp=True needs parallel='mesh' (pmap keeps a whole copy of the state on every device)"
+
+FSDP_FIELDS = ("params", "opt_state")
+"""The fields of the train state that FSDP splits over the data axis (the parameters and the optimiser state: Adam's
+moments, accumulated gradients; its scalar counts stay replicated, having no dimension to split)."""
 
 
 def initialize_distributed(
@@ -147,15 +162,21 @@ def partition_spec(path: str, shape: tuple[int, ...], model_size: int, rules, *,
     return P()
 
 
-def state_shardings(state, mesh: Mesh, rules):
+def state_shardings(state, mesh: Mesh, rules, *, fsdp: bool = False):
     """NamedSharding of every leaf of a train ``state`` (arrays or ShapeDtypeStructs) by :func:`partition_spec`:
-    strictly for ``state.params``, by the same rules where they match elsewhere (optimiser moments)."""
+    strictly for ``state.params``, by the same rules where they match elsewhere (optimiser moments). With ``fsdp``,
+    the leaves of :data:`FSDP_FIELDS` are also split over the data axis (:func:`~isojax.models.partitioning.fsdp_spec`,
+    module docstring)."""
     model_size = mesh.shape["model"]
+    data_size = mesh.shape["data"] if fsdp else 1
 
     def sharding(path, x):
-        keys = _path(path)
-        strict = keys.split("/", 1)[0] == "params"
-        return NamedSharding(mesh, partition_spec(keys, np.shape(x), model_size, rules, strict=strict))
+        keys, shape = _path(path), np.shape(x)
+        field = keys.split("/", 1)[0]
+        spec = partition_spec(keys, shape, model_size, rules, strict=field == "params")
+        if field in FSDP_FIELDS:
+            spec = fsdp_spec(keys, shape, spec, data_size)
+        return NamedSharding(mesh, spec)
 
     return jax.tree_util.tree_map_with_path(sharding, state)
 
@@ -170,7 +191,8 @@ def _to_host(x) -> np.ndarray:
 
 class MeshRunner:
     """Train and predict under ``jit`` on a mesh (module docstring). ``make_step(collectives)`` builds the train
-    step; ``predict`` is the prediction step; ``abstract_state`` fixes the state's shardings."""
+    step; ``predict`` is the prediction step; ``abstract_state`` and ``partition_rules`` fix the state's shardings,
+    with the parameters and optimiser state also split over the data axis when ``fsdp``."""
 
     def __init__(
         self,
@@ -179,9 +201,11 @@ class MeshRunner:
         predict: Callable,
         abstract_state,
         partition_rules,
+        *,
+        fsdp: bool = False,
     ):
         self.mesh = mesh
-        self.state_sharding = state_shardings(abstract_state, mesh, partition_rules)
+        self.state_sharding = state_shardings(abstract_state, mesh, partition_rules, fsdp=fsdp)
         self.batch_sharding = NamedSharding(mesh, P("data"))
         replicated = NamedSharding(mesh, P())
         self._train = jax.jit(
@@ -301,20 +325,38 @@ class PmapRunner:
 
 
 def make_runner(
-    mode: str, *, num_devices: int | None, model_parallel: int, make_step, predict, abstract_state, partition_rules
+    mode: str,
+    *,
+    num_devices: int | None,
+    model_parallel: int,
+    make_step,
+    predict,
+    abstract_state,
+    partition_rules,
+    fsdp: bool = False,
 ):
     """A :class:`MeshRunner` or :class:`PmapRunner` over the first ``num_devices`` devices (``partition_rules``:
-    the model's, e.g. :meth:`isojax.train.model.TaskModel.partition_rules`; the mesh path needs them)."""
+    the model's, e.g. :meth:`isojax.train.model.TaskModel.partition_rules`; the mesh path needs them).
+
+    Placement of the state on the mesh: replicated (``model_parallel=1``), model-parallel (``model_parallel > 1``:
+    a ``(devices / model_parallel, model_parallel)`` mesh), and with ``fsdp=True`` the parameters and optimiser state
+    also split over the data axis (FSDP, module docstring; combines with ``model_parallel``). ``fsdp`` needs
+    ``mode="mesh"``."""
     if mode not in PARALLEL_MODES:
         raise ValueError(f"parallel must be one of {PARALLEL_MODES}, got {mode!r}")
     if mode == "pmap":
         if model_parallel != 1:
             raise ValueError("model_parallel > 1 needs parallel='mesh' (pmap is data-parallel only)")
+        if fsdp:
+            raise ValueError(FSDP_NEEDS_MESH)
         return PmapRunner(select_devices(num_devices), make_step, predict)
-    return MeshRunner(make_mesh(num_devices, model_parallel), make_step, predict, abstract_state, partition_rules)
+    mesh = make_mesh(num_devices, model_parallel)
+    return MeshRunner(mesh, make_step, predict, abstract_state, partition_rules, fsdp=fsdp)
 
 
 __all__ = [
+    "FSDP_FIELDS",
+    "FSDP_NEEDS_MESH",
     "PARALLEL_MODES",
     "MeshRunner",
     "PmapRunner",

@@ -1,0 +1,66 @@
+"""Fully sharded data parallelism (FSDP, ZeRO-3): where each parameter and optimiser moment lies on the mesh's data axis.
+
+Under FSDP each device of the ``data`` axis holds ``1/N`` of every array it can split, instead of a whole copy:
+an array ``[d_0, ..., d_{k-1}]`` is split along the dimension ``i`` of largest ``d_i`` (ties: the earlier
+dimension) among those that
+
+- divide by the data-axis size ``N`` (``d_i % N == 0``; every shard the same shape ``d_i / N``),
+- are not already split over the model axis (the model-parallel rules, :func:`isojax.models.registry.partition_rules`,
+  stay as they are: FSDP combines with them, e.g. data 4 x model 2), and
+- are not named by :data:`FSDP_EXCEPTIONS` for that parameter.
+
+An array with no such dimension (a scalar, an odd-sized bias, a 3-way classifier bias) keeps its model-parallel
+placement (replicated over ``data``). The computation is unchanged: under ``jit`` XLA all-gathers each split
+parameter where the forward and backward passes use it and reduce-scatters its gradient, so the optimiser updates
+only the local shard (:mod:`isojax.train.parallel` applies these rules).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from jax.sharding import PartitionSpec as P
+
+from isojax.models.layers import SCANNED_STACK
+
+FSDP_AXIS = "data"
+"""The mesh axis that FSDP splits parameters and optimiser moments over (the batch's axis)."""
+
+FSDP_EXCEPTIONS: tuple[tuple[str, tuple[int, ...]], ...] = (
+    # the layer axis of a scanned stack: each scan iteration slices one layer, so splitting that axis would make
+    # every iteration fetch its layer from one device (in practice, all-gather the whole stack at once)
+    (rf"(^|/){SCANNED_STACK}/block/", (0,)),
+)
+"""(regex searched in the "/"-joined path of a parameter or of its optimiser moment, dimensions never split over
+the data axis)."""
+
+
+def fsdp_spec(path: str, shape: Sequence[int], spec: P, data_size: int) -> P:
+    """``spec`` (the array's model-parallel PartitionSpec) with :data:`FSDP_AXIS` added on the dimension chosen by
+    the rule of the module docstring, for an array of ``shape`` at ``path`` over a data axis of ``data_size``
+    devices; ``spec`` unchanged when ``data_size == 1`` or no dimension qualifies.
+
+    >>> fsdp_spec("encoder/layer_0/intermediate/kernel", (16, 32), P(None, "model"), 8)
+    P('data', 'model')
+    >>> fsdp_spec("encoder/layer_0/attention/query/kernel", (16, 16), P(), 4)
+    P('data', None)
+    >>> fsdp_spec("head/classifier/bias", (3,), P(), 8)
+    P()
+    """
+    if data_size < 1:
+        raise ValueError(f"data_size must be a positive number of devices, got {data_size!r}")
+    if len(spec) > len(shape):
+        raise ValueError(f"{path}: PartitionSpec {spec} names more dimensions than the shape {tuple(shape)} has")
+    axes = tuple(spec) + (None,) * (len(shape) - len(spec))
+    excluded = {dim for pattern, dims in FSDP_EXCEPTIONS if re.search(pattern, path) for dim in dims}
+    candidates = [
+        i for i, n in enumerate(shape) if axes[i] is None and i not in excluded and n > 0 and n % data_size == 0
+    ]
+    if data_size == 1 or not candidates:
+        return spec
+    chosen = max(candidates, key=lambda i: (shape[i], -i))
+    return P(*(FSDP_AXIS if i == chosen else axis for i, axis in enumerate(axes)))
+
+
+__all__ = ["FSDP_AXIS", "FSDP_EXCEPTIONS", "fsdp_spec"]
