@@ -593,7 +593,13 @@ def run(plan: list[Cell], length: int, done=None, log=print):
         layout = LAYOUTS[cell.layout]
         pair = []
         for batch in cell.batches:
-            r = row(measure(cell.model, layout, dtype=cell.dtype, remat=cell.remat, batch=batch, length=length), layout)
+            try:
+                measured = measure(cell.model, layout, dtype=cell.dtype, remat=cell.remat, batch=batch, length=length)
+            except Exception as e:  # noqa: BLE001 - a cell that does not build or compile is a row of the table
+                skipped.append({**label, "why": f"FAILS at batch {batch}: {type(e).__name__}: {e}"[:300]})
+                log(skipped[-1]["why"])
+                break
+            r = row(measured, layout)
             log(json.dumps({**label, "batch": batch, "compile_s": r["compile_s"]}))
             rows.append(r)
             pair.append(r)
