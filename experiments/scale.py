@@ -70,6 +70,26 @@ from experiments.report import RESULTS, markdown_table, provenance, write_result
 GIB = 2**30
 DEVICES_GIB = {"TPU v5e (16 GiB)": 16, "TPU v4 (32 GiB)": 32, "H100 (80 GiB)": 80}
 
+_BART_LARGE = dict(
+    model_type="bart",
+    d_model=1024,
+    encoder_layers=12,
+    decoder_layers=12,
+    encoder_attention_heads=16,
+    decoder_attention_heads=16,
+    encoder_ffn_dim=4096,
+    decoder_ffn_dim=4096,
+    vocab_size=50265,
+    max_position_embeddings=1024,
+    pad_token_id=1,
+    bos_token_id=0,
+    eos_token_id=2,
+    decoder_start_token_id=2,
+    forced_eos_token_id=2,
+)
+_MBART_LARGE = {k: v for k, v in _BART_LARGE.items() if k != "decoder_start_token_id"}
+_MBART_LARGE.update(model_type="mbart", vocab_size=250027, scale_embedding=True)
+
 MODELS = {
     "bert-base": (
         "rte",
@@ -83,46 +103,8 @@ MODELS = {
             max_position_embeddings=512,
         ),
     ),
-    "bart-large": (
-        "cnn_dailymail",
-        dict(
-            model_type="bart",
-            d_model=1024,
-            encoder_layers=12,
-            decoder_layers=12,
-            encoder_attention_heads=16,
-            decoder_attention_heads=16,
-            encoder_ffn_dim=4096,
-            decoder_ffn_dim=4096,
-            vocab_size=50265,
-            max_position_embeddings=1024,
-            pad_token_id=1,
-            bos_token_id=0,
-            eos_token_id=2,
-            decoder_start_token_id=2,
-            forced_eos_token_id=2,
-        ),
-    ),
-    "mbart-large": (
-        "wmt16_en_ro",
-        dict(
-            model_type="mbart",
-            d_model=1024,
-            encoder_layers=12,
-            decoder_layers=12,
-            encoder_attention_heads=16,
-            decoder_attention_heads=16,
-            encoder_ffn_dim=4096,
-            decoder_ffn_dim=4096,
-            vocab_size=250027,
-            max_position_embeddings=1024,
-            pad_token_id=1,
-            bos_token_id=0,
-            eos_token_id=2,
-            forced_eos_token_id=2,
-            scale_embedding=True,
-        ),
-    ),
+    "bart-large": ("cnn_dailymail", _BART_LARGE),
+    "mbart-large": ("wmt16_en_ro", _MBART_LARGE),
 }
 """Name -> (task, Hugging Face config): the shapes of bert-base-uncased, facebook/bart-large and
 facebook/mbart-large-cc25."""

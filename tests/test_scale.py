@@ -141,10 +141,12 @@ def test_model_parallel_state_splits_the_megatron_matrices(tiny):
 
 
 @pytest.mark.skipif(not scale.fsdp_available(), reason="FSDP (TrainConfig.fsdp) is not merged")
-def test_fsdp_state_is_total_over_devices_and_collectives_near_analytic(tiny):
+def test_fsdp_state_is_the_total_over_the_devices(tiny):
+    """Under FSDP over 8 devices each holds 1/8 of the parameters and of the two Adam moments (12 bytes per
+    parameter in all) within 5 % (arrays whose dimensions do not divide by 8 stay whole)."""
     r = _cell(tiny, "fsdp 8", batch=16)
     assert r["state_bytes"] == pytest.approx(12 * r["params"] / 8, rel=0.05)
-    assert r["collective_ratio"] == pytest.approx(1, abs=0.05)
+    assert r["state_ratio"] == pytest.approx(1, rel=0.05)
 
 
 def test_fit_extrapolates_the_peak_linearly():
