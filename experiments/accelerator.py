@@ -566,11 +566,9 @@ def run_scale(directory: str, slug: str, prov: dict, length: int = 128) -> dict:
     """The scale table's rows for the devices this process sees (:func:`experiments.scale.local_plan`, sequences of
     ``length`` tokens), printed and written as ``DIRECTORY/SLUG-scale.{json,md}``; returns how many steps were
     compiled and the .md path."""
-    import time
-
     from experiments import scale
 
-    plan, start = scale.local_plan(jax.device_count()), time.perf_counter()
+    plan = scale.local_plan(jax.device_count())
     rows, skipped, fits = scale.run(plan, length=length)
     path = scale.write(
         rows,
@@ -578,7 +576,6 @@ def run_scale(directory: str, slug: str, prov: dict, length: int = 128) -> dict:
         fits,
         plan=plan,
         length=length,
-        seconds=time.perf_counter() - start,
         prov=prov,
         directory=directory,
         stem=f"{slug}-scale",
