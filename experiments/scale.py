@@ -15,8 +15,8 @@ compiled (``runner._train.lower(state, batch).compile()``), never run. ``remat f
 
 **Layouts** (``(data, model)`` mesh of :mod:`isojax.train.parallel`): ``replicated N`` (data parallel over N
 devices), ``model M`` (8 devices, data 8/M x model M, the Megatron rules), ``fsdp 8`` and ``fsdp 4 x model 2``
-(parameters and optimiser moments sharded over the data axis too; run when the branch that adds
-``TrainConfig.fsdp`` is merged).
+(parameters and optimiser moments sharded over the data axis too, ``TrainConfig.fsdp``; reported as not run where
+that field is missing).
 
 **Measured, per device.** ``compiled.memory_analysis()``: argument, output, temporary and aliased bytes of the
 per-device program; the *state* bytes are the argument bytes less the device's batch rows. *Peak* =
@@ -31,7 +31,9 @@ reduce-scatter by its result times its group size (its input). A ring moves abou
 ``h`` the width, ``a`` the heads, ``L`` the layers, ``t`` the model-axis size, ``N`` the data-axis size:
 
 - collectives, data parallel: one all-reduce of the float32 gradient, ``4P``; FSDP: the parameters all-gathered for
-  the forward and again for the backward, and the gradient reduce-scattered, ``3 x 4P``; the model axis adds
+  the forward and again for the backward, and the gradient reduce-scattered, ``3 x 4P`` (the issue's count; a step
+  that keeps the forward's gathered parameters for the backward needs ``2 x 4P``, and the goals say which the
+  compiled step does, :func:`why_missed`); the model axis adds
   Megatron's activation all-reduces of ``[b, s, h]`` in the compute dtype, 2 forward + 2 backward per encoder layer
   (+2 recomputed forward with ``remat full``), 3 + 4 per decoder layer (self-, cross-attention and MLP; the
   cross-attention's keys and values return a gradient to the encoder output), and the data axis all-reduces the
