@@ -26,6 +26,8 @@ the *whole array it operates on*: all-reduce, all-gather, all-to-all and collect
 reduce-scatter by its result times its group size (its input). A ring moves about ``(g-1)/g`` of that per device
 (twice for an all-reduce). A collective in a loop body would count once per step, not per iteration
 (``collectives_in_loops`` in the JSON, :func:`collectives_in_loops`: the unrolled steps here have none).
+``batch_shaped_collective_bytes``: the bytes of collectives whose leading dimension is the global batch or a data
+shard's rows (activations, masks, labels), not parameters.
 
 **Analytic minima** (:func:`analytic`), ``P`` the parameter count, ``b`` the rows per data shard, ``s`` the length,
 ``h`` the width, ``a`` the heads, ``L`` the layers, ``t`` the model-axis size, ``N`` the data-axis size:
@@ -174,23 +176,31 @@ def _group_size(line: str, num_devices: int) -> int:
     return len(listed.group(1).split(",")) if listed else num_devices
 
 
-def collective_bytes(hlo_text: str, num_devices: int) -> dict[str, int]:
-    """``{op: bytes}`` summed over the collectives of an HLO module's text (module docstring: each op counted by
-    the whole array it operates on; reduce-scatter by result x group size). An async ``-start`` op counts for its
-    pair (``-done`` is not counted); of its tuple result, the outputs: all of an all-reduce's, the second half of
-    the non-scalar arrays of the others (their result holds the operands first)."""
-    out = dict.fromkeys(COLLECTIVES, 0)
+def collectives(hlo_text: str, num_devices: int):
+    """``(op, bytes, leading dimension)`` of each collective of an HLO module's text (module docstring: each op
+    counted by the whole array it operates on; reduce-scatter by result x group size). An async ``-start`` op counts
+    for its pair (``-done`` is not counted); of its tuple result, the outputs: all of an all-reduce's, the second
+    half of the non-scalar arrays of the others (their result holds the operands first). The leading dimension is
+    that of the first counted array (None for a scalar)."""
     for line in hlo_text.splitlines():
         m = _OP.match(line)
         if not m:
             continue
-        op, sizes = m.group("op"), _array_bytes(m.group("shape"))
+        op, arrays = m.group("op"), _ARRAY.findall(m.group("shape"))
         if m.group("start") and op != "all-reduce":
-            arrays = [s for s, (_, dims) in zip(sizes, _ARRAY.findall(m.group("shape")), strict=True) if dims]
-            sizes = arrays[len(arrays) // 2 :]
-        total = sum(sizes)
+            arrays = [a for a in arrays if a[1]]
+            arrays = arrays[len(arrays) // 2 :]
+        total = sum(_array_bytes(f"{dtype}[{dims}]")[0] for dtype, dims in arrays)
         if op == "reduce-scatter":
             total *= _group_size(line, num_devices)
+        lead = next((int(dims.split(",")[0]) for _, dims in arrays if dims), None)
+        yield op, total, lead
+
+
+def collective_bytes(hlo_text: str, num_devices: int) -> dict[str, int]:
+    """``{op: bytes}`` summed over the collectives of an HLO module's text (:func:`collectives`)."""
+    out = dict.fromkeys(COLLECTIVES, 0)
+    for op, total, _ in collectives(hlo_text, num_devices):
         out[op] += total
     return out
 
@@ -320,6 +330,9 @@ def measure(name: str, layout: Layout, *, dtype: str, remat: str, batch: int, le
         + mem.output_size_in_bytes
         - mem.alias_size_in_bytes,
         "collectives": collective_bytes(text, layout.devices),
+        "batch_shaped_collective_bytes": sum(
+            total for _, total, lead in collectives(text, layout.devices) if lead in (batch, batch // layout.data)
+        ),
         "collectives_in_loops": collectives_in_loops(text),
         "compile_s": round(seconds, 1),
     }
@@ -554,7 +567,15 @@ def why_missed(r: dict) -> str:
             f"the all-reduce exceeds the gradient by {extra / tied:.2f} x the tied embedding matrix (V x d): its "
             "gradient is all-reduced once per use (encoder input, decoder input, LM head), the three summed after"
         )
-    if LAYOUTS[r["layout"]].fsdp:
+    batch_shaped = r["batch_shaped_collective_bytes"] / max(sum(r["collectives"].values()), 1)
+    if batch_shaped > 0.05:
+        notes.append(
+            f"{batch_shaped:.0%} of the bytes are arrays of the batch's rows ([B, s, h] activations, masks): XLA's "
+            "sharding propagation gathered the global batch's activations and all-reduced their partial sums, as "
+            "model parallelism does, instead of gathering parameters (each device then computes every row; these "
+            "bytes grow with the batch)"
+        )
+    elif LAYOUTS[r["layout"]].fsdp:
         if c.get("all-gather", 0) < 1.5:
             notes.append(
                 "the parameters are all-gathered once: the backward reuses the forward's gathered copies (they stay "
