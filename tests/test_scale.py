@@ -67,7 +67,8 @@ def test_collective_bytes_of_a_hand_written_shard_map():
 
 def test_collective_bytes_reads_tuples_iota_groups_and_async_pairs():
     """Hand-written HLO lines: a tuple all-reduce (both results), an iota-grouped reduce-scatter (groups of 4), an
-    async all-gather (its output, not its operand; the -done not again) and a bfloat16 collective-permute."""
+    async all-gather (its output, not its operand; the -done not again) and a bfloat16 collective-permute; the
+    leading dimension of each (what tells a batch-shaped array)."""
     text = "\n".join(
         [
             "  %ar = (f32[10]{0}, bf16[4,4]{1,0}) all-reduce(%a, %b), replica_groups={}, to_apply=%add",
@@ -77,6 +78,7 @@ def test_collective_bytes_reads_tuples_iota_groups_and_async_pairs():
             "  ROOT %cp = bf16[7]{0} collective-permute(%e), source_target_pairs={{0,1},{1,0}}",
         ]
     )
+    assert [lead for _, _, lead in scale.collectives(text, 8)] == [10, 3, 16, 7]
     assert scale.collective_bytes(text, 8) == {
         "all-reduce": 10 * 4 + 16 * 2,
         "all-gather": 16 * 8 * 4,
