@@ -265,6 +265,17 @@ def train_config(name: str, layout: Layout, *, dtype: str, remat: str, batch: in
     return TrainConfig(**fields)
 
 
+class _LanguageCodes:
+    """Stands in for the tokenizer that Seq2SeqRecipe.build loads: mBART's decoding starts from the target language
+    code's id, which only the prediction step (not compiled here) uses."""
+
+    def __init__(self, token_id: int):
+        self.token_id = token_id
+
+    def convert_tokens_to_ids(self, token: str) -> int:
+        return self.token_id
+
+
 def build_step(name: str, layout: Layout, *, dtype: str, remat: str, batch: int, length: int):
     """``(jitted step, abstract state, abstract batch, config)``: the runner's train step of the cell (module
     docstring) and its arguments as ``ShapeDtypeStruct`` s with the runner's shardings."""
@@ -278,6 +289,7 @@ def build_step(name: str, layout: Layout, *, dtype: str, remat: str, batch: int,
     if config.is_seq2seq:
         recipe = seq2seq.Seq2SeqRecipe(config)
         recipe.model_config = cfg  # what Seq2SeqRecipe.build sets from the checkpoint it loads
+        recipe.tokenizer = _LanguageCodes(cfg.eos_token_id)
         model = seq2seq.Seq2SeqModel(build_model(cfg, dtype=compute))
         network, init = model.encoder, seq2seq.init_variables
         rows = {k: (batch, length) for k in (*seq2seq.Seq2SeqModel.INPUTS, "labels")}
@@ -615,12 +627,18 @@ def goals(rows: list[dict]) -> list[str]:
     return lines
 
 
-def run(plan: list[Cell], length: int, done=None, log=print):
+def run(plan: list[Cell], length: int, done=None, log=print, kept=None):
     """``(rows, skipped, fits)`` of the cells of ``plan``; ``done(rows, skipped, fits)`` after each cell (the table
-    is written as it grows, so a run stopped early keeps what it compiled)."""
-    rows, skipped, fits = [], [], []
+    is written as it grows, so a run stopped early keeps what it compiled). ``kept``: an earlier run's JSON payload
+    whose rows, fits and reasons are kept, and whose cells are not compiled again (a cell that failed is)."""
+    kept = kept or {}
+    rows, fits = list(kept.get("rows", [])), list(kept.get("fits", []))
+    skipped = [s for s in kept.get("skipped", []) if not s["why"].startswith("FAILS")]
+    have = {(r["model"], r["layout"], r["dtype"], r["remat"]) for r in rows + skipped}
     for cell in plan:
         label = {"model": cell.model, "layout": cell.layout, "dtype": cell.dtype, "remat": cell.remat}
+        if tuple(label.values()) in have:
+            continue
         why = cell.skip_reason()
         if why:
             skipped.append({**label, "why": why})
@@ -664,6 +682,7 @@ def main(argv=None):
     ap.add_argument("--batches", default="16,32", help="two global batch sizes (the fit extrapolates from them)")
     ap.add_argument("--length", type=int, default=128)
     ap.add_argument("--out", default=RESULTS)
+    ap.add_argument("--keep", action="store_true", help="keep the cells of OUT/scale.json, compile the others")
     args = ap.parse_args(argv)
     batches = tuple(int(b) for b in args.batches.split(","))
     if len(batches) != 2 or batches[0] >= batches[1]:
@@ -691,7 +710,13 @@ def main(argv=None):
             directory=args.out,
         )
 
-    print(done(*run(plan, args.length, done=done)))
+    kept = None
+    if args.keep and os.path.exists(os.path.join(args.out, "scale.json")):
+        with open(os.path.join(args.out, "scale.json")) as f:
+            kept = json.load(f)
+        if kept["length"] != args.length:
+            raise ValueError(f"--keep: the kept table is at length {kept['length']}, not --length {args.length}")
+    print(done(*run(plan, args.length, done=done, kept=kept)))
 
 
 def write(rows, skipped, fits, *, plan, length, prov, directory=RESULTS, stem="scale") -> str:
