@@ -18,6 +18,10 @@ On ``jax.devices()[0]``'s backend it
 (c) on a GPU or TPU (``--lowering`` / ``--no-lowering`` change that) the lowering matrix
     (:mod:`experiments.lowering`) for the device's platform, each export compiled and run there against the direct
     call, written as ``DIR/<device>-lowering.{json,md}``;
+(d) on a GPU or TPU (``--scale`` / ``--no-scale``) the scale table's rows for the devices it sees
+    (:func:`experiments.scale.local_plan`: the fine-tuning train step of each model compiled, not run, per layout
+    over that many devices; per-device memory and collective bytes beside their analytic minima, and the batch that
+    fits the device), printed and written as ``DIR/<device>-scale.{json,md}``;
 and writes ``DIR/<device>.json`` and ``.md`` (default ``experiments/results/accelerator/``, ``<device>`` the device
 kind in lower case, e.g. ``cpu``, ``nvidia-h100-80gb-hbm3``) with the command, commit, machine, JAX version, and the
 issue's goals marked met / not met: MFU above 45 % for the bf16 train step, SoftDecay under 15 % of that step, and
@@ -390,6 +394,11 @@ def report(payload: dict, directory: str) -> str:
             f"{', '.join(low['round_trip_errors']) or 'none'}, largest difference from the direct call "
             f"{low['largest_round_trip_diff']}; every cell in `{dev['slug']}-lowering.md`."
         )
+    if payload.get("scale"):
+        sections.append(
+            f"## Scale table on {dev['count']} {dev['platform']} device(s)\n\n{payload['scale']['compiled']} train "
+            f"steps compiled; per device, with the analytic minima and the batch that fits: `{dev['slug']}-scale.md`."
+        )
     body = {k: v for k, v in payload.items() if k != "provenance"}
     return write_result(
         dev["slug"],
@@ -453,6 +462,12 @@ def parse_args(argv=None):
         action=argparse.BooleanOptionalAction,
         default=None,
         help="also run the lowering matrix for this platform (default: on a GPU or TPU, not on CPU)",
+    )
+    ap.add_argument(
+        "--scale",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also compile the scale table's rows for these devices (default: on a GPU or TPU, not on CPU)",
     )
     ap.add_argument("--wheels", default=None, help="directory of wheels (and data/) to install for the tests")
     ap.add_argument(
@@ -523,6 +538,8 @@ def main(argv=None) -> dict | None:
         payload["benchmarks"] = {**bench, "provenance": prov}
     if args.lowering if args.lowering is not None else platform != "cpu":
         payload["lowering"] = run_lowering(args.out, dev["slug"], platform, prov)
+    if args.scale if args.scale is not None else platform != "cpu":
+        payload["scale"] = run_scale(args.out, dev["slug"], prov)
     payload["goals"] = goals(payload)
     print(report(payload, args.out))
     return payload
@@ -543,6 +560,29 @@ def run_lowering(directory: str, slug: str, platform: str, prov: dict) -> dict:
             (r["round_trip_max_abs_diff"] for r in rows if "round_trip_max_abs_diff" in r), default=None
         ),
     }
+
+
+def run_scale(directory: str, slug: str, prov: dict, length: int = 128) -> dict:
+    """The scale table's rows for the devices this process sees (:func:`experiments.scale.local_plan`, sequences of
+    ``length`` tokens), printed and written as ``DIRECTORY/SLUG-scale.{json,md}``; returns how many steps were
+    compiled and the .md path."""
+    from experiments import scale
+
+    plan = scale.local_plan(jax.device_count())
+    rows, skipped, fits = scale.run(plan, length=length)
+    path = scale.write(
+        rows,
+        skipped,
+        fits,
+        plan=plan,
+        length=length,
+        prov=prov,
+        directory=directory,
+        stem=f"{slug}-scale",
+    )
+    for section in scale.tables(rows, skipped, fits):
+        print(section, end="\n\n")
+    return {"compiled": len(rows), "markdown": path}
 
 
 if __name__ == "__main__":
