@@ -18,7 +18,7 @@ import pytest
 from conftest import require, save_tiny_encoder
 
 from isojax import losses
-from isojax.models import EncoderConfig, build_encoder
+from isojax.models import TransformerConfig, build_encoder
 from isojax.train import fit
 from isojax.train.cli import config_from_argv
 from isojax.train.collectives import GLOBAL
@@ -274,7 +274,7 @@ def test_istar_with_a_data_reference_equals_the_isoscore_package():
 def _tiny_task_model():
     """A 1-layer, 16-wide random encoder with a 3-class head, dropout off (the step's forward is then the
     deterministic forward): ``(model, variables)``."""
-    cfg = EncoderConfig(
+    cfg = TransformerConfig(
         vocab_size=50,
         hidden_size=16,
         num_hidden_layers=1,

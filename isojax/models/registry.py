@@ -12,7 +12,7 @@ model only through the functions below, never through parameter names::
     has_pooler(module)             whether ``pooler_output`` is computed
     partition_rules(config)        (regex, PartitionSpec) for every parameter of the model
     TRANSFORM                      params key of the last-layer transform (SoftDecay's theta lives below it)
-    config_from_hf / config_to_hf  config.json <-> EncoderConfig
+    config_from_hf / config_to_hf  config.json <-> TransformerConfig
     build_model / build_encoder    the Linen module of a config (any kind / an encoder with its options)
     init_params(module, key)       freshly initialised params of a module
     mlm_head(config)               where the pretrained masked-LM head lives in checkpoints (encoders)
@@ -30,9 +30,11 @@ from jax.sharding import PartitionSpec
 
 from isojax.models import albert, bart, bert, distilbert, gpt2, mpnet, roberta
 from isojax.models.checkpoint import HFNames
-from isojax.models.config import EncoderConfig
+from isojax.models.config import TransformerConfig
+from isojax.models.embeddings import word_embeddings
+from isojax.models.encoder import TRANSFORM, EncoderModel
 from isojax.models.heads import MLMHeadNames
-from isojax.models.layers import PARTITION_RULES, TRANSFORM, EncoderModel, word_embeddings
+from isojax.models.partitioning import PARTITION_RULES
 
 PartitionRules = tuple[tuple[str, PartitionSpec], ...]
 
@@ -47,14 +49,15 @@ KINDS = {
 @dataclasses.dataclass(frozen=True)
 class Architecture:
     """One architecture: its Linen class, Hugging Face parameter names, ``config.json`` translation
-    (``config_from_hf(dict) -> EncoderConfig``, ``config_to_hf(EncoderConfig) -> dict`` for a config made in
-    code), the partition rules of the layers it adds to the shared ones (:data:`layers.PARTITION_RULES`), its
-    kind (a key of :data:`KINDS`), and the checkpoint names of its masked-LM head (encoders)."""
+    (``config_from_hf(dict) -> TransformerConfig``, ``config_to_hf(TransformerConfig) -> dict`` for a config made
+    in code), the partition rules of the layers it adds to the shared ones
+    (:data:`~isojax.models.partitioning.PARTITION_RULES`), its kind (a key of :data:`KINDS`), and the checkpoint
+    names of its masked-LM head (encoders)."""
 
     module_cls: type[nn.Module]
     hf_names: HFNames
-    config_from_hf: Callable[[Mapping[str, Any]], EncoderConfig]
-    config_to_hf: Callable[[EncoderConfig], dict]
+    config_from_hf: Callable[[Mapping[str, Any]], TransformerConfig]
+    config_to_hf: Callable[[TransformerConfig], dict]
     partition_rules: PartitionRules = ()
     kind: str = "encoder"
     mlm_head: MLMHeadNames | None = None
@@ -121,25 +124,25 @@ def architecture(model_type: str) -> Architecture:
     return ARCHITECTURES[model_type]
 
 
-def config_from_hf(hf: Mapping[str, Any]) -> EncoderConfig:
+def config_from_hf(hf: Mapping[str, Any]) -> TransformerConfig:
     """Read a Hugging Face ``config.json`` dictionary (``ValueError`` for an unknown ``model_type``, a missing
     size, or a feature isojax does not implement)."""
     return architecture(hf.get("model_type")).config_from_hf(dict(hf))
 
 
-def config_to_hf(config: EncoderConfig) -> dict:
+def config_to_hf(config: TransformerConfig) -> dict:
     """The ``config.json`` dictionary: the original one when the config was read from one, else built."""
     if config.hf_config is not None:
         return dict(config.hf_config)
     return architecture(config.model_type).config_to_hf(config)
 
 
-def model_kind(config: EncoderConfig) -> str:
+def model_kind(config: TransformerConfig) -> str:
     """``"encoder"``, ``"causal_lm"`` or ``"encoder_decoder"`` (see :data:`KINDS`)."""
     return architecture(config.model_type).kind
 
 
-def require_kind(config: EncoderConfig, kinds: tuple[str, ...], purpose: str) -> None:
+def require_kind(config: TransformerConfig, kinds: tuple[str, ...], purpose: str) -> None:
     """``ValueError`` naming the model and its kind when it is not one of ``kinds`` (``purpose``: what needs it,
     e.g. ``"isojax sts"``)."""
     kind = model_kind(config)
@@ -149,14 +152,14 @@ def require_kind(config: EncoderConfig, kinds: tuple[str, ...], purpose: str) ->
         )
 
 
-def build_model(config: EncoderConfig, *, dtype: Any = jnp.float32) -> nn.Module:
+def build_model(config: TransformerConfig, *, dtype: Any = jnp.float32) -> nn.Module:
     """The Linen module for ``config.model_type`` with its default options (``dtype`` = compute dtype; params are
     float32)."""
     return architecture(config.model_type).module_cls(config, dtype=dtype)
 
 
 def build_encoder(
-    config: EncoderConfig,
+    config: TransformerConfig,
     *,
     dtype: Any = jnp.float32,
     last_layer_transform=None,
@@ -166,8 +169,8 @@ def build_encoder(
     remat: str = "none",
 ) -> EncoderModel:
     """The Linen encoder for ``config.model_type`` (``dtype`` = compute dtype; params are float32;
-    ``transform_placement``: where ``last_layer_transform`` acts, see :class:`~isojax.models.layers.EncoderModel`;
-    ``scan_layers`` / ``remat``: how the blocks run, see :class:`~isojax.models.layers.Encoder`).
+    ``transform_placement``: where ``last_layer_transform`` acts, see :class:`~isojax.models.encoder.EncoderModel`;
+    ``scan_layers`` / ``remat``: how the blocks run, see :class:`~isojax.models.stack.TransformerStack`).
     ``ValueError`` for a decoder model."""
     require_kind(config, ("encoder",), "build_encoder")
     return architecture(config.model_type).module_cls(
@@ -189,12 +192,12 @@ def init_params(module: nn.Module, key):
     return module.init(key, *args)["params"]
 
 
-def uses_token_types(config: EncoderConfig) -> bool:
+def uses_token_types(config: TransformerConfig) -> bool:
     """Whether the model has token-type (segment) embeddings; without them ``token_type_ids`` must be None."""
     return config.type_vocab_size > 0
 
 
-def token_types(config: EncoderConfig, token_type_ids):
+def token_types(config: TransformerConfig, token_type_ids):
     """``token_type_ids`` for a model that uses them, else None (DistilBERT, MPNet)."""
     return token_type_ids if uses_token_types(config) else None
 
@@ -204,7 +207,7 @@ def has_pooler(module: nn.Module) -> bool:
     return model_kind(module.config) == "encoder" and bool(module.has_pooler and module.add_pooling_layer)
 
 
-def mlm_head(config: EncoderConfig) -> MLMHeadNames:
+def mlm_head(config: TransformerConfig) -> MLMHeadNames:
     """The masked-LM head names of an encoder's architecture; ``ValueError`` for a model without one."""
     names = architecture(config.model_type).mlm_head
     if names is None:
@@ -215,7 +218,7 @@ def mlm_head(config: EncoderConfig) -> MLMHeadNames:
     return names
 
 
-def partition_rules(config: EncoderConfig) -> PartitionRules:
+def partition_rules(config: TransformerConfig) -> PartitionRules:
     """``(regex, PartitionSpec)`` pairs that cover every parameter of the model of ``config`` (the shared
     layers' and the architecture's own); see :mod:`isojax.train.parallel` for how they are applied."""
     return PARTITION_RULES + architecture(config.model_type).partition_rules
