@@ -254,3 +254,6 @@ BART_HF_NAMES = HFNames(
 """Hugging Face names of BART and mBART (the same module names; mBART adds each stack's ``layer_norm``)."""
 
 BART_PARTITION_RULES = ((r"(^|/)final_logits_bias$", P()),)
+
+BART_BUFFERS = ("final_logits_bias",)
+"""Top-level params that are buffers in transformers (``final_logits_bias``: registered, never trained)."""

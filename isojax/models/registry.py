@@ -11,6 +11,8 @@ model only through the functions below, never through parameter names::
     token_types(config, ids)       the token_type_ids to pass: ``ids`` or None
     has_pooler(module)             whether ``pooler_output`` is computed
     partition_rules(config)        (regex, PartitionSpec) for every parameter of the model
+    parameter_group(path)          the block (``layer_3``, ``decoder_layer_0``) or top-level part a parameter belongs to
+    buffers(params)                keys of the params that are buffers, never trained (BART's ``final_logits_bias``)
     TRANSFORM                      params key of the last-layer transform (SoftDecay's theta lives below it)
     config_from_hf / config_to_hf  config.json <-> TransformerConfig
     build_model / build_encoder    the Linen module of a config (any kind / an encoder with its options)
@@ -21,6 +23,7 @@ model only through the functions below, never through parameter names::
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -51,8 +54,9 @@ class Architecture:
     """One architecture: its Linen class, Hugging Face parameter names, ``config.json`` translation
     (``config_from_hf(dict) -> TransformerConfig``, ``config_to_hf(TransformerConfig) -> dict`` for a config made
     in code), the partition rules of the layers it adds to the shared ones
-    (:data:`~isojax.models.partitioning.PARTITION_RULES`), its kind (a key of :data:`KINDS`), and the checkpoint
-    names of its masked-LM head (encoders)."""
+    (:data:`~isojax.models.partitioning.PARTITION_RULES`), its kind (a key of :data:`KINDS`), the checkpoint names
+    of its masked-LM head (encoders), and its top-level params that are buffers in transformers (never trained
+    there; kept as parameters here so that checkpoints round-trip)."""
 
     module_cls: type[nn.Module]
     hf_names: HFNames
@@ -61,6 +65,7 @@ class Architecture:
     partition_rules: PartitionRules = ()
     kind: str = "encoder"
     mlm_head: MLMHeadNames | None = None
+    buffers: tuple[str, ...] = ()
 
 
 ARCHITECTURES: dict[str, Architecture] = {
@@ -104,6 +109,7 @@ ARCHITECTURES: dict[str, Architecture] = {
         bart.config_to_hf,
         bart.BART_PARTITION_RULES,
         kind="encoder_decoder",
+        buffers=bart.BART_BUFFERS,
     ),
     "mbart": Architecture(
         bart.BartModel,
@@ -112,9 +118,12 @@ ARCHITECTURES: dict[str, Architecture] = {
         bart.config_to_hf,
         bart.BART_PARTITION_RULES,
         kind="encoder_decoder",
+        buffers=bart.BART_BUFFERS,
     ),
 }
 SUPPORTED_MODEL_TYPES = tuple(ARCHITECTURES)
+_BUFFERS = frozenset(key for arch in ARCHITECTURES.values() for key in arch.buffers)
+_BLOCK = re.compile(r"(group_\d+_)?layer_\d+")  # the block names of TransformerStack.layout and ALBERT's
 
 
 def architecture(model_type: str) -> Architecture:
@@ -218,6 +227,25 @@ def mlm_head(config: TransformerConfig) -> MLMHeadNames:
     return names
 
 
+def parameter_group(path: tuple[str, ...]) -> str:
+    """The part of a model a parameter belongs to, from its ``path`` in the model's params: its block (``("encoder",
+    "layer_3", ...)`` -> ``layer_3``, ALBERT's ``group_0_layer_1``; a decoder's blocks prefixed ``decoder_``:
+    ``("decoder", "layer_0", ...)`` -> ``decoder_layer_0``), else its top-level module or parameter
+    (``embeddings``, ``pooler``, ``last_layer_transform``, BART's ``final_logits_bias``; a stack's ``final_norm``
+    and a scanned stack's blocks: the stack, ``encoder`` or ``decoder``). For per-group statistics such as
+    gradient norms."""
+    index = next((i for i, key in enumerate(path) if _BLOCK.fullmatch(key)), None)
+    if index is None:
+        return path[0]
+    return ("decoder_" if "decoder" in path[:index] else "") + path[index]
+
+
+def buffers(params) -> tuple[str, ...]:
+    """The keys of a model's ``params`` that hold buffers: values transformers keeps fixed (BART's
+    ``final_logits_bias``), which training must leave as they are; () for a model without any."""
+    return tuple(key for key in params if key in _BUFFERS)
+
+
 def partition_rules(config: TransformerConfig) -> PartitionRules:
     """``(regex, PartitionSpec)`` pairs that cover every parameter of the model of ``config`` (the shared
     layers' and the architecture's own); see :mod:`isojax.train.parallel` for how they are applied."""
@@ -231,6 +259,7 @@ __all__ = [
     "TRANSFORM",
     "Architecture",
     "architecture",
+    "buffers",
     "build_encoder",
     "build_model",
     "config_from_hf",
@@ -239,6 +268,7 @@ __all__ = [
     "init_params",
     "mlm_head",
     "model_kind",
+    "parameter_group",
     "partition_rules",
     "require_kind",
     "token_types",
