@@ -417,7 +417,7 @@ ARCHITECTURES = (*ENCODERS, "gpt2", "bart")
 
 
 def tiny_config(model_type: str):
-    """A tiny :class:`isojax.models.EncoderConfig` of ``model_type`` (2 layers, width 32, vocabulary 99), through the
+    """A tiny :class:`isojax.models.TransformerConfig` of ``model_type`` (2 layers, width 32, vocabulary 99), through the
     Hugging Face config translation like a loaded checkpoint's."""
     from isojax.models import config_from_hf
 

@@ -234,7 +234,7 @@ def collectives_in_loops(hlo_text: str) -> int:
 
 
 def model_config(name: str):
-    """The :class:`isojax.models.EncoderConfig` of a :data:`MODELS` entry (through the Hugging Face translation)."""
+    """The :class:`isojax.models.TransformerConfig` of a :data:`MODELS` entry (through the Hugging Face translation)."""
     from isojax.models import config_from_hf
 
     return config_from_hf(MODELS[name][1])

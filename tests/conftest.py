@@ -104,9 +104,9 @@ def save_tiny_encoder(path, tokenizer, *, pooler: bool = True, layers: int = 1) 
     ``path``."""
     import jax.numpy as jnp
 
-    from isojax.models import EncoderConfig, build_encoder, save_pretrained
+    from isojax.models import TransformerConfig, build_encoder, save_pretrained
 
-    cfg = EncoderConfig(
+    cfg = TransformerConfig(
         vocab_size=tokenizer.vocab_size,
         hidden_size=16,
         num_hidden_layers=layers,

@@ -327,7 +327,7 @@ def test_analyze_on_gpt2_equals_the_pytorch_hidden_states(gpt2_with_tokenizer, t
         n = ids.shape[1]
         per_layer.append([((u @ u.T).sum() - n).item() / (n * (n - 1)) for u in unit])
     np.testing.assert_allclose(result["token_uni"], np.mean(per_layer, axis=0), atol=1e-4)
-    assert "input_embeddings" in result and result["input_embeddings"]["I(W)"] > 0
+    assert "input_embeddings" in result and result["input_embeddings"]["I1"] > 0
 
 
 def test_wordsim_on_gpt2_equals_a_numpy_computation(gpt2_with_tokenizer, tmp_path):

@@ -15,7 +15,7 @@ import pytest
 from conftest import require, save_tiny_encoder
 from flax import traverse_util
 
-from isojax.models import EncoderConfig, build_encoder
+from isojax.models import TransformerConfig, build_encoder
 from isojax.train.collectives import GLOBAL
 from isojax.train.gradient_stats import parameter_group
 from isojax.train.model import TaskModel, init_variables
@@ -37,7 +37,7 @@ def test_parameter_groups():
 
 
 def test_the_step_logs_the_statistics_of_the_objectives_gradient():
-    cfg = EncoderConfig(
+    cfg = TransformerConfig(
         vocab_size=50,
         hidden_size=16,
         num_hidden_layers=2,

@@ -18,7 +18,7 @@ import pytest
 from conftest import require, save_tiny_encoder
 
 from isojax import losses
-from isojax.models import EncoderConfig, build_encoder
+from isojax.models import TransformerConfig, build_encoder
 from isojax.train import fit
 from isojax.train.cli import config_from_argv
 from isojax.train.collectives import GLOBAL
@@ -149,6 +149,21 @@ def test_spectrum_c1_auto_is_the_top_singular_value_of_the_embeddings():
         resolve_auto_options((Regularizer("spectrum_pol", 1.0, "cls"),), PARAMS)
 
 
+@pytest.mark.parametrize("name", ["spectrum_pol", "spectrum_exp"])
+def test_spectrum_control_of_the_tokens_reads_only_their_real_rows(name):
+    """On the token cloud a padding row takes no part, whatever it holds (NaN here, as an out-of-vocabulary id's
+    embedding): the penalty is numpy's for the real rows with zero rows in the padding's place."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(6, 4))
+    mask = np.array([True, True, False, True, True, False])
+    poisoned = jnp.asarray(np.where(mask[:, None], x, np.nan), jnp.float32)
+    got = Regularizer(name, 1.0, "tokens", (("c1", 2.0),)).fn()(poisoned, jnp.asarray(mask), None, 2)
+    sigma = np.linalg.svd(np.where(mask[:, None], np.float32(x), 0.0), compute_uv=False)
+    k = np.arange(1, 5)
+    prior = 2.0 * k**-0.5 if name == "spectrum_pol" else 2.0 * np.exp(-0.005 * k)
+    np.testing.assert_allclose(got, np.sum((sigma - prior) ** 2), rtol=1e-5)
+
+
 def test_parse_regularizer():
     reg = parse_regularizer("persistent_entropy=0.25@tokens,bars=all,classwise=false,bins=3")
     assert (reg.name, reg.weight, reg.representation) == ("persistent_entropy", 0.25, "tokens")
@@ -274,7 +289,7 @@ def test_istar_with_a_data_reference_equals_the_isoscore_package():
 def _tiny_task_model():
     """A 1-layer, 16-wide random encoder with a 3-class head, dropout off (the step's forward is then the
     deterministic forward): ``(model, variables)``."""
-    cfg = EncoderConfig(
+    cfg = TransformerConfig(
         vocab_size=50,
         hidden_size=16,
         num_hidden_layers=1,

@@ -16,7 +16,7 @@ import transformers
 from conftest import require
 
 from isojax.calibrate import FlowState, apply_flow
-from isojax.models import EncoderConfig, build_encoder, save_pretrained
+from isojax.models import TransformerConfig, build_encoder, save_pretrained
 from isojax.train import TrainConfig, fit
 from isojax.train.cli import main
 from isojax.train.model import TaskModel, init_variables
@@ -106,7 +106,7 @@ def test_finetune_reverses_digit_strings_with_each_calibration_method(bart, reve
 def test_glue_flow_log_likelihood_is_the_fitted_flows_log_density():
     """TaskModel with a flow: the head reads f(sentence), and flow_log_likelihood = (log N(f(x)) + log|det|) / d
     of the fitted flow with the same parameters."""
-    cfg = EncoderConfig(
+    cfg = TransformerConfig(
         vocab_size=50,
         hidden_size=16,
         num_hidden_layers=1,
@@ -140,7 +140,7 @@ def test_glue_flow_log_likelihood_is_the_fitted_flows_log_density():
 
 
 def _encoder_dir(path, tokenizer):
-    cfg = EncoderConfig(
+    cfg = TransformerConfig(
         vocab_size=len(tokenizer),
         hidden_size=16,
         num_hidden_layers=1,

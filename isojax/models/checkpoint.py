@@ -1,7 +1,7 @@
 """Hugging Face checkpoints <-> isojax params.
 
 A Hugging Face state dict is a flat ``{name: array}`` with PyTorch layouts; isojax params are a nested dict with
-canonical names (see :mod:`isojax.models.layers`). Each architecture declares an :class:`HFNames` that maps the
+canonical names (see :mod:`isojax.models.block`). Each architecture declares an :class:`HFNames` that maps the
 module path of every parameter to its Hugging Face module name; leaves map as::
 
     Dense  kernel [in, out]  <->  weight [out, in] (transposed; GPT-2's Conv1D stores [in, out] as it is)

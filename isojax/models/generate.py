@@ -1,7 +1,7 @@
 """Greedy and beam-search decoding under ``jit``, with a key/value cache, for GPT-2 and BART / mBART.
 
 The decoding loop is a ``jax.lax.while_loop`` over fixed-size arrays, so :func:`generate` compiles once per input
-shape and settings and never retraces per step. The cache is an explicit pytree (:class:`~isojax.models.layers.Cache`)
+shape and settings and never retraces per step. The cache is an explicit pytree (:class:`~isojax.models.cache.Cache`)
 of ``max_length`` slots: the prompt (GPT-2) or the decoder start token (BART) fills the first slots, each step appends
 one token's keys and values and attends over all slots, the unwritten ones masked. BART's cross-attention keys and
 values are computed from the encoder output once. Beam search reorders the self-attention cache by the surviving
@@ -39,8 +39,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from isojax.models.config import EncoderConfig
-from isojax.models.layers import Cache, init_cache, validate_inputs
+from isojax.models.cache import Cache, init_cache
+from isojax.models.config import TransformerConfig
+from isojax.models.inputs import validate_inputs
 from isojax.models.registry import model_kind, require_kind
 
 Array = jax.Array
@@ -72,7 +73,7 @@ class GenerateOutput:
     scores: Array | None = None
 
 
-def generation_config(config: EncoderConfig, **overrides) -> GenerationConfig:
+def generation_config(config: TransformerConfig, **overrides) -> GenerationConfig:
     """The settings for the model of ``config``: its special token ids (``pad_token_id`` defaults to
     ``eos_token_id``, ``decoder_start_token_id`` to ``bos_token_id``, as in transformers), then ``overrides``.
 

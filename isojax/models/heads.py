@@ -22,8 +22,9 @@ import jax
 import jax.numpy as jnp
 
 from isojax._stats import masked_mean
-from isojax.models.config import EncoderConfig
-from isojax.models.layers import ACTIVATIONS, EncoderOutput
+from isojax.models.activations import ACTIVATIONS
+from isojax.models.config import TransformerConfig
+from isojax.models.outputs import EncoderOutput
 
 POOLINGS = ("cls", "pooler", "mean", "first_last_avg", "last2avg")
 
@@ -88,7 +89,7 @@ class MaskedLMHead(nn.Module):
     the tie is explicit and gradients of the logits reach the encoder's embedding matrix.
     """
 
-    config: EncoderConfig
+    config: TransformerConfig
     names: MLMHeadNames
     dtype: Any = jnp.float32
 

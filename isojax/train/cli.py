@@ -32,7 +32,7 @@ import sys
 from isojax.data.datadir import DATA_DIR_HELP
 from isojax.data.glue import GLUE_TASKS
 from isojax.data.seq2seq import SEQ2SEQ_TASKS
-from isojax.models.layers import REMAT_POLICIES
+from isojax.models.stack import REMAT_POLICIES
 from isojax.train.config import METHOD_ALIASES, METHODS, TrainConfig, parse_regularizer
 from isojax.train.model import REPRESENTATIONS
 from isojax.train.objective import REGULARIZERS

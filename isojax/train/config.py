@@ -36,8 +36,9 @@ from typing import Any
 from isojax.calibrate import Flow
 from isojax.data.glue import glue_task
 from isojax.data.seq2seq import SEQ2SEQ_TASKS, seq2seq_task
+from isojax.models.encoder import TRANSFORM_PLACEMENTS
 from isojax.models.heads import POOLINGS
-from isojax.models.layers import REMAT_POLICIES, TRANSFORM_PLACEMENTS
+from isojax.models.stack import REMAT_POLICIES
 from isojax.train.hyperparams import (
     Hyperparameter,
     StepSchedule,

@@ -46,6 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
+from isojax._stats import real_rows, streamed_covariance
 from isojax.data.batching import batches
 from isojax.data.glue import glue_task, load_glue
 from isojax.models import build_encoder, from_pretrained, require_kind
@@ -220,18 +221,14 @@ def representation_covariance(model: TaskModel, variables: dict, data: Split, ba
     (tokenised here; in a multi-process run, by every process)."""
     forward = jax.jit(lambda v, b: model.apply(v, b["input_ids"], b["attention_mask"], b["token_type_ids"]))
 
-    def covariance(name: str):
-        total, outer, count = 0.0, 0.0, 0
+    def rows(name: str):
         for batch in batches(data.tokens(), batch_size):
             out = forward(variables, batch)
             x = np.asarray(out.tokens if name == "tokens" else getattr(out, name), np.float64)
-            if name == "tokens":
-                x = x[np.asarray(out.mask)]
-            total, outer, count = total + x.sum(0), outer + x.T @ x, count + len(x)
-        if count < 2:
-            raise ValueError(f"the covariance of {name!r} needs at least 2 rows, got {count}")
-        mean = total / count
-        return (outer - count * np.outer(mean, mean)) / (count - 1)
+            yield real_rows(x, out.mask if name == "tokens" else None)
+
+    def covariance(name: str):
+        return streamed_covariance(rows(name), repr(name))
 
     return covariance
 
@@ -302,7 +299,7 @@ def flow_init_rows(model, params, train, config: TrainConfig) -> np.ndarray:
     for index in order:
         x, mask = forward(params, train.arrays(index.tolist()))
         x = np.asarray(x, np.float32)
-        rows.append(x if mask is None else x[np.asarray(mask)])
+        rows.append(real_rows(x, mask))
     return np.concatenate(rows)
 
 

@@ -55,6 +55,7 @@ import jax.numpy as jnp
 import optax
 
 from isojax import losses, topology
+from isojax._stats import select_rows
 from isojax.train.collectives import Collectives
 from isojax.train.hyperparams import Hyperparameter, hyperparameter, is_schedule_text, is_scheduled, value_at
 from isojax.train.model import REPRESENTATIONS, TaskOutput, word_embeddings
@@ -68,16 +69,12 @@ def _cosine(x, mask, labels, num_classes):
     return losses.cosine_regularization(x, mask=mask)
 
 
-def _masked_rows(x, mask):
-    return x if mask is None else x * mask[..., None].astype(x.dtype)
-
-
 def _spectrum_pol(x, mask, labels, num_classes, *, c1, gamma):
-    return losses.spectrum_polynomial(_masked_rows(x, mask), c1=c1, gamma=gamma)
+    return losses.spectrum_polynomial(select_rows(x, mask), c1=c1, gamma=gamma)
 
 
 def _spectrum_exp(x, mask, labels, num_classes, *, c1, c2, gamma):
-    return losses.spectrum_exponential(_masked_rows(x, mask), c1=c1, c2=c2, gamma=gamma)
+    return losses.spectrum_exponential(select_rows(x, mask), c1=c1, c2=c2, gamma=gamma)
 
 
 def _isoscore(x, mask, labels, num_classes):

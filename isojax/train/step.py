@@ -18,18 +18,17 @@ from isojax.train.collectives import GLOBAL, Collectives
 from isojax.train.gradient_stats import gradient_statistics
 from isojax.train.model import TaskModel, TaskOutput
 from isojax.train.objective import Objective
-from isojax.train.optim import BUFFERS
+from isojax.train.optim import buffer_paths
 from isojax.train.state import TrainState
 
 
 def _stop_frozen(params: dict, frozen: Sequence[str]) -> dict:
-    """``params`` with the top-level subtrees named in ``frozen`` and the buffers (:data:`~isojax.train.optim.BUFFERS`,
-    BART's ``final_logits_bias``) behind ``stop_gradient``: their gradient is zero and XLA drops the backward pass
-    through them (a frozen encoder costs a forward pass only)."""
+    """``params`` with the top-level subtrees named in ``frozen`` and the buffers
+    (:func:`~isojax.train.optim.buffer_paths`, BART's ``final_logits_bias``) behind ``stop_gradient``: their gradient
+    is zero and XLA drops the backward pass through them (a frozen encoder costs a forward pass only)."""
     params = {k: jax.lax.stop_gradient(v) if k in frozen else v for k, v in params.items()}
-    for top, key in BUFFERS:
-        if key in params.get(top, {}):
-            params[top] = {**params[top], key: jax.lax.stop_gradient(params[top][key])}
+    for top, key in buffer_paths(params):
+        params[top] = {**params[top], key: jax.lax.stop_gradient(params[top][key])}
     return params
 
 
