@@ -495,7 +495,7 @@ def test_cli_weight_schedule_runs_compiled_once_and_logs_the_weight(default_mode
         [r["loss"] for r in train], [r["task"] + w * r["istar@cls"] for r, w in zip(train, weights)], rtol=1e-6
     )
     assert traces == ["linear:0.0:1.0:4:1"]
-    saved = json.load(open(out / "results.json"))["config"]["regularizers"]
+    saved = json.load(open(out / "results.json"))["config"]["method"]["regularizers"]
     assert saved == [
         {
             "name": "istar",
