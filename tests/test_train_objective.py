@@ -22,7 +22,7 @@ from isojax.models import TransformerConfig, build_encoder
 from isojax.train import fit
 from isojax.train.cli import config_from_argv
 from isojax.train.collectives import GLOBAL
-from isojax.train.config import TrainConfig, parse_regularizer
+from isojax.train.config import MethodConfig, TrainConfig, parse_regularizer
 from isojax.train.hyperparams import StepSchedule
 from isojax.train.model import TaskModel, TaskOutput, init_variables
 from isojax.train.objective import Objective, Regularizer, class_ids, resolve_auto_options, task_losses
@@ -181,10 +181,15 @@ def test_parse_regularizer():
         (lambda: Regularizer("cosine", representation="logits"), "unknown or unsupported representation 'logits'"),
         (lambda: Regularizer("istar", options=(("gamma", 1.0),)), r"unknown option\(s\) \['gamma'\]"),
         (
-            lambda: TrainConfig(regularizers=(Regularizer("persistent_entropy", options=(("bars", "some"),)),)),
+            lambda: TrainConfig(
+                method=MethodConfig(regularizers=(Regularizer("persistent_entropy", options=(("bars", "some"),)),))
+            ),
             "persistent_entropy@cls: bars must be 'selected' or 'all'",
         ),
-        (lambda: TrainConfig(regularizers=(Regularizer("istar", options=(("zeta", 2.0),)),)), "zeta must be"),
+        (
+            lambda: TrainConfig(method=MethodConfig(regularizers=(Regularizer("istar", options=(("zeta", 2.0),)),))),
+            "zeta must be",
+        ),
     ],
 )
 def test_bad_regularizers_raise(make, message):
@@ -442,7 +447,8 @@ def test_weight_schedule_text_follows_its_closed_form_and_round_trips(text, clos
     np.testing.assert_allclose(
         [float(reg.weight(jnp.asarray(k, jnp.int32))) for k in range(12)], closed_form(t), rtol=1e-6, atol=1e-7
     )
-    saved = json.loads(json.dumps(TrainConfig(regularizers=(reg,)).to_json()))["regularizers"][0]
+    saved = json.loads(json.dumps(TrainConfig(method=MethodConfig(regularizers=(reg,))).to_json()))["method"]
+    saved = saved["regularizers"][0]
     assert saved["weight"] == str(reg.weight) and Regularizer(**saved) == reg
 
 
@@ -450,7 +456,8 @@ def test_constant_weights_keep_their_json_form():
     """A configuration without schedules writes the same JSON as before schedules existed (``dataclasses.asdict``
     of each regulariser), so checkpoints of earlier runs still resume."""
     regs = (Regularizer("isoscore", 0.5, "cls"), parse_regularizer("persistent_entropy=0.1@cls,bars=all"))
-    saved = json.loads(json.dumps(TrainConfig(regularizers=regs).to_json()))["regularizers"]
+    saved = json.loads(json.dumps(TrainConfig(method=MethodConfig(regularizers=regs)).to_json()))["method"]
+    saved = saved["regularizers"]
     assert saved == json.loads(json.dumps([dataclasses.asdict(r) for r in regs]))
 
 
@@ -503,7 +510,7 @@ def test_cli_weight_schedule_runs_compiled_once_and_logs_the_weight(default_mode
         [r["loss"] for r in train], [r["task"] + w * r["istar@cls"] for r, w in zip(train, weights)], rtol=1e-6
     )
     assert traces == ["linear:0.0:1.0:4:1"]
-    saved = json.load(open(out / "results.json"))["config"]["regularizers"]
+    saved = json.load(open(out / "results.json"))["config"]["method"]["regularizers"]
     assert saved == [
         {
             "name": "istar",
@@ -518,11 +525,12 @@ def test_cli_joint_alpha_takes_a_number_or_a_schedule():
     """``--joint-alpha`` is read by TrainConfig: a number as before, a schedule as a StepSchedule kept as text in
     the JSON; bad text names the field."""
     base = ["finetune", "--combine", "weighted", "--reg", "istar@cls"]
-    assert config_from_argv(base + ["--joint-alpha", "0.3"]).joint_alpha == 0.3
+    assert config_from_argv(base + ["--joint-alpha", "0.3"]).method.joint_alpha == 0.3
     config = config_from_argv(base + ["--joint-alpha", "linear:1:0.5:300"])
-    assert config.joint_alpha == StepSchedule("linear", (1.0, 0.5, 300))
-    assert config.to_json()["joint_alpha"] == "linear:1.0:0.5:300" and TrainConfig().to_json()["joint_alpha"] == 0.5
+    assert config.method.joint_alpha == StepSchedule("linear", (1.0, 0.5, 300))
+    assert config.to_json()["method"]["joint_alpha"] == "linear:1.0:0.5:300"
+    assert TrainConfig().to_json()["method"]["joint_alpha"] == 0.5
     with pytest.raises(ValueError, match="joint_alpha 'half' is not a number or a schedule"):
         config_from_argv(base + ["--joint-alpha", "half"])
-    with pytest.raises(ValueError, match=r"joint_alpha must be in \[0, 1\], got 1.5"):
+    with pytest.raises(ValueError, match=r"method.joint_alpha \(--joint-alpha\) must be in \[0, 1\], got 1.5"):
         config_from_argv(base + ["--joint-alpha", "1.5"])
