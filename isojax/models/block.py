@@ -90,6 +90,9 @@ class TransformerBlock(nn.Module):
         )
         cross_probs = cross_kv = None
         if self.cross_attention:
+            if context.memory_allowed is None:
+                raise ValueError("a block with cross-attention needs the encoder output: the stack got no memory")
+            memory_allowed = context.memory_allowed
             cross = Attention(cfg, self.dtype, name="cross_attention")
             x, (cross_probs, cross_kv) = sublayer(
                 x,
@@ -97,7 +100,7 @@ class TransformerBlock(nn.Module):
                 True,
                 lambda h: cross(
                     h,
-                    context.memory_allowed,
+                    memory_allowed,
                     deterministic,
                     output_attentions,
                     source=context.memory,

@@ -25,7 +25,6 @@ import logging
 import os
 import re
 from collections.abc import Mapping
-from typing import NamedTuple
 
 import numpy as np
 from flax import traverse_util
@@ -42,7 +41,8 @@ _BUFFERS = re.compile(r"(^|\.)(position_ids|token_type_ids)$")  # non-persistent
 _ENCODER_NAMESPACES = ("embeddings.", "encoder.", "transformer.", "pooler.")
 
 
-class Fused(NamedTuple):
+@dataclasses.dataclass(frozen=True)
+class Fused:
     """Part ``index`` of ``count`` equal slices, along the output features, of the Hugging Face module ``module``."""
 
     module: str
@@ -50,7 +50,8 @@ class Fused(NamedTuple):
     count: int
 
 
-class Slot(NamedTuple):
+@dataclasses.dataclass(frozen=True)
+class Slot:
     """Where a parameter lives in a Hugging Face state dict: ``key``, and its slice ``index`` of ``count``."""
 
     key: str

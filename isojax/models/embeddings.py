@@ -107,6 +107,7 @@ class Embeddings(nn.Module):
         in a table this module does not own (a :class:`WordEmbeddings` shared by two stacks), else its own
         ``word_embeddings`` table is used."""
         cfg = self.config
+        assert cfg.embedding_size is not None  # TransformerConfig.__post_init__ sets it (hidden_size by default)
         table = functools.partial(Embed, features=cfg.embedding_size, init_std=cfg.initializer_range, dtype=self.dtype)
         x = table(cfg.vocab_size, name="word_embeddings")(input_ids) if word_vectors is None else word_vectors
         if position_ids is None:
@@ -114,6 +115,8 @@ class Embeddings(nn.Module):
         positions = table(cfg.max_position_embeddings, sinusoidal=cfg.sinusoidal_pos_embds, name="position_embeddings")
         x = x + positions(position_ids)
         if cfg.type_vocab_size:
+            if token_type_ids is None:  # one segment, as Hugging Face's models default to
+                token_type_ids = jnp.zeros_like(input_ids)
             x = x + table(cfg.type_vocab_size, name="token_type_embeddings")(token_type_ids)
         if cfg.embedding_norm:
             x = layer_norm(cfg, self.dtype, "norm")(x)

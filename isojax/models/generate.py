@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Any, cast
 
 import flax.struct
 import jax
@@ -84,7 +85,7 @@ def generation_config(config: TransformerConfig, **overrides) -> GenerationConfi
     unknown = sorted(set(overrides) - fields)
     if unknown:
         raise TypeError(f"unknown generation settings {unknown}; expected some of {sorted(fields)}")
-    settings = dict(
+    settings: dict[str, Any] = dict(
         eos_token_id=config.eos_token_id,
         decoder_start_token_id=config.decoder_start_token_id,
         forced_bos_token_id=config.forced_bos_token_id,
@@ -121,6 +122,11 @@ def generation_config(config: TransformerConfig, **overrides) -> GenerationConfi
         )
     if out.pad_token_id is None:
         raise ValueError("pad_token_id is needed (the model config has neither pad_token_id nor eos_token_id)")
+    if config.decoder_layers and out.decoder_start_token_id is None:
+        raise ValueError(
+            "decoder_start_token_id is needed for an encoder-decoder (the model config has neither "
+            "decoder_start_token_id nor bos_token_id)"
+        )
     return out
 
 
@@ -170,7 +176,7 @@ def _decode(module, gen: GenerationConfig, variables, ids, mask) -> GenerateOutp
             return apply(tokens[:, None], cache=cache)
     else:
         memory = apply(ids, mask, method="encode").last_hidden_state
-        prompt = jnp.full((batch, 1), gen.decoder_start_token_id, jnp.int32)
+        prompt = jnp.full((batch, 1), cast(int, gen.decoder_start_token_id), jnp.int32)  # generation_config checks it
         cache = init_cache(module.config.decoder_config(), batch, length, module.dtype)
         out = apply(prompt, memory, mask, cache=cache, method="decode")
         context = (memory, mask)
@@ -278,10 +284,12 @@ def _beam_search(gen, step, prompt, logits, cache, context) -> GenerateOutput:
         scores = gather(merged_scores, best)
         # the live beams' cache rows follow their parents; then one step on their new tokens
         rows = (gather(parents, live) + jnp.arange(batch)[:, None] * k).reshape(-1)
-        cache = s.cache.replace(
+        cache = dataclasses.replace(
+            s.cache,
             layers=tuple(
-                layer.replace(attention=jax.tree.map(lambda a: a[rows], layer.attention)) for layer in s.cache.layers
-            )
+                dataclasses.replace(layer, attention=jax.tree.map(lambda a: a[rows], layer.attention))
+                for layer in s.cache.layers
+            ),
         )
         out = step(running_sequences[:, :, s.cur_len].reshape(-1), cache, *context)
         cur_len = s.cur_len + 1

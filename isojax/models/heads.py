@@ -96,6 +96,7 @@ class MaskedLMHead(nn.Module):
     def setup(self):
         cfg = self.config
         eps = cfg.layer_norm_eps if self.names.norm_eps is None else self.names.norm_eps
+        assert cfg.embedding_size is not None  # EncoderConfig.__post_init__ sets it
         self.dense = nn.Dense(cfg.embedding_size, dtype=self.dtype, name="dense")
         self.norm = nn.LayerNorm(epsilon=eps, dtype=self.dtype, name="norm")
         self.bias = self.param("bias", nn.initializers.zeros, (cfg.vocab_size,), jnp.float32)

@@ -11,14 +11,16 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Any
+from typing import Any, cast
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from flax import traverse_util
 
 from isojax.models import checkpoint
 from isojax.models.config import TransformerConfig
+from isojax.models.encoder import EncoderModel
 from isojax.models.heads import MaskedLMHead
 from isojax.models.registry import (
     architecture,
@@ -146,6 +148,7 @@ def from_pretrained(
     config = read_config(directory)
     names = architecture(config.model_type).hf_names
     state = checkpoint.read_state_dict(directory)
+    module: nn.Module
     if model_kind(config) == "encoder":
         module = build_encoder(
             config,
@@ -180,7 +183,7 @@ def from_pretrained(
         template = init_params(unscanned, jax.random.key(0))
     params = checkpoint.params_from_state_dict(state, names, template, extra=extra, strict=strict)
     if scanned:
-        params = to_scanned(module, params)
+        params = to_scanned(cast(EncoderModel, module), params)  # only an encoder scans its layers
     params = jax.tree.map(jnp.asarray, params)
     tokenizer = load_tokenizer(directory) if with_tokenizer else None
     return module, params, tokenizer

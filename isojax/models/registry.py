@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import flax.linen as nn
 import jax.numpy as jnp
@@ -126,9 +126,9 @@ _BUFFERS = frozenset(key for arch in ARCHITECTURES.values() for key in arch.buff
 _BLOCK = re.compile(r"(group_\d+_)?layer_\d+")  # the block names of TransformerStack.layout and ALBERT's
 
 
-def architecture(model_type: str) -> Architecture:
+def architecture(model_type: str | None) -> Architecture:
     """The :class:`Architecture` of ``model_type``; ``ValueError`` naming the supported ones otherwise."""
-    if model_type not in ARCHITECTURES:
+    if model_type is None or model_type not in ARCHITECTURES:
         raise ValueError(f"unknown model_type {model_type!r}; isojax supports {', '.join(SUPPORTED_MODEL_TYPES)}")
     return ARCHITECTURES[model_type]
 
@@ -182,14 +182,18 @@ def build_encoder(
     ``scan_layers`` / ``remat``: how the blocks run, see :class:`~isojax.models.stack.TransformerStack`).
     ``ValueError`` for a decoder model."""
     require_kind(config, ("encoder",), "build_encoder")
-    return architecture(config.model_type).module_cls(
-        config,
-        dtype=dtype,
-        last_layer_transform=last_layer_transform,
-        add_pooling_layer=add_pooling_layer,
-        transform_placement=transform_placement,
-        scan_layers=scan_layers,
-        remat=remat,
+    # an encoder kind's module_cls is an EncoderModel (the registry's tests build each one)
+    return cast(
+        EncoderModel,
+        architecture(config.model_type).module_cls(
+            config,
+            dtype=dtype,
+            last_layer_transform=last_layer_transform,
+            add_pooling_layer=add_pooling_layer,
+            transform_placement=transform_placement,
+            scan_layers=scan_layers,
+            remat=remat,
+        ),
     )
 
 

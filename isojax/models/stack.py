@@ -125,14 +125,17 @@ class TransformerStack(nn.Module):
         if self.causal:  # query i (at slot first + i) sees slots t <= first + i
             slots = jnp.arange(key_mask.shape[1])
             allowed = allowed & (slots[None, :] <= first + jnp.arange(length)[:, None])
-        if memory is not None and memory_mask is None:
-            memory_mask = jnp.ones(memory.shape[:2], bool)
+        memory_allowed = None
+        if memory is not None:
+            memory_allowed = (jnp.ones(memory.shape[:2], bool) if memory_mask is None else memory_mask)[
+                :, None, None, :
+            ]
         context = AttentionContext(
             mask,
             allowed,
             self.attention_bias(length),
             memory,
-            None if memory is None else memory_mask[:, None, None, :],
+            memory_allowed,
             None if cache is None else cache.index,
         )
         hidden, attentions, cross_attentions, layer_caches = [x], [], [], []

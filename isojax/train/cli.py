@@ -27,7 +27,6 @@ machine, four CPU devices each::
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from typing import Any
@@ -95,7 +94,7 @@ def add_finetune_parser(subparsers) -> argparse.ArgumentParser:
     for s in SETTINGS:
         section = s.path.rpartition(".")[0] or "run"
         if section not in groups:
-            doc = s.section.__doc__.split(":")[0].split("\n")[0].rstrip(".") if section != "run" else "the run"
+            doc = (s.section.__doc__ or "").split(":")[0].split("\n")[0].rstrip(".") if section != "run" else "the run"
             groups[section] = p.add_argument_group(f"{section} ({doc})")
         _add_setting(groups[section], s)
     r = p.add_argument_group("multi-process")
@@ -124,7 +123,7 @@ def _add_setting(group, s: Setting) -> None:
     else a value kept as text (:meth:`~isojax.train.config.Setting.parse` converts it, naming the setting when it
     cannot). Given options are stored under their dotted paths; the others are left out."""
     field = s.field
-    default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
+    default = field.default_factory() if callable(field.default_factory) else field.default
     shown = "" if default in (None, (), True, False) else f" (default {default})"
     kwargs: dict[str, Any] = {"dest": s.path, "default": argparse.SUPPRESS, "help": f"{field.metadata['help']}{shown}"}
     if s.kind is bool:

@@ -195,6 +195,7 @@ class Section:
     """A part of :class:`TrainConfig`; ``SECTION`` is its field name there. Checks its fields on construction."""
 
     SECTION: ClassVar[str]
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field]]  # every section is a dataclass
 
     @classmethod
     def label(cls, name: str) -> str:
@@ -572,6 +573,7 @@ class TrainConfig:
         """The flow of method ``flow`` (:class:`isojax.calibrate.Flow` of the ``flow`` section), else None."""
         if not self.method_spec.flow:
             return None
+        assert self.flow is not None  # __post_init__ fills the section for method flow
         return Flow(levels=self.flow.levels, depth=self.flow.depth, hidden=self.flow.hidden)
 
     @property

@@ -39,6 +39,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -89,7 +90,7 @@ def build_model(config: TrainConfig):
     spec = config.method_spec
     transform = SoftDecay(alpha_init=config.method.softdecay_alpha) if spec.softdecay else None
     dtype = jnp.bfloat16 if config.model.dtype == "bfloat16" else jnp.float32
-    layout = dict(
+    layout: dict[str, Any] = dict(
         transform_placement=config.method.softdecay_placement,
         scan_layers=config.model.scan_layers,
         remat=config.model.remat,
@@ -272,6 +273,7 @@ def flow_init_rows(model, params, train, config: TrainConfig) -> np.ndarray:
     """``[N, H]``: the real rows of what the flow transforms (``model.flow_features``), computed by the pretrained
     network ``params`` on the first ``flow_init_batches`` training batches (in the order training sees them); the
     flow's ActNorm starts from them. Every process computes them from the whole batches, so that all start alike."""
+    assert config.flow is not None  # TrainConfig fills the section for method flow
     order = batch_indices(len(train), config.optim.batch_size, shuffle=True, seed=config.seed, epoch=0, drop_last=True)[
         : config.flow.init_batches
     ]
@@ -501,7 +503,8 @@ def _run_stage(config, kind, plan: Plan, placed, done: int, train, dev, per_epoc
     bar = tqdm(
         total=plan.total, initial=done, desc=plan.stage.name, disable=not (config.logging.progress and main_process)
     )
-    epoch_batches, epoch, streak, skipped, previous = None, None, 0, 0, 0
+    epoch_batches: Iterator[dict] = iter(())
+    epoch, streak, skipped, previous = None, 0, 0, 0
     clock = time.perf_counter()  # training time between log records (evaluation and checkpoints excluded)
     for k in range(done, plan.total):
         if divmod(k, per_epoch)[0] != epoch:

@@ -56,7 +56,7 @@ from isojax.train.collectives import Collectives
 from isojax.train.evaluation import predict_all
 from isojax.train.feed import TokenGroup
 from isojax.train.model import HEAD_PARTITION_RULES, word_embeddings
-from isojax.train.objective import Objective, Regularizer, resolve_auto_options
+from isojax.train.objective import ModelOutput, Objective, Regularizer, resolve_auto_options
 
 IGNORE_INDEX = -100
 """Label value of a padding position, left out of the loss (transformers' and PyTorch's ``ignore_index``)."""
@@ -172,6 +172,8 @@ class Seq2SeqModel(nn.Module):
 
     def init_flow(self, rows):
         """Initialise the flow on ``rows [N, H]`` (its ActNorm starts from them)."""
+        if self.flow is None:
+            raise ValueError("init_flow: this model has no flow")
         return self.flow(rows)
 
     def __call__(
@@ -213,11 +215,11 @@ class Seq2SeqObjective(Objective):
 
     label_smoothing: float = 0.0
 
-    def task_loss(self, output: Seq2SeqTaskOutput, labels, collectives: Collectives):
+    def task_loss(self, output: ModelOutput, labels, collectives: Collectives):
         losses, mask = label_smoothed_cross_entropy(output.logits, labels, label_smoothing=self.label_smoothing)
         return collectives.total(jnp.sum(losses)) / collectives.total(jnp.sum(mask))
 
-    def cloud(self, reg: Regularizer, output: Seq2SeqTaskOutput, params, labels, collectives: Collectives):
+    def cloud(self, reg: Regularizer, output: ModelOutput, params, labels, collectives: Collectives):
         """The embedding matrix, or the real decoder states of the global batch, without per-row classes (the
         labels are token ids: a class-wise regulariser sees one class)."""
         return super().cloud(reg, output, params, None, collectives)

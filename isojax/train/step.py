@@ -8,7 +8,9 @@ float32 scores); for :class:`~isojax.train.seq2seq.Seq2SeqModel`, see :mod:`isoj
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
+from typing import cast
 
 import jax
 import jax.numpy as jnp
@@ -113,7 +115,8 @@ def make_train_step(
             "balancer": balancer,
         }
         kept = {name: getattr(state, name) for name in applied}
-        state = state.replace(
+        state = dataclasses.replace(
+            state,
             step=state.step + 1,
             **jax.tree.map(lambda new, old: jnp.where(finite, new, old), applied, kept),
             nonfinite_steps=state.nonfinite_steps + (~finite).astype(jnp.int32),
@@ -129,7 +132,10 @@ def make_predict_step(model: TaskModel) -> Callable[[TrainState, dict], dict]:
     IsoBN on its running statistics)."""
 
     def predict(state: TrainState, batch: dict):
-        out: TaskOutput = model.apply(model_variables(state), *(batch[k] for k in model.INPUTS), deterministic=True)
+        # apply without mutable= returns the output alone (flax declares the (output, variables) case too)
+        out = cast(
+            TaskOutput, model.apply(model_variables(state), *(batch[k] for k in model.INPUTS), deterministic=True)
+        )
         return {"logits": out.logits, "head_input": out.head_input}
 
     return predict
