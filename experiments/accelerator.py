@@ -56,7 +56,7 @@ import jax.numpy as jnp  # noqa: E402
 from experiments.benchmarks import throughput  # noqa: E402
 from experiments.benchmarks.softdecay import methods as parse_methods  # noqa: E402
 from experiments.report import RESULTS, markdown_table, provenance, write_result  # noqa: E402
-from isojax.models import EncoderConfig  # noqa: E402
+from isojax.models import TransformerConfig  # noqa: E402
 from isojax.spectral import DECOMPOSITIONS, available_methods, current_platform, select_method  # noqa: E402
 
 OUT = os.path.join(RESULTS, "accelerator")
@@ -121,7 +121,7 @@ def run_tests(args, platform: str, log=print) -> dict:
 
 def run_benchmarks(args, platform: str, log=print) -> dict:
     """Part (b): train step (bf16, float32), forward (both), SoftDecay's share of the bf16 step per strategy."""
-    cfg = EncoderConfig.bert_base(
+    cfg = TransformerConfig.bert_base(
         num_hidden_layers=args.layers,
         hidden_size=args.hidden,
         num_attention_heads=args.heads,

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 from experiments.benchmarks.throughput import random_batch
 from experiments.benchmarks.train_step import isojax_step
 from experiments.report import markdown_table, provenance, write_result
-from isojax.models import EncoderConfig, build_encoder, to_scanned
+from isojax.models import TransformerConfig, build_encoder, to_scanned
 
 VARIANTS = ("unrolled", "unrolled+full", "scan", "scan+full", "scan+dots")
 
@@ -37,7 +37,7 @@ def options(variant: str) -> dict:
     return {"scan_layers": stack == "scan", "remat": remat or "none"}
 
 
-def measure(cfg: EncoderConfig, variant: str, batch: dict, repeats: int) -> dict:
+def measure(cfg: TransformerConfig, variant: str, batch: dict, repeats: int) -> dict:
     """Trace+lower seconds, compile seconds and median step ms of the train step of ``cfg`` in ``variant``."""
     opts = options(variant)
     encoder = build_encoder(cfg, **opts)
@@ -85,7 +85,7 @@ def main(argv=None):
     prov = provenance("compile_time")
     rows = []
     for depth in depths:
-        cfg = EncoderConfig(
+        cfg = TransformerConfig(
             num_hidden_layers=depth,
             hidden_size=args.hidden,
             num_attention_heads=args.heads,

@@ -88,7 +88,17 @@ def plot(curves: dict, path: str, title: str) -> None:
 
 
 def main(argv=None) -> int:
-    from isojax.train import METHODS, TrainConfig, fit
+    from isojax.train import (
+        METHODS,
+        LoggingConfig,
+        MethodConfig,
+        ModelConfig,
+        OptimConfig,
+        PlacementConfig,
+        TaskConfig,
+        TrainConfig,
+        fit,
+    )
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--methods", default="all", help=f"comma-separated, or 'all': {','.join(METHODS)}")
@@ -133,24 +143,24 @@ def main(argv=None) -> int:
             started = time.perf_counter()
             fit(
                 TrainConfig(
-                    task="stsb",
-                    model=args.model,
-                    method=method,
-                    pooling=args.pooling,
-                    max_length=args.max_length,
-                    batch_size=args.batch_size,
-                    eval_batch_size=50,
-                    learning_rate=args.lr,
-                    epochs=args.epochs,
-                    stage2_epochs=args.stage2_epochs,
+                    task=TaskConfig(
+                        name="stsb",
+                        max_length=args.max_length,
+                        train_limit=args.train_limit,
+                        eval_limit=args.eval_limit,
+                    ),
+                    model=ModelConfig(name=args.model, pooling=args.pooling),
+                    method=MethodConfig(name=method),
+                    optim=OptimConfig(
+                        batch_size=args.batch_size,
+                        eval_batch_size=50,
+                        learning_rate=args.lr,
+                        epochs=args.epochs,
+                        stage2_epochs=args.stage2_epochs,
+                    ),
+                    placement=PlacementConfig(devices=args.devices),
+                    logging=LoggingConfig(output_dir=path, eval_every=eval_every, log_every=10, progress=False),
                     seed=seed,
-                    devices=args.devices,
-                    output_dir=path,
-                    eval_every=eval_every,
-                    log_every=10,
-                    train_limit=args.train_limit,
-                    eval_limit=args.eval_limit,
-                    progress=False,
                 )
             )
             with open(os.path.join(path, "seconds.json"), "w") as f:

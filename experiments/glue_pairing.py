@@ -44,9 +44,9 @@ def dropout_stream() -> str:
     import jax
     import jax.numpy as jnp
 
-    from isojax.models import EncoderConfig, build_encoder
+    from isojax.models import TransformerConfig, build_encoder
 
-    config = EncoderConfig(
+    config = TransformerConfig(
         vocab_size=8,
         hidden_size=16,
         num_hidden_layers=2,

@@ -417,7 +417,7 @@ ARCHITECTURES = (*ENCODERS, "gpt2", "bart")
 
 
 def tiny_config(model_type: str):
-    """A tiny :class:`isojax.models.EncoderConfig` of ``model_type`` (2 layers, width 32, vocabulary 99), through the
+    """A tiny :class:`isojax.models.TransformerConfig` of ``model_type`` (2 layers, width 32, vocabulary 99), through the
     Hugging Face config translation like a loaded checkpoint's."""
     from isojax.models import config_from_hf
 
@@ -506,22 +506,17 @@ def train_step(method: str, layout: str, *, dtype="bfloat16", remat="full"):
     from isojax.models import build_encoder, init_params
     from isojax.softdecay import SoftDecay
     from isojax.train import loop
-    from isojax.train.config import TrainConfig
+    from isojax.train.config import MethodConfig, ModelConfig, OptimConfig, PlacementConfig, TaskConfig, TrainConfig
     from isojax.train.model import TaskModel, init_variables
     from isojax.train.objective import data_references
     from isojax.train.state import create_state
 
     config = TrainConfig(
-        task="rte",
-        model="tiny",
-        method=method,
-        dtype=dtype,
-        scan_layers=True,
-        remat=remat,
-        batch_size=8,
-        max_length=8,
-        steps=4,
-        **TRAIN_LAYOUTS[layout],
+        task=TaskConfig("rte", max_length=8),
+        model=ModelConfig("tiny", dtype=dtype, scan_layers=True, remat=remat),
+        method=MethodConfig(method),
+        optim=OptimConfig(batch_size=8, steps=4),
+        placement=PlacementConfig(**TRAIN_LAYOUTS[layout]),
     )
     spec = config.method_spec
     cfg = dataclasses.replace(tiny_config("bert"), hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
@@ -530,13 +525,13 @@ def train_step(method: str, layout: str, *, dtype="bfloat16", remat="full"):
         dtype=jnp.dtype(dtype),
         scan_layers=True,
         remat=remat,
-        transform_placement=config.softdecay_placement,
-        last_layer_transform=SoftDecay(alpha_init=config.softdecay_alpha) if spec.softdecay else None,
+        transform_placement=config.method.softdecay_placement,
+        last_layer_transform=SoftDecay(alpha_init=config.method.softdecay_alpha) if spec.softdecay else None,
     )
     model = TaskModel(
         encoder,
         num_labels=config.num_labels,
-        pooling=config.pooling,
+        pooling=config.model.pooling,
         dropout_rate=0.1,
         use_isobn=spec.isobn,
         use_isotropy_layer=spec.isotropy_layer,
@@ -559,7 +554,7 @@ def train_step(method: str, layout: str, *, dtype="bfloat16", remat="full"):
         "labels": jnp.asarray(np.arange(8) % 2, jnp.int32),
     }
     runner = plan.runner
-    if config.parallel == "pmap":
+    if config.placement.parallel == "pmap":
         placed, rows = runner.place(state), runner._split(batch)
     else:
         placed, rows = runner.place(state), runner._shard(batch)

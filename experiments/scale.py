@@ -140,13 +140,6 @@ LAYOUTS = {
 }
 
 
-def fsdp_available() -> bool:
-    """Whether :class:`~isojax.train.config.TrainConfig` has the ``fsdp`` placement (its branch merged)."""
-    from isojax.train.config import TrainConfig
-
-    return "fsdp" in {f.name for f in dataclasses.fields(TrainConfig)}
-
-
 # ------------------------------------------------------------------------------------------------ the HLO
 
 
@@ -234,7 +227,7 @@ def collectives_in_loops(hlo_text: str) -> int:
 
 
 def model_config(name: str):
-    """The :class:`isojax.models.EncoderConfig` of a :data:`MODELS` entry (through the Hugging Face translation)."""
+    """The :class:`isojax.models.TransformerConfig` of a :data:`MODELS` entry (through the Hugging Face translation)."""
     from isojax.models import config_from_hf
 
     return config_from_hf(MODELS[name][1])
@@ -244,25 +237,24 @@ def train_config(name: str, layout: Layout, *, dtype: str, remat: str, batch: in
     """The :class:`~isojax.train.config.TrainConfig` of a cell (method baseline, one step, the layout's devices)."""
     from isojax.train.config import TrainConfig
 
-    fields = dict(
-        task=MODELS[name][0],
-        model=name,
-        dtype=dtype,
-        remat=remat,
-        batch_size=batch,
-        eval_batch_size=batch,
-        max_length=length,
-        steps=1,
-        parallel="mesh",
-        devices=layout.devices,
-        model_parallel=layout.model_parallel,
-        progress=False,
-    )
-    if layout.fsdp:
-        fields["fsdp"] = True
+    overrides = {
+        "task.name": MODELS[name][0],
+        "task.max_length": length,
+        "model.name": name,
+        "model.dtype": dtype,
+        "model.remat": remat,
+        "optim.batch_size": batch,
+        "optim.steps": 1,
+        "optim.eval_batch_size": batch,
+        "logging.progress": False,
+        "placement.parallel": "mesh",
+        "placement.devices": layout.devices,
+        "placement.model_parallel": layout.model_parallel,
+        "placement.fsdp": layout.fsdp,
+    }
     if MODELS[name][0] in ("cnn_dailymail", "wmt16_en_ro"):
-        fields["max_target_length"] = length
-    return TrainConfig(**fields)
+        overrides["seq2seq.max_target_length"] = length
+    return TrainConfig().override(overrides)
 
 
 class _LanguageCodes:
@@ -296,7 +288,7 @@ def build_step(name: str, layout: Layout, *, dtype: str, remat: str, batch: int,
     else:
         recipe = loop.ClassificationRecipe(config)
         network = build_encoder(cfg, dtype=compute, remat=remat)
-        model = TaskModel(network, num_labels=config.num_labels, pooling=config.pooling, dropout_rate=0.1)
+        model = TaskModel(network, num_labels=config.num_labels, pooling=config.model.pooling, dropout_rate=0.1)
         init = init_variables
         rows = {k: (batch, length) for k in TaskModel.INPUTS} | {"labels": (batch,)}
     loop.check_setup(config, model)
@@ -406,8 +398,6 @@ class Cell:
         cfg, layout = model_config(self.model), LAYOUTS[self.layout]
         if self.remat != "none" and cfg.decoder_layers:
             return "remat is the encoders' option (TrainConfig refuses it for a sequence-to-sequence task)"
-        if layout.fsdp and not fsdp_available():
-            return "not run (FSDP not merged)"
         if layout.devices > jax.device_count():
             return f"not run ({jax.device_count()} devices here)"
         if cfg.num_attention_heads % layout.model_parallel:

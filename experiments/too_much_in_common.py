@@ -56,7 +56,7 @@ def main(argv=None):
     ap.add_argument("--models", type=lambda s: [t for t in s.split(",") if t], default=["default"])
     args = ap.parse_args(argv)
     runs = [run(m) for m in args.models]
-    keys = ("I(W)", "I(W_c)", "I(W_r)", "avg_norm", "mean_norm", "mean_norm_ratio")
+    keys = ("I1", "I1_centered", "I1_abtt", "avg_norm", "mean_norm", "mean_norm_ratio")
     t1 = [[r["model"], *(r["isotropy"][k] for k in keys)] for r in runs]
     t1 += [[f"{k} (paper)", *v] for k, v in PAPER_TABLE1.items()]
     sections = [

@@ -1,4 +1,4 @@
-"""Masked statistics of point clouds, shared by metrics, losses, topology, calibrate and gradients.
+"""Masked statistics of point clouds, shared by metrics, losses, topology, calibrate, gradients and train.
 
 One home for the quantities those modules would otherwise each compute their own way. Conventions: ``x`` is
 ``[..., n, d]`` (leading axes are independent clouds), ``mask`` is ``[..., n]`` bool or None (true = real row,
@@ -7,13 +7,18 @@ and they are selected out with ``jnp.where`` before any arithmetic, so whatever 
 neither a result nor a gradient (``0 * NaN`` would be NaN).
 The helpers are unvalidated (the public callers check their arguments), jit-free and differentiable, with
 finite gradients at zero denominators (see :mod:`isojax._numeric`). Matrix products use full float32 precision
-(``HIGHEST``) whatever the backend's default.
+(``HIGHEST``) whatever the backend's default. Two host-side numpy helpers come last: :func:`real_rows` (the real
+rows as one array, whose length depends on the mask's values) and :func:`streamed_covariance` (float64 sums over
+a stream of such arrays).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from isojax._numeric import HIGHEST, finite_matrix, safe_div, safe_norm
 
@@ -154,3 +159,23 @@ def class_masks(mask, labels, num_classes: int):
     """Bool ``[..., C, n]``: row i is real and has label c (labels outside [0, C) belong to no class)."""
     real = jnp.ones(labels.shape, bool) if mask is None else mask
     return real[..., None, :] & (labels[..., None, :] == jnp.arange(num_classes)[:, None])
+
+
+def real_rows(x, mask) -> np.ndarray:
+    """The real rows of ``x [..., n, d]`` as one numpy array ``[N, d]`` (eager: N is the number of true entries of
+    ``mask [..., n]``); ``x`` as it is when ``mask`` is None."""
+    x = np.asarray(x)
+    return x if mask is None else x[np.asarray(mask)]
+
+
+def streamed_covariance(rows: Iterable[np.ndarray], name: str) -> np.ndarray:
+    """Covariance (ddof 1) ``[d, d]`` of all the rows of a stream of arrays ``[n_i, d]``, in one pass from their
+    running sums (no array kept): ``(Σ x xᵀ − N μ μᵀ) / (N − 1)``, ``μ = Σ x / N``, N the rows in all; float64
+    sums for float64 rows. ``ValueError`` naming ``name`` (what the rows are) when there are fewer than 2 rows."""
+    total, outer, count = 0.0, 0.0, 0
+    for x in rows:
+        total, outer, count = total + x.sum(0), outer + x.T @ x, count + len(x)
+    if count < 2:
+        raise ValueError(f"the covariance of {name} needs at least 2 rows, got {count}")
+    mean = total / count
+    return (outer - count * np.outer(mean, mean)) / (count - 1)

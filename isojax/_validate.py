@@ -106,9 +106,9 @@ def check_finite_rows(x, mask, name: str = "x"):
     bad = ~np.isfinite(np.asarray(x).astype(np.float64)).all(axis=-1)
     if mask is not None:
         bad &= np.asarray(mask)
-    bad = np.argwhere(bad)
-    if len(bad):
-        index = tuple(int(i) for i in bad[0])
+    bad_rows = np.argwhere(bad)
+    if len(bad_rows):
+        index = tuple(int(i) for i in bad_rows[0])
         where = f"row {index[-1]}" + (f" of cloud {index[:-1]}" if len(index) > 1 else "")
         raise ValueError(
             f"{name} has a non-finite value (NaN or inf) in {where}"

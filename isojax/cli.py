@@ -1,6 +1,9 @@
-"""The ``isojax`` command: ``analyze``, ``sts``, ``wordsim`` (and ``finetune``, from :mod:`isojax.train.cli`).
+"""The ``isojax`` command: ``analyze``, ``sts``, ``wordsim`` and ``finetune`` (:mod:`isojax.train.cli`).
 
-Every command prints a table and, with ``--json PATH``, writes the same numbers as JSON.
+Every command prints a table and, with ``--json PATH``, writes the same numbers as JSON. A user's mistake (a bad
+option value, a missing file, an invalid configuration: ``ValueError``, ``TypeError``, ``OSError``) prints one line
+``isojax COMMAND: error: ...`` on stderr and exits with status 2, as argparse does for its own errors; ``isojax -v``
+shows the traceback instead.
 """
 
 from __future__ import annotations
@@ -8,8 +11,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
+
+from isojax.train.cli import add_finetune_parser
 
 STS_SETS_HELP = (
     "stsb, sts12, sts13, sts14, sts15, sts16, sickr, or a SemEval sub-corpus such as sts12/MSRpar; "
@@ -99,7 +105,11 @@ def cmd_sts(args) -> int:
     from isojax.models import require_kind
 
     search = args.alpha == "search"
-    if not search and not -1 <= float(args.alpha) < 0:
+    try:
+        alpha = -0.6 if search else float(args.alpha)
+    except ValueError:
+        alpha = math.nan
+    if not -1 <= alpha < 0:
         raise ValueError(f"--alpha must be 'search' or a number in [-1, 0), got {args.alpha}")
     transforms = [
         sts.Transform(
@@ -107,7 +117,7 @@ def cmd_sts(args) -> int:
             whiten_k=args.whiten_k,
             abtt_D=args.abtt_d,
             abtt_mode=args.abtt_mode,
-            alpha=-0.6 if search else float(args.alpha),
+            alpha=alpha,
             flow_steps=args.flow_steps,
             seed=args.seed,
         )
@@ -220,10 +230,9 @@ def cmd_wordsim(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from isojax.eval.sts import METHODS
     from isojax.eval.wordsim import EMBEDDING_METHODS, SIMILARITIES
+    from isojax.models.heads import POOLINGS
 
-    parser = argparse.ArgumentParser(
-        prog="isojax", description="Isotropy analysis and calibration of BERT-family encoders (JAX/Flax)."
-    )
+    parser = _Parser(prog="isojax", description="Isotropy analysis and calibration of BERT-family encoders (JAX/Flax).")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -275,7 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--pooling",
         default="mean",
-        choices=("cls", "pooler", "mean", "first_last_avg", "last2avg"),
+        choices=POOLINGS,
         help="sentence pooling (default mean)",
     )
     p.add_argument(
@@ -339,22 +348,28 @@ def build_parser() -> argparse.ArgumentParser:
         "--similarity", type=_csv, default=list(SIMILARITIES), help="comma-separated: cosine, inner (default both)"
     )
     p.set_defaults(func=cmd_wordsim)
-    _add_finetune(sub)
+    add_finetune_parser(sub)
     return parser
 
 
-def _add_finetune(sub) -> None:
-    try:
-        from isojax.train.cli import add_finetune_parser
-    except ImportError:  # the training engine is optional at this layer
-        return
-    add_finetune_parser(sub)
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are the one line ``PROG: error: MESSAGE`` (exit status 2)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
-    return args.func(args)
+    try:
+        return args.func(args)
+    except (ValueError, TypeError, OSError) as e:
+        if args.verbose:
+            raise
+        print(f"{parser.prog} {args.command}: error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

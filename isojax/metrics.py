@@ -203,8 +203,8 @@ def isoscore(x, *, mask=None):
       0.0
     """
     x, mask, ok = check_cloud(x, mask, min_n=2, min_d=2)
-    moments = covariance_moments(unit_scale(promote_float32(x), mask)[0], mask)
-    return nan_unless(ok, _isoscore_from_moments(*moments, x.shape[-1]))
+    trace, sq_norm = covariance_moments(unit_scale(promote_float32(x), mask)[0], mask)
+    return nan_unless(ok, _isoscore_from_moments(trace, sq_norm, x.shape[-1]))
 
 
 def isoscore_star(x, *, c0=None, zeta: float = 0.2, mask=None):

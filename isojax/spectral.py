@@ -96,7 +96,7 @@ import contextlib
 import dataclasses
 import functools
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import jax
 import jax.extend.backend
@@ -313,7 +313,8 @@ def _decompose_finite(x, method: str):
         ur, s, wt = lax.linalg.svd(r, full_matrices=False)
         q = _mm(q, ur)
     else:
-        q, s, wt = lax.linalg.svd(a, full_matrices=False, algorithm=dec.algorithm)
+        # the svd route's algorithm is an SvdAlgorithm (DECOMPOSITIONS)
+        q, s, wt = lax.linalg.svd(a, full_matrices=False, algorithm=cast(lax.linalg.SvdAlgorithm | None, dec.algorithm))
     return (q, s, wt) if tall else (_t(wt), s, _t(q))
 
 
@@ -343,7 +344,9 @@ def _decompose_on_platforms(x, method: str):
     is lowered (or called outside ``jit``) instead of JAX's ``NotImplementedError`` from inside its lowering."""
     runs = {p: _auto(x.shape, p) if method == "auto" else method for p in _ALL if _refusal(method, p) is None}
     float64 = any(DECOMPOSITIONS[m].float64 for m in runs.values())
-    x64 = bool(jax.config.jax_enable_x64)  # the caller's setting, kept in every branch that does not need float64
+    x64 = bool(
+        jax.config.read("jax_enable_x64")
+    )  # the caller's setting, kept in every branch that does not need float64
     branches = {
         m: functools.partial(_branch, method=m, x64=x64 or DECOMPOSITIONS[m].float64)
         for m in dict.fromkeys(runs.values())
@@ -644,7 +647,7 @@ class SpectralDerivative:
         """Tangents ``(dX̃, ds)`` for ``dx [..., n, d]`` (broadcast) and optionally one tangent per parameter
         (= ``jax.jvp`` of :func:`spectral_map`, or of ``soft_decay`` for its operator; ``ds`` is the singular
         values' tangent). ``dX̃ = K dY + Y (∂K/∂σ_max ds_0 + Σ_j ∂K/∂p_j · dp_j)``."""
-        dparams = [jnp.asarray(dp, self.s.dtype) for dp in dparams]
+        dparams = tuple(jnp.asarray(dp, self.s.dtype) for dp in dparams)
         d_diag = _contract_params(self.dg_dparams, dparams)
         dy, ds = _action(self, self._masked(self._full(dx)), d_diag)
         dk = self.dscale_ds * ds[..., 0]

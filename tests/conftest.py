@@ -1,9 +1,12 @@
-"""Test configuration: 8 virtual CPU devices when the backend is CPU, no network, float32 matmuls.
+"""Test configuration: 8 virtual CPU devices when the backend is CPU, no network, float32 matmuls, and JAX's
+persistent compilation cache in a directory of this run.
 
 The same suite runs on GPU/TPU with ``JAX_PLATFORMS=cuda`` (or ``tpu``); then the real devices are used.
 """
 
 import os
+import shutil
+import tempfile
 
 if os.environ.get("JAX_PLATFORMS", "cpu") == "cpu":
     os.environ["JAX_PLATFORMS"] = "cpu"
@@ -19,6 +22,22 @@ os.environ.pop("ISOJAX_DATA_DIR", None)  # tests name their data directory; a us
 import jax  # noqa: E402
 
 jax.config.update("jax_default_matmul_precision", "highest")
+
+# JAX's persistent compilation cache, one directory per run: a program that a test compiles is read back, not
+# compiled again, when a later test builds the same program (a new closure, a fresh model of the same shapes). The
+# process that loads this file first makes the directory and names it in its environment, which the pytest-xdist
+# workers inherit, so they share it; it is removed when that process ends (pytest_unconfigure below).
+RUN_CACHE_VARIABLE = "ISOJAX_TEST_JAX_CACHE"
+_OWN_RUN_CACHE = RUN_CACHE_VARIABLE not in os.environ
+if _OWN_RUN_CACHE:
+    os.environ[RUN_CACHE_VARIABLE] = tempfile.mkdtemp(prefix="isojax-test-jax-cache-")
+jax.config.update("jax_compilation_cache_dir", os.environ[RUN_CACHE_VARIABLE])
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)  # default 1 s: most test programs are smaller
+
+
+def pytest_unconfigure(config):
+    if _OWN_RUN_CACHE:
+        shutil.rmtree(os.environ[RUN_CACHE_VARIABLE], ignore_errors=True)
 
 
 import importlib  # noqa: E402
@@ -104,9 +123,9 @@ def save_tiny_encoder(path, tokenizer, *, pooler: bool = True, layers: int = 1) 
     ``path``."""
     import jax.numpy as jnp
 
-    from isojax.models import EncoderConfig, build_encoder, save_pretrained
+    from isojax.models import TransformerConfig, build_encoder, save_pretrained
 
-    cfg = EncoderConfig(
+    cfg = TransformerConfig(
         vocab_size=tokenizer.vocab_size,
         hidden_size=16,
         num_hidden_layers=layers,

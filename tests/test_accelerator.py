@@ -22,7 +22,7 @@ from conftest import require, skip_unless_ci
 
 from experiments import accelerator, accelerator_bundle
 from experiments.benchmarks import throughput
-from isojax.models import EncoderConfig
+from isojax.models import TransformerConfig
 from isojax.spectral import DECOMPOSITIONS, available_methods, current_platform, select_method
 
 # The suite runs on any backend (``JAX_PLATFORMS=cuda`` too): the command is checked on the one this process sees.
@@ -205,7 +205,7 @@ def test_strategies_timed_in_a_later_call_join_the_earlier_ones(tiny_run, tmp_pa
 
 def test_a_strategy_that_fails_is_recorded_and_marked():
     absent = next(m for m in DECOMPOSITIONS if m not in available_methods(PLATFORM))  # each backend lacks one
-    cfg = EncoderConfig(num_hidden_layers=1, hidden_size=16, num_attention_heads=2, intermediate_size=32)
+    cfg = TransformerConfig(num_hidden_layers=1, hidden_size=16, num_attention_heads=2, intermediate_size=32)
     batch = throughput.random_batch(cfg, 2, 8)
     base, _ = throughput.build_step(cfg, jnp.float32, batch)
     out = throughput.softdecay_share(cfg, jnp.float32, batch, [absent], 1, base, log=lambda *_: None)

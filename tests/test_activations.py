@@ -6,7 +6,7 @@ import numpy as np
 import scipy.special
 import scipy.stats
 
-from isojax.models.layers import ACTIVATIONS
+from isojax.models.activations import ACTIVATIONS
 
 
 def test_exact_gelu_is_x_times_the_normal_cdf():

@@ -1,4 +1,4 @@
-"""isojax's dropout (:class:`isojax.models.layers.Dropout`): masks that are i.i.d. Bernoulli(1 - rate) draws, checked
+"""isojax's dropout (:class:`isojax.models.dropout.Dropout`): masks that are i.i.d. Bernoulli(1 - rate) draws, checked
 statistically against the binomial distribution (closed-form mean and standard deviation), and inverted scaling."""
 
 import jax
@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from isojax.models.layers import Dropout, bernoulli_mask
+from isojax.models.dropout import Dropout, bernoulli_mask
 
 LARGE = 1 << 16
 

@@ -100,17 +100,28 @@ def test_embedding_isotropy_against_numpy_partition_function():
     rng = np.random.default_rng(5)
     w = (rng.normal(size=(500, 6)) * 0.5 + np.array([1.0, 0, 0, 0, 0, 0])).astype(np.float32)
 
-    def i1(m):
+    def partition_function(m):  # Z(c) over the eigenvectors of mᵀm and their negatives
         _, vecs = np.linalg.eigh(m.T.astype(np.float64) @ m)
         c = np.concatenate([vecs, -vecs], axis=1)
-        z = np.exp(m.astype(np.float64) @ c).sum(0)
+        return np.exp(m.astype(np.float64) @ c).sum(0)
+
+    def i1(m):
+        z = partition_function(m)
         return z.min() / z.max()
 
     mu = w.mean(0)
     out = wordsim.embedding_isotropy(w)
-    assert out["I(W)"] == pytest.approx(i1(w), rel=1e-4)
-    assert out["I(W_c)"] == pytest.approx(i1(w - mu), rel=1e-4)
-    assert out["I(W_c)"] > out["I(W)"]
+    # one key per measure, as fine-tuning logs them: I1 / I2 (the paper's I(W)), then _centered and _abtt
+    assert set(out) == {f"I{k}{s}" for k in (1, 2) for s in ("", "_centered", "_abtt")} | {
+        "avg_norm",
+        "mean_norm",
+        "mean_norm_ratio",
+    }
+    assert out["I1"] == pytest.approx(i1(w), rel=1e-4)
+    z = partition_function(w)
+    assert out["I2"] == pytest.approx(z.std() / z.mean(), rel=1e-3)
+    assert out["I1_centered"] == pytest.approx(i1(w - mu), rel=1e-4)
+    assert out["I1_centered"] > out["I1"]
     assert out["mean_norm"] == pytest.approx(np.linalg.norm(mu), rel=1e-5)
     assert out["mean_norm_ratio"] == pytest.approx(np.linalg.norm(mu) / np.linalg.norm(w, axis=1).mean(), rel=1e-5)
 

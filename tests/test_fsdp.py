@@ -21,7 +21,16 @@ from conftest import save_tiny_encoder
 from jax.sharding import PartitionSpec as P
 
 from isojax.models.partitioning import fsdp_spec
-from isojax.train import Regularizer, TrainConfig
+from isojax.train import (
+    LoggingConfig,
+    MethodConfig,
+    ModelConfig,
+    OptimConfig,
+    PlacementConfig,
+    Regularizer,
+    TaskConfig,
+    TrainConfig,
+)
 from isojax.train.checkpoint import Checkpoints
 from isojax.train.cli import config_from_argv, main
 from isojax.train.feed import batch_indices, process_batches
@@ -41,21 +50,20 @@ def tiny(tmp_path_factory, default_model_path):
     return save_tiny_encoder(tmp_path_factory.mktemp("tiny") / "model", tokenizer)
 
 
-def _config(model, **placement) -> TrainConfig:
+def _config(model, output_dir: str | None = None, log_every: int | None = None, **placement) -> TrainConfig:
+    """The test's run; ``placement`` (devices, fsdp, model_parallel) and the two logging fields as given."""
+    logging = {"progress": False}
+    if output_dir is not None:
+        logging["output_dir"] = output_dir
+    if log_every is not None:
+        logging["log_every"] = log_every
     return TrainConfig(
-        task="stsb",
-        model=model,
-        regularizers=(Regularizer("istar", 0.3, "cls"), Regularizer("cosine", 1.0, "embedding")),
-        max_length=32,
-        batch_size=B,
-        eval_batch_size=B,
-        train_limit=4 * B,
-        eval_limit=B,
-        steps=STEPS,
-        learning_rate=3e-3,
-        dropout=False,
-        progress=False,
-        **placement,
+        task=TaskConfig(name="stsb", max_length=32, train_limit=4 * B, eval_limit=B),
+        model=ModelConfig(name=model, dropout=False),
+        method=MethodConfig(regularizers=(Regularizer("istar", 0.3, "cls"), Regularizer("cosine", 1.0, "embedding"))),
+        optim=OptimConfig(batch_size=B, eval_batch_size=B, steps=STEPS, learning_rate=3e-3),
+        placement=PlacementConfig(**placement),
+        logging=LoggingConfig(**logging),
     )
 
 
@@ -276,10 +284,10 @@ def test_fsdp_is_refused_under_pmap(tiny):
             partition_rules=(),
             fsdp=True,
         )
-    with pytest.raises(TypeError, match="fsdp must be True or False"):
-        TrainConfig(fsdp="no")
-    assert config_from_argv(["finetune", "--model", tiny, "--fsdp"]).fsdp
-    assert not config_from_argv(["finetune", "--model", tiny]).fsdp
+    with pytest.raises(TypeError, match=r"placement.fsdp \(--fsdp\) must be True or False"):
+        PlacementConfig(fsdp="no")
+    assert config_from_argv(["finetune", "--model", tiny, "--fsdp"]).placement.fsdp
+    assert not config_from_argv(["finetune", "--model", tiny]).placement.fsdp
 
 
 def test_isojax_finetune_fsdp_trains_as_the_replicated_run(runs, tiny, tmp_path, capsys):
@@ -296,7 +304,7 @@ def test_isojax_finetune_fsdp_trains_as_the_replicated_run(runs, tiny, tmp_path,
     losses = [r["loss"] for r in records if r["kind"] == "train"]
     assert losses == pytest.approx([h["loss"] for h in runs["reference"].history], rel=RTOL)
     saved = json.load(open(out / "results.json"))
-    assert saved["config"]["fsdp"] is True and saved["step"] == STEPS
+    assert saved["config"]["placement"]["fsdp"] is True and saved["step"] == STEPS
     # the run's final checkpoint (saved under FSDP) read into the replicated placement: the reference's state
     reference = runs["reference"]
     with Checkpoints(str(out / "checkpoints")) as checkpoints:

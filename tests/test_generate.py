@@ -2,6 +2,7 @@
 mBART made here: the same greedy tokens, the same best beam (and its score); the key/value cache against the
 uncached forward, step by step; one compilation per input shape."""
 
+import dataclasses
 import functools
 from unittest import mock
 
@@ -12,7 +13,7 @@ import pytest
 
 import isojax
 from isojax.models import build_encoder, config_from_hf, init_cache, init_params, model_kind
-from isojax.models.generate import generate, left_align
+from isojax.models.generate import generate, generation_config, left_align
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -187,6 +188,10 @@ def test_bad_settings_raise_clear_errors(lm):
     if arch == "gpt2":
         with pytest.raises(ValueError, match="max_length=5 leaves no room after the prompt of length 5"):
             run(max_length=5)
+    else:  # an encoder-decoder needs a token to start the decoder from
+        no_bos = dataclasses.replace(module.config, bos_token_id=None)
+        with pytest.raises(ValueError, match="decoder_start_token_id is needed for an encoder-decoder"):
+            generation_config(no_bos, decoder_start_token_id=None)
 
 
 def test_an_encoder_cannot_generate():

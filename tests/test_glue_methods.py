@@ -324,11 +324,11 @@ def test_a_regulariser_run_draws_the_baselines_dropout_masks(campaign):
 def test_dropout_stream_fingerprints_the_masks_and_nothing_else(monkeypatch):
     stream = glue_pairing.dropout_stream()
     assert stream == glue_pairing.dropout_stream()  # deterministic
-    from isojax.models import layers
+    from isojax.models import dropout
 
-    original = layers.bernoulli_mask
+    original = dropout.bernoulli_mask
     monkeypatch.setattr(
-        layers, "bernoulli_mask", lambda key, keep, shape: original(jax.random.fold_in(key, 1), keep, shape)
+        dropout, "bernoulli_mask", lambda key, keep, shape: original(jax.random.fold_in(key, 1), keep, shape)
     )  # other masks, same rate
     assert glue_pairing.dropout_stream() != stream
 

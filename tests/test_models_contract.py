@@ -29,6 +29,7 @@ from isojax.models import (
     uses_token_types,
     word_embeddings,
 )
+from isojax.models.registry import buffers, parameter_group
 from isojax.train.model import TaskModel, init_variables
 from isojax.train.parallel import partition_spec
 
@@ -199,6 +200,39 @@ def test_accessors(model_type):
     assert set(params["encoder"][TRANSFORM]) == {"theta"}
     assert has_pooler(model.encoder) == (model_type != "distilbert")
     assert has_pooler(build_encoder(cfg, add_pooling_layer=False)) is False
+
+
+_BLOCKS = {"layer_0", "layer_1"}
+PARAMETER_GROUPS = {  # the tiny configs of hf_config: 2 layers (BART: 2 encoder, 3 decoder), ALBERT: 2 groups
+    "bert": {"embeddings", *_BLOCKS, "pooler", TRANSFORM},
+    "roberta": {"embeddings", *_BLOCKS, "pooler", TRANSFORM},
+    "distilbert": {"embeddings", *_BLOCKS, TRANSFORM},
+    "albert": {"embeddings", "group_0_layer_0", "group_1_layer_0", "pooler", TRANSFORM},
+    "mpnet": {"embeddings", *_BLOCKS, "encoder", "pooler", TRANSFORM},  # encoder: the shared relative bias
+    "gpt2": {"embeddings", "decoder_layer_0", "decoder_layer_1", "decoder"},  # decoder: ln_f
+    "bart": {"embeddings", "encoder_embeddings", "decoder_embeddings", *_BLOCKS}
+    | {f"decoder_layer_{i}" for i in range(3)}
+    | {"final_logits_bias"},
+}
+PARAMETER_GROUPS["mbart"] = PARAMETER_GROUPS["bart"] | {"encoder", "decoder"}  # each stack's final layer_norm
+
+
+@pytest.mark.parametrize("model_type", sorted(ARCHITECTURES))
+def test_parameter_groups_and_buffers_of_every_architecture(model_type):
+    """Every parameter falls in its block or the top-level part that holds it; the buffers are the parameters that
+    transformers' own model registers as buffers (BART's final_logits_bias), and nothing else."""
+    model, params = _all_parameter_paths(model_type)
+    if model_type not in KINDS:
+        params = params["encoder"]
+    groups = {parameter_group(path) for path in traverse_util.flatten_dict(params)}
+    assert groups == PARAMETER_GROUPS[model_type]
+    torch_model = (
+        transformers.AutoModelForSeq2SeqLM if model_type in ("bart", "mbart") else transformers.AutoModel
+    ).from_config(hf_config(model_type))
+    persistent = set(torch_model.state_dict())
+    theirs = {name for name, _ in torch_model.named_buffers() if name in persistent and "." not in name}
+    assert set(buffers(params)) == theirs
+    assert buffers(params) == (("final_logits_bias",) if model_type in ("bart", "mbart") else ())
 
 
 def test_mpnet_relative_position_buckets_equal_hugging_face():

@@ -12,8 +12,8 @@ import pytest
 from flax import traverse_util
 
 import isojax
-from isojax.models import EncoderConfig, build_encoder, to_scanned, to_unscanned, token_types
-from isojax.models.layers import Encoder
+from isojax.models import TransformerConfig, build_encoder, to_scanned, to_unscanned, token_types
+from isojax.models.stack import TransformerStack
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -109,7 +109,9 @@ def test_save_and_load_round_trip_with_scan(saved, tmp_path):
 
 def test_init_layout_and_conversions_are_inverse():
     """A scanned model's own init has the layout ``to_scanned`` produces; the two conversions undo each other."""
-    cfg = EncoderConfig(vocab_size=50, hidden_size=16, num_hidden_layers=5, num_attention_heads=2, intermediate_size=24)
+    cfg = TransformerConfig(
+        vocab_size=50, hidden_size=16, num_hidden_layers=5, num_attention_heads=2, intermediate_size=24
+    )
     module = build_encoder(cfg, scan_layers=True)
     ids = jnp.zeros((1, 3), jnp.int32)
     own = module.init(jax.random.key(0), ids)["params"]
@@ -128,12 +130,14 @@ def test_init_layout_and_conversions_are_inverse():
 
 
 def test_scan_and_remat_refuse_what_they_do_not_support():
-    cfg = EncoderConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=24)
+    cfg = TransformerConfig(
+        vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=24
+    )
     x, mask = jnp.zeros((1, 3, 16)), jnp.ones((1, 3), bool)
     with pytest.raises(ValueError, match="scan_layers supports encoder stacks only"):
-        Encoder(cfg, causal=True, scan_layers=True).init(jax.random.key(0), x, mask)
+        TransformerStack(cfg, causal=True, scan_layers=True).init(jax.random.key(0), x, mask)
     with pytest.raises(ValueError, match="remat must be 'none' or one of"):
-        Encoder(cfg, remat="some").init(jax.random.key(0), x, mask)
+        TransformerStack(cfg, remat="some").init(jax.random.key(0), x, mask)
     module = build_encoder(cfg, scan_layers=True, last_layer_transform=isojax.SoftDecay(), transform_placement="block")
     with pytest.raises(ValueError, match="last-block transform"):
         module.init(jax.random.key(0), jnp.zeros((1, 3), jnp.int32))

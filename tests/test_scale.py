@@ -142,7 +142,6 @@ def test_model_parallel_state_splits_the_megatron_matrices(tiny):
     assert r["state_ratio"] == pytest.approx(1, rel=0.0002)
 
 
-@pytest.mark.skipif(not scale.fsdp_available(), reason="FSDP (TrainConfig.fsdp) is not merged")
 def test_fsdp_state_is_the_total_over_the_devices(tiny):
     """Under FSDP over 8 devices each holds 1/8 of the parameters and of the two Adam moments (12 bytes per
     parameter in all) within 5 % (arrays whose dimensions do not divide by 8 stay whole)."""

@@ -88,3 +88,17 @@ def test_class_masks():
     np.testing.assert_array_equal(masks[0], [[1, 0, 0, 0, 0], [0, 0, 1, 0, 0], [0, 1, 0, 1, 0]])
     np.testing.assert_array_equal(masks[1].sum(-1), [3, 2, 0])
     np.testing.assert_array_equal(_stats.class_masks(None, labels[1], 2), [[0, 0, 1, 1, 1], [1, 1, 0, 0, 0]])
+
+
+def test_streamed_covariance_of_real_rows_equals_numpy_over_all_of_them():
+    """Host-side: the real rows of chunks of a padded cloud, streamed, give numpy's covariance of all real rows."""
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(5, 6, 3)) + 2.0
+    mask = rng.uniform(size=(5, 6)) < 0.6
+    x[~mask] = np.nan  # padding never reaches the sums
+    chunks = [_stats.real_rows(x[i : i + 2], mask[i : i + 2]) for i in range(0, 5, 2)]
+    assert [len(c) for c in chunks] == [mask[i : i + 2].sum() for i in range(0, 5, 2)]
+    np.testing.assert_allclose(_stats.streamed_covariance(chunks, "x"), np.cov(x[mask], rowvar=False), rtol=1e-12)
+    assert _stats.real_rows(x, None) is x
+    with pytest.raises(ValueError, match="the covariance of 'cls' needs at least 2 rows, got 1"):
+        _stats.streamed_covariance([x[0, :1]], "'cls'")

@@ -20,37 +20,39 @@ CONFIGS = sorted(p for p in CONFIG_DIR.glob("*.json") if p.name not in CAMPAIGNS
 _spec = importlib.util.spec_from_file_location("configs_run", CONFIG_DIR / "run.py")
 _run = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_run)
-expand = _run.expand
+expand_runs = _run.expand_runs
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
 def test_every_run_is_a_valid_configuration(path):
     with open(path) as f:
         config = json.load(f)
-    runs = [config_from_argv(argv) for argv in expand(config, "x", "/tmp/runs")]
+    runs = expand_runs(config, "x", "/tmp/runs")
     sizes = [len(v) for v in config["grid"].values()]
-    assert len(runs) == len({r.output_dir for r in runs}) == math.prod(sizes)
+    assert len(runs) == len({r.logging.output_dir for r in runs}) == math.prod(sizes)
 
 
 def _runs(name):
     with open(CONFIG_DIR / name) as f:
-        return [config_from_argv(argv) for argv in expand(json.load(f), "x")]
+        return expand_runs(json.load(f), "x")
 
 
 def test_calibration_settings_follow_appendix_b():
     runs = _runs("isotropy_calibration_glue.json")
     for r in runs:
-        assert (r.batch_size, r.schedule, r.warmup_ratio) == (32, "constant", 0.0)
-        assert r.epochs == (5 if r.task in ("mrpc", "wnli") else 3)
-        assert r.learning_rate == (1e-5 if r.model == "roberta-base" else 2e-5)
-    assert {r.method for r in runs} == {"baseline", "cosine", "spectrum_pol", "spectrum_exp"}
-    assert len({r.task for r in runs}) == 9
+        assert (r.optim.batch_size, r.optim.schedule, r.optim.warmup_ratio) == (32, "constant", 0.0)
+        assert r.optim.epochs == (5 if r.task.name in ("mrpc", "wnli") else 3)
+        assert r.optim.learning_rate == (1e-5 if r.model.name == "roberta-base" else 2e-5)
+    assert {r.method.name for r in runs} == {"baseline", "cosine", "spectrum_pol", "spectrum_exp"}
+    assert len({r.task.name for r in runs}) == 9
 
 
 def test_shrink_settings_follow_its_table_1():
     for r in _runs("shrink_glue.json"):
-        assert (r.batch_size, r.epochs) == (64, 10)
-        assert (r.learning_rate, r.weight_decay) == ((8e-5, 8e-6) if r.task == "mrpc" else (5e-5, 5e-6))
+        assert (r.optim.batch_size, r.optim.epochs) == (64, 10)
+        assert (r.optim.learning_rate, r.optim.weight_decay) == (
+            (8e-5, 8e-6) if r.task.name == "mrpc" else (5e-5, 5e-6)
+        )
 
 
 def test_seq2seq_settings_follow_appendix_b_and_section_4():
@@ -58,17 +60,21 @@ def test_seq2seq_settings_follow_appendix_b_and_section_4():
     EN-RO and DE-EN, BART on CNN/DM; flow on 50 000 sentence pairs / 20 000 articles, beside the baseline there."""
     full, flow = _runs("isotropy_calibration_seq2seq.json"), _runs("isotropy_calibration_seq2seq_flow.json")
     for r in full + flow:
-        assert (r.learning_rate, r.schedule, r.batch_size, r.epochs) == (3e-5, "linear", 48, 5)
-        assert r.model == ("facebook/bart-large" if r.task == "cnn_dailymail" else "facebook/mbart-large-cc25")
+        assert (r.optim.learning_rate, r.optim.schedule, r.optim.batch_size, r.optim.epochs) == (3e-5, "linear", 48, 5)
+        assert r.model.name == (
+            "facebook/bart-large" if r.task.name == "cnn_dailymail" else "facebook/mbart-large-cc25"
+        )
         assert r.is_seq2seq
-    assert {r.task for r in full} == {r.task for r in flow} == {"wmt16_en_ro", "wmt16_de_en", "cnn_dailymail"}
-    assert {r.method for r in full} == {"baseline", "cosine", "spectrum_pol", "spectrum_exp"}
-    assert {r.method for r in flow} == {"baseline", "flow"}
-    assert all(r.train_limit == 0 for r in full)
-    assert all(r.train_limit == (20000 if r.task == "cnn_dailymail" else 50000) for r in flow)
+    assert {r.task.name for r in full} == {r.task.name for r in flow} == {"wmt16_en_ro", "wmt16_de_en", "cnn_dailymail"}
+    assert {r.method.name for r in full} == {"baseline", "cosine", "spectrum_pol", "spectrum_exp"}
+    assert {r.method.name for r in flow} == {"baseline", "flow"}
+    assert all(r.task.train_limit == 0 for r in full)
+    assert all(r.task.train_limit == (20000 if r.task.name == "cnn_dailymail" else 50000) for r in flow)
     glue_flow = _runs("isotropy_calibration_glue_flow.json")
-    assert {(r.model, r.method) for r in glue_flow} == {("bert-base-uncased", "flow")}
-    assert all((r.learning_rate, r.batch_size, r.schedule) == (2e-5, 32, "constant") for r in glue_flow)
+    assert {(r.model.name, r.method.name) for r in glue_flow} == {("bert-base-uncased", "flow")}
+    assert all(
+        (r.optim.learning_rate, r.optim.batch_size, r.optim.schedule) == (2e-5, 32, "constant") for r in glue_flow
+    )
 
 
 def _write_run(out, stages, timing=None):
@@ -81,10 +87,15 @@ def _write_run(out, stages, timing=None):
 def test_summary_tabulates_mean_and_std_over_seeds(tmp_path):
     """Reference: numpy mean and population std of the per-seed values written into fake runs."""
     config = {
-        "defaults": {"epochs": 1},
-        "grid": {"model": ["m"], "task": ["mrpc"], "method": ["baseline", "isotropy_layer"], "seed": [0, 1, 2]},
+        "defaults": {"optim": {"epochs": 1}},
+        "grid": {
+            "model.name": ["m"],
+            "task.name": ["mrpc"],
+            "method.name": ["baseline", "isotropy_layer"],
+            "seed": [0, 1, 2],
+        },
     }
-    runs = _run.expand_runs(config, "cfg", str(tmp_path))
+    runs = expand_runs(config, "cfg", str(tmp_path))
     rng = np.random.default_rng(0)
     values = {}
     for run in runs[:-1]:  # the last run (isotropy_layer, seed 2) has not finished
@@ -94,11 +105,11 @@ def test_summary_tabulates_mean_and_std_over_seeds(tmp_path):
             "isoscore": float(rng.uniform(0, 0.1)),
         }
         stages = {"finetune": evaluation}
-        if run["method"] == "isotropy_layer":
+        if run.method.name == "isotropy_layer":
             stages["isotropy_layer"] = dict(evaluation, isoscore=evaluation["isoscore"] + 0.5)
-        _write_run(Path(run["out"]), stages)
+        _write_run(Path(run.logging.output_dir), stages)
         for stage, e in stages.items():
-            values.setdefault((run["method"], stage), []).append(e)
+            values.setdefault((run.method.name, stage), []).append(e)
     text = _run.summary(runs, "t")
     assert "## mrpc, m\n\n1 run(s) missing" in text
     lines = {
@@ -125,22 +136,24 @@ def test_every_campaign_run_is_a_valid_configuration():
     for sweep in (False, True):
         runs = glue_methods.expand(config, sweep=sweep)
         parsed = [(run, config_from_argv(run.arguments("/tmp/runs", "/tmp/data"))) for run in runs]
-        assert len({c.output_dir for _, c in parsed}) == len(runs)
+        assert len({c.logging.output_dir for _, c in parsed}) == len(runs)
         for run, c in parsed:
             if run.protocol == "appB":
-                assert (c.learning_rate, c.batch_size, c.schedule, c.warmup_ratio) == (2e-5, 32, "constant", 0.0)
-                assert c.epochs == (5 if c.task in ("mrpc", "wnli") else 3)
+                o = c.optim
+                assert (o.learning_rate, o.batch_size, o.schedule, o.warmup_ratio) == (2e-5, 32, "constant", 0.0)
+                assert c.optim.epochs == (5 if c.task.name in ("mrpc", "wnli") else 3)
             else:
-                assert (c.batch_size, c.epochs) == (64, 10)
-                assert (c.learning_rate, c.weight_decay) == ((8e-5, 8e-6) if c.task == "mrpc" else (5e-5, 5e-6))
+                assert (c.optim.batch_size, c.optim.epochs) == (64, 10)
+                expected = (8e-5, 8e-6) if c.task.name == "mrpc" else (5e-5, 5e-6)
+                assert (c.optim.learning_rate, c.optim.weight_decay) == expected
 
 
 def test_summary_of_a_seq2seq_task_has_its_generation_metrics_isotropy_and_time(tmp_path):
-    config = {"grid": {"model": ["m"], "task": ["wmt16_en_ro"], "method": ["flow"], "seed": [0, 1]}}
-    runs = _run.expand_runs(config, "cfg", str(tmp_path))
+    config = {"grid": {"model.name": ["m"], "task.name": ["wmt16_en_ro"], "method.name": ["flow"], "seed": [0, 1]}}
+    runs = expand_runs(config, "cfg", str(tmp_path))
     for i, run in enumerate(runs):
         _write_run(
-            Path(run["out"]),
+            Path(run.logging.output_dir),
             {"finetune": {"bleu": 20.0 + 2 * i, "I1": 0.9, "I2": 0.5}},
             {"finetune": {"seconds_per_epoch": 90.0 + 10 * i}},
         )

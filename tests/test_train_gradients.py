@@ -15,7 +15,7 @@ import pytest
 from conftest import require, save_tiny_encoder
 from flax import traverse_util
 
-from isojax.models import EncoderConfig, build_encoder
+from isojax.models import TransformerConfig, build_encoder
 from isojax.train.collectives import GLOBAL
 from isojax.train.gradient_stats import parameter_group
 from isojax.train.model import TaskModel, init_variables
@@ -37,7 +37,7 @@ def test_parameter_groups():
 
 
 def test_the_step_logs_the_statistics_of_the_objectives_gradient():
-    cfg = EncoderConfig(
+    cfg = TransformerConfig(
         vocab_size=50,
         hidden_size=16,
         num_hidden_layers=2,
@@ -97,28 +97,22 @@ def test_the_step_logs_the_statistics_of_the_objectives_gradient():
 def test_finetune_with_log_gradients_writes_the_records_and_the_panels(tmp_path, default_model_path):
     import transformers
 
-    from isojax.train import TrainConfig, fit
+    from isojax.train import LoggingConfig, ModelConfig, OptimConfig, PlacementConfig, TaskConfig, TrainConfig, fit
 
     require("datasets")  # STS-B is read through it
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(default_model_path))
     model = save_tiny_encoder(tmp_path / "model", tokenizer)
-    with pytest.raises(ValueError, match="log_gradients needs log_every > 0"):
-        TrainConfig(log_gradients=True, log_every=0)
+    with pytest.raises(
+        ValueError, match=r"logging.log_gradients \(--log-gradients\) needs logging.log_every \(--log-every\) > 0"
+    ):
+        TrainConfig(logging=LoggingConfig(log_gradients=True, log_every=0))
     fit(
         TrainConfig(
-            task="stsb",
-            model=model,
-            output_dir=str(tmp_path / "run"),
-            steps=4,
-            batch_size=8,
-            eval_batch_size=8,
-            train_limit=32,
-            eval_limit=8,
-            max_length=24,
-            log_every=2,
-            log_gradients=True,
-            devices=1,
-            progress=False,
+            task=TaskConfig(name="stsb", train_limit=32, eval_limit=8, max_length=24),
+            model=ModelConfig(name=model),
+            logging=LoggingConfig(output_dir=str(tmp_path / "run"), log_every=2, log_gradients=True, progress=False),
+            optim=OptimConfig(steps=4, batch_size=8, eval_batch_size=8),
+            placement=PlacementConfig(devices=1),
         )
     )
     records = [json.loads(line) for line in open(tmp_path / "run" / "log.jsonl")]

@@ -22,7 +22,17 @@ import train_worker
 import transformers
 from conftest import save_tiny_encoder
 
-from isojax.train import Regularizer, TrainConfig, fit
+from isojax.train import (
+    LoggingConfig,
+    MethodConfig,
+    ModelConfig,
+    OptimConfig,
+    PlacementConfig,
+    Regularizer,
+    TaskConfig,
+    TrainConfig,
+    fit,
+)
 from isojax.train.cli import config_from_argv
 
 
@@ -182,27 +192,49 @@ def test_a_run_that_fails_mid_stage_writes_its_pending_checkpoint_first(tiny, tm
 
 def test_resume_with_a_different_training_configuration_is_refused(tiny, reference, tmp_path):
     shutil.copytree(reference[0] / "checkpoints", tmp_path / "checkpoints")
-    with pytest.raises(ValueError, match=r"different configuration \(learning_rate: 0.001 -> 0.002\)"):
+    with pytest.raises(ValueError, match=r"different configuration \(optim.learning_rate: 0.001 -> 0.002\)"):
         fit(config_from_argv(_args(tiny, tmp_path, "--lr", "2e-3")))
 
 
 @pytest.mark.parametrize(
     "make, message",
     [
-        (lambda m, o: TrainConfig(task="sst-5", model=m, output_dir=o), "task: unknown GLUE task 'sst-5'"),
-        (lambda m, o: TrainConfig(method="whitening", model=m, output_dir=o), "method: unknown method 'whitening'"),
+        (
+            lambda m, o: TrainConfig(
+                task=TaskConfig(name="sst-5"), model=ModelConfig(name=m), logging=LoggingConfig(output_dir=o)
+            ),
+            r"task.name \(--task\): unknown GLUE task 'sst-5'",
+        ),
+        (
+            lambda m, o: TrainConfig(
+                method=MethodConfig(name="whitening"), model=ModelConfig(name=m), logging=LoggingConfig(output_dir=o)
+            ),
+            r"method.name \(--method\) must be one of .* got 'whitening'",
+        ),
         (lambda m, o: config_from_argv(_args(m, o, "--reg", "entropy=0.1")), "unknown regulariser 'entropy'"),
         (
             lambda m, o: TrainConfig(
-                regularizers=(Regularizer("isoscore", representation="logits"),), model=m, output_dir=o
+                method=MethodConfig(regularizers=(Regularizer("isoscore", representation="logits"),)),
+                model=ModelConfig(name=m),
+                logging=LoggingConfig(output_dir=o),
             ),
             "representation 'logits'",
         ),
-        (lambda m, o: TrainConfig(parallel="pmap", model_parallel=2, model=m, output_dir=o), "needs parallel='mesh'"),
-        (lambda m, o: TrainConfig(remat="sometimes", model=m, output_dir=o), "remat must be one of"),
+        (
+            lambda m, o: TrainConfig(
+                placement=PlacementConfig(parallel="pmap", model_parallel=2),
+                model=ModelConfig(name=m),
+                logging=LoggingConfig(output_dir=o),
+            ),
+            "needs parallel='mesh'",
+        ),
+        (
+            lambda m, o: TrainConfig(model=ModelConfig(remat="sometimes", name=m), logging=LoggingConfig(output_dir=o)),
+            r"model.remat \(--remat\) must be one of",
+        ),
         (
             lambda m, o: config_from_argv(_args(m, o, "--max-nonfinite-steps", "0")),
-            "max_nonfinite_steps must be a positive integer, got 0",
+            r"logging.max_nonfinite_steps \(--max-nonfinite-steps\) must be a positive integer, got 0",
         ),
     ],
 )
@@ -214,11 +246,20 @@ def test_bad_configuration_raises_on_construction(tiny, tmp_path, make, message)
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(pooler_model=True, regularizers=(Regularizer("isoscore", representation="pooler"),)), "has no pooler"),
-        (dict(pooler_model=True, pooling="pooler"), "has no pooler"),
-        (dict(batch_size=12, devices=8), r"batch_size=12 does not divide over the 8 data-parallel devices"),
-        (dict(batch_size=6, devices=8, model_parallel=2), "batch_size=6 does not divide over the 4 data-parallel"),
-        (dict(devices=6, model_parallel=4), "model_parallel=4 must divide"),
+        (
+            {"pooler_model": True, "method.regularizers": (Regularizer("isoscore", representation="pooler"),)},
+            "has no pooler",
+        ),
+        ({"pooler_model": True, "model.pooling": "pooler"}, "has no pooler"),
+        (
+            {"optim.batch_size": 12, "placement.devices": 8},
+            r"optim.batch_size=12 does not divide over the 8 data-parallel devices",
+        ),
+        (
+            {"optim.batch_size": 6, "placement.devices": 8, "placement.model_parallel": 2},
+            "optim.batch_size=6 does not divide over the 4 data-parallel",
+        ),
+        ({"placement.devices": 6, "placement.model_parallel": 4}, "model_parallel=4 must divide"),
     ],
 )
 def test_bad_setup_fails_before_training(tiny, tokenizer, tmp_path, kwargs, message):
@@ -229,7 +270,15 @@ def test_bad_setup_fails_before_training(tiny, tokenizer, tmp_path, kwargs, mess
         if kwargs.pop("pooler_model", False)
         else tiny
     )
-    config = TrainConfig(task="stsb", model=model, output_dir=str(tmp_path / "run"), steps=2, **kwargs)
+    config = TrainConfig().override(
+        {
+            "task.name": "stsb",
+            "model.name": model,
+            "logging.output_dir": str(tmp_path / "run"),
+            "optim.steps": 2,
+            **kwargs,
+        }
+    )
     with pytest.raises(ValueError, match=message):
         fit(config)
     assert not (tmp_path / "run").exists()  # nothing was trained, logged or checkpointed
@@ -238,22 +287,12 @@ def test_bad_setup_fails_before_training(tiny, tokenizer, tmp_path, kwargs, mess
 @pytest.mark.slow
 def test_short_stsb_finetune_of_the_default_model_beats_its_untrained_start(tmp_path, default_model_path):
     config = TrainConfig(
-        task="stsb",
-        model="default",
-        method="baseline",
-        pooling="mean",
-        output_dir=str(tmp_path),
-        max_length=64,
-        batch_size=8,
-        eval_batch_size=50,
-        train_limit=240,
-        eval_limit=300,
-        steps=30,
-        learning_rate=1e-4,
-        warmup_ratio=0.1,
-        devices=1,
-        log_every=5,
-        progress=False,
+        task=TaskConfig(name="stsb", max_length=64, train_limit=240, eval_limit=300),
+        model=ModelConfig(name="default", pooling="mean"),
+        method=MethodConfig(name="baseline"),
+        logging=LoggingConfig(output_dir=str(tmp_path), log_every=5, progress=False),
+        optim=OptimConfig(batch_size=8, eval_batch_size=50, steps=30, learning_rate=1e-4, warmup_ratio=0.1),
+        placement=PlacementConfig(devices=1),
     )
     result = fit(config)
     evals = [json.loads(x) for x in open(tmp_path / "log.jsonl") if '"eval"' in x]
@@ -343,14 +382,16 @@ def test_finetune_reads_glue_from_the_data_dir(tiny, tokenizer, shared_data_dir,
             "--quiet",
         ]
     )
-    assert config.data_dir == str(shared_data_dir)
+    assert config.task.data_dir == str(shared_data_dir)
     rows = load_split(config, "validation", tokenizer, 16)
     np.testing.assert_array_equal(rows.labels, load_glue("rte", "dev", data_dir=shared_data_dir).labels[:16])
     result = fit(config)
     correct = result.metrics["accuracy"] / 100 * 16  # accuracy x100 over the 16 dev rows
     assert result.step == 2 and correct == pytest.approx(round(correct)) and 0 <= correct <= 16
-    with pytest.raises(ValueError, match="data_dir is read with data_source='auto'"):
-        TrainConfig(task="rte", data_dir=str(shared_data_dir), data_source="hub")
+    with pytest.raises(
+        ValueError, match=r"task.data_dir \(--data-dir\) is read with task.data_source \(--data-source\) 'auto'"
+    ):
+        TrainConfig(task=TaskConfig(name="rte", data_dir=str(shared_data_dir), data_source="hub"))
 
 
 def test_scanned_layers_with_remat_train_to_the_unrolled_parameters(tokenizer, tmp_path):

@@ -30,7 +30,7 @@ from jax.experimental import multihost_utils
 
 from isojax.data.batching import batches, tokenize
 from isojax.data.glue import GlueData, glue_task
-from isojax.models import EncoderConfig, build_encoder, save_pretrained
+from isojax.models import TransformerConfig, build_encoder, save_pretrained
 from isojax.train.cli import main
 from isojax.train.feed import Split, batch_indices, process_batches
 from isojax.train.parallel import select_devices
@@ -66,7 +66,7 @@ def setup(tmp_path_factory, tokenizer):
     """A tiny random BERT with the bundled tokenizer, and STS-B-layout JSON Lines files of :func:`_rows`.
     Returns the data's root, the model path, the first texts and the pairs' token counts of each split."""
     root = tmp_path_factory.mktemp("multihost")
-    cfg = EncoderConfig(
+    cfg = TransformerConfig(
         vocab_size=tokenizer.vocab_size,
         hidden_size=16,
         num_hidden_layers=1,

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from isojax.models import EncoderConfig, build_encoder
+from isojax.models import TransformerConfig, build_encoder
 from isojax.train.checkpoint import Checkpoints, nonfinite_arrays
 from isojax.train.model import TaskModel, init_variables
 from isojax.train.objective import Objective, Regularizer
@@ -34,7 +34,7 @@ def _batch(i, *, poison: bool = False):
     lengths = r.integers(3, L + 1, B)
     mask = (np.arange(L) < lengths[:, None]).astype(np.int32)
     ids = (r.integers(1, VOCAB, (B, L)) * mask).astype(np.int32)
-    if poison:  # an id past the vocabulary: its embedding is NaN (isojax.models.layers.Embed), so is the loss
+    if poison:  # an id past the vocabulary: its embedding is NaN (isojax.models.embeddings.Embed), so is the loss
         ids[0, 1] = VOCAB
     return {
         "input_ids": ids,
@@ -47,7 +47,7 @@ def _batch(i, *, poison: bool = False):
 @pytest.fixture(scope="module")
 def setup():
     """A 1-layer classifier with IsoBN (batch statistics), dropout, and a balanced joint loss (balancer state)."""
-    cfg = EncoderConfig(
+    cfg = TransformerConfig(
         vocab_size=VOCAB,
         hidden_size=16,
         num_hidden_layers=1,

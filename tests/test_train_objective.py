@@ -18,11 +18,11 @@ import pytest
 from conftest import require, save_tiny_encoder
 
 from isojax import losses
-from isojax.models import EncoderConfig, build_encoder
+from isojax.models import TransformerConfig, build_encoder
 from isojax.train import fit
 from isojax.train.cli import config_from_argv
 from isojax.train.collectives import GLOBAL
-from isojax.train.config import TrainConfig, parse_regularizer
+from isojax.train.config import MethodConfig, TrainConfig, parse_regularizer
 from isojax.train.hyperparams import StepSchedule
 from isojax.train.model import TaskModel, TaskOutput, init_variables
 from isojax.train.objective import Objective, Regularizer, class_ids, resolve_auto_options, task_losses
@@ -149,6 +149,21 @@ def test_spectrum_c1_auto_is_the_top_singular_value_of_the_embeddings():
         resolve_auto_options((Regularizer("spectrum_pol", 1.0, "cls"),), PARAMS)
 
 
+@pytest.mark.parametrize("name", ["spectrum_pol", "spectrum_exp"])
+def test_spectrum_control_of_the_tokens_reads_only_their_real_rows(name):
+    """On the token cloud a padding row takes no part, whatever it holds (NaN here, as an out-of-vocabulary id's
+    embedding): the penalty is numpy's for the real rows with zero rows in the padding's place."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(6, 4))
+    mask = np.array([True, True, False, True, True, False])
+    poisoned = jnp.asarray(np.where(mask[:, None], x, np.nan), jnp.float32)
+    got = Regularizer(name, 1.0, "tokens", (("c1", 2.0),)).fn()(poisoned, jnp.asarray(mask), None, 2)
+    sigma = np.linalg.svd(np.where(mask[:, None], np.float32(x), 0.0), compute_uv=False)
+    k = np.arange(1, 5)
+    prior = 2.0 * k**-0.5 if name == "spectrum_pol" else 2.0 * np.exp(-0.005 * k)
+    np.testing.assert_allclose(got, np.sum((sigma - prior) ** 2), rtol=1e-5)
+
+
 def test_parse_regularizer():
     reg = parse_regularizer("persistent_entropy=0.25@tokens,bars=all,classwise=false,bins=3")
     assert (reg.name, reg.weight, reg.representation) == ("persistent_entropy", 0.25, "tokens")
@@ -166,10 +181,15 @@ def test_parse_regularizer():
         (lambda: Regularizer("cosine", representation="logits"), "unknown or unsupported representation 'logits'"),
         (lambda: Regularizer("istar", options=(("gamma", 1.0),)), r"unknown option\(s\) \['gamma'\]"),
         (
-            lambda: TrainConfig(regularizers=(Regularizer("persistent_entropy", options=(("bars", "some"),)),)),
+            lambda: TrainConfig(
+                method=MethodConfig(regularizers=(Regularizer("persistent_entropy", options=(("bars", "some"),)),))
+            ),
             "persistent_entropy@cls: bars must be 'selected' or 'all'",
         ),
-        (lambda: TrainConfig(regularizers=(Regularizer("istar", options=(("zeta", 2.0),)),)), "zeta must be"),
+        (
+            lambda: TrainConfig(method=MethodConfig(regularizers=(Regularizer("istar", options=(("zeta", 2.0),)),))),
+            "zeta must be",
+        ),
     ],
 )
 def test_bad_regularizers_raise(make, message):
@@ -274,7 +294,7 @@ def test_istar_with_a_data_reference_equals_the_isoscore_package():
 def _tiny_task_model():
     """A 1-layer, 16-wide random encoder with a 3-class head, dropout off (the step's forward is then the
     deterministic forward): ``(model, variables)``."""
-    cfg = EncoderConfig(
+    cfg = TransformerConfig(
         vocab_size=50,
         hidden_size=16,
         num_hidden_layers=1,
@@ -427,7 +447,8 @@ def test_weight_schedule_text_follows_its_closed_form_and_round_trips(text, clos
     np.testing.assert_allclose(
         [float(reg.weight(jnp.asarray(k, jnp.int32))) for k in range(12)], closed_form(t), rtol=1e-6, atol=1e-7
     )
-    saved = json.loads(json.dumps(TrainConfig(regularizers=(reg,)).to_json()))["regularizers"][0]
+    saved = json.loads(json.dumps(TrainConfig(method=MethodConfig(regularizers=(reg,))).to_json()))["method"]
+    saved = saved["regularizers"][0]
     assert saved["weight"] == str(reg.weight) and Regularizer(**saved) == reg
 
 
@@ -435,7 +456,8 @@ def test_constant_weights_keep_their_json_form():
     """A configuration without schedules writes the same JSON as before schedules existed (``dataclasses.asdict``
     of each regulariser), so checkpoints of earlier runs still resume."""
     regs = (Regularizer("isoscore", 0.5, "cls"), parse_regularizer("persistent_entropy=0.1@cls,bars=all"))
-    saved = json.loads(json.dumps(TrainConfig(regularizers=regs).to_json()))["regularizers"]
+    saved = json.loads(json.dumps(TrainConfig(method=MethodConfig(regularizers=regs)).to_json()))["method"]
+    saved = saved["regularizers"]
     assert saved == json.loads(json.dumps([dataclasses.asdict(r) for r in regs]))
 
 
@@ -488,7 +510,7 @@ def test_cli_weight_schedule_runs_compiled_once_and_logs_the_weight(default_mode
         [r["loss"] for r in train], [r["task"] + w * r["istar@cls"] for r, w in zip(train, weights)], rtol=1e-6
     )
     assert traces == ["linear:0.0:1.0:4:1"]
-    saved = json.load(open(out / "results.json"))["config"]["regularizers"]
+    saved = json.load(open(out / "results.json"))["config"]["method"]["regularizers"]
     assert saved == [
         {
             "name": "istar",
@@ -503,11 +525,12 @@ def test_cli_joint_alpha_takes_a_number_or_a_schedule():
     """``--joint-alpha`` is read by TrainConfig: a number as before, a schedule as a StepSchedule kept as text in
     the JSON; bad text names the field."""
     base = ["finetune", "--combine", "weighted", "--reg", "istar@cls"]
-    assert config_from_argv(base + ["--joint-alpha", "0.3"]).joint_alpha == 0.3
+    assert config_from_argv(base + ["--joint-alpha", "0.3"]).method.joint_alpha == 0.3
     config = config_from_argv(base + ["--joint-alpha", "linear:1:0.5:300"])
-    assert config.joint_alpha == StepSchedule("linear", (1.0, 0.5, 300))
-    assert config.to_json()["joint_alpha"] == "linear:1.0:0.5:300" and TrainConfig().to_json()["joint_alpha"] == 0.5
+    assert config.method.joint_alpha == StepSchedule("linear", (1.0, 0.5, 300))
+    assert config.to_json()["method"]["joint_alpha"] == "linear:1.0:0.5:300"
+    assert TrainConfig().to_json()["method"]["joint_alpha"] == 0.5
     with pytest.raises(ValueError, match="joint_alpha 'half' is not a number or a schedule"):
         config_from_argv(base + ["--joint-alpha", "half"])
-    with pytest.raises(ValueError, match=r"joint_alpha must be in \[0, 1\], got 1.5"):
+    with pytest.raises(ValueError, match=r"method.joint_alpha \(--joint-alpha\) must be in \[0, 1\], got 1.5"):
         config_from_argv(base + ["--joint-alpha", "1.5"])

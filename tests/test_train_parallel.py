@@ -13,7 +13,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from isojax import losses
-from isojax.models import EncoderConfig, build_encoder, partition_rules
+from isojax.models import TransformerConfig, build_encoder, partition_rules
 from isojax.train.collectives import GLOBAL, AxisCollectives
 from isojax.train.model import HEAD_PARTITION_RULES, TaskModel, init_variables
 from isojax.train.objective import Objective, Regularizer
@@ -40,7 +40,7 @@ def _batch(i):
 
 
 def _setup(dropout: float, *, isotropy: bool = True):
-    cfg = EncoderConfig(
+    cfg = TransformerConfig(
         vocab_size=90,
         hidden_size=16,
         num_hidden_layers=1,
@@ -149,7 +149,7 @@ def test_model_axis_shards_params_and_optimizer_moments_megatron_style(no_dropou
 
 
 def test_partition_spec_replicates_when_the_model_axis_does_not_divide(caplog):
-    rules = partition_rules(EncoderConfig()) + HEAD_PARTITION_RULES
+    rules = partition_rules(TransformerConfig()) + HEAD_PARTITION_RULES
     assert partition_spec("encoder/layer_0/attention/key/kernel", (16, 16), 2, rules) == P(None, "model")
     assert partition_spec("encoder/layer_0/attention/key/kernel", (16, 16), 1, rules) == P()
     assert partition_spec("head/classifier/kernel", (16, 3), 2, rules) == P()
@@ -159,7 +159,7 @@ def test_partition_spec_replicates_when_the_model_axis_does_not_divide(caplog):
 
 
 def test_a_parameter_without_a_partition_rule_is_an_error():
-    rules = partition_rules(EncoderConfig())
+    rules = partition_rules(TransformerConfig())
     with pytest.raises(ValueError, match="no partition rule names parameter 'encoder/layer_0/adapter/kernel'"):
         partition_spec("encoder/layer_0/adapter/kernel", (16, 16), 2, rules)
     assert partition_spec("opt_state/0/count", (), 2, rules, strict=False) == P()

@@ -16,8 +16,18 @@ import transformers
 from conftest import require
 
 from isojax.calibrate import FlowState, apply_flow
-from isojax.models import EncoderConfig, build_encoder, save_pretrained
-from isojax.train import TrainConfig, fit
+from isojax.models import TransformerConfig, build_encoder, save_pretrained
+from isojax.train import (
+    FlowConfig,
+    LoggingConfig,
+    MethodConfig,
+    ModelConfig,
+    OptimConfig,
+    PlacementConfig,
+    TaskConfig,
+    TrainConfig,
+    fit,
+)
 from isojax.train.cli import main
 from isojax.train.model import TaskModel, init_variables
 
@@ -106,7 +116,7 @@ def test_finetune_reverses_digit_strings_with_each_calibration_method(bart, reve
 def test_glue_flow_log_likelihood_is_the_fitted_flows_log_density():
     """TaskModel with a flow: the head reads f(sentence), and flow_log_likelihood = (log N(f(x)) + log|det|) / d
     of the fitted flow with the same parameters."""
-    cfg = EncoderConfig(
+    cfg = TransformerConfig(
         vocab_size=50,
         hidden_size=16,
         num_hidden_layers=1,
@@ -116,7 +126,9 @@ def test_glue_flow_log_likelihood_is_the_fitted_flows_log_density():
     )
     encoder = build_encoder(cfg)
     params = encoder.init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))["params"]
-    config = TrainConfig(task="rte", method="flow", flow_levels=2, flow_depth=2, flow_hidden=8)
+    config = TrainConfig(
+        task=TaskConfig(name="rte"), method=MethodConfig(name="flow"), flow=FlowConfig(levels=2, depth=2, hidden=8)
+    )
     model = TaskModel(encoder, num_labels=2, flow=config.make_flow())
     rng = np.random.default_rng(0)
     ids, mask = rng.integers(1, 50, (6, 8)).astype(np.int32), np.ones((6, 8), np.int32)
@@ -140,7 +152,7 @@ def test_glue_flow_log_likelihood_is_the_fitted_flows_log_density():
 
 
 def _encoder_dir(path, tokenizer):
-    cfg = EncoderConfig(
+    cfg = TransformerConfig(
         vocab_size=len(tokenizer),
         hidden_size=16,
         num_hidden_layers=1,
@@ -160,24 +172,13 @@ def test_glue_flow_finetune_runs_end_to_end(tmp_path, default_model_path):
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(default_model_path))
     model = _encoder_dir(tmp_path / "model", tokenizer)
     config = TrainConfig(
-        task="stsb",
-        model=model,
-        method="flow",
-        output_dir=str(tmp_path / "run"),
-        max_length=32,
-        batch_size=8,
-        eval_batch_size=16,
-        train_limit=40,
-        eval_limit=16,
-        steps=10,
-        devices=1,
-        log_every=1,
-        flow_levels=2,
-        flow_depth=2,
-        pooling="mean",
-        dropout=False,
-        transform_learning_rate=1e-2,
-        progress=False,
+        task=TaskConfig(name="stsb", max_length=32, train_limit=40, eval_limit=16),
+        model=ModelConfig(name=model, pooling="mean", dropout=False),
+        method=MethodConfig(name="flow"),
+        logging=LoggingConfig(output_dir=str(tmp_path / "run"), log_every=1, progress=False),
+        optim=OptimConfig(batch_size=8, eval_batch_size=16, steps=10, transform_learning_rate=1e-2),
+        placement=PlacementConfig(devices=1),
+        flow=FlowConfig(levels=2, depth=2),
     )
     result = fit(config)
     flow = [json.loads(x)["flow"] for x in open(tmp_path / "run" / "log.jsonl") if '"train"' in x]
@@ -204,7 +205,11 @@ def test_a_model_without_a_decoder_and_encoder_is_refused(kind, reversal, tmp_pa
         if kind == "encoder"
         else _gpt2_dir(tmp_path / "m")
     )
-    config = TrainConfig(task="seq2seq", data_source=reversal, model=model, output_dir=str(tmp_path / "run"))
+    config = TrainConfig(
+        task=TaskConfig(name="seq2seq", data_source=reversal),
+        model=ModelConfig(name=model),
+        logging=LoggingConfig(output_dir=str(tmp_path / "run")),
+    )
     with pytest.raises(ValueError, match=r"fine-tuning \(seq2seq\) needs an encoder-decoder; this (bert|gpt2) model"):
         fit(config)
 
@@ -213,27 +218,25 @@ def test_a_model_without_a_decoder_and_encoder_is_refused(kind, reversal, tmp_pa
     "kwargs, message",
     [
         (
-            dict(max_target_length=30),
+            {"seq2seq.max_target_length": 30},
             "max_target_length=30 is longer than the 24 positions of this bart model's decoder",
         ),
-        (dict(max_length=25), "max_length=25 is longer than the 24 positions"),
+        ({"task.max_length": 25}, "max_length=25 is longer than the 24 positions"),
         (
-            dict(num_beams=2, generation_max_length=40),
+            {"seq2seq.num_beams": 2, "seq2seq.generation_max_length": 40},
             r"max_length=40 must lie in \[2, 24\], the positions of this bart",
         ),
     ],
 )
 def test_lengths_beyond_the_positions_are_refused(bart, reversal, tmp_path, kwargs, message):
-    config = TrainConfig(
-        **{
-            **dict(
-                task="seq2seq",
-                data_source=reversal,
-                model=bart,
-                output_dir=str(tmp_path),
-                max_length=16,
-                max_target_length=16,
-            ),
+    config = TrainConfig().override(
+        {
+            "task.name": "seq2seq",
+            "task.data_source": reversal,
+            "model.name": bart,
+            "logging.output_dir": str(tmp_path),
+            "task.max_length": 16,
+            "seq2seq.max_target_length": 16,
             **kwargs,
         }
     )
@@ -244,19 +247,18 @@ def test_lengths_beyond_the_positions_are_refused(bart, reversal, tmp_path, kwar
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(method="softdecay"), "method 'softdecay' does not apply to the sequence-to-sequence task seq2seq"),
-        (dict(method="isoscore"), "does not apply"),
-        (dict(regularizers=("istar=1@cls",)), "has the representations"),
-        (dict(label_smoothing=1.0), r"label_smoothing must be in \[0, 1\)"),
-        (dict(task="wmt17"), "or a sequence-to-sequence task"),
-        (dict(scan_layers=True), "scan_layers and remat are for encoders"),
-        (dict(remat="dots"), "scan_layers and remat are for encoders"),
+        (
+            {"method.name": "softdecay"},
+            r"method.name \(--method\) 'softdecay' does not apply to the sequence-to-sequence task seq2seq",
+        ),
+        ({"method.name": "isoscore"}, "does not apply"),
+        ({"method.regularizers": "istar=1@cls"}, "has the representations"),
+        ({"seq2seq.label_smoothing": 1.0}, r"seq2seq.label_smoothing \(--label-smoothing\) must be in \[0, 1\)"),
+        ({"task.name": "wmt17"}, "or a sequence-to-sequence task"),
+        ({"model.scan_layers": True}, r"model.scan_layers and model.remat \(--scan-layers, --remat\) are for encoders"),
+        ({"model.remat": "dots"}, "are for encoders"),
     ],
 )
 def test_bad_seq2seq_configuration_raises_on_construction(kwargs, message):
-    from isojax.train.config import parse_regularizer
-
-    if "regularizers" in kwargs:
-        kwargs = dict(regularizers=tuple(parse_regularizer(r) for r in kwargs["regularizers"]))
     with pytest.raises(ValueError, match=message):
-        TrainConfig(**{"task": "seq2seq", **kwargs})
+        TrainConfig().override({"task.name": "seq2seq", **kwargs})

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import jax
 import numpy as np
 
-from isojax.models import EncoderConfig
+from isojax.models import TransformerConfig
 
 
 def median_ms(fn: Callable[[], object], *, warmup: int = 2, repeats: int = 10) -> float:
@@ -71,9 +71,9 @@ def add_model_arguments(ap, *, repeats: int) -> None:
     ap.add_argument("--repeats", type=int, default=repeats)
 
 
-def bert_config(args) -> EncoderConfig:
+def bert_config(args) -> TransformerConfig:
     """The BERT config of :func:`add_model_arguments`' ``args`` (feed-forward 4x as wide as the hidden states)."""
-    return EncoderConfig(
+    return TransformerConfig(
         num_hidden_layers=args.layers,
         hidden_size=args.hidden,
         num_attention_heads=args.heads,

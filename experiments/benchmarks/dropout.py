@@ -1,4 +1,4 @@
-"""isojax's dropout (:class:`isojax.models.layers.Dropout`) against ``flax.linen.Dropout``, interleaved in one process.
+"""isojax's dropout (:class:`isojax.models.dropout.Dropout`) against ``flax.linen.Dropout``, interleaved in one process.
 
     python -m experiments.benchmarks.dropout [--layers 6 --hidden 384 --heads 12 --batch 32 --length 128]
                                              [--repeats 7] [--skip-step]
@@ -21,13 +21,13 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-import isojax.models.layers as layers
 from experiments.benchmarks.common import add_model_arguments, bert_config, interleaved_ms, machine
 from experiments.benchmarks.throughput import random_batch
 from experiments.benchmarks.train_step import isojax_step, step_runner
-from isojax.models import EncoderConfig, build_encoder
+from isojax.models import TransformerConfig, attention, block, build_encoder, dropout, embeddings
 
-CLASSES = {"flax.linen.Dropout": nn.Dropout, "isojax Dropout": layers.Dropout}
+CLASSES = {"flax.linen.Dropout": nn.Dropout, "isojax Dropout": dropout.Dropout}
+USERS = (embeddings, attention, block)  # the modules whose layers build a Dropout, looked up when traced
 
 
 def print_times(title: str, times: dict[str, list[float]]) -> None:
@@ -50,16 +50,18 @@ def mask_fns(shape: tuple[int, ...]) -> dict[str, Callable[[], object]]:
     return fns
 
 
-def step_fns(cfg: EncoderConfig, batch: dict) -> dict[str, Callable[[], object]]:
+def step_fns(cfg: TransformerConfig, batch: dict) -> dict[str, Callable[[], object]]:
     params = build_encoder(cfg).init(jax.random.key(0), jnp.zeros((1, 2), jnp.int32))["params"]
     fns = {}
     for name, cls in CLASSES.items():
-        layers.Dropout = cls  # the layers look the class up when traced
+        for module in USERS:
+            module.Dropout = cls
         try:
             run = step_runner(*isojax_step(cfg, jax.tree.map(jnp.copy, params)), batch)  # the step donates its state
             jax.block_until_ready(run())  # traced now, with this class
         finally:
-            layers.Dropout = CLASSES["isojax Dropout"]
+            for module in USERS:
+                module.Dropout = CLASSES["isojax Dropout"]
         fns[name] = run
     return fns
 

@@ -18,12 +18,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments.benchmarks.common import interleaved_medians, machine, median_ms, report
-from isojax.models import EncoderConfig, build_encoder, config_to_hf
+from isojax.models import TransformerConfig, build_encoder, config_to_hf
 from isojax.models.bert import BERT_HF_NAMES
 from isojax.models.checkpoint import params_from_state_dict
 
 
-def forward_flops(cfg: EncoderConfig, batch: int, length: int) -> float:
+def forward_flops(cfg: TransformerConfig, batch: int, length: int) -> float:
     """Matmul FLOPs of one forward: 2 * tokens * (4H^2 + 2 H I) per layer plus 2 * 2 * B * L^2 * H attention."""
     h, i, n = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
     tokens = batch * length
@@ -47,7 +47,7 @@ def main(argv=None):
 
     threads = os.cpu_count()
     torch.set_num_threads(threads)
-    cfg = EncoderConfig.bert_base(num_hidden_layers=args.layers)
+    cfg = TransformerConfig.bert_base(num_hidden_layers=args.layers)
     torch.manual_seed(0)
     ref = transformers.BertModel(transformers.BertConfig(**config_to_hf(cfg))).eval()
     state = {k: v.numpy() for k, v in ref.state_dict().items()}

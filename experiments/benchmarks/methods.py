@@ -39,11 +39,11 @@ def stage_steps(run, data_dir: str, out: str) -> tuple[dict, int]:
     config = config_from_argv(run.arguments(out, data_dir))
     prepared = prepare(config)
     order = batch_indices(
-        len(prepared.train), config.batch_size, shuffle=True, seed=config.seed, epoch=0, drop_last=True
+        len(prepared.train), config.optim.batch_size, shuffle=True, seed=config.seed, epoch=0, drop_last=True
     )[:1]
     steps = {}
     for plan in prepared.plans:
-        batch = next(process_batches(prepared.train, order, plan.runner.process_rows(config.batch_size)))
+        batch = next(process_batches(prepared.train, order, plan.runner.process_rows(config.optim.batch_size)))
         state = plan.runner.place(create_state(prepared.variables, plan.optimizer, config.seed, step=plan.start))
         steps[plan.stage.name] = step_runner(plan.runner.train, state, batch)
     return steps, prepared.per_epoch

@@ -95,9 +95,9 @@ def bench_reference(args) -> None:
 
 
 def bench_encoder(args) -> None:
-    from isojax.models import EncoderConfig, build_encoder
+    from isojax.models import TransformerConfig, build_encoder
 
-    cfg = EncoderConfig.bert_base(num_hidden_layers=args.layers)
+    cfg = TransformerConfig.bert_base(num_hidden_layers=args.layers)
     rng = np.random.default_rng(0)
     ids = jnp.asarray(rng.integers(0, cfg.vocab_size, (args.batch, args.length)), jnp.int32)
     lengths = rng.integers(args.length // 2, args.length + 1, (args.batch, 1))

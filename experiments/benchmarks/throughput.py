@@ -25,11 +25,11 @@ import numpy as np
 from experiments.benchmarks.common import interleaved_ms, median_ms
 from experiments.benchmarks.encoder_forward import forward_flops
 from experiments.benchmarks.train_step import isojax_step, step_runner
-from isojax.models import EncoderConfig, build_encoder
+from isojax.models import TransformerConfig, build_encoder
 from isojax.softdecay import SoftDecay
 
 
-def random_batch(cfg: EncoderConfig, batch: int, length: int, seed: int = 0) -> dict:
+def random_batch(cfg: TransformerConfig, batch: int, length: int, seed: int = 0) -> dict:
     """Random token ids ``[batch, length]`` (every token real) and 2-class labels, on the device."""
     rng = np.random.default_rng(seed)
     ids = rng.integers(0, cfg.vocab_size, (batch, length)).astype(np.int32)
@@ -69,7 +69,7 @@ def _compile(fn, *args):
     return compiled, time.perf_counter() - start
 
 
-def build_step(cfg: EncoderConfig, dtype, batch: dict, transform=None):
+def build_step(cfg: TransformerConfig, dtype, batch: dict, transform=None):
     """``(run, info)``: ``run()`` takes one train step (its state carried between calls), ``info`` has the compile
     seconds and XLA's FLOP count."""
     ids, mask = batch["input_ids"][:1], batch["attention_mask"][:1]
@@ -79,7 +79,7 @@ def build_step(cfg: EncoderConfig, dtype, batch: dict, transform=None):
     return step_runner(compiled, state, batch), {"compile_s": seconds, "xla_flops": xla_flops(compiled)}
 
 
-def train_step(cfg: EncoderConfig, dtype, batch: dict, repeats: int):
+def train_step(cfg: TransformerConfig, dtype, batch: dict, repeats: int):
     """``(figures, run)``: median step time, tokens/s and TFLOP/s (analytic and XLA's) of the isojax train step in
     ``dtype``, and ``run`` (one more step) for timing it against others (:func:`softdecay_share`)."""
     b, n = batch["input_ids"].shape
@@ -88,7 +88,7 @@ def train_step(cfg: EncoderConfig, dtype, batch: dict, repeats: int):
     return {**_rates(ms, b * n, 3 * forward_flops(cfg, b, n), info["xla_flops"]), "compile_s": info["compile_s"]}, run
 
 
-def forward(cfg: EncoderConfig, dtype, batch: dict, repeats: int) -> dict:
+def forward(cfg: TransformerConfig, dtype, batch: dict, repeats: int) -> dict:
     """Median forward time, tokens/s and TFLOP/s of the encoder in ``dtype`` (float32 params, dropout off)."""
     b, n = batch["input_ids"].shape
     module = build_encoder(cfg, dtype=dtype)
@@ -100,7 +100,7 @@ def forward(cfg: EncoderConfig, dtype, batch: dict, repeats: int) -> dict:
     return {**_rates(ms, b * n, forward_flops(cfg, b, n), xla_flops(compiled)), "compile_s": seconds}
 
 
-def softdecay_share(cfg: EncoderConfig, dtype, batch: dict, methods, repeats: int, base, log=print) -> dict:
+def softdecay_share(cfg: TransformerConfig, dtype, batch: dict, methods, repeats: int, base, log=print) -> dict:
     """For each decomposition ``method``: the train step with ``SoftDecay(method=m)`` on the last layer against
     ``base`` (the step without it, from :func:`train_step`), interleaved over ``repeats`` rounds (module
     docstring). One SoftDecay step is alive at a time (BERT-base states are large). A strategy that fails to

@@ -32,7 +32,7 @@ from experiments.benchmarks.common import (
     report,
 )
 from experiments.benchmarks.encoder_forward import forward_flops
-from isojax.models import EncoderConfig, build_encoder, config_to_hf
+from isojax.models import TransformerConfig, build_encoder, config_to_hf
 from isojax.models.bert import BERT_HF_NAMES
 from isojax.models.checkpoint import params_from_state_dict
 from isojax.train.model import TaskModel, init_variables
@@ -44,7 +44,9 @@ from isojax.train.step import make_train_step
 LR, WD, CLIP = 2e-5, 0.01, 1.0
 
 
-def isojax_step(cfg: EncoderConfig, encoder_params, dtype=jnp.float32, last_layer_transform=None, **encoder_options):
+def isojax_step(
+    cfg: TransformerConfig, encoder_params, dtype=jnp.float32, last_layer_transform=None, **encoder_options
+):
     """``(jitted step, state)`` for a 2-class head on [CLS] with AdamW, clipping, dropout; ``encoder_params`` are
     those of ``build_encoder(cfg, last_layer_transform=last_layer_transform, **encoder_options)`` (e.g. a
     ``SoftDecay``; ``scan_layers=True``: params in the scanned layout)."""
@@ -140,7 +142,7 @@ def main(argv=None):
     print(f"steps/s: isojax {1e3 / jax_ms:.2f}, pytorch {1e3 / torch_ms:.2f}")
 
     if jax.devices()[0].platform == "gpu":
-        base = EncoderConfig.bert_base()
+        base = TransformerConfig.bert_base()
         base_params = build_encoder(base).init(jax.random.key(0), jnp.zeros((1, 2), jnp.int32))["params"]
         ids16 = rng.integers(0, base.vocab_size, (args.batch, args.length)).astype(np.int32)
         bf16_step = step_runner(

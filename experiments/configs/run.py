@@ -1,18 +1,20 @@
-"""Expand a GLUE or sequence-to-sequence run configuration (``experiments/configs/*.json``) into ``isojax finetune`` runs and run them.
+"""Expand a GLUE or sequence-to-sequence run configuration (``experiments/configs/*.json``) into fine-tuning runs
+(:class:`~isojax.train.config.TrainConfig`) and run them.
 
     python -m experiments.configs.run experiments/configs/isotropy_calibration_glue.json [--dry-run | --summary]
-        [--only task=rte,mrpc method=cosine] [--set devices=8 parallel=pmap] [--out runs]
+        [--only task.name=rte,mrpc method.name=cosine] [--set placement.devices=8 placement.parallel=pmap]
+        [--out runs]
 
-A configuration holds ``defaults`` (``isojax finetune`` options, named as on the command line without ``--``),
-a ``grid`` (option -> list of values; every combination is one run, ``seed`` included), and ``overrides``
-(``{"when": {option: value or [values]}, "set": {option: value}}``, applied in order to the runs that match).
-Each run writes to ``<out>/<config name>/<task>_<model>_<method>_seed<seed>/`` and resumes from there when
-started again. ``--dry-run`` prints the commands. ``--summary`` runs nothing: it reads the finished runs'
-``results.json`` and writes ``<out>/<config name>/summary.md``, the papers' table shape: per task and model, one
-line per method (``isotropy_layer``: stage 1 and stage 2) with the task metrics and the isotropy of the evaluated
-embeddings as mean ± std over seeds, and the number of runs still missing. A sequence-to-sequence task's table has
-its generation metrics (BLEU or ROUGE-1/2/L), I1 and I2 of the output embedding matrix and the seconds per epoch
-(isotropy-calibration-evaluation Tables 2, 3 and 5).
+A configuration holds ``defaults`` (in the shape of ``TrainConfig.to_json()``, only the settings that differ from
+its defaults), a ``grid`` (dotted setting -> list of values; every combination is one run, ``seed`` included), and
+``overrides`` (``{"when": {setting: value or [values]}, "set": {setting: value}}`` with dotted settings, applied in
+order to the runs that match). Each run writes to ``<out>/<config name>/<task>_<model>_<method>_seed<seed>/``
+(``logging.output_dir``) and resumes from there when started again. ``--dry-run`` prints each run's settings.
+``--summary`` runs nothing: it reads the finished runs' ``results.json`` and writes ``<out>/<config name>/summary.md``,
+the papers' table shape: per task and model, one line per method (``isotropy_layer``: stage 1 and stage 2) with the
+task metrics and the isotropy of the evaluated embeddings as mean ± std over seeds, and the number of runs still
+missing. A sequence-to-sequence task's table has its generation metrics (BLEU or ROUGE-1/2/L), I1 and I2 of the
+output embedding matrix and the seconds per epoch (isotropy-calibration-evaluation Tables 2, 3 and 5).
 """
 
 from __future__ import annotations
@@ -21,47 +23,36 @@ import argparse
 import itertools
 import json
 import os
-import shlex
 import sys
 from collections import defaultdict
+
+from isojax.train.config import TrainConfig
 
 
 def _matches(run: dict, when: dict) -> bool:
     return all(run.get(k) in (v if isinstance(v, list) else [v]) for k, v in when.items())
 
 
-def expand_runs(config: dict, name: str, out: str = "runs") -> list[dict]:
-    """Every run of ``config`` as a dict of ``isojax finetune`` options (see the module docstring)."""
+def expand_runs(config: dict, name: str, out: str = "runs") -> list[TrainConfig]:
+    """Every run of ``config`` (see the module docstring)."""
+    base = TrainConfig.from_json(config.get("defaults", {})).flat_json()
     grid = config["grid"]
     runs = []
     for values in itertools.product(*grid.values()):
-        run = {**config.get("defaults", {}), **dict(zip(grid, values))}
+        run = {**base, **dict(zip(grid, values))}
         for override in config.get("overrides", []):
             if _matches(run, override["when"]):
                 run.update(override["set"])
-        model = str(run["model"]).rstrip("/").split("/")[-1]
-        run.setdefault("out", os.path.join(out, name, f"{run['task']}_{model}_{run['method']}_seed{run['seed']}"))
-        runs.append(run)
+        model = str(run["model.name"]).rstrip("/").split("/")[-1]
+        if run["logging.output_dir"] == base["logging.output_dir"]:
+            run["logging.output_dir"] = os.path.join(
+                out, name, f"{run['task.name']}_{model}_{run['method.name']}_seed{run['seed']}"
+            )
+        runs.append(TrainConfig.from_json({}, {k: v for k, v in run.items() if "." in k or k == "seed"}))
     return runs
 
 
-def arguments(run: dict) -> list[str]:
-    """The ``isojax finetune`` argument list of a run dict."""
-    args = ["finetune"]
-    for key, value in run.items():
-        if value is True:
-            args.append(f"--{key}")
-        elif value is not False and value is not None:
-            args += [f"--{key}", str(value)]
-    return args
-
-
-def expand(config: dict, name: str, out: str = "runs") -> list[list[str]]:
-    """The ``isojax finetune`` argument lists of every run of ``config``."""
-    return [arguments(run) for run in expand_runs(config, name, out)]
-
-
-def summary(runs: list[dict], title: str) -> str:
+def summary(runs: list[TrainConfig], title: str) -> str:
     """Markdown tables of the finished runs (module docstring); a run without ``results.json`` counts as
     missing."""
     from experiments.report import ISOTROPY_COLUMNS, seeds_table
@@ -70,8 +61,8 @@ def summary(runs: list[dict], title: str) -> str:
 
     groups, missing = defaultdict(lambda: defaultdict(list)), defaultdict(int)
     for run in runs:
-        key = (str(run["task"]), str(run["model"]))
-        path = os.path.join(run["out"], "results.json")
+        key = (run.task.name, run.model.name)
+        path = os.path.join(run.logging.output_dir, "results.json")
         if not os.path.exists(path):
             missing[key] += 1
             continue
@@ -79,7 +70,7 @@ def summary(runs: list[dict], title: str) -> str:
             results = json.load(f)
         stages = results["stages"]
         for stage, evaluation in stages.items():
-            label = run["method"] if len(stages) == 1 else f"{run['method']}: {stage}"
+            label = run.method.name if len(stages) == 1 else f"{run.method.name}: {stage}"
             groups[key][label].append({**evaluation, **results.get("timing", {}).get(stage, {})})
     sections = [f"# {title}"]
     for key in sorted(set(groups) | set(missing)):
@@ -112,11 +103,13 @@ def _pairs(items: list[str]) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("config", help="a JSON run configuration")
-    ap.add_argument("--only", nargs="*", default=[], metavar="KEY=V1,V2", help="keep the runs with these values")
-    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="override an option in every run")
+    ap.add_argument(
+        "--only", nargs="*", default=[], metavar="SETTING=V1,V2", help="keep the runs with these values (dotted)"
+    )
+    ap.add_argument("--set", nargs="*", default=[], metavar="SETTING=VALUE", help="override a setting in every run")
     ap.add_argument("--out", default="runs", help="root of the run directories (default runs)")
     mode = ap.add_mutually_exclusive_group()
-    mode.add_argument("--dry-run", action="store_true", help="print the commands only")
+    mode.add_argument("--dry-run", action="store_true", help="print the runs' settings only")
     mode.add_argument("--summary", action="store_true", help="tabulate the finished runs (module docstring)")
     args = ap.parse_args(argv)
     with open(args.config) as f:
@@ -125,10 +118,10 @@ def main(argv=None) -> int:
     config["overrides"] = config.get("overrides", []) + [{"when": {}, "set": _pairs(args.set)}]
     only = {k: [str(x) for x in (v if isinstance(v, list) else [v])] for k, v in _pairs(args.only).items()}
     runs = expand_runs(config, name, args.out)
-    unknown = sorted(k for k in only if k not in runs[0])
+    unknown = sorted(k for k in only if k not in runs[0].flat_json())
     if unknown:
-        raise SystemExit(f"--only: {', '.join(unknown)} is not an option of these runs ({', '.join(runs[0])})")
-    runs = [r for r in runs if all(str(r[k]) in v for k, v in only.items())]
+        raise SystemExit(f"--only: {', '.join(unknown)} is not a setting ({', '.join(runs[0].flat_json())})")
+    runs = [r for r in runs if all(str(r.flat_json()[k]) in v for k, v in only.items())]
     print(f"{name}: {len(runs)} runs ({config.get('paper', '')})")
     if args.summary:
         path = os.path.join(args.out, name, "summary.md")
@@ -137,12 +130,12 @@ def main(argv=None) -> int:
             f.write(summary(runs, f"{name}: {config.get('paper', '')}"))
         print(open(path).read() + f"written: {path}")
         return 0
-    from isojax.cli import main as isojax_main
+    from isojax.train.loop import fit
 
     for run in runs:
-        print("isojax " + shlex.join(arguments(run)), flush=True)
-        if not args.dry_run and isojax_main(arguments(run)) != 0:
-            return 1
+        print(json.dumps(run.to_json()), flush=True)
+        if not args.dry_run:
+            fit(run)
     return 0
 
 

@@ -33,6 +33,7 @@ flow``), whose parameters and constants are those of a :class:`FlowState`.
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import flax.linen as nn
 import jax
@@ -468,7 +469,10 @@ def apply_flow(state: FlowState, x):
       True
     """
     x, ok = _check_rows(x, state, "x")
-    z, logdet = state.module.apply(state.variables, x.reshape(-1, x.shape[-1]), reverse=False)
+    # apply without mutable= returns the output alone (flax declares the (output, variables) case too)
+    z, logdet = cast(
+        tuple[jax.Array, jax.Array], state.module.apply(state.variables, x.reshape(-1, x.shape[-1]), reverse=False)
+    )
     return nan_unless(ok, (z.reshape(x.shape), jnp.broadcast_to(logdet, x.shape[:-1])))
 
 
@@ -492,7 +496,7 @@ def invert_flow(state: FlowState, z):
       True
     """
     z, ok = _check_rows(z, state, "z")
-    x = state.module.apply(state.variables, z.reshape(-1, z.shape[-1]), reverse=True)
+    x = cast(jax.Array, state.module.apply(state.variables, z.reshape(-1, z.shape[-1]), reverse=True))
     return nan_unless(ok, x.reshape(z.shape))
 
 

@@ -14,7 +14,7 @@ from isojax._validate import check_finite_rows, check_float, nan_unless
 def _identity(key, shape, dtype=jnp.float32):
     """Kernel initialiser ``I`` (``shape = (d, d)``)."""
     del key
-    return jnp.eye(*shape, dtype=dtype)
+    return jnp.eye(shape[0], shape[1], dtype=dtype)
 
 
 class IsotropyLayer(nn.Module):

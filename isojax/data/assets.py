@@ -124,7 +124,12 @@ def read_members(archive: Path, inners) -> dict[str, bytes]:
             return {inner: zf.read(pick(names, inner)) for inner in inners}
     with tarfile.open(archive) as tf:
         names = [m.name for m in tf.getmembers() if m.isfile()]
-        return {inner: tf.extractfile(pick(names, inner)).read() for inner in inners}
+        out = {}
+        for inner in inners:
+            member = tf.extractfile(pick(names, inner))
+            assert member is not None  # names holds regular files only, which always extract
+            out[inner] = member.read()
+        return out
 
 
 def fetch(names=None, cache_dir=None) -> Path:

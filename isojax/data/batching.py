@@ -196,6 +196,6 @@ def batches(
     if not isinstance(start, int) or not 0 <= start <= total:
         raise ValueError(f"start must be an integer batch index in [0, {total}], got {start!r}")
     bucket_length(0, buckets)  # validates buckets now rather than at the first batch
-    order = np.random.default_rng([int(seed), epoch]).permutation(n) if shuffle else np.arange(n)
+    order = np.random.default_rng([int(seed), epoch]).permutation(n) if shuffle and seed is not None else np.arange(n)
     # Arguments are checked above, when batches() is called; the generator only slices.
     return (_take(data, order[k * batch_size : (k + 1) * batch_size], buckets) for k in range(start, total))

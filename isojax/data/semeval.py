@@ -94,9 +94,9 @@ def read_sts_release(directory, subsets: Sequence[str] | None = None) -> tuple[l
     file is skipped with a logged note; a named sub-corpus that lacks either file is a ``FileNotFoundError``.
     """
     found = sts_release_files(directory)
-    for gold, inputs in found.values():
-        if inputs is None:
-            log.info("%s: skipped, no input file %s", gold, gold.name.replace(".gs.", ".input.", 1))
+    for gold_file, input_file in found.values():
+        if input_file is None:
+            log.info("%s: skipped, no input file %s", gold_file, gold_file.name.replace(".gs.", ".input.", 1))
     if subsets is None:
         subsets = [name for name, (_, inputs) in found.items() if inputs is not None]
     s1, s2, scores = [], [], []

@@ -289,7 +289,8 @@ def load_table(source, split: str, *, config: str | None = None) -> Table:
         pieces = [(f"{source}{'/' + config if config else ''} [{split}]", ds.to_dict(), None)]
 
     columns: dict[str, list] = {}
-    parts, start = [], 0
+    parts: list[_Part] = []
+    start = 0
     for name, piece, first_line in pieces:  # piece: {column: values}, from one Arrow conversion
         if parts and sorted(piece) != sorted(columns):
             raise ValueError(f"{name}: columns {sorted(piece)} differ from {sorted(columns)} in {parts[0].name}")

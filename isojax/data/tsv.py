@@ -48,7 +48,7 @@ def read_tsv(path, names: Sequence[str] | None = None, *, extra: Sequence[str] =
             if len(set(header + extra)) != len(header) + len(extra):
                 raise ValueError(f"{path}: field names must be distinct, got {header + extra}")
             widths = (len(header), len(header) + len(extra)) if extra else (len(header),)
-            columns = {name: [] for name in header + extra}
+            columns: dict[str, list[str | None]] = {name: [] for name in header + extra}
             lines = []
             for row in reader:
                 if len(row) not in widths:
@@ -57,8 +57,8 @@ def read_tsv(path, names: Sequence[str] | None = None, *, extra: Sequence[str] =
                         f"{path}: line {reader.line_num}: expected {expected} tab-separated fields "
                         f"({', '.join(header + extra)}), got {len(row)}"
                     )
-                row = row + [None] * (widths[-1] - len(row))
-                for values, value in zip(columns.values(), row):
+                padded: list[str | None] = [*row, *[None] * (widths[-1] - len(row))]
+                for values, value in zip(columns.values(), padded):
                     values.append(value)
                 lines.append(reader.line_num)
     except UnicodeDecodeError:

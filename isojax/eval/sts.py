@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -189,14 +190,14 @@ def evaluate_pairs(a: np.ndarray, b: np.ndarray, gold, transform: Transform, *, 
 def search_alpha(a, b, gold, alphas: Sequence[float] = DEFAULT_ALPHAS) -> tuple[float, dict[float, float]]:
     """The SoftDecay α with the best Spearman on a (dev) set; returns ``(best alpha, {alpha: spearman})``."""
     scores = {alpha: evaluate_pairs(a, b, gold, Transform("softdecay", alpha=alpha))["spearman"] for alpha in alphas}
-    return max(scores, key=scores.get), scores
+    return max(scores, key=scores.__getitem__), scores
 
 
 def evaluate_sets(
     pairs: dict[str, tuple],
     transforms: Sequence[Transform],
     *,
-    dev: tuple | None = None,
+    dev: tuple[Any, Any, Any] | None = None,
     alphas: Sequence[float] = DEFAULT_ALPHAS,
     isotropy: bool = False,
 ) -> dict:
@@ -213,7 +214,7 @@ def evaluate_sets(
       ``{"sets": {label: [evaluate_pairs row per transform]}, "average": {transform label: mean Spearman over
       the sets}, "alpha_search": {"spearman": {α: Spearman on dev}, "best": α}}`` (the last only with ``dev``).
     """
-    out = {}
+    out: dict[str, Any] = {}
     if dev is not None and any(t.method == "softdecay" for t in transforms):
         best, scores = search_alpha(*dev, alphas)
         transforms = [dataclasses.replace(t, alpha=best) if t.method == "softdecay" else t for t in transforms]

@@ -74,15 +74,17 @@ def evaluate_wordsim(w, tokenizer, data, *, similarity: str = "cosine") -> dict:
 
 
 def embedding_isotropy(w) -> dict[str, float]:
-    """Table 1 of too-much-in-common: I(W), I(W_c) centered, I(W_r) all-but-the-top, avg ||e(w)||, ||mu||,
-    and their ratio (I = partition-function isotropy, :func:`isojax.metrics.partition_isotropy`)."""
+    """Table 1 of too-much-in-common: the partition-function isotropy (:func:`isojax.metrics.partition_isotropy`)
+    ``I1`` (the paper's I(W)) and ``I2`` of the matrix ``W [V, d]`` raw, ``I1_centered`` / ``I2_centered`` (I(W_c))
+    and ``I1_abtt`` / ``I2_abtt`` after all-but-the-top (I(W_r)); ``avg_norm`` avg ||e(w)||, ``mean_norm`` ||mu||,
+    and their ratio ``mean_norm_ratio``."""
     w = np.asarray(w, np.float32)
     mu = w.mean(0)
     avg_norm = float(np.linalg.norm(w, axis=1).mean())
     out = {}
-    for name, method in (("I(W)", "raw"), ("I(W_c)", "center"), ("I(W_r)", "abtt")):
+    for suffix, method in (("", "raw"), ("_centered", "center"), ("_abtt", "abtt")):
         i1, i2 = jax.jit(metrics.partition_isotropy)(transform_embeddings(w, method))  # one compilation per shape
-        out[name], out[name.replace("I(", "I2(")] = float(i1), float(i2)
+        out[f"I1{suffix}"], out[f"I2{suffix}"] = float(i1), float(i2)
     out.update(
         {
             "avg_norm": avg_norm,

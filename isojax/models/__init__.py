@@ -5,22 +5,15 @@ decoding with a key/value cache (:mod:`isojax.models.generate`)."""
 from isojax.models.albert import AlbertModel
 from isojax.models.bart import BartModel
 from isojax.models.bert import BertModel
-from isojax.models.config import EncoderConfig
+from isojax.models.cache import Cache, init_cache
+from isojax.models.config import TransformerConfig
 from isojax.models.distilbert import DistilBertModel
+from isojax.models.encoder import EncoderModel
 from isojax.models.gpt2 import GPT2Model
 from isojax.models.heads import MaskedLMHead
 from isojax.models.hub import DEFAULT_MODEL, from_pretrained, load_mlm_head, resolve, save_pretrained
-from isojax.models.layers import (
-    Cache,
-    DecoderOutput,
-    EncoderModel,
-    EncoderOutput,
-    Seq2SeqOutput,
-    init_cache,
-    to_scanned,
-    to_unscanned,
-)
 from isojax.models.mpnet import MPNetModel
+from isojax.models.outputs import DecoderOutput, EncoderOutput, Seq2SeqOutput
 from isojax.models.registry import (
     ARCHITECTURES,
     SUPPORTED_MODEL_TYPES,
@@ -40,6 +33,7 @@ from isojax.models.registry import (
     word_embeddings,
 )
 from isojax.models.roberta import RobertaModel
+from isojax.models.scan import to_scanned, to_unscanned
 
 __all__ = [
     "ARCHITECTURES",
@@ -52,7 +46,6 @@ __all__ = [
     "Cache",
     "DecoderOutput",
     "DistilBertModel",
-    "EncoderConfig",
     "EncoderModel",
     "EncoderOutput",
     "GPT2Model",
@@ -60,6 +53,7 @@ __all__ = [
     "MaskedLMHead",
     "RobertaModel",
     "Seq2SeqOutput",
+    "TransformerConfig",
     "architecture",
     "build_encoder",
     "build_model",

@@ -6,12 +6,14 @@ blocks applied in order. ``hidden_states`` records every block that runs, as Hug
 """
 
 from isojax.models.checkpoint import HFNames
-from isojax.models.config import EncoderConfig, bert_style_fields, bert_style_hf, check_absolute_positions
+from isojax.models.config import TransformerConfig, bert_style_fields, bert_style_hf, check_absolute_positions
+from isojax.models.encoder import EncoderModel
 from isojax.models.heads import MLMHeadNames
-from isojax.models.layers import Encoder, EncoderModel, ScanSegment
+from isojax.models.scan import ScanSegment
+from isojax.models.stack import TransformerStack
 
 
-class AlbertEncoder(Encoder):
+class AlbertStack(TransformerStack):
     """Blocks ``group_{g}_layer_{j}``, shared by the layers of group g."""
 
     def layout(self):
@@ -41,16 +43,16 @@ class AlbertEncoder(Encoder):
 
 
 class AlbertModel(EncoderModel):
-    """ALBERT encoder with pooler; see :class:`isojax.models.layers.EncoderModel` for inputs and outputs."""
+    """ALBERT encoder with pooler; see :class:`isojax.models.encoder.EncoderModel` for inputs and outputs."""
 
-    encoder_cls = AlbertEncoder
+    stack_cls = AlbertStack
 
 
-def config_from_hf(hf) -> EncoderConfig:
-    """:class:`EncoderConfig` of an ALBERT ``config.json`` (factorised embeddings, shared groups, no dropout
+def config_from_hf(hf) -> TransformerConfig:
+    """:class:`TransformerConfig` of an ALBERT ``config.json`` (factorised embeddings, shared groups, no dropout
     after the feed-forward output)."""
     check_absolute_positions(hf)
-    return EncoderConfig(
+    return TransformerConfig(
         **bert_style_fields(hf, hidden_act="gelu_new"),
         embedding_size=hf.get("embedding_size", 128),
         num_hidden_groups=hf.get("num_hidden_groups", 1),
@@ -60,7 +62,7 @@ def config_from_hf(hf) -> EncoderConfig:
     )
 
 
-def config_to_hf(config: EncoderConfig) -> dict:
+def config_to_hf(config: TransformerConfig) -> dict:
     return bert_style_hf(
         config,
         "AlbertModel",

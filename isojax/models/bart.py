@@ -22,17 +22,11 @@ import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
 from isojax.models.checkpoint import HFNames
-from isojax.models.config import REQUIRED, EncoderConfig, check_supported, renamed_fields, renamed_hf
-from isojax.models.layers import (
-    DecoderOutput,
-    Embeddings,
-    Encoder,
-    EncoderOutput,
-    Seq2SeqOutput,
-    WordEmbeddings,
-    tied_logits,
-    validate_inputs,
-)
+from isojax.models.config import REQUIRED, TransformerConfig, check_supported, renamed_fields, renamed_hf
+from isojax.models.embeddings import Embeddings, WordEmbeddings, tied_logits
+from isojax.models.inputs import validate_inputs
+from isojax.models.outputs import DecoderOutput, EncoderOutput, Seq2SeqOutput
+from isojax.models.stack import TransformerStack
 
 _POSITION_OFFSET = 2  # BartLearnedPositionalEmbedding.offset
 
@@ -42,20 +36,20 @@ class BartModel(nn.Module):
 
     ``__call__(input_ids, attention_mask, decoder_input_ids, decoder_attention_mask)`` is the teacher-forced forward
     (``decoder_input_ids`` required: the targets shifted right behind the decoder start token) and returns a
-    :class:`~isojax.models.layers.Seq2SeqOutput`. :meth:`encode` and :meth:`decode` are its two halves, for
+    :class:`~isojax.models.outputs.Seq2SeqOutput`. :meth:`encode` and :meth:`decode` are its two halves, for
     decoding with a cache (call them with ``module.apply(..., method="encode")``).
     """
 
-    config: EncoderConfig
+    config: TransformerConfig
     dtype: Any = jnp.float32
 
     def setup(self):
         cfg, dec = self.config, self.config.decoder_config()
         self.embeddings = WordEmbeddings(cfg, self.dtype)
         self.encoder_embeddings = Embeddings(cfg, self.dtype)
-        self.encoder = Encoder(cfg, self.dtype)
+        self.encoder = TransformerStack(cfg, self.dtype)
         self.decoder_embeddings = Embeddings(dec, self.dtype)
-        self.decoder = Encoder(dec, self.dtype, causal=True, cross_attention=True)
+        self.decoder = TransformerStack(dec, self.dtype, causal=True, cross_attention=True)
         self.final_logits_bias = self.param("final_logits_bias", nn.initializers.zeros, (1, cfg.vocab_size))
 
     def encode(
@@ -82,7 +76,7 @@ class BartModel(nn.Module):
         """The decoder: ``decoder_input_ids [B, L]`` attending to ``encoder_hidden_states [B, S, H]`` (real tokens
         ``encoder_attention_mask [B, S]``, default all) -> :class:`DecoderOutput` with ``logits [B, L, vocab_size]``.
 
-        With ``cache`` (:func:`~isojax.models.layers.init_cache` of the decoder config), the tokens are appended at
+        With ``cache`` (:func:`~isojax.models.cache.init_cache` of the decoder config), the tokens are appended at
         its slots and the cross-attention keys/values are computed on the first call, then reused.
         ``head_transform(h [B, L, H], mask [B, L]) -> [B, L, H]``, when given, maps the decoder's last hidden state
         before the LM head (a callable bound to the module that owns its parameters); ``last_hidden_state`` is the
@@ -147,7 +141,7 @@ class BartModel(nn.Module):
         return Seq2SeqOutput(encoder, decoder)
 
 
-# BART's config.json name -> EncoderConfig field, and transformers' BartConfig defaults (MBartConfig: no
+# BART's config.json name -> TransformerConfig field, and transformers' BartConfig defaults (MBartConfig: no
 # decoder_start_token_id)
 _NAMES = {
     "vocab_size": "vocab_size",
@@ -199,14 +193,14 @@ _FIXED = {"encoder_layerdrop": 0.0, "decoder_layerdrop": 0.0, "tie_word_embeddin
 _ARCHITECTURES = {"bart": "BartForConditionalGeneration", "mbart": "MBartForConditionalGeneration"}
 
 
-def config_from_hf(hf) -> EncoderConfig:
-    """:class:`EncoderConfig` of a BART or mBART ``config.json`` (mBART: pre-LN; LayerNorm epsilon 1e-5, torch's
+def config_from_hf(hf) -> TransformerConfig:
+    """:class:`TransformerConfig` of a BART or mBART ``config.json`` (mBART: pre-LN; LayerNorm epsilon 1e-5, torch's
     default; the position tables have ``max_position_embeddings + 2`` rows)."""
     check_supported(hf, _FIXED)
     defaults = dict(_DEFAULTS, decoder_start_token_id=None) if hf["model_type"] == "mbart" else _DEFAULTS
     fields = renamed_fields(hf, _NAMES, defaults)
     fields["max_position_embeddings"] += _POSITION_OFFSET
-    return EncoderConfig(
+    return TransformerConfig(
         **fields,
         type_vocab_size=0,
         layer_norm_eps=1e-5,
@@ -215,7 +209,7 @@ def config_from_hf(hf) -> EncoderConfig:
     )
 
 
-def config_to_hf(config: EncoderConfig) -> dict:
+def config_to_hf(config: TransformerConfig) -> dict:
     out = renamed_hf(config, _NAMES, _ARCHITECTURES[config.model_type])
     out["max_position_embeddings"] -= _POSITION_OFFSET
     return out
@@ -260,3 +254,6 @@ BART_HF_NAMES = HFNames(
 """Hugging Face names of BART and mBART (the same module names; mBART adds each stack's ``layer_norm``)."""
 
 BART_PARTITION_RULES = ((r"(^|/)final_logits_bias$", P()),)
+
+BART_BUFFERS = ("final_logits_bias",)
+"""Top-level params that are buffers in transformers (``final_logits_bias``: registered, never trained)."""

@@ -1,22 +1,22 @@
 """BERT (Devlin et al. 2019): the shared encoder as it is, and its Hugging Face parameter names."""
 
 from isojax.models.checkpoint import HFNames
-from isojax.models.config import EncoderConfig, bert_style_fields, bert_style_hf, check_absolute_positions
+from isojax.models.config import TransformerConfig, bert_style_fields, bert_style_hf, check_absolute_positions
+from isojax.models.encoder import EncoderModel
 from isojax.models.heads import MLMHeadNames
-from isojax.models.layers import EncoderModel
 
 
 class BertModel(EncoderModel):
-    """BERT encoder with pooler; see :class:`isojax.models.layers.EncoderModel` for inputs and outputs."""
+    """BERT encoder with pooler; see :class:`isojax.models.encoder.EncoderModel` for inputs and outputs."""
 
 
-def config_from_hf(hf) -> EncoderConfig:
-    """:class:`EncoderConfig` of a BERT ``config.json``."""
+def config_from_hf(hf) -> TransformerConfig:
+    """:class:`TransformerConfig` of a BERT ``config.json``."""
     check_absolute_positions(hf)
-    return EncoderConfig(**bert_style_fields(hf))
+    return TransformerConfig(**bert_style_fields(hf))
 
 
-def config_to_hf(config: EncoderConfig) -> dict:
+def config_to_hf(config: TransformerConfig) -> dict:
     return bert_style_hf(config, "BertModel")
 
 

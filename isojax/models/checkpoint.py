@@ -1,7 +1,7 @@
 """Hugging Face checkpoints <-> isojax params.
 
 A Hugging Face state dict is a flat ``{name: array}`` with PyTorch layouts; isojax params are a nested dict with
-canonical names (see :mod:`isojax.models.layers`). Each architecture declares an :class:`HFNames` that maps the
+canonical names (see :mod:`isojax.models.block`). Each architecture declares an :class:`HFNames` that maps the
 module path of every parameter to its Hugging Face module name; leaves map as::
 
     Dense  kernel [in, out]  <->  weight [out, in] (transposed; GPT-2's Conv1D stores [in, out] as it is)
@@ -25,7 +25,6 @@ import logging
 import os
 import re
 from collections.abc import Mapping
-from typing import NamedTuple
 
 import numpy as np
 from flax import traverse_util
@@ -42,7 +41,8 @@ _BUFFERS = re.compile(r"(^|\.)(position_ids|token_type_ids)$")  # non-persistent
 _ENCODER_NAMESPACES = ("embeddings.", "encoder.", "transformer.", "pooler.")
 
 
-class Fused(NamedTuple):
+@dataclasses.dataclass(frozen=True)
+class Fused:
     """Part ``index`` of ``count`` equal slices, along the output features, of the Hugging Face module ``module``."""
 
     module: str
@@ -50,7 +50,8 @@ class Fused(NamedTuple):
     count: int
 
 
-class Slot(NamedTuple):
+@dataclasses.dataclass(frozen=True)
+class Slot:
     """Where a parameter lives in a Hugging Face state dict: ``key``, and its slice ``index`` of ``count``."""
 
     key: str

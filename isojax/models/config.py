@@ -3,7 +3,7 @@
 Each architecture names the same quantities differently in its Hugging Face ``config.json`` (DistilBERT's
 ``dim``/``n_layers``, ALBERT's ``embedding_size``, GPT-2's ``n_embd``, BART's ``d_model``/``encoder_layers``); the
 translation lives in the architecture's own file (``config_from_hf`` / ``config_to_hf``, reached through
-:mod:`isojax.models.registry`). :class:`EncoderConfig` holds the quantities under BERT's names plus the few switches
+:mod:`isojax.models.registry`). :class:`TransformerConfig` holds the quantities under BERT's names plus the few switches
 that say where the architectures really differ.
 """
 
@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-_ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "silu", "swish", "tanh")
+from isojax.models.activations import ACTIVATIONS
 
 REQUIRED = object()
 """Marks a ``config.json`` key without a default: a file that lacks it is rejected."""
@@ -37,8 +37,8 @@ _BERT_FIELDS = {
 
 
 @dataclasses.dataclass(frozen=True)
-class EncoderConfig:
-    """Hyper-parameters of a transformer, under BERT's names (the name is historical: GPT-2 and BART use it too).
+class TransformerConfig:
+    """Hyper-parameters of a transformer (a BERT-family encoder, GPT-2, BART or mBART), under BERT's names.
 
     Beyond Hugging Face's attributes it has these.
 
@@ -47,7 +47,7 @@ class EncoderConfig:
       num_hidden_groups, inner_group_num: ALBERT's parameter sharing (layer i uses group
         ``i * num_hidden_groups // num_hidden_layers``; each group holds ``inner_group_num`` blocks).
       sinusoidal_pos_embds: DistilBERT's option: the position table starts as the fixed sinusoidal table
-        (:func:`isojax.models.layers.sinusoidal_init`) instead of random values. It stays a trainable parameter,
+        (:func:`isojax.models.embeddings.sinusoidal_init`) instead of random values. It stays a trainable parameter,
         as in transformers 5 (freeze it with an optax mask); a loaded checkpoint's table replaces it either way.
       embedding_projection: whether a dense layer maps the embeddings to hidden_size (ALBERT).
       attention_output_dropout, ffn_output_dropout: whether dropout follows the attention output
@@ -119,8 +119,8 @@ class EncoderConfig:
                 f"decoder_layers={self.decoder_layers} needs decoder_attention_heads and decoder_ffn_dim "
                 f"(got {self.decoder_attention_heads} and {self.decoder_ffn_dim})"
             )
-        if self.hidden_act not in _ACTIVATIONS:
-            raise ValueError(f"unsupported hidden_act {self.hidden_act!r}; expected one of {_ACTIVATIONS}")
+        if self.hidden_act not in ACTIVATIONS:
+            raise ValueError(f"unsupported hidden_act {self.hidden_act!r}; expected one of {tuple(ACTIVATIONS)}")
         if self.num_hidden_layers % self.num_hidden_groups:
             raise ValueError(
                 f"num_hidden_layers ({self.num_hidden_layers}) must be divisible by num_hidden_groups "
@@ -139,7 +139,7 @@ class EncoderConfig:
         """Longest input the position embeddings cover."""
         return self.max_position_embeddings - self.position_offset
 
-    def decoder_config(self) -> EncoderConfig:
+    def decoder_config(self) -> TransformerConfig:
         """The config of an encoder-decoder's decoder stack: its depth, heads and feed-forward width."""
         if not self.decoder_layers:
             raise ValueError(f"{self.model_type} has no separate decoder (decoder_layers = 0)")
@@ -151,13 +151,13 @@ class EncoderConfig:
         )
 
     @classmethod
-    def bert_base(cls, **overrides) -> EncoderConfig:
+    def bert_base(cls, **overrides) -> TransformerConfig:
         """BERT-base (12 layers, 768 wide, 12 heads) with random weights, for benchmarks and tests."""
         return cls(**overrides)
 
 
 def renamed_fields(hf: Mapping[str, Any], names: Mapping[str, str], defaults: Mapping[str, Any]) -> dict[str, Any]:
-    """:class:`EncoderConfig` fields from a ``config.json`` that uses its own names.
+    """:class:`TransformerConfig` fields from a ``config.json`` that uses its own names.
 
     ``names`` maps a ``config.json`` key to its field; a key the file lacks takes ``defaults[key]`` (the default of
     the transformers config class); a :data:`REQUIRED` key that is missing raises ``ValueError`` naming it.
@@ -172,7 +172,7 @@ def renamed_fields(hf: Mapping[str, Any], names: Mapping[str, str], defaults: Ma
     return dict(out, model_type=hf["model_type"], hf_config=dict(hf))
 
 
-def renamed_hf(config: EncoderConfig, names: Mapping[str, str], architecture: str, **extra) -> dict[str, Any]:
+def renamed_hf(config: TransformerConfig, names: Mapping[str, str], architecture: str, **extra) -> dict[str, Any]:
     """Inverse of :func:`renamed_fields` for a config made in code: the ``config.json`` keys plus ``extra``."""
     return dict(
         {key: getattr(config, field) for key, field in names.items()},
@@ -183,7 +183,7 @@ def renamed_hf(config: EncoderConfig, names: Mapping[str, str], architecture: st
 
 
 def bert_style_fields(hf: Mapping[str, Any], **defaults) -> dict[str, Any]:
-    """The :class:`EncoderConfig` fields a config.json written under BERT's names carries.
+    """The :class:`TransformerConfig` fields a config.json written under BERT's names carries.
 
     ``defaults`` override BERT's defaults for keys the file may omit (RoBERTa's ``pad_token_id=1``); a required
     key (sizes, vocabulary) that is missing raises ``ValueError`` naming it. ``hf_config`` keeps the file.
@@ -191,7 +191,7 @@ def bert_style_fields(hf: Mapping[str, Any], **defaults) -> dict[str, Any]:
     return renamed_fields(hf, {name: name for name in _BERT_FIELDS}, {**_BERT_FIELDS, **defaults})
 
 
-def bert_style_hf(config: EncoderConfig, architecture: str, **extra) -> dict[str, Any]:
+def bert_style_hf(config: TransformerConfig, architecture: str, **extra) -> dict[str, Any]:
     """Inverse of :func:`bert_style_fields` for a config made in code: BERT's names plus ``extra``."""
     return renamed_hf(config, {name: name for name in _BERT_FIELDS}, architecture, **extra)
 

@@ -1,9 +1,9 @@
 """DistilBERT (Sanh et al. 2019): no token types, no pooler, its own parameter names."""
 
 from isojax.models.checkpoint import HFNames
-from isojax.models.config import REQUIRED, EncoderConfig, renamed_fields, renamed_hf
+from isojax.models.config import REQUIRED, TransformerConfig, renamed_fields, renamed_hf
+from isojax.models.encoder import EncoderModel
 from isojax.models.heads import MLMHeadNames
-from isojax.models.layers import EncoderModel
 
 
 class DistilBertModel(EncoderModel):
@@ -12,7 +12,7 @@ class DistilBertModel(EncoderModel):
     has_pooler = False
 
 
-# DistilBERT's config.json name -> EncoderConfig field
+# DistilBERT's config.json name -> TransformerConfig field
 _NAMES = {
     "vocab_size": "vocab_size",
     "dim": "hidden_size",
@@ -44,13 +44,13 @@ _DEFAULTS = {
 }
 
 
-def config_from_hf(hf) -> EncoderConfig:
-    """:class:`EncoderConfig` of a DistilBERT ``config.json`` (its own names; no token types; no dropout after
+def config_from_hf(hf) -> TransformerConfig:
+    """:class:`TransformerConfig` of a DistilBERT ``config.json`` (its own names; no token types; no dropout after
     the attention output projection)."""
-    return EncoderConfig(**renamed_fields(hf, _NAMES, _DEFAULTS), type_vocab_size=0, attention_output_dropout=False)
+    return TransformerConfig(**renamed_fields(hf, _NAMES, _DEFAULTS), type_vocab_size=0, attention_output_dropout=False)
 
 
-def config_to_hf(config: EncoderConfig) -> dict:
+def config_to_hf(config: TransformerConfig) -> dict:
     return renamed_hf(config, _NAMES, "DistilBertModel")
 
 

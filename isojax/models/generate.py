@@ -1,7 +1,7 @@
 """Greedy and beam-search decoding under ``jit``, with a key/value cache, for GPT-2 and BART / mBART.
 
 The decoding loop is a ``jax.lax.while_loop`` over fixed-size arrays, so :func:`generate` compiles once per input
-shape and settings and never retraces per step. The cache is an explicit pytree (:class:`~isojax.models.layers.Cache`)
+shape and settings and never retraces per step. The cache is an explicit pytree (:class:`~isojax.models.cache.Cache`)
 of ``max_length`` slots: the prompt (GPT-2) or the decoder start token (BART) fills the first slots, each step appends
 one token's keys and values and attends over all slots, the unwritten ones masked. BART's cross-attention keys and
 values are computed from the encoder output once. Beam search reorders the self-attention cache by the surviving
@@ -33,14 +33,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Any, cast
 
 import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from isojax.models.config import EncoderConfig
-from isojax.models.layers import Cache, init_cache, validate_inputs
+from isojax.models.cache import Cache, init_cache
+from isojax.models.config import TransformerConfig
+from isojax.models.inputs import validate_inputs
 from isojax.models.registry import model_kind, require_kind
 
 Array = jax.Array
@@ -72,7 +74,7 @@ class GenerateOutput:
     scores: Array | None = None
 
 
-def generation_config(config: EncoderConfig, **overrides) -> GenerationConfig:
+def generation_config(config: TransformerConfig, **overrides) -> GenerationConfig:
     """The settings for the model of ``config``: its special token ids (``pad_token_id`` defaults to
     ``eos_token_id``, ``decoder_start_token_id`` to ``bos_token_id``, as in transformers), then ``overrides``.
 
@@ -83,7 +85,7 @@ def generation_config(config: EncoderConfig, **overrides) -> GenerationConfig:
     unknown = sorted(set(overrides) - fields)
     if unknown:
         raise TypeError(f"unknown generation settings {unknown}; expected some of {sorted(fields)}")
-    settings = dict(
+    settings: dict[str, Any] = dict(
         eos_token_id=config.eos_token_id,
         decoder_start_token_id=config.decoder_start_token_id,
         forced_bos_token_id=config.forced_bos_token_id,
@@ -120,6 +122,11 @@ def generation_config(config: EncoderConfig, **overrides) -> GenerationConfig:
         )
     if out.pad_token_id is None:
         raise ValueError("pad_token_id is needed (the model config has neither pad_token_id nor eos_token_id)")
+    if config.decoder_layers and out.decoder_start_token_id is None:
+        raise ValueError(
+            "decoder_start_token_id is needed for an encoder-decoder (the model config has neither "
+            "decoder_start_token_id nor bos_token_id)"
+        )
     return out
 
 
@@ -169,7 +176,7 @@ def _decode(module, gen: GenerationConfig, variables, ids, mask) -> GenerateOutp
             return apply(tokens[:, None], cache=cache)
     else:
         memory = apply(ids, mask, method="encode").last_hidden_state
-        prompt = jnp.full((batch, 1), gen.decoder_start_token_id, jnp.int32)
+        prompt = jnp.full((batch, 1), cast(int, gen.decoder_start_token_id), jnp.int32)  # generation_config checks it
         cache = init_cache(module.config.decoder_config(), batch, length, module.dtype)
         out = apply(prompt, memory, mask, cache=cache, method="decode")
         context = (memory, mask)
@@ -277,10 +284,12 @@ def _beam_search(gen, step, prompt, logits, cache, context) -> GenerateOutput:
         scores = gather(merged_scores, best)
         # the live beams' cache rows follow their parents; then one step on their new tokens
         rows = (gather(parents, live) + jnp.arange(batch)[:, None] * k).reshape(-1)
-        cache = s.cache.replace(
+        cache = dataclasses.replace(
+            s.cache,
             layers=tuple(
-                layer.replace(attention=jax.tree.map(lambda a: a[rows], layer.attention)) for layer in s.cache.layers
-            )
+                dataclasses.replace(layer, attention=jax.tree.map(lambda a: a[rows], layer.attention))
+                for layer in s.cache.layers
+            ),
         )
         out = step(running_sequences[:, :, s.cur_len].reshape(-1), cache, *context)
         cur_len = s.cur_len + 1

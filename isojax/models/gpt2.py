@@ -19,9 +19,13 @@ from typing import Any
 import flax.linen as nn
 import jax.numpy as jnp
 
+from isojax.models.cache import Cache
 from isojax.models.checkpoint import Fused, HFNames
-from isojax.models.config import REQUIRED, EncoderConfig, check_supported, renamed_fields, renamed_hf
-from isojax.models.layers import Cache, DecoderOutput, Embeddings, Encoder, tied_logits, validate_inputs
+from isojax.models.config import REQUIRED, TransformerConfig, check_supported, renamed_fields, renamed_hf
+from isojax.models.embeddings import Embeddings, tied_logits
+from isojax.models.inputs import validate_inputs
+from isojax.models.outputs import DecoderOutput
+from isojax.models.stack import TransformerStack
 
 
 def positions_from_mask(mask, cache: Cache | None = None):
@@ -36,14 +40,14 @@ class GPT2Model(nn.Module):
 
     Args (``__call__``): input_ids ``[B, L]`` int; attention_mask ``[B, L]`` (true = real token, default all);
     token_type_ids must be None; position_ids ``[B, L]`` (default :func:`positions_from_mask`); cache (a
-    :func:`~isojax.models.layers.init_cache` :class:`~isojax.models.layers.Cache` the tokens are appended to, for
+    :func:`~isojax.models.cache.init_cache` :class:`~isojax.models.cache.Cache` the tokens are appended to, for
     decoding); deterministic (False turns on dropout: pass a ``"dropout"`` PRNG key); output_attentions.
 
-    Returns a :class:`~isojax.models.layers.DecoderOutput`: ``logits [B, L, vocab_size]``, ``hidden_states``
+    Returns a :class:`~isojax.models.outputs.DecoderOutput`: ``logits [B, L, vocab_size]``, ``hidden_states``
     (embedding output, then every block's, the last one after ``ln_f``), ``cache`` (updated, when given).
     """
 
-    config: EncoderConfig
+    config: TransformerConfig
     dtype: Any = jnp.float32
 
     @nn.compact
@@ -62,7 +66,7 @@ class GPT2Model(nn.Module):
         if position_ids is None:
             position_ids = positions_from_mask(mask, cache)
         x = Embeddings(self.config, self.dtype, name="embeddings")(ids, None, deterministic, position_ids=position_ids)
-        stack = Encoder(self.config, self.dtype, causal=True, name="decoder")(
+        stack = TransformerStack(self.config, self.dtype, causal=True, name="decoder")(
             x, mask, deterministic, output_attentions, cache=cache
         )
         h = stack.hidden_states[-1]
@@ -71,7 +75,7 @@ class GPT2Model(nn.Module):
         )
 
 
-# GPT-2's config.json name -> EncoderConfig field, and transformers' GPT2Config defaults
+# GPT-2's config.json name -> TransformerConfig field, and transformers' GPT2Config defaults
 _NAMES = {
     "vocab_size": "vocab_size",
     "n_embd": "hidden_size",
@@ -113,8 +117,8 @@ _FIXED = {
 }
 
 
-def config_from_hf(hf) -> EncoderConfig:
-    """:class:`EncoderConfig` of a GPT-2 ``config.json`` (pre-LN, no embedding LayerNorm, no token types;
+def config_from_hf(hf) -> TransformerConfig:
+    """:class:`TransformerConfig` of a GPT-2 ``config.json`` (pre-LN, no embedding LayerNorm, no token types;
     ``n_inner`` None = ``4 n_embd``; one dropout rate for embeddings and residuals)."""
     check_supported(hf, _FIXED)
     if hf.get("embd_pdrop", 0.1) != hf.get("resid_pdrop", 0.1):
@@ -124,10 +128,10 @@ def config_from_hf(hf) -> EncoderConfig:
         )
     fields = renamed_fields(hf, _NAMES, _DEFAULTS)
     fields["intermediate_size"] = fields["intermediate_size"] or 4 * fields["hidden_size"]
-    return EncoderConfig(**fields, type_vocab_size=0, pre_norm=True, embedding_norm=False)
+    return TransformerConfig(**fields, type_vocab_size=0, pre_norm=True, embedding_norm=False)
 
 
-def config_to_hf(config: EncoderConfig) -> dict:
+def config_to_hf(config: TransformerConfig) -> dict:
     return renamed_hf(config, _NAMES, "GPT2LMHeadModel", embd_pdrop=config.hidden_dropout_prob)
 
 

@@ -22,8 +22,9 @@ import jax
 import jax.numpy as jnp
 
 from isojax._stats import masked_mean
-from isojax.models.config import EncoderConfig
-from isojax.models.layers import ACTIVATIONS, EncoderOutput
+from isojax.models.activations import ACTIVATIONS
+from isojax.models.config import TransformerConfig
+from isojax.models.outputs import EncoderOutput
 
 POOLINGS = ("cls", "pooler", "mean", "first_last_avg", "last2avg")
 
@@ -88,13 +89,14 @@ class MaskedLMHead(nn.Module):
     the tie is explicit and gradients of the logits reach the encoder's embedding matrix.
     """
 
-    config: EncoderConfig
+    config: TransformerConfig
     names: MLMHeadNames
     dtype: Any = jnp.float32
 
     def setup(self):
         cfg = self.config
         eps = cfg.layer_norm_eps if self.names.norm_eps is None else self.names.norm_eps
+        assert cfg.embedding_size is not None  # EncoderConfig.__post_init__ sets it
         self.dense = nn.Dense(cfg.embedding_size, dtype=self.dtype, name="dense")
         self.norm = nn.LayerNorm(epsilon=eps, dtype=self.dtype, name="norm")
         self.bias = self.param("bias", nn.initializers.zeros, (cfg.vocab_size,), jnp.float32)

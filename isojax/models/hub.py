@@ -11,16 +11,17 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Any
+from typing import Any, cast
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from flax import traverse_util
 
 from isojax.models import checkpoint
-from isojax.models.config import EncoderConfig
+from isojax.models.config import TransformerConfig
+from isojax.models.encoder import EncoderModel
 from isojax.models.heads import MaskedLMHead
-from isojax.models.layers import to_scanned, to_unscanned
 from isojax.models.registry import (
     architecture,
     build_encoder,
@@ -31,6 +32,7 @@ from isojax.models.registry import (
     mlm_head,
     model_kind,
 )
+from isojax.models.scan import to_scanned, to_unscanned
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +82,7 @@ def resolve(name_or_path: str, *, cache_dir: str | None = None, revision: str | 
     raise FileNotFoundError(f"cannot find model {name_or_path!r}; looked in: " + "; ".join(tried))
 
 
-def read_config(directory: str) -> EncoderConfig:
+def read_config(directory: str) -> TransformerConfig:
     """Read ``config.json`` of a model directory."""
     path = os.path.join(directory, "config.json")
     if not os.path.exists(path):
@@ -131,10 +133,10 @@ def from_pretrained(
       last_layer_transform: optional Linen module applied to the last layer of an encoder (e.g. ``SoftDecay()``);
         its parameters are initialised, or read from ``isojax_extra.safetensors`` when the directory has one.
       transform_placement: ``"output"`` (on the last layer's output, the SoftDecay paper) or ``"block"`` (inside
-        the last block, the SoftDecay authors' code); see :class:`isojax.models.layers.EncoderModel`.
+        the last block, the SoftDecay authors' code); see :class:`isojax.models.encoder.EncoderModel`.
       scan_layers, remat: run an encoder's blocks as one ``nn.scan`` loop (compile time flat in depth) and/or
-        recompute them in the backward pass; see :class:`isojax.models.layers.Encoder`. The checkpoint's per-layer
-        weights are stacked into the scanned layout (:func:`~isojax.models.layers.to_scanned`).
+        recompute them in the backward pass; see :class:`isojax.models.stack.TransformerStack`. The checkpoint's
+        per-layer weights are stacked into the scanned layout (:func:`~isojax.models.scan.to_scanned`).
       strict: raise on unexpected base-model keys (task-head keys are always ignored with a warning).
 
     Returns:
@@ -146,6 +148,7 @@ def from_pretrained(
     config = read_config(directory)
     names = architecture(config.model_type).hf_names
     state = checkpoint.read_state_dict(directory)
+    module: nn.Module
     if model_kind(config) == "encoder":
         module = build_encoder(
             config,
@@ -180,7 +183,7 @@ def from_pretrained(
         template = init_params(unscanned, jax.random.key(0))
     params = checkpoint.params_from_state_dict(state, names, template, extra=extra, strict=strict)
     if scanned:
-        params = to_scanned(module, params)
+        params = to_scanned(cast(EncoderModel, module), params)  # only an encoder scans its layers
     params = jax.tree.map(jnp.asarray, params)
     tokenizer = load_tokenizer(directory) if with_tokenizer else None
     return module, params, tokenizer
@@ -221,7 +224,7 @@ def save_pretrained(module, params, path: str, *, tokenizer=None) -> str:
     Encoders and GPT-2 are written as base-model checkpoints (GPT-2's tied LM head needs no weights of its own), BART
     and mBART as ``...ForConditionalGeneration`` checkpoints (with ``final_logits_bias``). Parameters without a
     Hugging Face name (a last-layer transform) go to ``isojax_extra.safetensors``. A scanned encoder's params are
-    written per layer (:func:`~isojax.models.layers.to_unscanned`).
+    written per layer (:func:`~isojax.models.scan.to_unscanned`).
     """
     from safetensors.numpy import save_file
 

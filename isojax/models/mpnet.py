@@ -17,10 +17,12 @@ import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
 from isojax.models.checkpoint import HFNames
-from isojax.models.config import EncoderConfig, bert_style_fields, bert_style_hf
+from isojax.models.config import TransformerConfig, bert_style_fields, bert_style_hf
+from isojax.models.embeddings import Embed
+from isojax.models.encoder import EncoderModel
 from isojax.models.heads import MLMHeadNames
-from isojax.models.layers import Embed, Encoder, EncoderModel
 from isojax.models.roberta import RobertaEmbeddings
+from isojax.models.stack import TransformerStack
 
 _BUCKETS, _MAX_DISTANCE = 32, 128  # Hugging Face's MPNetEncoder.compute_position_bias defaults
 
@@ -37,7 +39,7 @@ def relative_position_bucket(relative_position, num_buckets: int = _BUCKETS, max
     return ret + jnp.where(n < exact, n, jnp.minimum(large, half - 1))
 
 
-class MPNetEncoder(Encoder):
+class MPNetStack(TransformerStack):
     """BERT's block stack plus the shared relative-position bias (module docstring)."""
 
     def attention_bias(self, length: int):
@@ -55,23 +57,23 @@ class MPNetEncoder(Encoder):
 
 
 class MPNetModel(EncoderModel):
-    """MPNet encoder with pooler (``token_type_ids`` must be None); see :class:`isojax.models.layers.EncoderModel`."""
+    """MPNet encoder with pooler (``token_type_ids`` must be None); see :class:`isojax.models.encoder.EncoderModel`."""
 
     embeddings_cls = RobertaEmbeddings
-    encoder_cls = MPNetEncoder
+    stack_cls = MPNetStack
 
 
-def config_from_hf(hf) -> EncoderConfig:
-    """:class:`EncoderConfig` of an MPNet ``config.json`` (no token types; positions after ``pad_token_id``)."""
+def config_from_hf(hf) -> TransformerConfig:
+    """:class:`TransformerConfig` of an MPNet ``config.json`` (no token types; positions after ``pad_token_id``)."""
     fields = bert_style_fields(hf, type_vocab_size=0, pad_token_id=1, layer_norm_eps=1e-5)
-    return EncoderConfig(
+    return TransformerConfig(
         **fields,
         position_offset=fields["pad_token_id"] + 1,
         relative_attention_num_buckets=hf.get("relative_attention_num_buckets", _BUCKETS),
     )
 
 
-def config_to_hf(config: EncoderConfig) -> dict:
+def config_to_hf(config: TransformerConfig) -> dict:
     out = bert_style_hf(config, "MPNetModel", relative_attention_num_buckets=config.relative_attention_num_buckets)
     del out["type_vocab_size"]
     return out

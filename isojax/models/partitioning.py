@@ -1,4 +1,11 @@
-"""Fully sharded data parallelism (FSDP, ZeRO-3): where each parameter and optimiser moment lies on the mesh's data axis.
+"""How every parameter is laid out over a ``("data", "model")`` mesh: tensor-parallel rules and FSDP.
+
+**Model parallelism.** :data:`PARTITION_RULES` are ``(regex searched in the "/"-joined parameter path,
+PartitionSpec)`` pairs for the shared layers; each architecture adds the rules of its own layers
+(:func:`isojax.models.registry.partition_rules`).
+
+**Fully sharded data parallelism (FSDP, ZeRO-3)**: where each parameter and optimiser moment lies on the mesh's
+data axis.
 
 Under FSDP each device of the ``data`` axis holds ``1/N`` of every array it can split, instead of a whole copy:
 an array ``[d_0, ..., d_{k-1}]`` is split along the dimension ``i`` of largest ``d_i`` (ties: the earlier
@@ -22,7 +29,33 @@ from collections.abc import Sequence
 
 from jax.sharding import PartitionSpec as P
 
-from isojax.models.layers import SCANNED_STACK
+from isojax.models.encoder import TRANSFORM
+from isojax.models.scan import SCANNED_STACK
+
+# Megatron-style tensor parallelism over the mesh axis "model": query/key/value and the feed-forward input
+# projection split by output features (whole heads per device), the two output projections by input
+# features (each device adds its partial product; XLA inserts the reduction); everything else replicated.
+# (regex searched in the "/"-joined parameter path, PartitionSpec); every parameter of these modules matches.
+_BLOCK_RULES: tuple[tuple[str, P], ...] = (
+    (r"attention/(query|key|value)/kernel", P(None, "model")),
+    (r"attention/(query|key|value)/bias", P("model")),
+    (r"attention/output/kernel", P("model", None)),
+    (r"intermediate/kernel", P(None, "model")),
+    (r"intermediate/bias", P("model")),
+    (r"output/kernel", P("model", None)),
+    (r"output/bias", P()),
+    (r"(attention_norm|output_norm)/(scale|bias)", P()),
+)
+PARTITION_RULES: tuple[tuple[str, P], ...] = (
+    # a scanned stack's blocks: the same layout after the leading layer axis (these rules come first)
+    *((rf"(^|/){SCANNED_STACK}/block/{pattern}$", P(None, *spec)) for pattern, spec in _BLOCK_RULES),
+    *((rf"{pattern}$", spec) for pattern, spec in _BLOCK_RULES),  # first match: attention/output before output
+    (r"(embeddings/norm|final_norm)/(scale|bias)$", P()),
+    (r"embeddings/\w+_embeddings/embedding$", P()),
+    (r"embeddings/projection/(kernel|bias)$", P()),
+    (r"pooler/dense/(kernel|bias)$", P()),
+    (rf"(^|/){TRANSFORM}/", P()),
+)
 
 FSDP_AXIS = "data"
 """The mesh axis that FSDP splits parameters and optimiser moments over (the batch's axis)."""

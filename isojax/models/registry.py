@@ -11,8 +11,10 @@ model only through the functions below, never through parameter names::
     token_types(config, ids)       the token_type_ids to pass: ``ids`` or None
     has_pooler(module)             whether ``pooler_output`` is computed
     partition_rules(config)        (regex, PartitionSpec) for every parameter of the model
+    parameter_group(path)          the block (``layer_3``, ``decoder_layer_0``) or top-level part a parameter belongs to
+    buffers(params)                keys of the params that are buffers, never trained (BART's ``final_logits_bias``)
     TRANSFORM                      params key of the last-layer transform (SoftDecay's theta lives below it)
-    config_from_hf / config_to_hf  config.json <-> EncoderConfig
+    config_from_hf / config_to_hf  config.json <-> TransformerConfig
     build_model / build_encoder    the Linen module of a config (any kind / an encoder with its options)
     init_params(module, key)       freshly initialised params of a module
     mlm_head(config)               where the pretrained masked-LM head lives in checkpoints (encoders)
@@ -21,8 +23,9 @@ model only through the functions below, never through parameter names::
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import flax.linen as nn
 import jax.numpy as jnp
@@ -30,9 +33,11 @@ from jax.sharding import PartitionSpec
 
 from isojax.models import albert, bart, bert, distilbert, gpt2, mpnet, roberta
 from isojax.models.checkpoint import HFNames
-from isojax.models.config import EncoderConfig
+from isojax.models.config import TransformerConfig
+from isojax.models.embeddings import word_embeddings
+from isojax.models.encoder import TRANSFORM, EncoderModel
 from isojax.models.heads import MLMHeadNames
-from isojax.models.layers import PARTITION_RULES, TRANSFORM, EncoderModel, word_embeddings
+from isojax.models.partitioning import PARTITION_RULES
 
 PartitionRules = tuple[tuple[str, PartitionSpec], ...]
 
@@ -47,17 +52,20 @@ KINDS = {
 @dataclasses.dataclass(frozen=True)
 class Architecture:
     """One architecture: its Linen class, Hugging Face parameter names, ``config.json`` translation
-    (``config_from_hf(dict) -> EncoderConfig``, ``config_to_hf(EncoderConfig) -> dict`` for a config made in
-    code), the partition rules of the layers it adds to the shared ones (:data:`layers.PARTITION_RULES`), its
-    kind (a key of :data:`KINDS`), and the checkpoint names of its masked-LM head (encoders)."""
+    (``config_from_hf(dict) -> TransformerConfig``, ``config_to_hf(TransformerConfig) -> dict`` for a config made
+    in code), the partition rules of the layers it adds to the shared ones
+    (:data:`~isojax.models.partitioning.PARTITION_RULES`), its kind (a key of :data:`KINDS`), the checkpoint names
+    of its masked-LM head (encoders), and its top-level params that are buffers in transformers (never trained
+    there; kept as parameters here so that checkpoints round-trip)."""
 
     module_cls: type[nn.Module]
     hf_names: HFNames
-    config_from_hf: Callable[[Mapping[str, Any]], EncoderConfig]
-    config_to_hf: Callable[[EncoderConfig], dict]
+    config_from_hf: Callable[[Mapping[str, Any]], TransformerConfig]
+    config_to_hf: Callable[[TransformerConfig], dict]
     partition_rules: PartitionRules = ()
     kind: str = "encoder"
     mlm_head: MLMHeadNames | None = None
+    buffers: tuple[str, ...] = ()
 
 
 ARCHITECTURES: dict[str, Architecture] = {
@@ -101,6 +109,7 @@ ARCHITECTURES: dict[str, Architecture] = {
         bart.config_to_hf,
         bart.BART_PARTITION_RULES,
         kind="encoder_decoder",
+        buffers=bart.BART_BUFFERS,
     ),
     "mbart": Architecture(
         bart.BartModel,
@@ -109,37 +118,40 @@ ARCHITECTURES: dict[str, Architecture] = {
         bart.config_to_hf,
         bart.BART_PARTITION_RULES,
         kind="encoder_decoder",
+        buffers=bart.BART_BUFFERS,
     ),
 }
 SUPPORTED_MODEL_TYPES = tuple(ARCHITECTURES)
+_BUFFERS = frozenset(key for arch in ARCHITECTURES.values() for key in arch.buffers)
+_BLOCK = re.compile(r"(group_\d+_)?layer_\d+")  # the block names of TransformerStack.layout and ALBERT's
 
 
-def architecture(model_type: str) -> Architecture:
+def architecture(model_type: str | None) -> Architecture:
     """The :class:`Architecture` of ``model_type``; ``ValueError`` naming the supported ones otherwise."""
-    if model_type not in ARCHITECTURES:
+    if model_type is None or model_type not in ARCHITECTURES:
         raise ValueError(f"unknown model_type {model_type!r}; isojax supports {', '.join(SUPPORTED_MODEL_TYPES)}")
     return ARCHITECTURES[model_type]
 
 
-def config_from_hf(hf: Mapping[str, Any]) -> EncoderConfig:
+def config_from_hf(hf: Mapping[str, Any]) -> TransformerConfig:
     """Read a Hugging Face ``config.json`` dictionary (``ValueError`` for an unknown ``model_type``, a missing
     size, or a feature isojax does not implement)."""
     return architecture(hf.get("model_type")).config_from_hf(dict(hf))
 
 
-def config_to_hf(config: EncoderConfig) -> dict:
+def config_to_hf(config: TransformerConfig) -> dict:
     """The ``config.json`` dictionary: the original one when the config was read from one, else built."""
     if config.hf_config is not None:
         return dict(config.hf_config)
     return architecture(config.model_type).config_to_hf(config)
 
 
-def model_kind(config: EncoderConfig) -> str:
+def model_kind(config: TransformerConfig) -> str:
     """``"encoder"``, ``"causal_lm"`` or ``"encoder_decoder"`` (see :data:`KINDS`)."""
     return architecture(config.model_type).kind
 
 
-def require_kind(config: EncoderConfig, kinds: tuple[str, ...], purpose: str) -> None:
+def require_kind(config: TransformerConfig, kinds: tuple[str, ...], purpose: str) -> None:
     """``ValueError`` naming the model and its kind when it is not one of ``kinds`` (``purpose``: what needs it,
     e.g. ``"isojax sts"``)."""
     kind = model_kind(config)
@@ -149,14 +161,14 @@ def require_kind(config: EncoderConfig, kinds: tuple[str, ...], purpose: str) ->
         )
 
 
-def build_model(config: EncoderConfig, *, dtype: Any = jnp.float32) -> nn.Module:
+def build_model(config: TransformerConfig, *, dtype: Any = jnp.float32) -> nn.Module:
     """The Linen module for ``config.model_type`` with its default options (``dtype`` = compute dtype; params are
     float32)."""
     return architecture(config.model_type).module_cls(config, dtype=dtype)
 
 
 def build_encoder(
-    config: EncoderConfig,
+    config: TransformerConfig,
     *,
     dtype: Any = jnp.float32,
     last_layer_transform=None,
@@ -166,18 +178,22 @@ def build_encoder(
     remat: str = "none",
 ) -> EncoderModel:
     """The Linen encoder for ``config.model_type`` (``dtype`` = compute dtype; params are float32;
-    ``transform_placement``: where ``last_layer_transform`` acts, see :class:`~isojax.models.layers.EncoderModel`;
-    ``scan_layers`` / ``remat``: how the blocks run, see :class:`~isojax.models.layers.Encoder`).
+    ``transform_placement``: where ``last_layer_transform`` acts, see :class:`~isojax.models.encoder.EncoderModel`;
+    ``scan_layers`` / ``remat``: how the blocks run, see :class:`~isojax.models.stack.TransformerStack`).
     ``ValueError`` for a decoder model."""
     require_kind(config, ("encoder",), "build_encoder")
-    return architecture(config.model_type).module_cls(
-        config,
-        dtype=dtype,
-        last_layer_transform=last_layer_transform,
-        add_pooling_layer=add_pooling_layer,
-        transform_placement=transform_placement,
-        scan_layers=scan_layers,
-        remat=remat,
+    # an encoder kind's module_cls is an EncoderModel (the registry's tests build each one)
+    return cast(
+        EncoderModel,
+        architecture(config.model_type).module_cls(
+            config,
+            dtype=dtype,
+            last_layer_transform=last_layer_transform,
+            add_pooling_layer=add_pooling_layer,
+            transform_placement=transform_placement,
+            scan_layers=scan_layers,
+            remat=remat,
+        ),
     )
 
 
@@ -189,12 +205,12 @@ def init_params(module: nn.Module, key):
     return module.init(key, *args)["params"]
 
 
-def uses_token_types(config: EncoderConfig) -> bool:
+def uses_token_types(config: TransformerConfig) -> bool:
     """Whether the model has token-type (segment) embeddings; without them ``token_type_ids`` must be None."""
     return config.type_vocab_size > 0
 
 
-def token_types(config: EncoderConfig, token_type_ids):
+def token_types(config: TransformerConfig, token_type_ids):
     """``token_type_ids`` for a model that uses them, else None (DistilBERT, MPNet)."""
     return token_type_ids if uses_token_types(config) else None
 
@@ -204,7 +220,7 @@ def has_pooler(module: nn.Module) -> bool:
     return model_kind(module.config) == "encoder" and bool(module.has_pooler and module.add_pooling_layer)
 
 
-def mlm_head(config: EncoderConfig) -> MLMHeadNames:
+def mlm_head(config: TransformerConfig) -> MLMHeadNames:
     """The masked-LM head names of an encoder's architecture; ``ValueError`` for a model without one."""
     names = architecture(config.model_type).mlm_head
     if names is None:
@@ -215,7 +231,26 @@ def mlm_head(config: EncoderConfig) -> MLMHeadNames:
     return names
 
 
-def partition_rules(config: EncoderConfig) -> PartitionRules:
+def parameter_group(path: tuple[str, ...]) -> str:
+    """The part of a model a parameter belongs to, from its ``path`` in the model's params: its block (``("encoder",
+    "layer_3", ...)`` -> ``layer_3``, ALBERT's ``group_0_layer_1``; a decoder's blocks prefixed ``decoder_``:
+    ``("decoder", "layer_0", ...)`` -> ``decoder_layer_0``), else its top-level module or parameter
+    (``embeddings``, ``pooler``, ``last_layer_transform``, BART's ``final_logits_bias``; a stack's ``final_norm``
+    and a scanned stack's blocks: the stack, ``encoder`` or ``decoder``). For per-group statistics such as
+    gradient norms."""
+    index = next((i for i, key in enumerate(path) if _BLOCK.fullmatch(key)), None)
+    if index is None:
+        return path[0]
+    return ("decoder_" if "decoder" in path[:index] else "") + path[index]
+
+
+def buffers(params) -> tuple[str, ...]:
+    """The keys of a model's ``params`` that hold buffers: values transformers keeps fixed (BART's
+    ``final_logits_bias``), which training must leave as they are; () for a model without any."""
+    return tuple(key for key in params if key in _BUFFERS)
+
+
+def partition_rules(config: TransformerConfig) -> PartitionRules:
     """``(regex, PartitionSpec)`` pairs that cover every parameter of the model of ``config`` (the shared
     layers' and the architecture's own); see :mod:`isojax.train.parallel` for how they are applied."""
     return PARTITION_RULES + architecture(config.model_type).partition_rules
@@ -228,6 +263,7 @@ __all__ = [
     "TRANSFORM",
     "Architecture",
     "architecture",
+    "buffers",
     "build_encoder",
     "build_model",
     "config_from_hf",
@@ -236,6 +272,7 @@ __all__ = [
     "init_params",
     "mlm_head",
     "model_kind",
+    "parameter_group",
     "partition_rules",
     "require_kind",
     "token_types",

@@ -5,9 +5,10 @@ import dataclasses
 import jax.numpy as jnp
 
 from isojax.models.bert import BERT_HF_NAMES
-from isojax.models.config import EncoderConfig, bert_style_fields, bert_style_hf, check_absolute_positions
+from isojax.models.config import TransformerConfig, bert_style_fields, bert_style_hf, check_absolute_positions
+from isojax.models.embeddings import Embeddings
+from isojax.models.encoder import EncoderModel
 from isojax.models.heads import MLMHeadNames
-from isojax.models.layers import Embeddings, EncoderModel
 
 
 class RobertaEmbeddings(Embeddings):
@@ -20,19 +21,19 @@ class RobertaEmbeddings(Embeddings):
 
 
 class RobertaModel(EncoderModel):
-    """RoBERTa encoder with pooler; see :class:`isojax.models.layers.EncoderModel` for inputs and outputs."""
+    """RoBERTa encoder with pooler; see :class:`isojax.models.encoder.EncoderModel` for inputs and outputs."""
 
     embeddings_cls = RobertaEmbeddings
 
 
-def config_from_hf(hf) -> EncoderConfig:
-    """:class:`EncoderConfig` of a RoBERTa ``config.json`` (positions start after ``pad_token_id``)."""
+def config_from_hf(hf) -> TransformerConfig:
+    """:class:`TransformerConfig` of a RoBERTa ``config.json`` (positions start after ``pad_token_id``)."""
     check_absolute_positions(hf)
     fields = bert_style_fields(hf, pad_token_id=1)
-    return EncoderConfig(**fields, position_offset=fields["pad_token_id"] + 1)
+    return TransformerConfig(**fields, position_offset=fields["pad_token_id"] + 1)
 
 
-def config_to_hf(config: EncoderConfig) -> dict:
+def config_to_hf(config: TransformerConfig) -> dict:
     return bert_style_hf(config, "RobertaModel")
 
 

@@ -10,7 +10,20 @@ numbers or schedules of the step), :mod:`~isojax.train.optim`, :mod:`~isojax.tra
 :mod:`~isojax.train.evaluation`, :mod:`~isojax.train.logs`, :mod:`~isojax.train.loop`, :mod:`~isojax.train.cli`.
 """
 
-from isojax.train.config import METHODS, Method, TrainConfig, parse_regularizer
+from isojax.train.config import (
+    METHODS,
+    FlowConfig,
+    LoggingConfig,
+    Method,
+    MethodConfig,
+    ModelConfig,
+    OptimConfig,
+    PlacementConfig,
+    Seq2SeqConfig,
+    TaskConfig,
+    TrainConfig,
+    parse_regularizer,
+)
 from isojax.train.hyperparams import StepSchedule
 from isojax.train.loop import FitResult, fit
 from isojax.train.model import REPRESENTATIONS, TaskModel, init_variables
@@ -25,10 +38,18 @@ __all__ = [
     "REGULARIZERS",
     "REPRESENTATIONS",
     "FitResult",
+    "FlowConfig",
+    "LoggingConfig",
     "Method",
+    "MethodConfig",
+    "ModelConfig",
     "Objective",
+    "OptimConfig",
+    "PlacementConfig",
     "Regularizer",
+    "Seq2SeqConfig",
     "StepSchedule",
+    "TaskConfig",
     "TaskModel",
     "TrainConfig",
     "TrainState",

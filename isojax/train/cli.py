@@ -27,13 +27,11 @@ machine, four CPU devices each::
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from typing import Any
 
-from isojax.data.datadir import DATA_DIR_HELP
-from isojax.data.glue import GLUE_TASKS
-from isojax.data.seq2seq import SEQ2SEQ_TASKS
-from isojax.models.layers import REMAT_POLICIES
-from isojax.train.config import METHOD_ALIASES, METHODS, TrainConfig, parse_regularizer
+from isojax.train.config import METHOD_ALIASES, METHODS, SETTINGS, Setting, TrainConfig
 from isojax.train.model import REPRESENTATIONS
 from isojax.train.objective import REGULARIZERS
 
@@ -74,8 +72,9 @@ as LABEL/weight, LABEL/OPTION or joint/alpha in log.jsonl):
 
 
 def add_finetune_parser(subparsers) -> argparse.ArgumentParser:
-    """Add the ``finetune`` command to an argparse ``subparsers`` object; returns its parser."""
-    d = TrainConfig()
+    """Add the ``finetune`` command to an argparse ``subparsers`` object; returns its parser. Its options are
+    derived from :data:`~isojax.train.config.SETTINGS` (flag, help, choices and default of each field), one group
+    per section, beside ``--config`` and the multi-process options."""
     p = subparsers.add_parser(
         "finetune",
         help="fine-tune on a GLUE task or a sequence-to-sequence task with an isotropy method (SoftDecay, "
@@ -84,143 +83,21 @@ def add_finetune_parser(subparsers) -> argparse.ArgumentParser:
         epilog=_methods_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    g = p.add_argument_group("task and model")
-    g.add_argument(
-        "--task",
-        default=d.task,
-        help=f"GLUE task: {', '.join(GLUE_TASKS)} (default {d.task}); or "
-        f"sequence-to-sequence task (an encoder-decoder model): {', '.join(SEQ2SEQ_TASKS)}",
-    )
-    g.add_argument("--model", default=d.model, help="model directory, Hub id, or 'default' (all-MiniLM-L6-v2)")
-    g.add_argument("--method", default=d.method, help=f"isotropy method (default {d.method}; list below)")
-    g.add_argument(
-        "--reg",
-        action="append",
-        default=[],
-        metavar="SPEC",
-        help="extra regulariser NAME[=WEIGHT][@REPRESENTATION][,KEY=VALUE...] (repeatable); WEIGHT and "
-        "float VALUEs are numbers or schedules of the step, e.g. istar=linear:0:1:500@cls (list below)",
-    )
-    g.add_argument(
-        "--pooling",
-        default=d.pooling,
-        help=f"sentence representation fed to the head (default "
-        f"{d.pooling}): cls, pooler, mean, first_last_avg, last2avg",
-    )
-    g.add_argument(
-        "--combine",
-        default=d.combine,
-        choices=("sum", "balanced", "weighted"),
-        help="task loss + regularisers: sum, balanced (moving-average balancer), weighted "
-        "(alpha L1 + (1-alpha) L2); isotropy_layer's second stage is balanced unless 'weighted'",
-    )
-    g.add_argument(
-        "--joint-alpha",
-        default=d.joint_alpha,
-        help="alpha of --combine weighted: a number or a schedule of the step (grammar below)",
-    )
-    g.add_argument(
-        "--softdecay-alpha",
-        type=float,
-        default=d.softdecay_alpha,
-        help=f"initial SoftDecay alpha in (-1, 0) (default {d.softdecay_alpha})",
-    )
-    g.add_argument(
-        "--softdecay-placement",
-        default=d.softdecay_placement,
-        choices=("output", "block"),
-        help="SoftDecay on the last layer's output (the paper; default) or inside the last block before "
-        "its LayerNorm with the residual added twice (the authors' code)",
-    )
-    g.add_argument("--data-dir", default=d.data_dir, metavar="DIR", help=DATA_DIR_HELP)
-    g.add_argument(
-        "--data-source",
-        default=d.data_source,
-        help="GLUE source: auto (--data-dir, else $ISOJAX_DATA_DIR, else the Hub; STS-B falls back to "
-        "the offline package), hub, package, or a local directory/file in the Hub's layout; "
-        "sequence-to-sequence: auto (the Hub) or a local directory/file (task seq2seq: columns source, "
-        "target)",
-    )
-    g.add_argument("--train-limit", type=int, default=0, help="use the first N training rows (0 = all)")
-    g.add_argument("--eval-limit", type=int, default=0, help="evaluate on the first N dev rows (0 = all)")
-    g.add_argument("--max-length", type=int, default=d.max_length, help=f"tokens per example (default {d.max_length})")
-    q = p.add_argument_group("sequence-to-sequence tasks")
-    q.add_argument(
-        "--max-target-length",
-        type=int,
-        default=d.max_target_length,
-        help=f"target tokens per example (default {d.max_target_length})",
-    )
-    q.add_argument(
-        "--label-smoothing",
-        type=float,
-        default=d.label_smoothing,
-        help=f"label smoothing of the token cross-entropy (default {d.label_smoothing})",
-    )
-    q.add_argument("--num-beams", type=int, default=d.num_beams, help="beams of the dev decoding (1 = greedy)")
-    q.add_argument("--length-penalty", type=float, default=d.length_penalty, help="beam search length penalty")
-    q.add_argument(
-        "--generation-max-length",
-        type=int,
+    p.add_argument(
+        "--config",
         default=None,
-        help="longest decoded sequence, start token included (default max-target-length + 1)",
+        metavar="PATH",
+        help="a JSON configuration (TrainConfig.to_json(), or the flat form of earlier runs); the options below "
+        "override it",
     )
-    f = p.add_argument_group("flow (method flow)")
-    f.add_argument("--flow-levels", type=int, default=d.flow_levels, help=f"Glow levels (default {d.flow_levels})")
-    f.add_argument("--flow-depth", type=int, default=d.flow_depth, help=f"steps per level (default {d.flow_depth})")
-    f.add_argument(
-        "--flow-hidden", type=int, default=d.flow_hidden, help=f"coupling network width (default {d.flow_hidden})"
-    )
-    f.add_argument(
-        "--flow-init-batches",
-        type=int,
-        default=d.flow_init_batches,
-        help="training batches whose pretrained representations start the flow's ActNorm "
-        f"(default {d.flow_init_batches})",
-    )
-    h = p.add_argument_group("optimisation")
-    h.add_argument("--batch-size", type=int, default=d.batch_size, help=f"global batch (default {d.batch_size})")
-    h.add_argument("--eval-batch-size", type=int, default=d.eval_batch_size)
-    h.add_argument("--lr", type=float, default=d.learning_rate, help=f"peak learning rate (default {d.learning_rate})")
-    h.add_argument(
-        "--transform-lr",
-        type=float,
-        default=d.transform_learning_rate,
-        help="learning rate of SoftDecay alpha, the Isotropy Layer and the flow (constant for the flow) "
-        f"(default {d.transform_learning_rate})",
-    )
-    h.add_argument("--weight-decay", type=float, default=d.weight_decay)
-    h.add_argument("--warmup-ratio", type=float, default=d.warmup_ratio)
-    h.add_argument("--schedule", default=d.schedule, choices=("linear", "cosine", "constant"))
-    h.add_argument("--max-grad-norm", type=float, default=d.max_grad_norm, help="clip (0 = off)")
-    h.add_argument("--grad-accumulation", type=int, default=d.grad_accumulation, help="batches per update")
-    h.add_argument("--epochs", type=float, default=d.epochs)
-    h.add_argument("--steps", type=int, default=None, help="train this many batches instead of --epochs")
-    h.add_argument("--stage2-epochs", type=float, default=d.stage2_epochs, help="Isotropy Layer stage length")
-    h.add_argument("--stage2-steps", type=int, default=None)
-    h.add_argument("--no-dropout", action="store_true", help="turn dropout off")
-    h.add_argument("--dtype", default=d.dtype, choices=("float32", "bfloat16"), help="compute dtype")
-    h.add_argument(
-        "--scan-layers",
-        action="store_true",
-        help="run the encoder's blocks as one nn.scan loop (compile time flat in depth)",
-    )
-    h.add_argument(
-        "--remat",
-        default=d.remat,
-        choices=("none", *REMAT_POLICIES),
-        help="recompute each block's forward in the backward pass (default none)",
-    )
-    h.add_argument("--seed", type=int, default=d.seed)
-    r = p.add_argument_group("devices, checkpoints, logs")
-    r.add_argument("--devices", type=int, default=None, help="use the first N devices (default all)")
-    r.add_argument("--parallel", default=d.parallel, choices=("mesh", "pmap"), help="jit on a mesh, or pmap")
-    r.add_argument("--model-parallel", type=int, default=d.model_parallel, help="size of the mesh's model axis")
-    r.add_argument(
-        "--fsdp",
-        action="store_true",
-        help="FSDP: split the parameters and Adam moments over the mesh's data axis (with --parallel mesh)",
-    )
+    groups: dict[str, Any] = {}
+    for s in SETTINGS:
+        section = s.path.rpartition(".")[0] or "run"
+        if section not in groups:
+            doc = (s.section.__doc__ or "").split(":")[0].split("\n")[0].rstrip(".") if section != "run" else "the run"
+            groups[section] = p.add_argument_group(f"{section} ({doc})")
+        _add_setting(groups[section], s)
+    r = p.add_argument_group("multi-process")
     r.add_argument(
         "--distributed",
         default="auto",
@@ -237,86 +114,36 @@ def add_finetune_parser(subparsers) -> argparse.ArgumentParser:
     )
     r.add_argument("--num-processes", type=int, default=None, help="multi-process: number of processes")
     r.add_argument("--process-id", type=int, default=None, help="multi-process: this process's index, 0 .. N-1")
-    r.add_argument("--out", default=d.output_dir, help=f"output directory (default {d.output_dir})")
-    r.add_argument("--save-every", type=int, default=d.save_every, help="checkpoint every N steps (0 = stage ends)")
-    r.add_argument("--keep-checkpoints", type=int, default=d.keep_checkpoints)
-    r.add_argument("--eval-every", type=int, default=d.eval_every, help="evaluate every N steps (0 = stage ends)")
-    r.add_argument("--log-every", type=int, default=d.log_every)
-    r.add_argument(
-        "--max-nonfinite-steps",
-        type=int,
-        default=d.max_nonfinite_steps,
-        help="stop after this many steps in a row with a non-finite loss or gradient (each is skipped; "
-        f"default {d.max_nonfinite_steps}); rerunning resumes from the last good checkpoint",
-    )
-    r.add_argument(
-        "--log-gradients",
-        action="store_true",
-        help="log per-layer gradient norms and the word-embedding gradient's alignment with the mean "
-        "embedding direction (common enemies) every --log-every steps, with a curve in curves.png",
-    )
-    r.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_finetune)
     return p
 
 
+def _add_setting(group, s: Setting) -> None:
+    """The option of a setting: a switch for a bool (setting the opposite of its default), ``--reg`` repeatable,
+    else a value kept as text (:meth:`~isojax.train.config.Setting.parse` converts it, naming the setting when it
+    cannot). Given options are stored under their dotted paths; the others are left out."""
+    field = s.field
+    default = field.default_factory() if callable(field.default_factory) else field.default
+    shown = "" if default in (None, (), True, False) else f" (default {default})"
+    kwargs: dict[str, Any] = {"dest": s.path, "default": argparse.SUPPRESS, "help": f"{field.metadata['help']}{shown}"}
+    if s.kind is bool:
+        group.add_argument(s.flag, action="store_const", const=not default, **kwargs)
+        return
+    if field.metadata["choices"]:
+        kwargs["choices"] = field.metadata["choices"]
+    if "metavar" in field.metadata:
+        kwargs["metavar"] = field.metadata["metavar"]
+    group.add_argument(s.flag, action="append" if s.path == "method.regularizers" else "store", **kwargs)
+
+
 def config_from_args(args) -> TrainConfig:
-    """The :class:`TrainConfig` of parsed ``finetune`` arguments."""
-    return TrainConfig(
-        task=args.task,
-        model=args.model,
-        method=args.method,
-        regularizers=tuple(parse_regularizer(s) for s in args.reg),
-        pooling=args.pooling,
-        combine=args.combine,
-        joint_alpha=args.joint_alpha,
-        softdecay_alpha=args.softdecay_alpha,
-        softdecay_placement=args.softdecay_placement,
-        max_length=args.max_length,
-        batch_size=args.batch_size,
-        eval_batch_size=args.eval_batch_size,
-        learning_rate=args.lr,
-        transform_learning_rate=args.transform_lr,
-        weight_decay=args.weight_decay,
-        warmup_ratio=args.warmup_ratio,
-        schedule=args.schedule,
-        max_grad_norm=args.max_grad_norm,
-        grad_accumulation=args.grad_accumulation,
-        epochs=args.epochs,
-        steps=args.steps,
-        stage2_epochs=args.stage2_epochs,
-        stage2_steps=args.stage2_steps,
-        dropout=not args.no_dropout,
-        dtype=args.dtype,
-        scan_layers=args.scan_layers,
-        remat=args.remat,
-        seed=args.seed,
-        devices=args.devices,
-        parallel=args.parallel,
-        model_parallel=args.model_parallel,
-        fsdp=args.fsdp,
-        output_dir=args.out,
-        save_every=args.save_every,
-        keep_checkpoints=args.keep_checkpoints,
-        eval_every=args.eval_every,
-        log_every=args.log_every,
-        log_gradients=args.log_gradients,
-        max_nonfinite_steps=args.max_nonfinite_steps,
-        train_limit=args.train_limit,
-        eval_limit=args.eval_limit,
-        data_source=args.data_source,
-        data_dir=args.data_dir,
-        progress=not args.quiet,
-        max_target_length=args.max_target_length,
-        label_smoothing=args.label_smoothing,
-        num_beams=args.num_beams,
-        length_penalty=args.length_penalty,
-        generation_max_length=args.generation_max_length,
-        flow_levels=args.flow_levels,
-        flow_depth=args.flow_depth,
-        flow_hidden=args.flow_hidden,
-        flow_init_batches=args.flow_init_batches,
-    )
+    """The :class:`TrainConfig` of parsed ``finetune`` arguments: ``--config``'s file (else the defaults) with the
+    options given as dotted overrides."""
+    base = {}
+    if args.config:
+        with open(args.config) as f:
+            base = json.load(f)
+    return TrainConfig.from_json(base, {s.path: vars(args)[s.path] for s in SETTINGS if s.path in vars(args)})
 
 
 def cmd_finetune(args) -> int:
@@ -324,17 +151,13 @@ def cmd_finetune(args) -> int:
     from isojax.train.loop import fit
     from isojax.train.parallel import initialize_distributed
 
-    try:
-        initialize_distributed(
-            args.distributed,
-            coordinator_address=args.coordinator,
-            num_processes=args.num_processes,
-            process_id=args.process_id,
-        )  # before any JAX work
-        config = config_from_args(args)  # bad settings fail here, before the model or data are loaded
-    except (TypeError, ValueError) as e:
-        print(f"isojax finetune: error: {e}", file=sys.stderr)
-        return 2
+    initialize_distributed(
+        args.distributed,
+        coordinator_address=args.coordinator,
+        num_processes=args.num_processes,
+        process_id=args.process_id,
+    )  # before any JAX work
+    config = config_from_args(args)  # bad settings fail here, before the model or data are loaded
     result = fit(config)
     for stage, metrics in result.stages.items():
         print(f"{stage}: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
@@ -342,21 +165,18 @@ def cmd_finetune(args) -> int:
     return 0
 
 
-def parser() -> argparse.ArgumentParser:
-    """The command line with the ``finetune`` command alone (``isojax.cli`` adds it beside its others)."""
-    p = argparse.ArgumentParser(prog="python -m isojax.train.cli")
-    add_finetune_parser(p.add_subparsers(dest="command", required=True))
-    return p
-
-
 def config_from_argv(argv: list[str]) -> TrainConfig:
     """The :class:`TrainConfig` of a ``finetune`` command line (``["finetune", "--task", "rte", ...]``)."""
-    return config_from_args(parser().parse_args(argv))
+    from isojax.cli import build_parser
+
+    return config_from_args(build_parser().parse_args(argv))
 
 
 def main(argv=None) -> int:
-    args = parser().parse_args(argv)
-    return args.func(args)
+    """``python -m isojax.train.cli finetune ...``: the ``isojax`` command (:func:`isojax.cli.main`)."""
+    from isojax.cli import main as isojax_main
+
+    return isojax_main(argv)
 
 
 if __name__ == "__main__":

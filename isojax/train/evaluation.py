@@ -20,7 +20,7 @@ import numpy as np
 from isojax import metrics
 from isojax.data.glue import GlueTask
 from isojax.eval.sts import correlations
-from isojax.train.feed import Split, batch_indices, process_batches
+from isojax.train.feed import Rows, Split, batch_indices, process_batches
 
 ISOTROPY_KEYS = ("isoscore", "ev1", "ev2", "ev3", "anisotropy", "anisotropy_centered", "I1", "I2")
 
@@ -76,7 +76,7 @@ def _isotropy_metrics(x, w):
     return out
 
 
-def predict_all(runner, placed_state, data: Split, batch_size: int) -> dict[str, np.ndarray]:
+def predict_all(runner, placed_state, data: Rows, batch_size: int) -> dict[str, np.ndarray]:
     """Run ``runner.predict`` over every row of ``data`` in order, each process feeding its rows of each batch
     (:mod:`isojax.train.feed`); the last batch is padded to ``batch_size`` rows (repeats of its first row, dropped
     from the output) so that it divides over the devices."""

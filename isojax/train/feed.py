@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import jax
 import numpy as np
@@ -44,6 +44,19 @@ class TokenGroup:
     keys: tuple[str, ...]
     max_length: int
     fill: Mapping[str, int] = dataclasses.field(default_factory=dict)
+
+
+class Rows(Protocol):
+    """What :func:`process_batches` reads of a split (:class:`Split`,
+    :class:`~isojax.train.seq2seq.Seq2SeqSplit`): its number of rows, ``arrays(rows)`` (the named arrays of those
+    rows, token arrays right-padded) and the token ``groups`` that are cut to a bucket width together."""
+
+    def __len__(self) -> int: ...
+
+    def arrays(self, rows) -> dict[str, np.ndarray]: ...
+
+    @property
+    def groups(self) -> tuple[TokenGroup, ...]: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,11 +116,11 @@ def _to_width(x: np.ndarray, width: int, fill: int) -> np.ndarray:
     return np.pad(x, ((0, 0), (0, width - x.shape[1])), constant_values=fill)
 
 
-def process_batches(split, index_batches: Sequence[np.ndarray], rows: np.ndarray) -> Iterator[dict]:
+def process_batches(split: Rows, index_batches: Sequence[np.ndarray], rows: np.ndarray) -> Iterator[dict]:
     """This process's rows of global batches, tokenised here (module docstring).
 
     Args:
-      split: the rows as read (:class:`Split`, or another split with ``arrays`` and ``groups``).
+      split: the rows as read (:class:`Rows`: a :class:`Split`, or another split with ``arrays`` and ``groups``).
       index_batches: each global batch as ``[B]`` row indices of ``split`` (the same on every process).
       rows: the positions in a batch that this process feeds (``runner.process_rows(B)``).
 

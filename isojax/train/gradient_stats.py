@@ -14,28 +14,24 @@ Per step, from the (globally reduced) gradient of the objective:
 
 from __future__ import annotations
 
-import re
-
 import jax
 import jax.numpy as jnp
 from flax import traverse_util
 
 from isojax import gradients
+from isojax.models import registry
 from isojax.train.model import word_embeddings
 
-_BLOCK = re.compile(r"(group_\d+_)?layer_\d+")
 KEYS = ("embedding_grad/mean_cosine", "embedding_grad/principal_cosine", "embedding_grad/coherence")
 
 
 def parameter_group(path: tuple[str, ...]) -> str:
-    """The group of a parameter path of a task model: the block it belongs to (a decoder's blocks prefixed
-    ``decoder_``), else its first module below the encoder (``("encoder", "encoder", "layer_3", ...)`` ->
-    ``layer_3``; ``("encoder", "decoder", "layer_0", ...)`` -> ``decoder_layer_0``; ``("head", ...)`` -> ``head``;
-    BART's ``("encoder", "final_logits_bias")`` -> ``final_logits_bias``)."""
-    index = next((i for i, k in enumerate(path) if _BLOCK.fullmatch(k)), None)
-    if index is not None:
-        return ("decoder_" if "decoder" in path[:index] else "") + path[index]
-    return path[1] if path[0] == "encoder" and len(path) > 1 else path[0]
+    """The group of a parameter path of a task model: below the pretrained network (``params["encoder"]``), the
+    model contract's :func:`~isojax.models.registry.parameter_group` (``("encoder", "encoder", "layer_3", ...)`` ->
+    ``layer_3``; ``("encoder", "decoder", "layer_0", ...)`` -> ``decoder_layer_0``; BART's ``("encoder",
+    "final_logits_bias")`` -> ``final_logits_bias``), else the task model's own module (``("head", ...)`` ->
+    ``head``)."""
+    return registry.parameter_group(path[1:]) if path[0] == "encoder" and len(path) > 1 else path[0]
 
 
 def gradient_statistics(params, grads) -> dict[str, jax.Array]:

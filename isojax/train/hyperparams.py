@@ -22,12 +22,15 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
 
 Hyperparameter = float | Callable[[Any], Any]
 
@@ -136,7 +139,7 @@ def hyperparameter(value, name: str) -> Hyperparameter:
     return float(value)
 
 
-def is_scheduled(value: Hyperparameter) -> bool:
+def is_scheduled(value: Hyperparameter) -> TypeIs[Callable[[Any], Any]]:
     """Whether a normalised hyperparameter (:func:`hyperparameter`) changes with the step."""
     return callable(value)
 

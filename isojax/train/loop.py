@@ -39,6 +39,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -46,13 +47,14 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
+from isojax._stats import real_rows, streamed_covariance
 from isojax.data.batching import batches
 from isojax.data.glue import glue_task, load_glue
 from isojax.models import build_encoder, from_pretrained, require_kind
 from isojax.softdecay import SoftDecay
 from isojax.train import evaluation
 from isojax.train.checkpoint import Checkpoints
-from isojax.train.config import Stage, TrainConfig
+from isojax.train.config import RESUMABLE, Stage, TrainConfig
 from isojax.train.feed import Split, batch_indices, process_batches
 from isojax.train.logs import JsonLog, plot_curves
 from isojax.train.model import TaskModel, init_variables, word_embeddings
@@ -64,29 +66,6 @@ from isojax.train.state import create_state
 from isojax.train.step import make_predict_step, make_train_step
 
 log = logging.getLogger(__name__)
-
-# Fields that may differ when a run is resumed: where and how it runs, how often it reports.
-RESUMABLE_CHANGES = frozenset(
-    {
-        "devices",
-        "parallel",
-        "model_parallel",
-        "fsdp",
-        "progress",
-        "output_dir",
-        "save_every",
-        "keep_checkpoints",
-        "eval_every",
-        "log_every",
-        "log_gradients",
-        "eval_batch_size",
-        "eval_limit",
-        "num_beams",
-        "length_penalty",
-        "generation_max_length",
-        "max_nonfinite_steps",
-    }
-)
 
 
 class NonFiniteTrainingError(FloatingPointError):
@@ -109,15 +88,21 @@ def build_model(config: TrainConfig):
     """``(TaskModel, pretrained encoder params, tokenizer)`` for the configuration (SoftDecay, dtype, dropout,
     scanned layers and remat)."""
     spec = config.method_spec
-    transform = SoftDecay(alpha_init=config.softdecay_alpha) if spec.softdecay else None
-    dtype = jnp.bfloat16 if config.dtype == "bfloat16" else jnp.float32
-    layout = dict(transform_placement=config.softdecay_placement, scan_layers=config.scan_layers, remat=config.remat)
-    encoder, params, tokenizer = from_pretrained(config.model, dtype=dtype, last_layer_transform=transform, **layout)
+    transform = SoftDecay(alpha_init=config.method.softdecay_alpha) if spec.softdecay else None
+    dtype = jnp.bfloat16 if config.model.dtype == "bfloat16" else jnp.float32
+    layout: dict[str, Any] = dict(
+        transform_placement=config.method.softdecay_placement,
+        scan_layers=config.model.scan_layers,
+        remat=config.model.remat,
+    )
+    encoder, params, tokenizer = from_pretrained(
+        config.model.name, dtype=dtype, last_layer_transform=transform, **layout
+    )
     require_kind(encoder.config, ("encoder",), "fine-tuning a classifier (isojax finetune)")
     if tokenizer is None:
-        raise ValueError(f"model {config.model!r} has no tokenizer files; fine-tuning needs one")
-    dropout = encoder.config.hidden_dropout_prob if config.dropout else 0.0
-    if not config.dropout:
+        raise ValueError(f"model {config.model.name!r} has no tokenizer files; fine-tuning needs one")
+    dropout = encoder.config.hidden_dropout_prob if config.model.dropout else 0.0
+    if not config.model.dropout:
         encoder = build_encoder(
             dataclasses.replace(encoder.config, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
             dtype=dtype,
@@ -128,7 +113,7 @@ def build_model(config: TrainConfig):
     model = TaskModel(
         encoder,
         num_labels=config.num_labels,
-        pooling=config.pooling,
+        pooling=config.model.pooling,
         dropout_rate=dropout,
         use_isobn=spec.isobn,
         use_isotropy_layer=spec.isotropy_layer,
@@ -144,32 +129,32 @@ def check_setup(config: TrainConfig, model) -> None:
     sizes = {"attention heads": enc.num_attention_heads, "intermediate size": enc.intermediate_size}
     if enc.decoder_layers:
         sizes.update({"decoder attention heads": enc.decoder_attention_heads, "decoder ffn size": enc.decoder_ffn_dim})
-    if config.model_parallel > 1 and any(v % config.model_parallel for v in sizes.values()):
+    if config.placement.model_parallel > 1 and any(v % config.placement.model_parallel for v in sizes.values()):
         raise ValueError(
-            f"model_parallel={config.model_parallel} must divide the "
+            f"model_parallel={config.placement.model_parallel} must divide the "
             + ", ".join(f"{name} ({v})" for name, v in sizes.items())
         )
-    num_devices = len(select_devices(config.devices))
-    data_size = num_devices // config.model_parallel if config.parallel == "mesh" else num_devices
-    if num_devices % config.model_parallel:
-        raise ValueError(f"model_parallel={config.model_parallel} must divide the {num_devices} devices")
+    num_devices = len(select_devices(config.placement.devices))
+    data_size = num_devices // config.placement.model_parallel if config.placement.parallel == "mesh" else num_devices
+    if num_devices % config.placement.model_parallel:
+        raise ValueError(f"model_parallel={config.placement.model_parallel} must divide the {num_devices} devices")
     for name in ("batch_size", "eval_batch_size"):
-        if getattr(config, name) % data_size:
+        if getattr(config.optim, name) % data_size:
             raise ValueError(
-                f"{name}={getattr(config, name)} does not divide over the {data_size} data-parallel "
-                f"devices ({num_devices} devices, parallel={config.parallel!r}, "
-                f"model_parallel={config.model_parallel})"
+                f"optim.{name}={getattr(config.optim, name)} does not divide over the {data_size} data-parallel "
+                f"devices ({num_devices} devices, parallel={config.placement.parallel!r}, "
+                f"model_parallel={config.placement.model_parallel})"
             )
 
 
 def check_pooler(config: TrainConfig, model: TaskModel) -> None:
     """``ValueError`` when the configuration reads a pooler the model does not have."""
-    wants_pooler = config.pooling == "pooler" or any(
+    wants_pooler = config.model.pooling == "pooler" or any(
         r.representation == "pooler" for s in config.stages() for r in s.regularizers
     )
     if wants_pooler and not model.has_pooler:
         raise ValueError(
-            f"model {config.model!r} ({model.encoder.config.model_type}) has no pooler: the "
+            f"model {config.model.name!r} ({model.encoder.config.model_type}) has no pooler: the "
             "'pooler' pooling/representation is not available (use 'cls')"
         )
 
@@ -182,11 +167,11 @@ def eval_split(task: str) -> str:
 def load_split(config: TrainConfig, split: str, tokenizer, limit: int) -> Split:
     """The first ``limit`` rows (0 = all) of a GLUE split, as read; each process tokenises only the rows it feeds
     (:mod:`isojax.train.feed`)."""
-    data = load_glue(config.task, split, source=config.data_source, data_dir=config.data_dir)
+    data = load_glue(config.task.name, split, source=config.task.data_source, data_dir=config.task.data_dir)
     n = min(limit, len(data)) if limit else len(data)
     texts_b = data.texts_b[:n] if data.texts_b is not None else None
     data = dataclasses.replace(data, texts_a=data.texts_a[:n], texts_b=texts_b, labels=data.labels[:n])
-    return Split(data, tokenizer, config.max_length)
+    return Split(data, tokenizer, config.task.max_length)
 
 
 @dataclasses.dataclass
@@ -220,18 +205,14 @@ def representation_covariance(model: TaskModel, variables: dict, data: Split, ba
     (tokenised here; in a multi-process run, by every process)."""
     forward = jax.jit(lambda v, b: model.apply(v, b["input_ids"], b["attention_mask"], b["token_type_ids"]))
 
-    def covariance(name: str):
-        total, outer, count = 0.0, 0.0, 0
+    def rows(name: str):
         for batch in batches(data.tokens(), batch_size):
             out = forward(variables, batch)
             x = np.asarray(out.tokens if name == "tokens" else getattr(out, name), np.float64)
-            if name == "tokens":
-                x = x[np.asarray(out.mask)]
-            total, outer, count = total + x.sum(0), outer + x.T @ x, count + len(x)
-        if count < 2:
-            raise ValueError(f"the covariance of {name!r} needs at least 2 rows, got {count}")
-        mean = total / count
-        return (outer - count * np.outer(mean, mean)) / (count - 1)
+            yield real_rows(x, out.mask if name == "tokens" else None)
+
+    def covariance(name: str):
+        return streamed_covariance(rows(name), repr(name))
 
     return covariance
 
@@ -243,8 +224,8 @@ class ClassificationRecipe:
     curves = ("anisotropy", "anisotropy_centered", "isoscore")
 
     def __init__(self, config: TrainConfig):
-        self.config, self.task = config, glue_task(config.task)
-        self.metrics, self.eval_split = self.task.metrics, eval_split(config.task)
+        self.config, self.task = config, glue_task(config.task.name)
+        self.metrics, self.eval_split = self.task.metrics, eval_split(config.task.name)
 
     def build(self):
         return build_model(self.config)
@@ -261,7 +242,7 @@ class ClassificationRecipe:
     def references(self, model: TaskModel, variables: dict, train: Split) -> dict:
         regularizers = [reg for stage in self.config.stages() for reg in stage.regularizers]
         return data_references(
-            regularizers, representation_covariance(model, variables, train, self.config.eval_batch_size)
+            regularizers, representation_covariance(model, variables, train, self.config.optim.eval_batch_size)
         )
 
     def objective(self, stage: Stage, params, references: dict) -> Objective:
@@ -270,8 +251,8 @@ class ClassificationRecipe:
             c.num_labels,
             resolve_auto_options(stage.regularizers, params),
             stage.combine,
-            c.joint_alpha,
-            c.balancer_smoothing,
+            c.method.joint_alpha,
+            c.method.balancer_smoothing,
             references,
         )
 
@@ -280,7 +261,7 @@ class ClassificationRecipe:
 
     def evaluate(self, runner, placed, dev: Split) -> dict:
         w = runner.host(word_embeddings(placed.params))
-        return evaluation.evaluate(runner, placed, dev, self.task, w, self.config.eval_batch_size)
+        return evaluation.evaluate(runner, placed, dev, self.task, w, self.config.optim.eval_batch_size)
 
 
 def recipe(config: TrainConfig):
@@ -292,8 +273,9 @@ def flow_init_rows(model, params, train, config: TrainConfig) -> np.ndarray:
     """``[N, H]``: the real rows of what the flow transforms (``model.flow_features``), computed by the pretrained
     network ``params`` on the first ``flow_init_batches`` training batches (in the order training sees them); the
     flow's ActNorm starts from them. Every process computes them from the whole batches, so that all start alike."""
-    order = batch_indices(len(train), config.batch_size, shuffle=True, seed=config.seed, epoch=0, drop_last=True)[
-        : config.flow_init_batches
+    assert config.flow is not None  # TrainConfig fills the section for method flow
+    order = batch_indices(len(train), config.optim.batch_size, shuffle=True, seed=config.seed, epoch=0, drop_last=True)[
+        : config.flow.init_batches
     ]
     forward = jax.jit(
         lambda p, b: model.apply({"params": {"encoder": p}}, *(b[k] for k in model.INPUTS), method="flow_features")
@@ -302,7 +284,7 @@ def flow_init_rows(model, params, train, config: TrainConfig) -> np.ndarray:
     for index in order:
         x, mask = forward(params, train.arrays(index.tolist()))
         x = np.asarray(x, np.float32)
-        rows.append(x if mask is None else x[np.asarray(mask)])
+        rows.append(real_rows(x, mask))
     return np.concatenate(rows)
 
 
@@ -310,27 +292,27 @@ def _plans(config: TrainConfig, recipe, model, variables: dict, per_epoch: int, 
     plans, start = [], 0
     for index, stage in enumerate(config.stages()):
         total = stage.steps or max(1, math.ceil(stage.epochs * per_epoch))
-        updates = max(1, total // config.grad_accumulation)
-        warmup = round(config.warmup_ratio * updates)
+        updates = max(1, total // config.optim.grad_accumulation)
+        warmup = round(config.optim.warmup_ratio * updates)
         objective = recipe.objective(stage, variables["params"], references)
         optimizer = make_optimizer(
             variables["params"],
-            learning_rate=config.learning_rate,
-            transform_learning_rate=config.transform_learning_rate,
-            weight_decay=config.weight_decay,
+            learning_rate=config.optim.learning_rate,
+            transform_learning_rate=config.optim.transform_learning_rate,
+            weight_decay=config.optim.weight_decay,
             total_updates=updates,
             warmup_steps=warmup,
-            schedule_kind=config.schedule,
-            max_grad_norm=config.max_grad_norm,
-            accumulation=config.grad_accumulation,
+            schedule_kind=config.optim.schedule,
+            max_grad_norm=config.optim.max_grad_norm,
+            accumulation=config.optim.grad_accumulation,
             frozen=stage.frozen,
         )
         abstract = jax.eval_shape(lambda v, o=optimizer: create_state(v, o, config.seed), variables)
         runner = make_runner(
-            config.parallel,
-            num_devices=config.devices,
-            model_parallel=config.model_parallel,
-            fsdp=config.fsdp,
+            config.placement.parallel,
+            num_devices=config.placement.devices,
+            model_parallel=config.placement.model_parallel,
+            fsdp=config.placement.fsdp,
             make_step=lambda c, o=optimizer, obj=objective, f=stage.frozen, s=start: make_train_step(
                 model,
                 obj,
@@ -338,14 +320,14 @@ def _plans(config: TrainConfig, recipe, model, variables: dict, per_epoch: int, 
                 frozen=f,
                 collectives=c,
                 stage_start=s,
-                gradient_every=config.log_every if config.log_gradients else 0,
+                gradient_every=config.logging.log_every if config.logging.log_gradients else 0,
             ),
             predict=recipe.predict_step(model),
             abstract_state=abstract,
             partition_rules=model.partition_rules(),
         )
         # the logged learning rate: the encoder's, or the transform group's when the encoder is frozen
-        peak = config.transform_learning_rate if "encoder" in stage.frozen else config.learning_rate
+        peak = config.optim.transform_learning_rate if "encoder" in stage.frozen else config.optim.learning_rate
         plans.append(
             Plan(
                 index,
@@ -355,7 +337,7 @@ def _plans(config: TrainConfig, recipe, model, variables: dict, per_epoch: int, 
                 start,
                 abstract,
                 runner,
-                schedule(peak, updates, warmup, config.schedule),
+                schedule(peak, updates, warmup, config.optim.schedule),
             )
         )
         start += total
@@ -363,8 +345,11 @@ def _plans(config: TrainConfig, recipe, model, variables: dict, per_epoch: int, 
 
 
 def _check_resumable(config: TrainConfig, meta: dict, directory: str) -> None:
-    saved, now = meta.get("config", {}), json.loads(json.dumps(config.to_json()))
-    changed = sorted(k for k in set(saved) | set(now) if k not in RESUMABLE_CHANGES and saved.get(k) != now.get(k))
+    """``ValueError`` when a setting that may not change on resume (:data:`~isojax.train.config.RESUMABLE`)
+    differs from the checkpoint's (whose configuration may be in the flat form written before the sections)."""
+    saved = json.loads(json.dumps(TrainConfig.from_json(meta.get("config", {})).flat_json()))
+    now = json.loads(json.dumps(config.flat_json()))
+    changed = sorted(k for k in set(saved) | set(now) if k not in RESUMABLE and saved.get(k) != now.get(k))
     if changed:
         diffs = "; ".join(f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in changed)
         raise ValueError(
@@ -396,11 +381,11 @@ def prepare(config: TrainConfig) -> Prepared:
     model, pretrained, tokenizer = kind.build()
     kind.check(model)
     check_setup(config, model)
-    train = kind.load("train", tokenizer, config.train_limit)
-    dev = kind.load(kind.eval_split, tokenizer, config.eval_limit)
-    per_epoch = len(train) // config.batch_size
+    train = kind.load("train", tokenizer, config.task.train_limit)
+    dev = kind.load(kind.eval_split, tokenizer, config.task.eval_limit)
+    per_epoch = len(train) // config.optim.batch_size
     if per_epoch == 0:
-        raise ValueError(f"the training set ({len(train)} rows) is smaller than one batch ({config.batch_size})")
+        raise ValueError(f"the training set ({len(train)} rows) is smaller than one batch ({config.optim.batch_size})")
     flow_rows = flow_init_rows(model, pretrained, train, config) if config.method_spec.flow else None
     variables = kind.init_variables(model, pretrained, jax.random.key(config.seed), flow_rows)
     references = kind.references(model, variables, train)
@@ -420,10 +405,12 @@ def fit(config: TrainConfig) -> FitResult:
     )
 
     main_process = jax.process_index() == 0
-    os.makedirs(config.output_dir, exist_ok=True)
-    run_log = JsonLog(os.path.join(config.output_dir, "log.jsonl"))
+    os.makedirs(config.logging.output_dir, exist_ok=True)
+    run_log = JsonLog(os.path.join(config.logging.output_dir, "log.jsonl"))
     with Checkpoints(
-        os.path.join(config.output_dir, "checkpoints"), save_every=config.save_every, keep=config.keep_checkpoints
+        os.path.join(config.logging.output_dir, "checkpoints"),
+        save_every=config.logging.save_every,
+        keep=config.logging.keep_checkpoints,
     ) as checkpoints:  # closed (pending saves written) on errors too
         restored = checkpoints.restore_latest(
             lambda meta: plans[meta["stage"]].runner.restore_target(plans[meta["stage"]].abstract_state),
@@ -473,17 +460,17 @@ def fit(config: TrainConfig) -> FitResult:
         records = run_log.read()
         plot_curves(
             records,
-            os.path.join(config.output_dir, "curves.png"),
+            os.path.join(config.logging.output_dir, "curves.png"),
             metrics=kind.metrics,
             isotropy=kind.curves,
-            title=f"{config.model} on {config.task}: {config.method}",
+            title=f"{config.model.name} on {config.task.name}: {config.method.name}",
         )
         timing = {plan.stage.name: epoch_seconds(records, plan.stage.name, per_epoch) for plan in plans}
-        with open(os.path.join(config.output_dir, "results.json"), "w") as f:
+        with open(os.path.join(config.logging.output_dir, "results.json"), "w") as f:
             json.dump(
                 {"config": config.to_json(), "step": step, "stages": stage_results, "timing": timing}, f, indent=1
             )
-    return FitResult(config.output_dir, step, last, stage_results, params)
+    return FitResult(config.logging.output_dir, step, last, stage_results, params)
 
 
 def epoch_seconds(records: list[dict], stage: str, per_epoch: int) -> dict:
@@ -513,21 +500,30 @@ def _run_stage(config, kind, plan: Plan, placed, done: int, train, dev, per_epoc
     """Run batches ``done, ..., total - 1`` of one stage; evaluate and checkpoint at its end. Returns the placed
     state and the final evaluation."""
     runner = plan.runner
-    bar = tqdm(total=plan.total, initial=done, desc=plan.stage.name, disable=not (config.progress and main_process))
-    epoch_batches, epoch, streak, skipped, previous = None, None, 0, 0, 0
+    bar = tqdm(
+        total=plan.total, initial=done, desc=plan.stage.name, disable=not (config.logging.progress and main_process)
+    )
+    epoch_batches: Iterator[dict] = iter(())
+    epoch, streak, skipped, previous = None, 0, 0, 0
     clock = time.perf_counter()  # training time between log records (evaluation and checkpoints excluded)
     for k in range(done, plan.total):
         if divmod(k, per_epoch)[0] != epoch:
             epoch, start = divmod(k, per_epoch)
             order = batch_indices(
-                len(train), config.batch_size, shuffle=True, seed=config.seed, epoch=epoch, start=start, drop_last=True
+                len(train),
+                config.optim.batch_size,
+                shuffle=True,
+                seed=config.seed,
+                epoch=epoch,
+                start=start,
+                drop_last=True,
             )[: plan.total - k]  # the batches this stage runs
-            epoch_batches = process_batches(train, order, runner.process_rows(config.batch_size))
+            epoch_batches = process_batches(train, order, runner.process_rows(config.optim.batch_size))
         placed, metrics = runner.train(placed, next(epoch_batches))
         step = plan.start + k + 1
         bar.update(1)
-        log_due = config.log_every and (k + 1) % config.log_every == 0
-        evaluating = config.eval_every and (k + 1) % config.eval_every == 0 and k + 1 < plan.total
+        log_due = config.logging.log_every and (k + 1) % config.logging.log_every == 0
+        evaluating = config.logging.eval_every and (k + 1) % config.logging.eval_every == 0 and k + 1 < plan.total
         saving = checkpoints.due(step)
         if log_due or evaluating or saving or k + 1 == plan.total:
             # the skip counters are read where the loop waits for the device anyway, never after every step
@@ -535,7 +531,7 @@ def _run_stage(config, kind, plan: Plan, placed, done: int, train, dev, per_epoc
         if log_due and main_process:
             values = {n: float(v) for n, v in runner.host(metrics).items()}
             # the schedule counts applied updates: skipped steps do not advance it
-            lr = float(plan.learning_rate((k + 1 - skipped) // config.grad_accumulation))
+            lr = float(plan.learning_rate((k + 1 - skipped) // config.optim.grad_accumulation))
             now = time.perf_counter()
             run_log.write(
                 {
@@ -573,7 +569,7 @@ def _nonfinite_steps(
     step: int, streak: int, new: int, plan: Plan, config: TrainConfig, checkpoints: Checkpoints
 ) -> None:
     """Warn that ``new`` more steps up to ``step`` were skipped (``streak`` in a row at ``step``);
-    :class:`NonFiniteTrainingError` once the streak reaches ``config.max_nonfinite_steps``, naming the last good
+    :class:`NonFiniteTrainingError` once the streak reaches ``config.logging.max_nonfinite_steps``, naming the last good
     checkpoint. The loop reads the counters at its log, evaluation and checkpoint steps and at the stage's end, so
     a run stops at the first of those at or after the streak's limit."""
     log.warning(
@@ -583,7 +579,7 @@ def _nonfinite_steps(
         plan.stage.name,
         streak,
     )
-    if streak < config.max_nonfinite_steps:
+    if streak < config.logging.max_nonfinite_steps:
         return
     checkpoints.wait()
     saved = checkpoints.steps()
@@ -595,7 +591,7 @@ def _nonfinite_steps(
     )
     raise NonFiniteTrainingError(
         f"steps {step - streak + 1} to {step} (stage {plan.stage.name!r}) had a non-finite loss or gradient, "
-        f"{streak} in a row (max_nonfinite_steps={config.max_nonfinite_steps}); their updates were skipped and the "
+        f"{streak} in a row (max_nonfinite_steps={config.logging.max_nonfinite_steps}); their updates were skipped and the "
         f"run stops. {resume} (if it fails again, lower the learning rate or look at the data of these steps)"
     )
 

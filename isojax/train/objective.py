@@ -48,16 +48,17 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
 import optax
 
 from isojax import losses, topology
+from isojax._stats import select_rows
 from isojax.train.collectives import Collectives
 from isojax.train.hyperparams import Hyperparameter, hyperparameter, is_schedule_text, is_scheduled, value_at
-from isojax.train.model import REPRESENTATIONS, TaskOutput, word_embeddings
+from isojax.train.model import REPRESENTATIONS, word_embeddings
 
 REGRESSION_RANGE = (0.0, 5.0)  # STS-B scores, GLUE's only regression task
 COMBINATIONS = ("sum", "balanced", "weighted")
@@ -68,16 +69,12 @@ def _cosine(x, mask, labels, num_classes):
     return losses.cosine_regularization(x, mask=mask)
 
 
-def _masked_rows(x, mask):
-    return x if mask is None else x * mask[..., None].astype(x.dtype)
-
-
 def _spectrum_pol(x, mask, labels, num_classes, *, c1, gamma):
-    return losses.spectrum_polynomial(_masked_rows(x, mask), c1=c1, gamma=gamma)
+    return losses.spectrum_polynomial(select_rows(x, mask), c1=c1, gamma=gamma)
 
 
 def _spectrum_exp(x, mask, labels, num_classes, *, c1, c2, gamma):
-    return losses.spectrum_exponential(_masked_rows(x, mask), c1=c1, c2=c2, gamma=gamma)
+    return losses.spectrum_exponential(select_rows(x, mask), c1=c1, c2=c2, gamma=gamma)
 
 
 def _isoscore(x, mask, labels, num_classes):
@@ -287,6 +284,28 @@ def class_ids(labels, num_labels: int, bins: int):
     return jnp.clip(ids, 0, bins - 1), bins
 
 
+class ModelOutput(Protocol):
+    """What an :class:`Objective` reads of a model's output (:class:`~isojax.train.model.TaskOutput`,
+    :class:`~isojax.train.seq2seq.Seq2SeqTaskOutput`): the ``logits``, the ``tokens`` with their ``mask``, the
+    flow's ``flow_log_likelihood`` (None without a flow) with its ``flow_mask`` (None: every row is real), and the
+    other representations a regulariser names, read by name."""
+
+    @property
+    def logits(self) -> jax.Array: ...
+
+    @property
+    def tokens(self) -> jax.Array: ...
+
+    @property
+    def mask(self) -> jax.Array: ...
+
+    @property
+    def flow_log_likelihood(self) -> jax.Array | None: ...
+
+    @property
+    def flow_mask(self) -> jax.Array | None: ...
+
+
 @dataclasses.dataclass(frozen=True)
 class Objective:
     """Task loss and regularisers combined by ``combine`` (see the module docstring).
@@ -321,7 +340,7 @@ class Objective:
                 "from data_references()"
             )
 
-    def cloud(self, reg: Regularizer, output: TaskOutput, params, labels, collectives: Collectives):
+    def cloud(self, reg: Regularizer, output: ModelOutput, params, labels, collectives: Collectives):
         """``(x [n, d], mask [n] | None, labels [n] | None)`` of a regulariser's representation (global batch);
         ``labels`` None: no per-row classes."""
         if reg.representation == "embedding":
@@ -334,10 +353,10 @@ class Objective:
                 else jnp.broadcast_to(collectives.gather(labels)[:, None], mask.shape).reshape(-1)
             )
             return tokens.reshape(-1, tokens.shape[-1]), mask.reshape(-1), per_token
-        return collectives.gather(getattr(output, reg.representation)), None, collectives.gather(labels)
+        return collectives.gather(getattr(output, str(reg.representation))), None, collectives.gather(labels)
 
     def regularizer_value(
-        self, reg: Regularizer, output: TaskOutput, params, labels, collectives: Collectives, step=None
+        self, reg: Regularizer, output: ModelOutput, params, labels, collectives: Collectives, step=None
     ):
         """Unweighted value of one regulariser on the global batch (or on the parameters); scheduled options
         at ``step``."""
@@ -349,7 +368,7 @@ class Objective:
         value = reg.fn(step)(x, mask, classes, num_classes, **extra)
         return collectives.replicated(value) if reg.representation == "embedding" else value
 
-    def task_loss(self, output: TaskOutput, labels, collectives: Collectives):
+    def task_loss(self, output: ModelOutput, labels, collectives: Collectives):
         """The task loss of the global batch: the mean of :func:`task_losses` over its examples."""
         per_example = task_losses(output.logits, labels, self.num_labels)
         return collectives.total(jnp.sum(per_example)) / (per_example.shape[0] * collectives.size)
@@ -364,7 +383,7 @@ class Objective:
         )
 
     def __call__(
-        self, output: TaskOutput, params, labels, balancer: losses.BalancerState, collectives: Collectives, step=None
+        self, output: ModelOutput, params, labels, balancer: losses.BalancerState, collectives: Collectives, step=None
     ):
         """``(loss, terms, balancer)``: the scalar objective, a dict of its parts (``task``, each regulariser's
         unweighted value under its :attr:`Regularizer.label`, ``flow`` with a flow, the scheduled values at
@@ -389,7 +408,7 @@ class Objective:
         if self.combine == "sum":
             loss = task + reg_total
         elif self.combine == "weighted":
-            alpha = joint.get("joint/alpha", self.alpha)
+            alpha = joint["joint/alpha"] if is_scheduled(self.alpha) else self.alpha
             loss = alpha * task + (1 - alpha) * reg_total
         else:
             loss, balancer = losses.balancer_update(

@@ -29,22 +29,28 @@ import jax
 import optax
 
 from isojax.calibrate.flow import scale_lu_updates
-from isojax.models import TRANSFORM
+from isojax.models import TRANSFORM, registry
 
 SCHEDULES = ("linear", "cosine", "constant")
 TRANSFORM_PREFIXES = (("encoder", TRANSFORM), ("isotropy_layer",))
 FLOW_PREFIX = ("flow",)
-BUFFERS = (("encoder", "final_logits_bias"),)
+
+
+def buffer_paths(params) -> tuple[tuple[str, str], ...]:
+    """Paths in a task model's ``params`` of the pretrained network's buffers (``params["encoder"]``'s keys that
+    :func:`isojax.models.registry.buffers` names; BART's ``("encoder", "final_logits_bias")``)."""
+    return tuple(("encoder", key) for key in registry.buffers(params.get("encoder", {})))
 
 
 def param_labels(params, frozen: Sequence[str] = ()):
     """Group of every parameter: ``"frozen"`` under a top-level key in ``frozen`` or a buffer (BART's
     ``final_logits_bias``), ``"transform"`` under the last-layer transform (SoftDecay) or the Isotropy Layer,
     ``"flow"`` under the flow, else ``"model"``."""
+    buffers = buffer_paths(params)
 
     def label(path, _):
         keys = tuple(getattr(k, "key", str(k)) for k in path)
-        if keys[0] in frozen or any(keys[: len(p)] == p for p in BUFFERS):
+        if keys[0] in frozen or keys[:2] in buffers:
             return "frozen"
         if any(keys[: len(p)] == p for p in TRANSFORM_PREFIXES):
             return "transform"

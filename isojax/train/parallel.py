@@ -91,7 +91,7 @@ def initialize_distributed(
         raise ValueError(
             f"num_processes and process_id go together, got num_processes={num_processes!r}, process_id={process_id!r}"
         )
-    if num_processes is not None and not 0 <= process_id < num_processes:
+    if num_processes is not None and process_id is not None and not 0 <= process_id < num_processes:
         raise ValueError(f"process_id must be in [0, num_processes={num_processes}), got {process_id!r}")
     multi = (
         coordinator_address is not None
@@ -247,6 +247,7 @@ class MeshRunner:
         blocks = {
             index[0].indices(batch_size)[:2]
             for index in self.batch_sharding.addressable_devices_indices_map((batch_size,)).values()
+            if index is not None  # None: a device outside the sharding (none here)
         }
         return np.concatenate([np.arange(start, stop) for start, stop in sorted(blocks)])
 

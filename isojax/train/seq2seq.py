@@ -56,7 +56,7 @@ from isojax.train.collectives import Collectives
 from isojax.train.evaluation import predict_all
 from isojax.train.feed import TokenGroup
 from isojax.train.model import HEAD_PARTITION_RULES, word_embeddings
-from isojax.train.objective import Objective, Regularizer, resolve_auto_options
+from isojax.train.objective import ModelOutput, Objective, Regularizer, resolve_auto_options
 
 IGNORE_INDEX = -100
 """Label value of a padding position, left out of the loss (transformers' and PyTorch's ``ignore_index``)."""
@@ -172,6 +172,8 @@ class Seq2SeqModel(nn.Module):
 
     def init_flow(self, rows):
         """Initialise the flow on ``rows [N, H]`` (its ActNorm starts from them)."""
+        if self.flow is None:
+            raise ValueError("init_flow: this model has no flow")
         return self.flow(rows)
 
     def __call__(
@@ -213,11 +215,11 @@ class Seq2SeqObjective(Objective):
 
     label_smoothing: float = 0.0
 
-    def task_loss(self, output: Seq2SeqTaskOutput, labels, collectives: Collectives):
+    def task_loss(self, output: ModelOutput, labels, collectives: Collectives):
         losses, mask = label_smoothed_cross_entropy(output.logits, labels, label_smoothing=self.label_smoothing)
         return collectives.total(jnp.sum(losses)) / collectives.total(jnp.sum(mask))
 
-    def cloud(self, reg: Regularizer, output: Seq2SeqTaskOutput, params, labels, collectives: Collectives):
+    def cloud(self, reg: Regularizer, output: ModelOutput, params, labels, collectives: Collectives):
         """The embedding matrix, or the real decoder states of the global batch, without per-row classes (the
         labels are token ids: a class-wise regulariser sees one class)."""
         return super().cloud(reg, output, params, None, collectives)
@@ -319,19 +321,19 @@ class Seq2SeqRecipe:
     eval_split = "validation"
 
     def __init__(self, config):
-        self.config, self.task = config, seq2seq_task(config.task)
+        self.config, self.task = config, seq2seq_task(config.task.name)
         self.metrics = self.task.metrics
 
     def build(self):
         """``(Seq2SeqModel, pretrained params, tokenizer)``: an encoder-decoder (dtype, dropout off when asked),
         with the configuration's flow; an mBART tokenizer is set to the task's languages."""
         c = self.config
-        dtype = jnp.bfloat16 if c.dtype == "bfloat16" else jnp.float32
-        network, params, tokenizer = from_pretrained(c.model, dtype=dtype)
-        require_kind(network.config, ("encoder_decoder",), f"sequence-to-sequence fine-tuning ({c.task})")
+        dtype = jnp.bfloat16 if c.model.dtype == "bfloat16" else jnp.float32
+        network, params, tokenizer = from_pretrained(c.model.name, dtype=dtype)
+        require_kind(network.config, ("encoder_decoder",), f"sequence-to-sequence fine-tuning ({c.task.name})")
         if tokenizer is None:
-            raise ValueError(f"model {c.model!r} has no tokenizer files; fine-tuning needs one")
-        if not c.dropout:
+            raise ValueError(f"model {c.model.name!r} has no tokenizer files; fine-tuning needs one")
+        if not c.model.dropout:
             network = registry.build_model(
                 dataclasses.replace(
                     network.config, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, activation_dropout=0.0
@@ -353,9 +355,9 @@ class Seq2SeqRecipe:
         its teacher forcing does."""
         c = self.config
         settings = dict(
-            num_beams=c.num_beams,
-            length_penalty=c.length_penalty,
-            max_length=c.generation_max_length or c.max_target_length + 1,
+            num_beams=c.seq2seq.num_beams,
+            length_penalty=c.seq2seq.length_penalty,
+            max_length=c.seq2seq.generation_max_length or c.seq2seq.max_target_length + 1,
         )
         if self.mbart and self.task.target_lang:
             settings["decoder_start_token_id"] = self.tokenizer.convert_tokens_to_ids(self.task.target_lang)
@@ -365,8 +367,8 @@ class Seq2SeqRecipe:
         """The source and target lengths against the positions of the encoder and decoder; the decoding settings."""
         cfg, c = model.config, self.config
         for name, length, stack, which in (
-            ("max_length", c.max_length, cfg, "encoder"),
-            ("max_target_length", c.max_target_length, cfg.decoder_config(), "decoder"),
+            ("max_length", c.task.max_length, cfg, "encoder"),
+            ("max_target_length", c.seq2seq.max_target_length, cfg.decoder_config(), "decoder"),
         ):
             if length > stack.max_sequence_length:
                 raise ValueError(
@@ -378,11 +380,11 @@ class Seq2SeqRecipe:
     def load(self, split: str, tokenizer, limit: int) -> Seq2SeqSplit:
         """The first ``limit`` rows (0 = all) of a split, as read."""
         c = self.config
-        data = load_seq2seq(c.task, split, source=c.data_source)
+        data = load_seq2seq(c.task.name, split, source=c.task.data_source)
         n = min(limit, len(data)) if limit else len(data)
         data = dataclasses.replace(data, sources=data.sources[:n], targets=data.targets[:n])
         start = None if self.mbart else self.model_config.decoder_start_token_id
-        return Seq2SeqSplit(data, tokenizer, c.max_length, c.max_target_length, start)
+        return Seq2SeqSplit(data, tokenizer, c.task.max_length, c.seq2seq.max_target_length, start)
 
     def init_variables(self, model: Seq2SeqModel, params, key, flow_rows) -> dict:
         return init_variables(model, params, key, flow_rows)
@@ -396,10 +398,10 @@ class Seq2SeqRecipe:
             self.model_config.vocab_size,
             resolve_auto_options(stage.regularizers, params),
             stage.combine,
-            c.joint_alpha,
-            c.balancer_smoothing,
+            c.method.joint_alpha,
+            c.method.balancer_smoothing,
             references,
-            label_smoothing=c.label_smoothing,
+            label_smoothing=c.seq2seq.label_smoothing,
         )
 
     def predict_step(self, model: Seq2SeqModel):
@@ -407,7 +409,7 @@ class Seq2SeqRecipe:
 
     def evaluate(self, runner, placed, dev: Seq2SeqSplit) -> dict:
         w = runner.host(word_embeddings(placed.params))
-        return evaluate(runner, placed, dev, self.task, w, self.config.eval_batch_size)
+        return evaluate(runner, placed, dev, self.task, w, self.config.optim.eval_batch_size)
 
 
 __all__ = [

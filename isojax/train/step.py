@@ -8,7 +8,9 @@ float32 scores); for :class:`~isojax.train.seq2seq.Seq2SeqModel`, see :mod:`isoj
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
+from typing import cast
 
 import jax
 import jax.numpy as jnp
@@ -18,18 +20,17 @@ from isojax.train.collectives import GLOBAL, Collectives
 from isojax.train.gradient_stats import gradient_statistics
 from isojax.train.model import TaskModel, TaskOutput
 from isojax.train.objective import Objective
-from isojax.train.optim import BUFFERS
+from isojax.train.optim import buffer_paths
 from isojax.train.state import TrainState
 
 
 def _stop_frozen(params: dict, frozen: Sequence[str]) -> dict:
-    """``params`` with the top-level subtrees named in ``frozen`` and the buffers (:data:`~isojax.train.optim.BUFFERS`,
-    BART's ``final_logits_bias``) behind ``stop_gradient``: their gradient is zero and XLA drops the backward pass
-    through them (a frozen encoder costs a forward pass only)."""
+    """``params`` with the top-level subtrees named in ``frozen`` and the buffers
+    (:func:`~isojax.train.optim.buffer_paths`, BART's ``final_logits_bias``) behind ``stop_gradient``: their gradient
+    is zero and XLA drops the backward pass through them (a frozen encoder costs a forward pass only)."""
     params = {k: jax.lax.stop_gradient(v) if k in frozen else v for k, v in params.items()}
-    for top, key in BUFFERS:
-        if key in params.get(top, {}):
-            params[top] = {**params[top], key: jax.lax.stop_gradient(params[top][key])}
+    for top, key in buffer_paths(params):
+        params[top] = {**params[top], key: jax.lax.stop_gradient(params[top][key])}
     return params
 
 
@@ -114,7 +115,8 @@ def make_train_step(
             "balancer": balancer,
         }
         kept = {name: getattr(state, name) for name in applied}
-        state = state.replace(
+        state = dataclasses.replace(
+            state,
             step=state.step + 1,
             **jax.tree.map(lambda new, old: jnp.where(finite, new, old), applied, kept),
             nonfinite_steps=state.nonfinite_steps + (~finite).astype(jnp.int32),
@@ -130,7 +132,10 @@ def make_predict_step(model: TaskModel) -> Callable[[TrainState, dict], dict]:
     IsoBN on its running statistics)."""
 
     def predict(state: TrainState, batch: dict):
-        out: TaskOutput = model.apply(model_variables(state), *(batch[k] for k in model.INPUTS), deterministic=True)
+        # apply without mutable= returns the output alone (flax declares the (output, variables) case too)
+        out = cast(
+            TaskOutput, model.apply(model_variables(state), *(batch[k] for k in model.INPUTS), deterministic=True)
+        )
         return {"logits": out.logits, "head_input": out.head_input}
 
     return predict

@@ -1,0 +1,54 @@
+"""The key/value cache of a decoder stack for incremental decoding: each new token's keys and values are appended to
+it instead of recomputing the prefix (an explicit pytree, passed in and returned)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from isojax.models.config import TransformerConfig
+
+Array = jax.Array
+
+
+@flax.struct.dataclass
+class KVCache:
+    """Keys and values of one attention layer, each ``[B, T, heads, head_dim]``."""
+
+    key: Array
+    value: Array
+
+
+@flax.struct.dataclass
+class LayerCache:
+    """What one decoder block keeps between decoding steps: its self-attention keys and values over the cache's
+    ``T`` slots, and (encoder-decoder) the keys and values of the encoder output, computed on the first call."""
+
+    attention: KVCache
+    cross_attention: KVCache | None = None
+
+
+@flax.struct.dataclass
+class Cache:
+    """Key/value cache of a decoder stack for incremental decoding (an explicit pytree, passed in and returned).
+
+    layers: one :class:`LayerCache` per layer.
+    mask: ``[B, T]`` bool, whether a slot holds a real token (a prompt's padding stays False).
+    index: int32 scalar; slots ``[0, index)`` are written, the next ``L`` tokens go to ``[index, index + L)``.
+    """
+
+    layers: tuple[LayerCache, ...]
+    mask: Array
+    index: Array
+
+
+def init_cache(config: TransformerConfig, batch_size: int, length: int, dtype: Any = jnp.float32) -> Cache:
+    """An empty :class:`Cache` of ``length`` slots for the stack of ``config`` (keys/values in ``dtype``, the
+    compute dtype of the model that fills it)."""
+    heads = config.num_attention_heads
+    shape = (batch_size, length, heads, config.hidden_size // heads)
+    layer = LayerCache(KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)))
+    return Cache((layer,) * config.num_hidden_layers, jnp.zeros((batch_size, length), bool), jnp.zeros((), jnp.int32))

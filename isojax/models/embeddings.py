@@ -1,0 +1,126 @@
+"""Token, position and token-type embeddings, and the language-model head tied to the word embeddings."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from isojax.models.config import TransformerConfig
+from isojax.models.dropout import Dropout
+from isojax.models.primitives import dense, layer_norm
+
+Array = jax.Array
+
+WORD_EMBEDDINGS = ("embeddings", "word_embeddings", "embedding")
+"""Path of the word (input, and tied output) embedding matrix ``[vocab_size, embedding_size]`` in the params of every
+architecture (BART's table shared by encoder and decoder included)."""
+
+
+def word_embeddings(params):
+    """The word (input = tied output) embedding matrix ``[vocab_size, embedding_size]`` of a model's params."""
+    for key in WORD_EMBEDDINGS:
+        params = params[key]
+    return params
+
+
+def tied_logits(params, h: Array) -> Array:
+    """The language-model head tied to the word embeddings: ``h Wᵀ``, ``[..., H] -> [..., vocab_size]`` float32
+    (``W`` = :func:`word_embeddings` of ``params``, cast to the compute dtype of ``h``)."""
+    w = word_embeddings(params)
+    return jnp.einsum("...h,vh->...v", h, w.astype(h.dtype), preferred_element_type=jnp.float32)
+
+
+def sinusoidal_init(key, shape: tuple[int, int], dtype: Any = jnp.float32) -> Array:
+    """The fixed sinusoidal position table ``P [num, features]`` of Vaswani et al. (2017), DistilBERT's
+    ``sinusoidal_pos_embds`` initialisation: ``P[p, 2i] = sin(p / 10000^(2i/d))``, ``P[p, 2i+1] = cos(p /
+    10000^(2i/d))`` with ``d = features``. A flax initializer; ``key`` is unused."""
+    num, features = shape
+    angle = np.arange(num)[:, None] / np.power(10000.0, 2 * (np.arange(features) // 2) / features)
+    return jnp.asarray(np.where(np.arange(features) % 2 == 0, np.sin(angle), np.cos(angle)), dtype)
+
+
+class Embed(nn.Module):
+    """An embedding table ``[num, features]`` whose lookup never clamps silently.
+
+    JAX clamps out-of-range gather indices; here an out-of-range id yields NaN rows instead (under ``jit``,
+    where the ids cannot be checked eagerly). Eager calls are checked by :func:`validate_inputs` first.
+    """
+
+    num_embeddings: int
+    features: int
+    init_std: float = 0.02
+    dtype: Any = jnp.float32
+    sinusoidal: bool = False  # initialise with :func:`sinusoidal_init` instead of N(0, init_std²)
+
+    @nn.compact
+    def __call__(self, ids: Array) -> Array:
+        init = sinusoidal_init if self.sinusoidal else nn.initializers.normal(self.init_std)
+        table = self.param("embedding", init, (self.num_embeddings, self.features))
+        return jnp.take(table, ids, axis=0, mode="fill", fill_value=jnp.nan).astype(self.dtype)
+
+
+class WordEmbeddings(nn.Module):
+    """A word-embedding table on its own, ``word_embeddings`` (BART's, shared by its encoder and decoder):
+    ``ids [B, L] -> [B, L, H]``, times ``sqrt(hidden_size)`` when ``config.scale_embedding``."""
+
+    config: TransformerConfig
+    dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, ids: Array) -> Array:
+        cfg = self.config
+        x = Embed(cfg.vocab_size, cfg.hidden_size, cfg.initializer_range, self.dtype, name="word_embeddings")(ids)
+        return x * float(np.sqrt(cfg.hidden_size)) if cfg.scale_embedding else x
+
+
+class Embeddings(nn.Module):
+    """Token + position (+ token-type) embeddings, LayerNorm, dropout: ``ids [B, L] -> [B, L, H]``.
+
+    Tables are ``embedding_size`` wide; ALBERT (``config.embedding_projection``) then projects to ``hidden_size``.
+    GPT-2 (``config.embedding_norm`` False) has no LayerNorm here. Subclasses override :meth:`position_ids`
+    (RoBERTa counts positions after the padding index).
+    """
+
+    config: TransformerConfig
+    dtype: Any = jnp.float32
+
+    def position_ids(self, input_ids: Array) -> Array:
+        """``position_offset + 0, 1, ..., L-1`` for every sequence (BART's positions start at 2)."""
+        return jnp.broadcast_to(jnp.arange(input_ids.shape[1]) + self.config.position_offset, input_ids.shape)
+
+    @nn.compact
+    def __call__(
+        self,
+        input_ids: Array,
+        token_type_ids: Array | None,
+        deterministic: bool = True,
+        *,
+        position_ids: Array | None = None,
+        word_vectors: Array | None = None,
+    ) -> Array:
+        """``position_ids`` default to :meth:`position_ids`; ``word_vectors [B, L, E]`` are token embeddings looked up
+        in a table this module does not own (a :class:`WordEmbeddings` shared by two stacks), else its own
+        ``word_embeddings`` table is used."""
+        cfg = self.config
+        assert cfg.embedding_size is not None  # TransformerConfig.__post_init__ sets it (hidden_size by default)
+        table = functools.partial(Embed, features=cfg.embedding_size, init_std=cfg.initializer_range, dtype=self.dtype)
+        x = table(cfg.vocab_size, name="word_embeddings")(input_ids) if word_vectors is None else word_vectors
+        if position_ids is None:
+            position_ids = self.position_ids(input_ids)
+        positions = table(cfg.max_position_embeddings, sinusoidal=cfg.sinusoidal_pos_embds, name="position_embeddings")
+        x = x + positions(position_ids)
+        if cfg.type_vocab_size:
+            if token_type_ids is None:  # one segment, as Hugging Face's models default to
+                token_type_ids = jnp.zeros_like(input_ids)
+            x = x + table(cfg.type_vocab_size, name="token_type_embeddings")(token_type_ids)
+        if cfg.embedding_norm:
+            x = layer_norm(cfg, self.dtype, "norm")(x)
+        x = Dropout(cfg.hidden_dropout_prob)(x, deterministic=deterministic)
+        if cfg.embedding_projection:
+            x = dense(cfg.hidden_size, cfg, self.dtype, "projection")(x)
+        return x

@@ -1,0 +1,304 @@
+"""The typed configuration (:mod:`isojax.train.config`) and the one ``isojax`` command (:mod:`isojax.cli`): JSON round
+trip, dotted overrides, the finetune options derived from the fields, choices taken from the constants, what may
+change on resume, the flat records of earlier runs, and one error convention (a line, exit status 2) everywhere."""
+
+import dataclasses
+import glob
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import typing
+
+import pytest
+
+from isojax.cli import build_parser, main
+from isojax.models.encoder import TRANSFORM_PLACEMENTS
+from isojax.models.heads import POOLINGS
+from isojax.models.stack import REMAT_POLICIES
+from isojax.train.cli import config_from_argv
+from isojax.train.config import (
+    METHOD_ALIASES,
+    METHODS,
+    RESUMABLE,
+    SETTINGS,
+    FlowConfig,
+    LoggingConfig,
+    MethodConfig,
+    ModelConfig,
+    OptimConfig,
+    PlacementConfig,
+    Seq2SeqConfig,
+    TaskConfig,
+    TrainConfig,
+    parse_regularizer,
+)
+from isojax.train.hyperparams import StepSchedule
+from isojax.train.loop import _check_resumable
+from isojax.train.objective import COMBINATIONS, Regularizer
+from isojax.train.optim import SCHEDULES
+from isojax.train.parallel import PARALLEL_MODES
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _finetune_actions():
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    return {a.dest: a for a in sub.choices["finetune"]._actions}
+
+
+def _changed_everywhere() -> TrainConfig:
+    """A configuration with every section away from its defaults (schedules and regularisers included)."""
+    return TrainConfig(
+        task=TaskConfig("wmt16_en_ro", max_length=64, train_limit=100, eval_limit=10, data_source="pairs/"),
+        model=ModelConfig("facebook/bart-base", dtype="bfloat16", dropout=False),
+        method=MethodConfig(
+            "cosine",
+            regularizers=(parse_regularizer("spectrum_pol=linear:0:1:500@tokens,gamma=-0.4"),),
+            combine="weighted",
+            joint_alpha="linear:1:0.5:300",
+            balancer_smoothing=0.3,
+        ),
+        optim=OptimConfig(learning_rate=3e-5, schedule="cosine", steps=7, batch_size=16, grad_accumulation=2),
+        placement=PlacementConfig(devices=4, model_parallel=2, fsdp=True),
+        logging=LoggingConfig("runs/x", save_every=5, log_gradients=True, progress=False),
+        seq2seq=Seq2SeqConfig(max_target_length=32, label_smoothing=0.0, num_beams=4, generation_max_length=33),
+        flow=FlowConfig(levels=2, depth=1, hidden=8, init_batches=2),
+        seed=5,
+    )
+
+
+def test_json_round_trip_keeps_every_setting():
+    config = _changed_everywhere()
+    data = json.loads(json.dumps(config.to_json()))
+    assert data["method"]["joint_alpha"] == "linear:1.0:0.5:300"
+    assert data["method"]["regularizers"][0]["weight"] == "linear:0.0:1.0:500"
+    assert TrainConfig.from_json(data) == config
+    assert TrainConfig.from_json(json.loads(json.dumps(TrainConfig().to_json()))) == TrainConfig()
+
+
+def test_optional_sections_default_where_they_apply():
+    assert TrainConfig().seq2seq is None and TrainConfig().flow is None
+    assert TrainConfig(task=TaskConfig("seq2seq")).seq2seq == Seq2SeqConfig()
+    assert TrainConfig(method=MethodConfig("flow")).flow == FlowConfig()
+    assert TrainConfig(method=MethodConfig("flow")).make_flow().levels == 3
+
+
+def test_dotted_overrides_convert_text_to_each_fields_type():
+    config = TrainConfig().override(
+        {
+            "task.name": "RTE",
+            "optim.learning_rate": "3e-5",
+            "optim.steps": "12",
+            "optim.epochs": 2,
+            "placement.devices": "none",
+            "model.scan_layers": "true",
+            "method.regularizers": ["isoscore=0.5@cls", {"name": "cosine", "weight": 2.0}],
+            "method.balancer_smoothing": "warmup:0.2:10",
+            "flow.levels": "2",
+            "seed": "4",
+        }
+    )
+    assert config.task.name == "rte" and config.optim.learning_rate == 3e-5 and config.optim.steps == 12
+    assert isinstance(config.optim.epochs, float) and config.optim.epochs == 2.0
+    assert config.placement.devices is None and config.model.scan_layers is True and config.seed == 4
+    assert config.method.regularizers == (Regularizer("isoscore", 0.5, "cls"), Regularizer("cosine", 2.0))
+    assert config.method.balancer_smoothing == StepSchedule("warmup", (0.2, 10.0))
+    assert config.flow == FlowConfig(levels=2)  # the section is created by its first override
+    assert config.optim.batch_size == OptimConfig().batch_size  # untouched settings keep their defaults
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"optim.lr": "1"}, r"unknown setting 'optim.lr'; expected one of \[.*'optim.learning_rate'"),
+        ({"optim.steps": "ten"}, r"optim.steps \(--steps\) must be an integer, got 'ten'"),
+        ({"optim.learning_rate": "fast"}, r"optim.learning_rate \(--lr\) must be a number, got 'fast'"),
+        ({"model.dropout": "maybe"}, r"model.dropout \(--no-dropout\) must be true or false, got 'maybe'"),
+        ({"optim.batch_size": 0}, r"optim.batch_size \(--batch-size\) must be a positive integer, got 0"),
+        ({"method.regularizers": "entropy=1"}, r"method.regularizers \(--reg\): unknown regulariser 'entropy'"),
+        ({"method.balancer_smoothing": 0.0}, r"method.balancer_smoothing \(--balancer-smoothing\) must be in \(0, 1\]"),
+        ({"optim.warmup_ratio": 1.0}, r"optim.warmup_ratio \(--warmup-ratio\) must be in \[0, 1\), got 1.0"),
+        ({"model.pooling": "max"}, r"model.pooling \(--pooling\) must be one of \['cls', 'pooler'"),
+    ],
+)
+def test_bad_overrides_name_the_setting_and_its_flag(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig().override(overrides)
+
+
+def test_sections_must_have_their_type():
+    with pytest.raises(TypeError, match="TrainConfig.optim must be a OptimConfig, got dict"):
+        TrainConfig(optim={"learning_rate": 1e-3})
+
+
+def test_every_field_is_one_finetune_option_and_nothing_else():
+    hints = typing.get_type_hints(TrainConfig)
+    sections = {name: typing.get_args(kind)[0] if typing.get_args(kind) else kind for name, kind in hints.items()}
+    assert sections.pop("seed") is int
+    assert list(sections) == ["task", "model", "method", "optim", "placement", "logging", "seq2seq", "flow"]
+    leaves = {f"{name}.{f.name}" for name, cls in sections.items() for f in dataclasses.fields(cls)} | {"seed"}
+    assert len(leaves) == 54  # the 53 flat fields before the sections, and placement.fsdp
+    derived = {dest: a for dest, a in _finetune_actions().items() if "." in dest or dest == "seed"}
+    assert set(derived) == leaves == {s.path for s in SETTINGS}
+    for s in SETTINGS:
+        assert derived[s.path].option_strings == [s.flag]
+    flags = [s.flag for s in SETTINGS]
+    assert len(set(flags)) == len(flags)
+    assert config_from_argv(["finetune", "--balancer-smoothing", "0.4"]).method.balancer_smoothing == 0.4
+
+
+def test_every_choice_list_is_its_constant():
+    actions = _finetune_actions()
+    expected = {
+        "model.pooling": POOLINGS,
+        "model.remat": ("none", *REMAT_POLICIES),
+        "model.dtype": ("float32", "bfloat16"),
+        "method.name": (*METHODS, *METHOD_ALIASES),
+        "method.combine": COMBINATIONS,
+        "method.softdecay_placement": TRANSFORM_PLACEMENTS,
+        "optim.schedule": SCHEDULES,
+        "placement.parallel": PARALLEL_MODES,
+    }
+    assert {dest: tuple(a.choices) for dest, a in actions.items() if a.choices and "." in dest} == expected
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    assert tuple(next(a for a in sub.choices["sts"]._actions if a.dest == "pooling").choices) == POOLINGS
+
+
+def test_flags_build_the_same_config_as_python():
+    argv = shlex.split(
+        "finetune --task rte --model m --method isotropy_layer --reg istar=1.0@cls,c0=data --pooling mean "
+        "--lr 3e-5 --steps 8 --stage2-steps 2 --no-dropout --scan-layers --remat dots --devices 8 --fsdp "
+        "--out runs/y --quiet --log-gradients --seed 2 --flow-levels 2 --joint-alpha 0.25 --combine weighted"
+    )
+    assert config_from_argv(argv) == TrainConfig(
+        task=TaskConfig("rte"),
+        model=ModelConfig("m", pooling="mean", scan_layers=True, remat="dots", dropout=False),
+        method=MethodConfig(
+            "isotropy_layer", (Regularizer("istar", 1.0, "cls", (("c0", "data"),)),), "weighted", joint_alpha=0.25
+        ),
+        optim=OptimConfig(learning_rate=3e-5, steps=8, stage2_steps=2),
+        placement=PlacementConfig(devices=8, fsdp=True),
+        logging=LoggingConfig("runs/y", log_gradients=True, progress=False),
+        flow=FlowConfig(levels=2),
+        seed=2,
+    )
+
+
+def test_config_file_with_flags_on_top(tmp_path):
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(_changed_everywhere().to_json()))
+    config = config_from_argv(["finetune", "--config", str(path), "--lr", "1e-4", "--num-beams", "2"])
+    assert config == _changed_everywhere().override({"optim.learning_rate": 1e-4, "seq2seq.num_beams": 2})
+
+
+def _documented_commands() -> list[list[str]]:
+    """Every ``isojax finetune --...`` command line of the README and the docs (guides, getting started)."""
+    pages = [os.path.join(ROOT, "README.md"), *glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True)]
+    text = "\n".join(open(p).read() for p in pages if not p.endswith("changelog.md")).replace("\\\n", " ")
+    commands = []
+    for line in text.splitlines():
+        m = re.search(r"isojax finetune (--[^`|]*)", line)
+        if m and "<" not in m.group(1) and "--help" not in m.group(1):
+            commands.append(["finetune", *shlex.split(m.group(1).strip())])
+    return commands
+
+
+def test_every_documented_finetune_command_line_still_parses():
+    commands = _documented_commands()
+    assert len(commands) >= 8
+    for argv in commands:
+        config_from_argv(argv)  # raises on an option or value it does not know
+
+
+def test_what_may_change_on_resume_is_the_field_metadata():
+    """The settings that were RESUMABLE_CHANGES (flat names) before the sections, plus placement.fsdp."""
+    assert RESUMABLE == {
+        "placement.devices",
+        "placement.parallel",
+        "placement.model_parallel",
+        "placement.fsdp",
+        "logging.progress",
+        "logging.output_dir",
+        "logging.save_every",
+        "logging.keep_checkpoints",
+        "logging.eval_every",
+        "logging.log_every",
+        "logging.log_gradients",
+        "logging.max_nonfinite_steps",
+        "optim.eval_batch_size",
+        "task.eval_limit",
+        "seq2seq.num_beams",
+        "seq2seq.length_penalty",
+        "seq2seq.generation_max_length",
+    }
+
+
+def _committed_records() -> list[str]:
+    return sorted(
+        glob.glob(os.path.join(ROOT, "experiments/results/glue_methods_runs/**/results.json"), recursive=True)
+    )
+
+
+def test_the_flat_configs_of_committed_runs_are_read():
+    paths = _committed_records()
+    assert paths
+    for path in paths:
+        flat = json.load(open(path))["config"]
+        config = TrainConfig.from_json(flat)
+        by_flat = {s.flat: s.path for s in SETTINGS}
+        values = json.loads(json.dumps(config.flat_json()))
+        for key, value in flat.items():
+            if by_flat[key].partition(".")[0] in ("seq2seq", "flow") and config.seq2seq is None:
+                continue  # a GLUE run ignored its sequence-to-sequence and flow settings
+            assert values[by_flat[key]] == value, (path, key)
+        assert config.seq2seq is None and (config.flow is None) == (flat["method"] != "flow")
+
+
+def test_resume_from_a_flat_checkpoint_config_compares_by_setting():
+    flat = json.load(open(_committed_records()[0]))["config"]
+    same = TrainConfig.from_json(flat)
+    _check_resumable(same.override({"logging.output_dir": "elsewhere", "placement.devices": 2}), {"config": flat}, "d")
+    with pytest.raises(ValueError, match=r"different configuration \(optim.learning_rate: 2e-05 -> 0.001\)"):
+        _check_resumable(same.override({"optim.learning_rate": 1e-3}), {"config": flat}, "d")
+    nested = same.to_json()
+    with pytest.raises(ValueError, match=r"\(model.pooling: 'cls' -> 'mean'\)"):
+        _check_resumable(same.override({"model.pooling": "mean"}), {"config": nested}, "d")
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["analyze", "--model", "/nonexistent/model", "--limit", "2"], "cannot find model '/nonexistent/model'"),
+        (["sts", "--data", "sts17", "--quiet"], "unknown STS data set 'sts17'"),
+        (["sts", "--alpha", "abc"], "--alpha must be 'search' or a number in [-1, 0), got abc"),
+        (["wordsim", "--model", "/nonexistent/model"], "cannot find model '/nonexistent/model'"),
+        (["finetune", "--steps", "ten"], "optim.steps (--steps) must be an integer, got 'ten'"),
+        (["finetune", "--config", "/nonexistent/run.json"], "No such file or directory: '/nonexistent/run.json'"),
+        (["finetune", "--task", "rte", "--model-parallel", "2", "--parallel", "pmap"], "needs parallel='mesh'"),
+        (["finetune", "--remat", "sometimes"], "argument --remat: invalid choice: 'sometimes'"),
+        (["wordsim", "--similarity"], "argument --similarity: expected one argument"),
+    ],
+)
+def test_a_users_mistake_is_one_line_and_exit_status_2(argv, message, capsys):
+    try:
+        status = main(argv)
+    except SystemExit as e:  # argparse's own errors, through the same one-line error
+        status = e.code
+    err = capsys.readouterr().err
+    assert status == 2
+    assert err.startswith(f"isojax {argv[0]}: error: ") and message in err and err.count("\n") == 1
+
+
+def test_the_command_line_prints_no_traceback_and_verbose_shows_one():
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    argv = [sys.executable, "-m", "isojax.cli", "finetune", "--lr", "-1"]
+    quiet = subprocess.run(argv, capture_output=True, text=True, env=env)
+    assert quiet.returncode == 2 and "Traceback" not in quiet.stderr
+    assert quiet.stderr.strip().splitlines()[-1] == (
+        "isojax finetune: error: optim.learning_rate (--lr) must be a positive number, got -1.0"
+    )
+    loud = subprocess.run([*argv[:3], "-v", *argv[3:]], capture_output=True, text=True, env=env)
+    assert loud.returncode == 1 and "Traceback" in loud.stderr
