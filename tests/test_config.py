@@ -276,7 +276,11 @@ def test_resume_from_a_flat_checkpoint_config_compares_by_setting():
         (["sts", "--alpha", "abc"], "--alpha must be 'search' or a number in [-1, 0), got abc"),
         (["wordsim", "--model", "/nonexistent/model"], "cannot find model '/nonexistent/model'"),
         (["finetune", "--steps", "ten"], "optim.steps (--steps) must be an integer, got 'ten'"),
-        (["finetune", "--config", "/nonexistent/run.json"], "No such file or directory: '/nonexistent/run.json'"),
+        (
+            ["finetune", "--config", "/nonexistent/run.json"],
+            "--config /nonexistent/run.json: cannot be read (No such file",
+        ),
+        (["finetune", "--config", os.path.join(ROOT, "README.md")], "README.md: not JSON (Expecting value"),
         (["finetune", "--task", "rte", "--model-parallel", "2", "--parallel", "pmap"], "needs parallel='mesh'"),
         (["finetune", "--remat", "sometimes"], "argument --remat: invalid choice: 'sometimes'"),
         (["wordsim", "--similarity"], "argument --similarity: expected one argument"),
@@ -290,6 +294,13 @@ def test_a_users_mistake_is_one_line_and_exit_status_2(argv, message, capsys):
     err = capsys.readouterr().err
     assert status == 2
     assert err.startswith(f"isojax {argv[0]}: error: ") and message in err and err.count("\n") == 1
+
+
+def test_a_config_file_that_is_not_an_object_is_refused(tmp_path, capsys):
+    path = tmp_path / "run.json"
+    path.write_text("[1, 2]")
+    assert main(["finetune", "--config", str(path)]) == 2
+    assert f"--config {path}: expected a JSON object of settings, got list" in capsys.readouterr().err
 
 
 def test_the_command_line_prints_no_traceback_and_verbose_shows_one():

@@ -141,8 +141,15 @@ def config_from_args(args) -> TrainConfig:
     options given as dotted overrides."""
     base = {}
     if args.config:
-        with open(args.config) as f:
-            base = json.load(f)
+        try:
+            with open(args.config) as f:
+                base = json.load(f)
+        except OSError as e:
+            raise ValueError(f"--config {args.config}: cannot be read ({e.strerror})") from None
+        except json.JSONDecodeError as e:
+            raise ValueError(f"--config {args.config}: not JSON ({e})") from None
+        if not isinstance(base, dict):
+            raise ValueError(f"--config {args.config}: expected a JSON object of settings, got {type(base).__name__}")
     return TrainConfig.from_json(base, {s.path: vars(args)[s.path] for s in SETTINGS if s.path in vars(args)})
 
 
