@@ -8,7 +8,7 @@ user needs, written as JSON + Markdown named by the device.
     python -m experiments.accelerator --fetch-wheels .whl      (here, with PyPI: what an offline machine lacks)
 
 On ``jax.devices()[0]``'s backend it
-(a) runs the test suite (``pytest`` with ``JAX_PLATFORMS`` set to the backend: :mod:`experiments.accelerator_suite`)
+(a) runs the test suite (``pytest`` with ``JAX_PLATFORMS`` set to the backend: :mod:`experiments.tooling.accelerator_suite`)
     and keeps its summary line, every failure and the skips with their reasons;
 (b) times a BERT encoder (default BERT-base, random weights; :mod:`experiments.benchmarks.throughput`): the isojax
     train step in bfloat16 and float32 (tokens/s, achieved TFLOP/s counted analytically and by XLA's cost analysis,
@@ -16,10 +16,10 @@ On ``jax.devices()[0]``'s backend it
     the bf16 step for each decomposition strategy the backend lowers (``isojax.spectral.available_methods()``) and
     the one ``auto`` picks, and the forward in both dtypes;
 (c) on a GPU or TPU (``--lowering`` / ``--no-lowering`` change that) the lowering matrix
-    (:mod:`experiments.lowering`) for the device's platform, each export compiled and run there against the direct
+    (:mod:`experiments.benchmarks.lowering`) for the device's platform, each export compiled and run there against the direct
     call, written as ``DIR/<device>-lowering.{json,md}``;
 (d) on a GPU or TPU (``--scale`` / ``--no-scale``) the scale table's rows for the devices it sees
-    (:func:`experiments.scale.local_plan`: the fine-tuning train step of each model compiled, not run, per layout
+    (:func:`experiments.benchmarks.scale.local_plan`: the fine-tuning train step of each model compiled, not run, per layout
     over that many devices; per-device memory and collective bytes beside their analytic minima, and the batch that
     fits the device), printed and written as ``DIR/<device>-scale.{json,md}``;
 and writes ``DIR/<device>.json`` and ``.md`` (default ``experiments/results/accelerator/``, ``<device>`` the device
@@ -31,7 +31,7 @@ an earlier run at the same configuration measured and this one did not are kept 
 
 Offline machines: ``--wheels DIR`` installs ``DIR/*.whl`` (and the default model joined from the ``--model-dir``
 parts) into a temporary directory that the test suite imports from, with ``DIR/data`` as the isojax data cache;
-``--fetch-wheels DIR`` prepares them here (:mod:`experiments.accelerator_bundle`).
+``--fetch-wheels DIR`` prepares them here (:mod:`experiments.tooling.accelerator_bundle`).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from experiments.benchmarks import throughput  # noqa: E402
 from experiments.benchmarks.softdecay import methods as parse_methods  # noqa: E402
-from experiments.report import RESULTS, markdown_table, provenance, write_result  # noqa: E402
+from experiments.tooling.report import RESULTS, markdown_table, provenance, write_result  # noqa: E402
 from isojax.models import TransformerConfig  # noqa: E402
 from isojax.spectral import DECOMPOSITIONS, available_methods, current_platform, select_method  # noqa: E402
 
@@ -109,7 +109,7 @@ def device_info() -> dict:
 # ------------------------------------------------------------------------------------------------------ parts
 def run_tests(args, platform: str, log=print) -> dict:
     """Part (a): the suite on ``platform``, with ``--wheels`` / ``--model-dir`` installed for it when given."""
-    from experiments import accelerator_bundle, accelerator_suite
+    from experiments.tooling import accelerator_bundle, accelerator_suite
 
     with tempfile.TemporaryDirectory() as tmp:
         env, notes = accelerator_bundle.install(args.wheels, args.model_dir, os.path.join(tmp, "site"))
@@ -495,7 +495,7 @@ def parse_args(argv=None):
 
 
 def fetch_wheels(directory: str) -> None:
-    from experiments import accelerator_bundle
+    from experiments.tooling import accelerator_bundle
 
     done = accelerator_bundle.fetch(directory)
     parts = done["model_parts"]
@@ -548,7 +548,7 @@ def main(argv=None) -> dict | None:
 def run_lowering(directory: str, slug: str, platform: str, prov: dict) -> dict:
     """The lowering matrix for ``platform`` (every entry point exported for it, compiled and run here against the
     direct call), written as ``DIRECTORY/SLUG-lowering.{json,md}``; returns its counts and the cells that fail."""
-    from experiments import lowering
+    from experiments.benchmarks import lowering
 
     result = lowering.run(platforms=(platform,), out_dir=directory, stem=f"{slug}-lowering", meta=prov)
     rows = result["rows"]
@@ -563,10 +563,10 @@ def run_lowering(directory: str, slug: str, platform: str, prov: dict) -> dict:
 
 
 def run_scale(directory: str, slug: str, prov: dict, length: int = 128) -> dict:
-    """The scale table's rows for the devices this process sees (:func:`experiments.scale.local_plan`, sequences of
+    """The scale table's rows for the devices this process sees (:func:`experiments.benchmarks.scale.local_plan`, sequences of
     ``length`` tokens), printed and written as ``DIRECTORY/SLUG-scale.{json,md}``; returns how many steps were
     compiled and the .md path."""
-    from experiments import scale
+    from experiments.benchmarks import scale
 
     plan = scale.local_plan(jax.device_count())
     rows, skipped, fits = scale.run(plan, length=length)

@@ -50,7 +50,7 @@ runs one). Wide matrices are decomposed as ``Xᵀ`` (LAPACK's SVD is faster on t
   the decomposition; the results are rounded back to the working dtype).
 
 **Accuracy** (float32 inputs, largest relative error of ``Y = soft_decay(X, −0.6)`` against float64, measured
-by ``python -m experiments.decompositions``, ``experiments/results/decompositions.md``; κ = σ_max/σ_min over the
+by ``python -m experiments.benchmarks.decompositions``, ``experiments/results/decompositions.md``; κ = σ_max/σ_min over the
 live values). The SVD routes are backward stable: error ~``eps·κ`` at most (1e-6 up to κ = 1e2, 5e-6 at 1e3,
 4e-5 at 1e4). ``gram_eigh_f64`` is the most accurate (≤ 5e-7 everywhere: one float32 rounding of a float64
 result). Forming ``XXᵀ`` in float32 squares the condition number: ``gram_eigh`` reaches 2e-5 at κ = 1e2, 1e-2 at
@@ -70,7 +70,7 @@ platform has no lowering for (not in its :data:`DECOMPOSITIONS` entry) is refuse
 platform's branch is lowered, before JAX's own ``NotImplementedError``. ``svd_qr`` on CPU (LAPACK gesvd) and
 ``svd_polar`` on GPUs (cuSOLVER gesvdp) lower and run, but their custom calls have no export compatibility
 guarantee: ``jax.export`` serialises them only with ``DisabledSafetyCheck.custom_call`` (``python -m
-experiments.lowering`` shows every platform's cells).
+experiments.benchmarks.lowering`` shows every platform's cells).
 
 **Automatic choice** (``method="auto"``, :func:`select_method`), per lowering platform and from the matrix shape:
 

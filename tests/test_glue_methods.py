@@ -1,4 +1,4 @@
-"""The GLUE campaign runner (experiments/glue_methods.py) end to end on a tiny configuration: two tasks, two methods,
+"""The GLUE campaign runner (experiments/reproductions/glue_methods.py) end to end on a tiny configuration: two tasks, two methods,
 two seeds, a tiny random BERT and tiny GLUE files in the download script's format.
 
 References: scipy.stats.ttest_ind on the runs' own results.json values (the table's p-values) and
@@ -21,7 +21,7 @@ import scipy.stats
 import transformers
 from conftest import save_tiny_encoder
 
-from experiments import glue_methods, glue_pairing
+from experiments.reproductions import glue_methods, glue_pairing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORDS = "the a man dog runs plays guitar park red blue car house sleeps eats green big small".split()
@@ -110,7 +110,7 @@ def test_campaign_runs_reports_and_resumes_after_a_kill(campaign):
     assert len(rte_done) == 4
     # second sitting: killed while the first MRPC run is past its first checkpoint
     child = subprocess.Popen(
-        [sys.executable, "-m", "experiments.glue_methods", *_argv(root, path)],
+        [sys.executable, "-m", "experiments.reproductions.glue_methods", *_argv(root, path)],
         cwd=ROOT,
         start_new_session=True,
         stdout=subprocess.DEVNULL,
@@ -334,7 +334,7 @@ def test_dropout_stream_fingerprints_the_masks_and_nothing_else(monkeypatch):
 
 
 def test_cost_measure_and_estimate_from_a_written_log(tmp_path):
-    from experiments import glue_cost
+    from experiments.benchmarks import glue_cost
 
     # 4 steps: the first (compilation) takes 30 s, then 2, 4, 6 s; the final evaluation ends 9 s after step 4
     steps = [

@@ -1,4 +1,4 @@
-"""The lowering matrix (``python -m experiments.lowering``) as tests: isojax's entry points exported by the compiler
+"""The lowering matrix (``python -m experiments.benchmarks.lowering``) as tests: isojax's entry points exported by the compiler
 for TPU, CUDA, ROCm and CPU from this CPU host, each cell either lowering or refused up front by isojax.
 
 References: JAX's own lowering rules (a platform a decomposition has no rule for raises ``NotImplementedError``
@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from experiments import lowering
+from experiments.benchmarks import lowering
 from isojax.softdecay import soft_decay
 from isojax.spectral import DECOMPOSITIONS, available_methods, select_method
 
@@ -102,7 +102,7 @@ def test_one_artifact_for_several_platforms_carries_each_choice_and_round_trips_
 
 def test_every_public_function_has_a_matrix_entry():
     """A function added to the __all__ of metrics, losses, topology, calibrate or gradients must get a call in
-    experiments.lowering (else the matrix would silently skip it)."""
+    experiments.benchmarks.lowering (else the matrix would silently skip it)."""
     assert set(lowering.public_functions()) <= set(lowering._function_calls())
 
 

@@ -1,4 +1,4 @@
-"""The scale table's readings (experiments/scale.py): the HLO collective parser and memory reading against closed
+"""The scale table's readings (experiments/benchmarks/scale.py): the HLO collective parser and memory reading against closed
 forms, and the issue's goals on a tiny BERT over the 8 virtual devices."""
 
 import json
@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from experiments import scale
+from experiments.benchmarks import scale
 
 TINY = (
     "rte",

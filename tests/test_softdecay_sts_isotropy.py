@@ -1,6 +1,6 @@
 """Which SoftDecay the STS table's isotropy row measures: each side of the pairs transformed on its own.
 
-``experiments/softdecay_sts.py`` fills the Figure-4 measures (IsoScore .5730 for SoftDecay on STS15, MiniLM mean
+``experiments/reproductions/softdecay_sts.py`` fills the Figure-4 measures (IsoScore .5730 for SoftDecay on STS15, MiniLM mean
 pooling, in ``experiments/results/softdecay_sts.md``) with :func:`isojax.eval.sts.evaluate_pairs`, which applies
 SoftDecay to the ``[N, d]`` matrix of the first sentences and to that of the second sentences separately (as the
 SoftDecay authors' code does) and then measures the ``2N`` rows together. One SoftDecay over all ``2N`` rows

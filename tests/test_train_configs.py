@@ -14,8 +14,8 @@ import pytest
 
 from isojax.train.cli import config_from_argv
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "experiments" / "configs"
-CAMPAIGNS = ("glue_methods.json",)  # experiments.glue_methods' format (protocols), checked below
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "experiments" / "reproductions" / "configs"
+CAMPAIGNS = ("glue_methods.json",)  # experiments.reproductions.glue_methods' format (protocols), checked below
 CONFIGS = sorted(p for p in CONFIG_DIR.glob("*.json") if p.name not in CAMPAIGNS)
 _spec = importlib.util.spec_from_file_location("configs_run", CONFIG_DIR / "run.py")
 _run = importlib.util.module_from_spec(_spec)
@@ -127,9 +127,9 @@ def test_summary_tabulates_mean_and_std_over_seeds(tmp_path):
 
 
 def test_every_campaign_run_is_a_valid_configuration():
-    """experiments/configs/glue_methods.json: every run and sweep run parses into a TrainConfig, with App. B's
+    """experiments/reproductions/configs/glue_methods.json: every run and sweep run parses into a TrainConfig, with App. B's
     settings in protocol appB and the shrink paper's Table 1 in protocol shrink."""
-    from experiments import glue_methods
+    from experiments.reproductions import glue_methods
 
     with open(CONFIG_DIR / "glue_methods.json") as f:
         config = json.load(f)

@@ -1,7 +1,7 @@
-"""Expand a GLUE or sequence-to-sequence run configuration (``experiments/configs/*.json``) into fine-tuning runs
+"""Expand a GLUE or sequence-to-sequence run configuration (``experiments/reproductions/configs/*.json``) into fine-tuning runs
 (:class:`~isojax.train.config.TrainConfig`) and run them.
 
-    python -m experiments.configs.run experiments/configs/isotropy_calibration_glue.json [--dry-run | --summary]
+    python -m experiments.reproductions.configs.run experiments/reproductions/configs/isotropy_calibration_glue.json [--dry-run | --summary]
         [--only task.name=rte,mrpc method.name=cosine] [--set placement.devices=8 placement.parallel=pmap]
         [--out runs]
 
@@ -55,7 +55,7 @@ def expand_runs(config: dict, name: str, out: str = "runs") -> list[TrainConfig]
 def summary(runs: list[TrainConfig], title: str) -> str:
     """Markdown tables of the finished runs (module docstring); a run without ``results.json`` counts as
     missing."""
-    from experiments.report import ISOTROPY_COLUMNS, seeds_table
+    from experiments.tooling.report import ISOTROPY_COLUMNS, seeds_table
     from isojax.data.glue import glue_task
     from isojax.data.seq2seq import SEQ2SEQ_TASKS
 

@@ -1,11 +1,11 @@
 """What one run of the GLUE campaign costs on this machine, task by task, measured with the campaign's own code.
 
-    python -m experiments.glue_cost [--config experiments/configs/glue_methods.json] [--data-dir ../shared/data]
+    python -m experiments.benchmarks.glue_cost [--config experiments/reproductions/configs/glue_methods.json] [--data-dir ../shared/data]
         [--tasks wnli,cola,...] [--runs-dir runs/glue_cost] [--out experiments/results] [--report-only]
 
 For every task of the configuration, one epoch of the configuration's ``cost`` run (the App. B baseline, seed 0)
 is trained by the same ``python -m isojax.cli finetune`` process the campaign starts
-(:func:`experiments.glue_methods.run_one`), with the same options and length buckets, except ``--epochs 1``
+(:func:`experiments.reproductions.glue_methods.run_one`), with the same options and length buckets, except ``--epochs 1``
 (or ``--steps N`` for the tasks whose epoch the configuration's ``cost.steps`` caps: then only those first N
 batches of the epoch are timed, and the table says so), ``--log-every 1`` and no intermediate checkpoint.
 
@@ -28,7 +28,7 @@ Estimated minutes of one run of a protocol = start-up + epochs x seconds per epo
 evaluation (``evals_per_epoch`` per epoch, and one at step 0). These estimates are not results: the shrink
 protocol's batch of 64 is estimated as two batches of 32 (same seconds per epoch), and the Isotropy Layer's
 stage 2 (encoder and head frozen) as at most one more epoch at the fine-tuning step's cost. The campaign is
-ordered by these estimates (:mod:`experiments.glue_methods` reads ``glue_cost.json``).
+ordered by these estimates (:mod:`experiments.reproductions.glue_methods` reads ``glue_cost.json``).
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ from collections import Counter
 
 import numpy as np
 
-from experiments.glue_methods import DEFAULT_CONFIG, DEFAULT_DATA, Run, expand, run_one
-from experiments.report import RESULTS, markdown_table, provenance, write_result
+from experiments.reproductions.glue_methods import DEFAULT_CONFIG, DEFAULT_DATA, Run, expand, run_one
+from experiments.tooling.report import RESULTS, markdown_table, provenance, write_result
 
 COST_FILE = os.path.join(RESULTS, "glue_cost.json")
 
@@ -214,7 +214,8 @@ def main(argv=None) -> int:
     note = (
         f"The configuration's cost run (protocol {config['cost']['protocol']}, method "
         f"{config['cost']['method']}, seed {config['cost']['seed']}), one epoch per task with the campaign's "
-        "own `isojax finetune` process (module docstring of `experiments/glue_cost.py`). " + config["cost"]["note"]
+        "own `isojax finetune` process (module docstring of `experiments/benchmarks/glue_cost.py`). "
+        + config["cost"]["note"]
     )
     write_result(
         "glue_cost",

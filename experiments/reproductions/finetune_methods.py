@@ -1,7 +1,7 @@
 """Every isotropy method fine-tuned on offline STS-B with the bundled default model, over several seeds: one table
 of task metric and isotropy per method, and curves of the task metric and anisotropy over training.
 
-    python -m experiments.finetune_methods [--methods all] [--seeds 0,1,2] [--train-limit 1000] [--epochs 1]
+    python -m experiments.reproductions.finetune_methods [--methods all] [--seeds 0,1,2] [--train-limit 1000] [--epochs 1]
                                            [--eval-limit 500] [--quick]
 
 The table has the shape of the papers' tables: task metric (Spearman / Pearson x100, mean ± std over seeds; the
@@ -28,7 +28,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from experiments.report import ISOTROPY_COLUMNS, RESULTS, provenance, seeds_table, write_result
+from experiments.tooling.report import ISOTROPY_COLUMNS, RESULTS, provenance, seeds_table, write_result
 
 COLUMNS = (("spearman", "Spearman", 2), ("pearson", "Pearson", 2), *ISOTROPY_COLUMNS, ("seconds", "run time (s)", 0))
 

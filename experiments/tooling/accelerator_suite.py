@@ -18,7 +18,8 @@ import time
 import xml.etree.ElementTree as ET
 from collections import Counter
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from experiments.tooling.report import ROOT
+
 _SUMMARY = re.compile(r"\b\d+ (passed|failed|skipped|errors?|deselected|xfailed|xpassed)\b")
 
 

@@ -1,7 +1,7 @@
 """Compile time of the train step against depth, with the block stack unrolled or scanned (``nn.scan``), with and
 without rematerialisation (``nn.remat``).
 
-    python -m experiments.compile_time [--layers 6,12,24 --hidden 384 --heads 12 --batch 32 --length 128]
+    python -m experiments.benchmarks.compile_time [--layers 6,12,24 --hidden 384 --heads 12 --batch 32 --length 128]
                                        [--variants unrolled,unrolled+full,scan,scan+full,scan+dots] [--out DIR]
 
 The step is ``experiments/benchmarks/train_step.py``'s (BERT of the given shape, 2-class head on [CLS], dropout on,
@@ -23,7 +23,7 @@ import jax.numpy as jnp
 
 from experiments.benchmarks.throughput import random_batch
 from experiments.benchmarks.train_step import isojax_step
-from experiments.report import markdown_table, provenance, write_result
+from experiments.tooling.report import markdown_table, provenance, write_result
 from isojax.models import TransformerConfig, build_encoder, to_scanned
 
 VARIANTS = ("unrolled", "unrolled+full", "scan", "scan+full", "scan+dots")

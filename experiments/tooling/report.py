@@ -13,23 +13,34 @@ import sys
 import jax
 import numpy as np
 
-RESULTS = os.path.join(os.path.dirname(__file__), "results")
+EXPERIMENTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(EXPERIMENTS)
+"""The repository's root (the experiments are run from there: ``python -m experiments.<package>.<name>``)."""
+RESULTS = os.path.join(EXPERIMENTS, "results")
 # The original data releases (STS12-16, SICK, GLUE) beside the repository, where CI and these machines keep them.
-SHARED_DATA = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
+SHARED_DATA = os.path.normpath(os.path.join(ROOT, "..", "shared", "data"))
+
+
+def module_path(name: str) -> str:
+    """The dotted module of an experiment by its file name: ``"glue_methods"`` ->
+    ``"experiments.reproductions.glue_methods"`` (reproductions, benchmarks, tooling or the top level)."""
+    for package in ("", "reproductions", "benchmarks", "tooling"):
+        if os.path.isfile(os.path.join(EXPERIMENTS, package, f"{name}.py")):
+            return ".".join(["experiments", *([package] if package else []), name])
+    raise ValueError(f"no experiment module {name!r} under {EXPERIMENTS}")
 
 
 def provenance(module: str) -> dict[str, str]:
-    """Command line (``python -m experiments.<module> ...``), git commit (marked if the tree was dirty), machine
-    and date."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    """Command line (``python -m experiments.<package>.<module> ...``), git commit (marked if the tree was dirty),
+    machine and date."""
 
     def git(*args):
-        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True).stdout.strip()
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
 
     dirty = " (uncommitted changes)" if git("status", "--porcelain", "--untracked-files=no") else ""
     dev = jax.devices()[0]
     return {
-        "command": f"python -m experiments.{module} {shlex.join(sys.argv[1:])}".strip(),
+        "command": f"python -m {module_path(module)} {shlex.join(sys.argv[1:])}".strip(),
         "commit": (git("rev-parse", "--short", "HEAD") or "unknown") + dirty,
         "machine": f"{os.cpu_count()} CPU cores, {platform.machine()}, jax {jax.__version__} on {dev.platform} "
         f"({dev.device_kind})",

@@ -1,7 +1,7 @@
 """The scale table: per-device memory and communication of the real fine-tuning train step, read from the compiled
 step for each placement, against their analytic minima.
 
-    python -m experiments.scale [--models bert-base,bart-large,mbart-large] [--layouts all|replicated 8,...]
+    python -m experiments.benchmarks.scale [--models bert-base,bart-large,mbart-large] [--layouts all|replicated 8,...]
                                 [--dtypes float32,bfloat16] [--remat none,full] [--batches 16,32] [--length 128]
                                 [--out experiments/results]
 
@@ -69,7 +69,7 @@ if __name__ == "__main__":  # the mesh cells need 8 devices; on CPU they are vir
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from experiments.report import RESULTS, markdown_table, provenance, write_result  # noqa: E402
+from experiments.tooling.report import RESULTS, markdown_table, provenance, write_result  # noqa: E402
 
 GIB = 2**30
 DEVICES_GIB = {"TPU v5e (16 GiB)": 16, "TPU v4 (32 GiB)": 32, "H100 (80 GiB)": 80}
@@ -718,7 +718,7 @@ def write(rows, skipped, fits, *, plan, length, prov, directory=RESULTS, stem="s
         f"compiled, never run ({sum(r['compile_s'] for r in rows):.0f} s of building and compiling, {len(rows)} "
         f"compiled steps of the "
         f"{sum(len(c.batches) for c in plan)} planned). Bytes per device; how each number is read and what the "
-        "analytic minimum counts: the module docstring of `experiments/scale.py`. On CPU, XLA promotes bfloat16 "
+        "analytic minimum counts: the module docstring of `experiments/benchmarks/scale.py`. On CPU, XLA promotes bfloat16 "
         "collectives to float32 (the HLO converts around them)."
     )
     payload = {"length": length, "rows": rows, "skipped": skipped, "fits": fits, "goals": goals(rows)}

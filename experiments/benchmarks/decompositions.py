@@ -1,6 +1,6 @@
 """Accuracy and speed of each SVD strategy behind SoftDecay (``isojax.spectral.DECOMPOSITIONS``).
 
-    python -m experiments.decompositions [--methods svd,gram_eigh,...] [--alpha -0.6] [--repeats 7] [--skip-speed]
+    python -m experiments.benchmarks.decompositions [--methods svd,gram_eigh,...] [--alpha -0.6] [--repeats 7] [--skip-speed]
                                          [--skip-real] [--out experiments/results]
 
 Error table: every strategy this backend lowers, on float32 inputs (random, degenerate, and real token / sentence
@@ -34,7 +34,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from experiments.benchmarks.common import median_ms  # noqa: E402
-from experiments.report import markdown_table, provenance, write_result  # noqa: E402
+from experiments.tooling.report import markdown_table, provenance, write_result  # noqa: E402
 from isojax.softdecay import decay_curve, soft_decay  # noqa: E402
 from isojax.spectral import (
     DECOMPOSITIONS,
@@ -335,7 +335,7 @@ def main(argv=None):
             for m in methods
         )
         + ". Errors are relative to float64 references on the same float32 matrices (module docstring of "
-        "experiments/decompositions.py). Where every strategy shows the same error (∂X̃/∂α at scales "
+        "experiments/benchmarks/decompositions.py). Where every strategy shows the same error (∂X̃/∂α at scales "
         "1e±6, where σ_max is far from |α|), it comes from evaluating eq. 2 and K in float32, not from the "
         "decomposition.",
         *error_tables(table, methods),

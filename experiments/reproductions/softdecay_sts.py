@@ -1,6 +1,6 @@
 """Table 1 and the Figure-4 metrics of softdecay-token-uniformity.txt: unsupervised STS with post-hoc transforms.
 
-    python -m experiments.softdecay_sts [--models default] [--pooling mean,last2avg] [--data-dir ../shared/data]
+    python -m experiments.reproductions.softdecay_sts [--models default] [--pooling mean,last2avg] [--data-dir ../shared/data]
 
 For each model and pooling: Spearman x100 on STS-B test, STS12-16 (all scored pairs of a year pooled) and SICK-R
 (test, 4927 pairs) with the average, for the raw embeddings and every post-hoc transform of isojax.eval.sts
@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 
 import isojax
-from experiments.report import SHARED_DATA, display_name, markdown_table, write_result
+from experiments.tooling.report import SHARED_DATA, display_name, markdown_table, write_result
 from isojax.data.sts import load_sts
 from isojax.eval import sts
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MIB = 2**20
 TRANSFER_LIMIT = 64 * MIB
 MARGIN = 2 * MIB

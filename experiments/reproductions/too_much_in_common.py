@@ -1,6 +1,6 @@
 """Tables 1-3 of too-much-in-common-centering.txt: isotropy I(W) of input embeddings and word similarity.
 
-    python -m experiments.too_much_in_common [--models default]
+    python -m experiments.reproductions.too_much_in_common [--models default]
 
 Table 1: I(W), I(W_c) (centered), I(W_r) (ceil(d/100) top directions removed), avg ||e(w)||, ||mu|| and their ratio.
 Tables 2-3: Pearson r x100 on SimLex-999, MEN, WordSim353 and Stanford Rare Words (pairs of single-token words),
@@ -16,7 +16,7 @@ import argparse
 import numpy as np
 
 import isojax
-from experiments.report import display_name, markdown_table, write_result
+from experiments.tooling.report import display_name, markdown_table, write_result
 from isojax.data.wordsim import load_wordsim
 from isojax.eval import wordsim
 

@@ -1,6 +1,6 @@
 """The lowering matrix: every public entry point of isojax lowered by the compiler for each platform, from this host.
 
-    python -m experiments.lowering [--groups spectral,functions,models,generate,train] [--platforms tpu,cuda,rocm,cpu]
+    python -m experiments.benchmarks.lowering [--groups spectral,functions,models,generate,train] [--platforms tpu,cuda,rocm,cpu]
                                    [--out experiments/results]
 
 Each entry point (a tiny configuration of it, built from a config: nothing is downloaded) is exported with
@@ -41,7 +41,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from experiments.report import RESULTS, markdown_table, provenance  # noqa: E402
+from experiments.tooling.report import RESULTS, markdown_table, provenance  # noqa: E402
 
 PLATFORMS = ("tpu", "cuda", "rocm", "cpu")
 HOST_CALLBACK = re.compile(r"callback", re.IGNORECASE)

@@ -1,7 +1,7 @@
 """The papers' supervised tables on GLUE: every fine-tuning method x task x seed on the full training sets,
 evaluated on dev, in the papers' table shapes.
 
-    python -m experiments.glue_methods [--config experiments/configs/glue_methods.json] [--data-dir ../shared/data]
+    python -m experiments.reproductions.glue_methods [--config experiments/reproductions/configs/glue_methods.json] [--data-dir ../shared/data]
         [--cpu-campaign | --only task=rte,mrpc method=baseline,cosine protocol=appB seed=0,1]
         [--sweep] [--runs-dir runs/glue_methods] [--out experiments/results]
         [--cost experiments/results/glue_cost.json] [--report-only] [--dry-run]
@@ -13,7 +13,7 @@ its methods (a method = the ``isojax finetune`` options that make it: ``--method
 its ``results.json`` exists there or in the committed run records (below). Running the command again skips
 done runs and resumes an interrupted one from its last checkpoint, so a campaign can be finished in several
 sittings, also from a fresh checkout. The cheapest run goes first, by the measured cost table
-(:mod:`experiments.glue_cost`, read again before each run), then the configuration's method priority, then the
+(:mod:`experiments.benchmarks.glue_cost`, read again before each run), then the configuration's method priority, then the
 seed (:func:`campaign_order`). ``--cpu-campaign`` runs the configuration's ``cpu_campaign``: the union of its
 ``selections`` and, with ``sweep``, the weight sweep, in one order. Each run is a separate ``python -m isojax.cli
 finetune`` process (a killed campaign loses at most the steps since that run's last checkpoint); JAX's persistent
@@ -22,7 +22,7 @@ compilation cache is shared by the runs.
 The report (``<out>/glue_methods.md``, ``.json``, ``glue_methods_curves.png``) has, per task and protocol, one line
 per method: the task metrics as mean ± std over seeds with the two-sample t-test against the protocol's baseline
 (``scipy.stats.ttest_ind``, equal variances, as isotropy-calibration-evaluation Table 1; ``*`` marks p < 0.05) and
-the paired t-test over the seeds whose runs are paired (:mod:`experiments.glue_pairing`; each run's
+the paired t-test over the seeds whose runs are paired (:mod:`experiments.reproductions.glue_pairing`; each run's
 ``campaign.json`` records its pairing), "not run" and the reason for a method without a finished run, the isotropy
 of the evaluated representation (IsoScore, EV1-3 and the raw anisotropy of the [CLS] / head input, I1 and I2 of the
 word embedding matrix) and the training seconds per epoch (isotropy-calibration-evaluation reports time per epoch).
@@ -51,12 +51,20 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.stats
 
-from experiments.glue_pairing import MODEL_CHANGES, dropout_stream, pair_key, paired_ttest, pairing_record
-from experiments.report import ISOTROPY_COLUMNS, RESULTS, markdown_table, mean_std, provenance, write_result
+from experiments.reproductions.glue_pairing import MODEL_CHANGES, dropout_stream, pair_key, paired_ttest, pairing_record
+from experiments.tooling.report import (
+    ISOTROPY_COLUMNS,
+    RESULTS,
+    ROOT,
+    SHARED_DATA,
+    markdown_table,
+    mean_std,
+    provenance,
+    write_result,
+)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_CONFIG = os.path.join(ROOT, "experiments", "configs", "glue_methods.json")
-DEFAULT_DATA = os.path.join(os.path.dirname(ROOT), "shared", "data")
+DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "glue_methods.json")
+DEFAULT_DATA = SHARED_DATA
 TIME_COLUMN = ("seconds_per_epoch", "s / epoch", 0)
 
 
@@ -155,11 +163,11 @@ def base_method(label: str) -> str:
 
 
 def campaign_order(runs: list[Run], config: dict, cost: dict | None, sizes: dict) -> list[Run]:
-    """Cheapest run first: by the cost table's estimated minutes (:func:`experiments.glue_cost.run_minutes`;
+    """Cheapest run first: by the cost table's estimated minutes (:func:`experiments.benchmarks.glue_cost.run_minutes`;
     without a table or for an untimed task, after the timed ones, by training-set size), then by the method's
     place in ``cpu_campaign.priority`` (then in the configuration), then by seed (so a method's seeds follow
     each other and its line is complete early)."""
-    from experiments.glue_cost import run_minutes
+    from experiments.benchmarks.glue_cost import run_minutes
 
     ranks = {}
     for method in [
@@ -263,7 +271,7 @@ def task_table(
 ) -> tuple[str, list[dict]]:
     """Markdown table (and its JSON rows) of one task and protocol: each finished line with the t-tests against
     the protocol's baseline line, unpaired (:func:`ttest`) and paired over the seeds whose runs share a dropout
-    stream (:func:`experiments.glue_pairing.paired_ttest`); then a "not run" line, with its reason, for each
+    stream (:func:`experiments.reproductions.glue_pairing.paired_ttest`); then a "not run" line, with its reason, for each
     method in ``not_run`` (``{method: why}``). ``†`` marks a method whose model differs from the baseline's."""
     from isojax.data.glue import glue_task
 
@@ -416,7 +424,7 @@ def copy_records(runs: list[Run], runs_dir: str, records_dir: str) -> None:
 def not_run_reason(run: Run, selected: set, cost: dict | None) -> str:
     """Why a run has no record: not reached yet by the CPU campaign, or left out of it; with its estimated
     minutes on this CPU from the cost table where the task was timed."""
-    from experiments.glue_cost import run_minutes
+    from experiments.benchmarks.glue_cost import run_minutes
 
     minutes = run_minutes(cost, run) if cost else None
     estimate = "" if minutes is None else f", about {minutes:.0f} min per run on this CPU (glue_cost estimate)"
@@ -499,7 +507,7 @@ def _pairs(items: list[str]) -> dict:
 
 
 def read_cost(path: str) -> dict | None:
-    """The cost table (``glue_cost.json``, :mod:`experiments.glue_cost`), or None where there is none yet."""
+    """The cost table (``glue_cost.json``, :mod:`experiments.benchmarks.glue_cost`), or None where there is none yet."""
     if not os.path.exists(path):
         return None
     with open(path) as f:
@@ -531,7 +539,7 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--cost",
         default=os.path.join(RESULTS, "glue_cost.json"),
-        help="the cost table that orders the runs (python -m experiments.glue_cost)",
+        help="the cost table that orders the runs (python -m experiments.benchmarks.glue_cost)",
     )
     ap.add_argument("--name", default="glue_methods", help="name of the table report (default glue_methods)")
     mode = ap.add_mutually_exclusive_group()
@@ -607,7 +615,7 @@ def main(argv=None) -> int:
             f"Model `{config['model']}`; dev sets; mean ± std over seeds (population std); in brackets the "
             "p-values against the protocol's baseline: the two-sample t-test (scipy.stats.ttest_ind, equal "
             "variances) and the paired t-test (scipy.stats.ttest_rel) over the seeds whose runs share the "
-            "data order and the dropout stream (listed; `experiments/glue_pairing.py` says what pairs two "
+            "data order and the dropout stream (listed; `experiments/reproductions/glue_pairing.py` says what pairs two "
             "runs); * p < 0.05. † marks a method whose model differs from the baseline's (SoftDecay, IsoBN, "
             "flow, the Isotropy Layer's stage 2): its runs share the data order and the per-site dropout "
             "keys, but the masks act on other activations. s / epoch is each run's own training time per "
