@@ -43,7 +43,13 @@ class AlbertStack(TransformerStack):
 
 
 class AlbertModel(EncoderModel):
-    """ALBERT encoder with pooler; see :class:`isojax.models.encoder.EncoderModel` for inputs and outputs."""
+    """ALBERT encoder with pooler; see :class:`isojax.models.encoder.EncoderModel` for inputs and outputs.
+
+    Attributes:
+      config: the model's :class:`~isojax.models.config.TransformerConfig` (``model_type="albert"``).
+      dtype, last_layer_transform, add_pooling_layer, transform_placement, scan_layers, remat: as in
+        :class:`~isojax.models.encoder.EncoderModel`.
+    """
 
     stack_cls = AlbertStack
 

@@ -7,7 +7,13 @@ from isojax.models.heads import MLMHeadNames
 
 
 class DistilBertModel(EncoderModel):
-    """DistilBERT encoder (``token_type_ids`` must be None; ``pooler_output`` is None)."""
+    """DistilBERT encoder (``token_type_ids`` must be None; ``pooler_output`` is None).
+
+    Attributes:
+      config: the model's :class:`~isojax.models.config.TransformerConfig` (``model_type="distilbert"``).
+      dtype, last_layer_transform, add_pooling_layer, transform_placement, scan_layers, remat: as in
+        :class:`~isojax.models.encoder.EncoderModel`.
+    """
 
     has_pooler = False
 

@@ -55,7 +55,12 @@ class DecoderOutput:
 
 @flax.struct.dataclass
 class Seq2SeqOutput:
-    """What an encoder-decoder returns: the encoder's :class:`EncoderOutput`, the decoder's :class:`DecoderOutput`."""
+    """What an encoder-decoder returns.
+
+    Attributes:
+      encoder: the encoder's :class:`EncoderOutput` over the ``S`` source tokens.
+      decoder: the decoder's :class:`DecoderOutput` over the ``L`` target tokens (``logits [B, L, vocab_size]``).
+    """
 
     encoder: EncoderOutput
     decoder: DecoderOutput
