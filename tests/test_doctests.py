@@ -24,6 +24,8 @@ OPTIONS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 # module without one, the functions and classes it defines whose names do not start with ``_``.
 DOCUMENTED = (
     "isojax.calibrate",
+    "isojax.data",
+    "isojax.eval",
     "isojax.gradients",
     "isojax.losses",
     "isojax.metrics",

@@ -88,10 +88,28 @@ def sts_release_files(directory) -> dict[str, tuple[Path, Path | None]]:
 
 
 def read_sts_release(directory, subsets: Sequence[str] | None = None) -> tuple[list[str], list[str], np.ndarray]:
-    """The scored pairs of the sub-corpora ``subsets`` of a SemEval STS folder, pooled in that order.
+    r"""The scored pairs of the sub-corpora ``subsets`` of a SemEval STS folder, pooled in that order.
 
     ``subsets=None`` reads every sub-corpus that has both files, in name order. A gold file without its input
     file is skipped with a logged note; a named sub-corpus that lacks either file is a ``FileNotFoundError``.
+
+    Args:
+      directory: the release folder (``STS*.input.<name>.txt`` and ``STS*.gs.<name>.txt`` files).
+      subsets: sub-corpus names, or None.
+
+    Returns:
+      ``(sentences1, sentences2, scores)``: two lists of ``n`` texts and ``[n]`` float64 scores; unscored pairs (empty
+      gold lines) are left out.
+
+    Examples:
+      >>> import tempfile, pathlib
+      >>> folder = pathlib.Path(tempfile.mkdtemp())
+      >>> _ = (folder / "STS.input.news.txt").write_text("a\tb\nc\td\n")
+      >>> _ = (folder / "STS.gs.news.txt").write_text("3.5\n\n")
+      >>> _ = (folder / "STS.input.forum.txt").write_text("e\tf\n")
+      >>> _ = (folder / "STS.gs.forum.txt").write_text("1\n")
+      >>> read_sts_release(folder)  # forum before news; news's second pair is unscored
+      (['e', 'a'], ['f', 'b'], array([1. , 3.5]))
     """
     found = sts_release_files(directory)
     for gold_file, input_file in found.values():
@@ -115,9 +133,24 @@ def read_sts_release(directory, subsets: Sequence[str] | None = None) -> tuple[l
 
 
 def read_sick(directory, split: str) -> tuple[list[str], list[str], np.ndarray]:
-    """SICK 2014 pairs with relatedness scores in [1, 5]: ``split`` ``train`` (4500), ``trial`` (500),
-    ``test`` (4927, the SentEval convention) or ``all`` (9927 = train + trial + test in that order, MTEB's
-    SICK-R)."""
+    r"""SICK 2014 pairs with relatedness scores in [1, 5].
+
+    Args:
+      directory: the folder of ``SICK_train.txt``, ``SICK_trial.txt`` and ``SICK_test_annotated.txt``.
+      split: ``train`` (4500 pairs), ``trial`` (500), ``test`` (4927, the SentEval convention) or ``all``
+        (9927 = train + trial + test in that order, MTEB's SICK-R).
+
+    Returns:
+      ``(sentences1, sentences2, scores)``: two lists of ``n`` texts and ``[n]`` float64 relatedness scores.
+
+    Examples:
+      >>> import tempfile, pathlib
+      >>> folder = pathlib.Path(tempfile.mkdtemp())
+      >>> header = "pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgment\n"
+      >>> _ = (folder / "SICK_trial.txt").write_text(header + "1\tA dog runs.\tA dog is running.\t4.9\tENTAILMENT\n")
+      >>> read_sick(folder, "trial")
+      (['A dog runs.'], ['A dog is running.'], array([4.9]))
+    """
     names = list(SICK_FILES) if split == "all" else [split]
     if split != "all" and split not in SICK_FILES:
         raise ValueError(f"split: SICK has splits {[*SICK_FILES, 'all']}, got {split!r}")
