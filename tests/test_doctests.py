@@ -33,6 +33,12 @@ DOCUMENTED = (
     "isojax.softdecay",
     "isojax.spectral",
     "isojax.topology",
+    "isojax.train.checkpoint",
+    "isojax.train.config",
+    "isojax.train.gradient_stats",
+    "isojax.train.hyperparams",
+    "isojax.train.optim",
+    "isojax.train.state",
 )
 
 # Modules whose classes are documented in prose, without an Args/Attributes list yet (to do).
