@@ -49,7 +49,8 @@ class StsData:
     """Sentence pairs with gold similarity scores: ``sentences1[i]``, ``sentences2[i]``, ``scores[i]``.
 
     Attributes:
-      sentences1, sentences2: the ``n`` pairs' texts.
+      sentences1: the ``n`` pairs' first texts.
+      sentences2: their second texts.
       scores: ``[n]`` float64 gold scores.
       name: the set (``"stsb"``, ``"sts12/MSRpar"``, ...).
       split: the split's name.

@@ -75,7 +75,7 @@ def analyze_layers(
       module, params, tokenizer: an encoder, its params and its tokenizer (as :func:`isojax.from_pretrained` returns
         them).
       texts: strings (a single ``str`` is a ``TypeError``).
-      batch_size, max_length: as for :func:`~isojax.eval.encode.encode`.
+      batch_size, max_length: as for :func:`isojax.eval.encode`.
       tokens_per_text: content tokens per text pooled into the corpus-level measures.
       progress: show a progress bar.
 

@@ -11,8 +11,9 @@ class BertModel(EncoderModel):
 
     Attributes:
       config: the model's :class:`~isojax.models.config.TransformerConfig` (``model_type="bert"``).
-      dtype, last_layer_transform, add_pooling_layer, transform_placement, scan_layers, remat: as in
-        :class:`~isojax.models.encoder.EncoderModel`.
+
+    The other fields (``dtype``, ``last_layer_transform``, ``add_pooling_layer``, ``transform_placement``,
+    ``scan_layers``, ``remat``) are those of :class:`~isojax.models.encoder.EncoderModel`.
     """
 
 

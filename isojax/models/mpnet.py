@@ -61,8 +61,9 @@ class MPNetModel(EncoderModel):
 
     Attributes:
       config: the model's :class:`~isojax.models.config.TransformerConfig` (``model_type="mpnet"``).
-      dtype, last_layer_transform, add_pooling_layer, transform_placement, scan_layers, remat: as in
-        :class:`~isojax.models.encoder.EncoderModel`.
+
+    The other fields (``dtype``, ``last_layer_transform``, ``add_pooling_layer``, ``transform_placement``,
+    ``scan_layers``, ``remat``) are those of :class:`~isojax.models.encoder.EncoderModel`.
     """
 
     embeddings_cls = RobertaEmbeddings

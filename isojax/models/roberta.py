@@ -25,8 +25,9 @@ class RobertaModel(EncoderModel):
 
     Attributes:
       config: the model's :class:`~isojax.models.config.TransformerConfig` (``model_type="roberta"``).
-      dtype, last_layer_transform, add_pooling_layer, transform_placement, scan_layers, remat: as in
-        :class:`~isojax.models.encoder.EncoderModel`.
+
+    The other fields (``dtype``, ``last_layer_transform``, ``add_pooling_layer``, ``transform_placement``,
+    ``scan_layers``, ``remat``) are those of :class:`~isojax.models.encoder.EncoderModel`.
     """
 
     embeddings_cls = RobertaEmbeddings

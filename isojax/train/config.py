@@ -131,7 +131,8 @@ class Stage:
       frozen: the top-level parameter groups it does not train.
       regularizers: its objective's regularisers.
       combine: how they join the task loss (``"sum"``, ``"balanced"``, ``"weighted"``).
-      epochs, steps: its length, in epochs over the training set unless ``steps`` (batches) is given.
+      epochs: its length in epochs over the training set, unless ``steps`` is given.
+      steps: its length in batches, or None.
     """
 
     name: str
@@ -570,9 +571,12 @@ class TrainConfig:
         TrainConfig().override({"task.name": "rte", "optim.learning_rate": "3e-5"})
 
     Attributes:
-      task, model, method, optim, placement, logging: the sections (:class:`TaskConfig`, :class:`ModelConfig`,
-        :class:`MethodConfig`, :class:`OptimConfig`, :class:`PlacementConfig`, :class:`LoggingConfig`), their
-        defaults when not given.
+      task: the :class:`TaskConfig`.
+      model: the :class:`ModelConfig`.
+      method: the :class:`MethodConfig`.
+      optim: the :class:`OptimConfig`.
+      placement: the :class:`PlacementConfig`.
+      logging: the :class:`LoggingConfig`.
       seq2seq: a :class:`Seq2SeqConfig`, or None.
       flow: a :class:`FlowConfig`, or None.
       seed: the seed of the initialisation, dropout and batch order (``--seed``).

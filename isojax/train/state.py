@@ -19,7 +19,8 @@ class TrainState:
     Attributes:
       step: ``[]`` int32, batches trained so far over all stages (the dropout key of a batch is
         ``fold_in(key, step)``, so a resumed run draws the same masks).
-      params, opt_state: model parameters and the optax state.
+      params: the model parameters.
+      opt_state: the optax state.
       batch_stats: IsoBN running statistics (``{}`` without IsoBN).
       balancer: the joint-loss balancer (:class:`isojax.losses.BalancerState`).
       rng: ``[2]`` uint32 raw key data of the run's key.
