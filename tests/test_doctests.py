@@ -25,6 +25,10 @@ OPTIONS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 DOCUMENTED = (
     "isojax.calibrate",
     "isojax.data",
+    "isojax.data.datadir",
+    "isojax.data.glue",
+    "isojax.data.seq2seq",
+    "isojax.data.sts",
     "isojax.eval",
     "isojax.eval.generation_metrics",
     "isojax.gradients",

@@ -46,10 +46,12 @@ log = logging.getLogger(__name__)
 class GlueTsv:
     """A task's files as GLUE's download script writes them, in ``glue/<folder>/`` of a data directory.
 
-    ``fields``: the file's columns holding the task's text columns (in :attr:`GlueTask.text_columns` order);
-    ``label``: the label column (absent from test files); ``classes``: label names in class-id order, as the
-    Hub's ``ClassLabel`` (a file holds either the names or the ids); ``headerless``: field names of train/dev
-    files that have no header row (CoLA; its test file has one).
+    Attributes:
+      folder: the task's folder (``"SST-2"``).
+      fields: the file's columns holding the task's text columns (in :attr:`GlueTask.text_columns` order).
+      label: the label column (absent from test files).
+      classes: label names in class-id order, as the Hub's ``ClassLabel`` (a file holds either the names or the ids).
+      headerless: field names of train/dev files that have no header row (CoLA; its test file has one), or None.
     """
 
     folder: str

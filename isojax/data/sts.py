@@ -86,9 +86,14 @@ class StsData:
 class StsSet:
     """An STS data set: its splits and score scale, its copy on the Hub and its original release.
 
-    ``hub_splits`` maps isojax's split names to the Hub copy's; ``release_splits`` are the splits read
-    from a data directory, in ``folder`` (STS-B: from the PyPI package instead); ``subsets`` are the
-    sub-corpora of a SemEval year, pooled in its ``test`` split and addressable as ``"<name>/<subset>"``.
+    Attributes:
+      hub_id: the Hub copy (MTEB's).
+      hub_splits: isojax's split names -> the Hub copy's.
+      release_splits: the splits read from a data directory, in ``folder`` (STS-B: from the PyPI package instead).
+      score_range: ``(low, high)`` of the gold scores.
+      folder: the release folder in a data directory (``"sts/STS12"``).
+      subsets: the sub-corpora of a SemEval year, pooled in its ``test`` split and addressable as
+        ``"<name>/<subset>"``.
     """
 
     hub_id: str
