@@ -39,11 +39,26 @@ _GOLD = re.compile(r"(?P<prefix>STS\w*)\.gs\.(?P<name>.+)\.txt")
 
 
 def read_sts_pair(input_path, gold_path) -> tuple[list[str], list[str], np.ndarray]:
-    """One SemEval STS sub-corpus: ``(sentences1, sentences2, scores [n] float64)`` of its scored pairs.
+    r"""One SemEval STS sub-corpus: the scored pairs of an input file and its gold file.
 
     The input file has ``n`` lines of 2 (or, STS16, 4) tab-separated fields; the gold file has the same
     ``n`` lines, each a score in [0, 5] or empty (unscored: the pair is left out, and the count logged). The
     sentences of a scored pair must hold text.
+
+    Args:
+      input_path: the ``STS*.input.<name>.txt`` file.
+      gold_path: the ``STS*.gs.<name>.txt`` file.
+
+    Returns:
+      ``(sentences1, sentences2, scores)``: two lists of ``n`` texts and ``[n]`` float64 scores.
+
+    Examples:
+      >>> import tempfile
+      >>> folder = Path(tempfile.mkdtemp())
+      >>> _ = (folder / "in.txt").write_text("a\tb\tsrc1\tsrc2\nc\td\n")
+      >>> _ = (folder / "gs.txt").write_text("\n2.5\n")
+      >>> read_sts_pair(folder / "in.txt", folder / "gs.txt")
+      (['c'], ['d'], array([2.5]))
     """
     inputs = read_tsv(input_path, ("sentence1", "sentence2"), extra=("source1", "source2"))
     gold_path = Path(gold_path)
@@ -67,9 +82,24 @@ def read_sts_pair(input_path, gold_path) -> tuple[list[str], list[str], np.ndarr
 
 
 def sts_release_files(directory) -> dict[str, tuple[Path, Path | None]]:
-    """The sub-corpora of a SemEval STS release folder: ``{name: (gold file, input file or None)}``, by name.
+    """The sub-corpora of a SemEval STS release folder, by name.
 
     Raises ``FileNotFoundError`` for a missing folder or one without any ``STS*.gs.<name>.txt`` file.
+
+    Args:
+      directory: the release folder.
+
+    Returns:
+      ``{name: (gold file, input file or None)}``, sorted by file name.
+
+    Examples:
+      >>> import tempfile
+      >>> folder = Path(tempfile.mkdtemp())
+      >>> for name in ("STS2016.gs.news.txt", "STS2016.input.news.txt", "STS.gs.forum.txt"):
+      ...     _ = (folder / name).write_text("")
+      >>> {name: (gold.name, None if inputs is None else inputs.name)
+      ...  for name, (gold, inputs) in sts_release_files(folder).items()}
+      {'forum': ('STS.gs.forum.txt', None), 'news': ('STS2016.gs.news.txt', 'STS2016.input.news.txt')}
     """
     directory = Path(directory)
     if not directory.is_dir():
