@@ -19,16 +19,45 @@ import isojax
 
 OPTIONS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
-# Modules whose every function must carry Args/Returns and an example (the lead extends the list).
+# Modules whose every public function carries Args/Returns and an example, and every public class its constructor
+# arguments (Args or Attributes). Public names: the module's ``__all__`` (a package's re-exports included); for a
+# module without one, the functions and classes it defines whose names do not start with ``_``.
 DOCUMENTED = (
     "isojax.calibrate",
+    "isojax.data",
+    "isojax.data.batching",
+    "isojax.data.datadir",
+    "isojax.data.glue",
+    "isojax.data.semeval",
+    "isojax.data.seq2seq",
+    "isojax.data.sts",
+    "isojax.data.tables",
+    "isojax.data.tsv",
+    "isojax.data.wordsim",
+    "isojax.eval",
+    "isojax.eval.generation_metrics",
     "isojax.gradients",
     "isojax.losses",
     "isojax.metrics",
+    "isojax.models",
+    "isojax.models.hub",
+    "isojax.models.registry",
     "isojax.softdecay",
     "isojax.spectral",
     "isojax.topology",
+    "isojax.train.checkpoint",
+    "isojax.train.config",
+    "isojax.train.gradient_stats",
+    "isojax.train.hyperparams",
+    "isojax.train.optim",
+    "isojax.train.state",
 )
+
+# Modules whose classes are documented in prose, without an Args/Attributes list yet (to do).
+CLASSES_WITHOUT_FIELD_LISTS = ("isojax.calibrate", "isojax.gradients", "isojax.softdecay", "isojax.spectral")
+
+# Public functions of DOCUMENTED modules without an example, and why none is possible.
+NO_EXAMPLE: dict[str, str] = {}
 
 
 def _public_modules():
@@ -73,30 +102,61 @@ def test_doctests_are_collected():
     assert "isojax.metrics.isoscore" in names
 
 
-def _functions(module_name):
+def _public_objects(module_name):
     module = importlib.import_module(module_name)
-    for name in module.__all__:
-        obj = getattr(module, name)
+    if hasattr(module, "__all__"):
+        names = module.__all__
+    else:
+        names = [
+            name
+            for name, obj in vars(module).items()
+            if not name.startswith("_")
+            and (inspect.isfunction(obj) or inspect.isclass(obj))
+            and obj.__module__ == module_name
+        ]
+    for name in names:
+        yield f"{module_name}.{name}", getattr(module, name)
+
+
+def _functions(module_name):
+    for name, obj in _public_objects(module_name):
         if callable(obj) and not inspect.isclass(obj):
-            yield f"{module_name}.{name}", obj
+            yield name, obj
 
 
 @pytest.mark.parametrize("name, function", [pair for module in DOCUMENTED for pair in _functions(module)])
 def test_public_function_documents_args_returns_and_an_example(name, function):
     doc = inspect.getdoc(function) or ""
     takes_arguments = bool(inspect.signature(function).parameters)
+    example = name not in NO_EXAMPLE
     missing = [
         section
-        for section, needed in (("Args:", takes_arguments), ("Returns:", True), ("Examples:", True), (">>>", True))
+        for section, needed in (
+            ("Args:", takes_arguments),
+            ("Returns:", True),
+            ("Examples:", example),
+            (">>>", example),
+        )
         if needed and section not in doc
     ]
     assert not missing, f"{name}'s docstring lacks {missing}"
 
 
+def test_exemptions_name_documented_functions():
+    """An exemption names a function the coverage test checks, so that a stale entry does not linger."""
+    functions = {name for module in DOCUMENTED for name, _ in _functions(module)}
+    assert set(NO_EXAMPLE) <= functions
+    assert all(reason.strip() for reason in NO_EXAMPLE.values())
+
+
 @pytest.mark.parametrize("module_name", DOCUMENTED)
-def test_public_class_has_a_docstring(module_name):
-    module = importlib.import_module(module_name)
+def test_public_class_documents_its_fields(module_name):
+    """Every public class has a docstring that lists its constructor arguments (``Args:`` or ``Attributes:``)."""
+    sections = () if module_name in CLASSES_WITHOUT_FIELD_LISTS else ("Args:", "Attributes:")
     undocumented = [
-        name for name in module.__all__ if inspect.isclass(getattr(module, name)) and not getattr(module, name).__doc__
+        name
+        for name, obj in _public_objects(module_name)
+        if inspect.isclass(obj)
+        and not (obj.__doc__ and (not sections or any(s in inspect.getdoc(obj) for s in sections)))
     ]
     assert not undocumented

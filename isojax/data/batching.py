@@ -38,8 +38,29 @@ def tokenize(tokenizer, texts_a, texts_b=None, *, max_length: int) -> dict[str, 
     longest-first), and how many were is logged (``INFO``); an empty text is encoded as the special tokens alone.
     Rows are right-padded with the tokenizer's pad id to the longest row ``W <= max_length``.
 
-    Returns a dict of int32 arrays ``input_ids``, ``attention_mask`` (1 = real token) and
-    ``token_type_ids`` (all zero when the tokenizer has no segment ids, e.g. RoBERTa), each ``[N, W]``.
+    Args:
+      tokenizer: a Hugging Face tokenizer (e.g. the third value of :func:`isojax.from_pretrained`).
+      texts_a: ``N`` texts (a sequence of ``str``; a single ``str`` is a ``TypeError``).
+      texts_b: ``N`` second texts of pairs, or None.
+      max_length: the most tokens per row, ``>= 2``.
+
+    Returns:
+      A dict of int32 arrays ``input_ids``, ``attention_mask`` (1 = real token) and ``token_type_ids`` (all zero when
+      the tokenizer has no segment ids, e.g. RoBERTa), each ``[N, W]``.
+
+    Examples:
+      BERT's uncased WordPiece: ``[CLS] hello world [SEP]``, ``[CLS] a [SEP]`` padded, and the pair
+      ``[CLS] a [SEP] b [SEP]`` with its second text in segment 1:
+
+      >>> from isojax.models.hub import bundled_model_path, load_tokenizer
+      >>> tokenizer = load_tokenizer(bundled_model_path())
+      >>> batch = tokenize(tokenizer, ["Hello world", "a"], max_length=16)
+      >>> tokenizer.convert_ids_to_tokens(batch["input_ids"][0]), batch["attention_mask"][1].tolist()
+      (['[CLS]', 'hello', 'world', '[SEP]'], [1, 1, 1, 0])
+      >>> tokenize(tokenizer, ["a"], ["b"], max_length=16)["token_type_ids"]
+      array([[0, 0, 0, 1, 1]], dtype=int32)
+      >>> tokenize(tokenizer, ["a b c d e f"], max_length=4)["input_ids"].shape  # truncated: [CLS] a b [SEP]
+      (1, 4)
     """
     texts_a = check_texts(texts_a, "texts_a")
     if texts_b is not None:
@@ -102,6 +123,18 @@ def bucket_length(lengths, buckets: Sequence[int] = DEFAULT_BUCKETS, *, max_leng
     With ``max_length`` (the padded width of the data), buckets above it are replaced by
     ``max_length`` itself, so the result never exceeds the data's width and always exists.
     ``ValueError`` if the longest length exceeds every bucket (and ``max_length``).
+
+    Args:
+      lengths: the rows' token counts (an int or an array of ints).
+      buckets: positive integers, the allowed widths.
+      max_length: the padded width of the data, or None.
+
+    Returns:
+      The bucket length, an ``int``.
+
+    Examples:
+      >>> bucket_length([5, 33, 12]), bucket_length([5, 33], max_length=40), bucket_length([3], (4, 8))
+      (64, 40, 4)
     """
     longest = int(np.max(lengths, initial=0))
     if not buckets or any(not isinstance(b, (int, np.integer)) or b < 1 for b in buckets):
@@ -116,7 +149,20 @@ def bucket_length(lengths, buckets: Sequence[int] = DEFAULT_BUCKETS, *, max_leng
 
 
 def num_batches(n: int, batch_size: int, *, drop_last: bool = False) -> int:
-    """Number of batches in one epoch of ``n`` examples."""
+    """Number of batches in one epoch of ``n`` examples.
+
+    Args:
+      n: the number of examples.
+      batch_size: rows per batch.
+      drop_last: whether a final batch smaller than ``batch_size`` is dropped.
+
+    Returns:
+      ``floor(n / batch_size)`` with ``drop_last``, else ``ceil(n / batch_size)``.
+
+    Examples:
+      >>> num_batches(10, 4), num_batches(10, 4, drop_last=True), num_batches(8, 4)
+      (3, 2, 2)
+    """
     return n // batch_size if drop_last else math.ceil(n / batch_size)
 
 
@@ -163,13 +209,32 @@ def batches(
       data: nested dict of numpy arrays, all with the same leading size ``N``; in each dict that holds
         an ``attention_mask`` ``[N, W]``, the arrays of shape ``[N, W, ...]`` are cut to the batch's
         bucket length (see :func:`bucket_length`).
+      batch_size: rows per batch, a positive integer.
       shuffle: draw the order from ``numpy.random.default_rng([seed, epoch])``; needs an integer ``seed``.
+      seed: the shuffling seed.
       epoch, start: data position; yields batches ``start, start + 1, ...`` of epoch ``epoch``, so a
         resumed run passes the position it stopped at and sees exactly the remaining batches.
       drop_last: drop a final batch smaller than ``batch_size``.
+      buckets: the allowed widths of the token groups (see :func:`bucket_length`).
 
-    Returns an iterator of dicts with the structure of ``data`` and leading size ``batch_size``
-    (the last may be smaller). Arguments are checked when ``batches`` is called.
+    Returns:
+      An iterator of dicts with the structure of ``data`` and leading size ``batch_size`` (the last may be smaller).
+      Arguments are checked when ``batches`` is called.
+
+    Examples:
+      Five rows, the longest of the first two 3 tokens and of the last three 6 tokens, with buckets of 4 and 8:
+
+      >>> import numpy as np
+      >>> mask = np.array([[1, 1, 0, 0, 0, 0, 0, 0, 0, 0]] + [[1, 1, 1] + [0] * 7] + [[1] * 6 + [0] * 4] * 3)
+      >>> data = {"attention_mask": mask, "labels": np.arange(5)}
+      >>> [(b["attention_mask"].shape, b["labels"].tolist()) for b in batches(data, 2, buckets=(4, 8))]
+      [((2, 4), [0, 1]), ((2, 8), [2, 3]), ((1, 8), [4])]
+      >>> [b["labels"].tolist() for b in batches(data, 2, start=2, buckets=(4, 8))]  # resume at batch 2
+      [[4]]
+      >>> order = np.random.default_rng([7, 1]).permutation(5)
+      >>> shuffled = np.concatenate([b["labels"] for b in batches(data, 2, shuffle=True, seed=7, epoch=1)])
+      >>> np.array_equal(shuffled, order)
+      True
     """
     if not isinstance(data, Mapping) or not data:
         raise TypeError(f"data must be a non-empty dict of numpy arrays, got {type(data).__name__}")

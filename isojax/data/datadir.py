@@ -38,6 +38,19 @@ def resolve_data_dir(source, data_dir) -> Path | None:
     ``source`` ``"auto"`` (or ``None``) reads ``data_dir``, else ``$ISOJAX_DATA_DIR``, else nothing (``None``:
     the Hub). Any other ``source`` is read as asked, and passing ``data_dir`` with it is a ``ValueError``.
     A data directory that does not exist is a ``FileNotFoundError``.
+
+    Args:
+      source: a loader's ``source`` argument.
+      data_dir: a loader's ``data_dir`` argument (a path), or None.
+
+    Returns:
+      The directory as a ``Path``, or None.
+
+    Examples:
+      >>> import tempfile
+      >>> root = tempfile.mkdtemp()
+      >>> resolve_data_dir("auto", root) == Path(root), resolve_data_dir("hub", None)
+      (True, None)
     """
     if source not in (None, "auto"):
         if data_dir is not None:
@@ -62,7 +75,23 @@ def resolve_data_dir(source, data_dir) -> Path | None:
 
 def release_path(data_dir: Path, relative: str, what: str) -> Path:
     """``data_dir / relative``, or a ``FileNotFoundError`` naming the missing path, ``what`` it should hold
-    and the expected layout."""
+    and the expected layout.
+
+    Args:
+      data_dir: the data directory.
+      relative: the path expected in it.
+      what: what that path holds, for the error.
+
+    Returns:
+      The existing path.
+
+    Examples:
+      >>> import tempfile
+      >>> release_path(Path(tempfile.mkdtemp()), "sick", "SICK release folder")
+      Traceback (most recent call last):
+      ...
+      FileNotFoundError: .../sick: not found; the data directory ... has no SICK release folder (expected sick in the layout of isojax.data.datadir)
+    """
     path = Path(data_dir) / relative
     if not path.exists():
         raise FileNotFoundError(

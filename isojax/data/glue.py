@@ -46,10 +46,12 @@ log = logging.getLogger(__name__)
 class GlueTsv:
     """A task's files as GLUE's download script writes them, in ``glue/<folder>/`` of a data directory.
 
-    ``fields``: the file's columns holding the task's text columns (in :attr:`GlueTask.text_columns` order);
-    ``label``: the label column (absent from test files); ``classes``: label names in class-id order, as the
-    Hub's ``ClassLabel`` (a file holds either the names or the ids); ``headerless``: field names of train/dev
-    files that have no header row (CoLA; its test file has one).
+    Attributes:
+      folder: the task's folder (``"SST-2"``).
+      fields: the file's columns holding the task's text columns (in :attr:`GlueTask.text_columns` order).
+      label: the label column (absent from test files).
+      classes: label names in class-id order, as the Hub's ``ClassLabel`` (a file holds either the names or the ids).
+      headerless: field names of train/dev files that have no header row (CoLA; its test file has one), or None.
     """
 
     folder: str
@@ -69,6 +71,14 @@ class GlueTask:
 
     ``num_labels == 1`` means regression (STS-B, scores in [0, 5]); ``metrics`` are the task's
     official GLUE metrics, named as in ``sklearn``/``scipy``; ``tsv`` is its download-script format.
+
+    Attributes:
+      name: the task's key in :data:`GLUE_TASKS` (``"sst2"``, ``"mnli"``, ...).
+      text_columns: the Hub's text columns, one (single sentences) or two (pairs).
+      num_labels: the number of classes (1: regression).
+      metrics: the official metrics' names.
+      tsv: the :class:`GlueTsv` format of its download-script files.
+      splits: its split names (MNLI: ``validation_matched`` etc.).
     """
 
     name: str
@@ -145,8 +155,13 @@ GLUE_TASKS: dict[str, GlueTask] = {
 class GlueData:
     """One split of a GLUE task: ``texts_a[i]`` (and ``texts_b[i]`` for pair tasks) with ``labels[i]``.
 
-    ``labels`` is ``[n]`` int32 class ids (classification) or float32 scores (STS-B); ``-1`` marks an
-    unlabelled row (GLUE test splits).
+    Attributes:
+      texts_a: ``n`` first (or only) texts.
+      texts_b: ``n`` second texts of a pair task, else None.
+      labels: ``[n]`` int32 class ids (classification) or float32 scores (STS-B); ``-1`` marks an
+        unlabelled row (GLUE test splits).
+      task: the :class:`GlueTask`.
+      split: the split's name.
     """
 
     texts_a: list[str]
@@ -165,7 +180,21 @@ class GlueData:
 
 
 def glue_task(task: str) -> GlueTask:
-    """Look a task up by name, ignoring case and dashes (``"SST-2"`` -> ``sst2``); unknown -> ``ValueError``."""
+    """Look a task up by name, ignoring case and dashes (``"SST-2"`` -> ``sst2``); unknown -> ``ValueError``.
+
+    Args:
+      task: the task's name.
+
+    Returns:
+      Its :class:`GlueTask`.
+
+    Examples:
+      >>> spec = glue_task("SST-2")
+      >>> spec.name, spec.num_labels, spec.metrics, spec.is_pair
+      ('sst2', 2, ('accuracy',), False)
+      >>> glue_task("STS-B").is_regression
+      True
+    """
     key = str(task).lower().replace("-", "").replace("_", "")
     if key not in GLUE_TASKS:
         raise ValueError(f"task: unknown GLUE task {task!r}; expected one of {sorted(GLUE_TASKS)}")
@@ -221,13 +250,31 @@ def _from_release(spec: GlueTask, split: str, data_dir: Path, cache_dir) -> Glue
 
 
 def load_glue(task: str, split: str = "train", *, data_dir=None, source="auto", cache_dir=None) -> GlueData:
-    """Load ``split`` of a GLUE ``task``.
+    r"""Load ``split`` of a GLUE ``task``.
 
-    ``source``: ``"auto"`` (the download-script files in ``data_dir``, else in ``$ISOJAX_DATA_DIR``, else
-    the Hub; STS-B reads the offline package when its files are not there or the Hub is unreachable),
-    ``"hub"``, ``"package"`` (STS-B only), or a local file/directory in the Hub's layout.
-    ``split``: one of the task's ``splits`` (MNLI: ``validation_matched`` etc.); ``"dev"`` means
-    ``"validation"``.
+    Args:
+      task: the task's name (see :func:`glue_task`).
+      split: one of the task's ``splits`` (MNLI: ``validation_matched`` etc.); ``"dev"`` means ``"validation"``.
+      data_dir: a data directory holding ``glue/<folder>/`` as GLUE's download script writes it (layout in
+        :mod:`isojax.data.datadir`), or None.
+      source: ``"auto"`` (the download-script files in ``data_dir``, else in ``$ISOJAX_DATA_DIR``, else
+        the Hub; STS-B reads the offline package when its files are not there or the Hub is unreachable),
+        ``"hub"``, ``"package"`` (STS-B only), or a local file/directory in the Hub's layout.
+      cache_dir: where the offline package files are (None: the default asset cache).
+
+    Returns:
+      A :class:`GlueData`.
+
+    Examples:
+      SST-2's dev file as the download script writes it (a header, the sentence, its 0/1 label):
+
+      >>> import tempfile, pathlib
+      >>> root = pathlib.Path(tempfile.mkdtemp())
+      >>> (root / "glue" / "SST-2").mkdir(parents=True)
+      >>> _ = (root / "glue" / "SST-2" / "dev.tsv").write_text("sentence\tlabel\na gem .\t1\ndull .\t0\n")
+      >>> data = load_glue("SST-2", "dev", data_dir=root)
+      >>> data.texts_a, data.texts_b, data.labels, data.split
+      (['a gem .', 'dull .'], None, array([1, 0], dtype=int32), 'validation')
     """
     spec = glue_task(task)
     split = "validation" if split == "dev" and "validation" in spec.splits else split

@@ -39,11 +39,26 @@ _GOLD = re.compile(r"(?P<prefix>STS\w*)\.gs\.(?P<name>.+)\.txt")
 
 
 def read_sts_pair(input_path, gold_path) -> tuple[list[str], list[str], np.ndarray]:
-    """One SemEval STS sub-corpus: ``(sentences1, sentences2, scores [n] float64)`` of its scored pairs.
+    r"""One SemEval STS sub-corpus: the scored pairs of an input file and its gold file.
 
     The input file has ``n`` lines of 2 (or, STS16, 4) tab-separated fields; the gold file has the same
     ``n`` lines, each a score in [0, 5] or empty (unscored: the pair is left out, and the count logged). The
     sentences of a scored pair must hold text.
+
+    Args:
+      input_path: the ``STS*.input.<name>.txt`` file.
+      gold_path: the ``STS*.gs.<name>.txt`` file.
+
+    Returns:
+      ``(sentences1, sentences2, scores)``: two lists of ``n`` texts and ``[n]`` float64 scores.
+
+    Examples:
+      >>> import tempfile
+      >>> folder = Path(tempfile.mkdtemp())
+      >>> _ = (folder / "in.txt").write_text("a\tb\tsrc1\tsrc2\nc\td\n")
+      >>> _ = (folder / "gs.txt").write_text("\n2.5\n")
+      >>> read_sts_pair(folder / "in.txt", folder / "gs.txt")
+      (['c'], ['d'], array([2.5]))
     """
     inputs = read_tsv(input_path, ("sentence1", "sentence2"), extra=("source1", "source2"))
     gold_path = Path(gold_path)
@@ -67,9 +82,24 @@ def read_sts_pair(input_path, gold_path) -> tuple[list[str], list[str], np.ndarr
 
 
 def sts_release_files(directory) -> dict[str, tuple[Path, Path | None]]:
-    """The sub-corpora of a SemEval STS release folder: ``{name: (gold file, input file or None)}``, by name.
+    """The sub-corpora of a SemEval STS release folder, by name.
 
     Raises ``FileNotFoundError`` for a missing folder or one without any ``STS*.gs.<name>.txt`` file.
+
+    Args:
+      directory: the release folder.
+
+    Returns:
+      ``{name: (gold file, input file or None)}``, sorted by file name.
+
+    Examples:
+      >>> import tempfile
+      >>> folder = Path(tempfile.mkdtemp())
+      >>> for name in ("STS2016.gs.news.txt", "STS2016.input.news.txt", "STS.gs.forum.txt"):
+      ...     _ = (folder / name).write_text("")
+      >>> {name: (gold.name, None if inputs is None else inputs.name)
+      ...  for name, (gold, inputs) in sts_release_files(folder).items()}
+      {'forum': ('STS.gs.forum.txt', None), 'news': ('STS2016.gs.news.txt', 'STS2016.input.news.txt')}
     """
     directory = Path(directory)
     if not directory.is_dir():
@@ -88,10 +118,28 @@ def sts_release_files(directory) -> dict[str, tuple[Path, Path | None]]:
 
 
 def read_sts_release(directory, subsets: Sequence[str] | None = None) -> tuple[list[str], list[str], np.ndarray]:
-    """The scored pairs of the sub-corpora ``subsets`` of a SemEval STS folder, pooled in that order.
+    r"""The scored pairs of the sub-corpora ``subsets`` of a SemEval STS folder, pooled in that order.
 
     ``subsets=None`` reads every sub-corpus that has both files, in name order. A gold file without its input
     file is skipped with a logged note; a named sub-corpus that lacks either file is a ``FileNotFoundError``.
+
+    Args:
+      directory: the release folder (``STS*.input.<name>.txt`` and ``STS*.gs.<name>.txt`` files).
+      subsets: sub-corpus names, or None.
+
+    Returns:
+      ``(sentences1, sentences2, scores)``: two lists of ``n`` texts and ``[n]`` float64 scores; unscored pairs (empty
+      gold lines) are left out.
+
+    Examples:
+      >>> import tempfile, pathlib
+      >>> folder = pathlib.Path(tempfile.mkdtemp())
+      >>> _ = (folder / "STS.input.news.txt").write_text("a\tb\nc\td\n")
+      >>> _ = (folder / "STS.gs.news.txt").write_text("3.5\n\n")
+      >>> _ = (folder / "STS.input.forum.txt").write_text("e\tf\n")
+      >>> _ = (folder / "STS.gs.forum.txt").write_text("1\n")
+      >>> read_sts_release(folder)  # forum before news; news's second pair is unscored
+      (['e', 'a'], ['f', 'b'], array([1. , 3.5]))
     """
     found = sts_release_files(directory)
     for gold_file, input_file in found.values():
@@ -115,9 +163,24 @@ def read_sts_release(directory, subsets: Sequence[str] | None = None) -> tuple[l
 
 
 def read_sick(directory, split: str) -> tuple[list[str], list[str], np.ndarray]:
-    """SICK 2014 pairs with relatedness scores in [1, 5]: ``split`` ``train`` (4500), ``trial`` (500),
-    ``test`` (4927, the SentEval convention) or ``all`` (9927 = train + trial + test in that order, MTEB's
-    SICK-R)."""
+    r"""SICK 2014 pairs with relatedness scores in [1, 5].
+
+    Args:
+      directory: the folder of ``SICK_train.txt``, ``SICK_trial.txt`` and ``SICK_test_annotated.txt``.
+      split: ``train`` (4500 pairs), ``trial`` (500), ``test`` (4927, the SentEval convention) or ``all``
+        (9927 = train + trial + test in that order, MTEB's SICK-R).
+
+    Returns:
+      ``(sentences1, sentences2, scores)``: two lists of ``n`` texts and ``[n]`` float64 relatedness scores.
+
+    Examples:
+      >>> import tempfile, pathlib
+      >>> folder = pathlib.Path(tempfile.mkdtemp())
+      >>> header = "pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgment\n"
+      >>> _ = (folder / "SICK_trial.txt").write_text(header + "1\tA dog runs.\tA dog is running.\t4.9\tENTAILMENT\n")
+      >>> read_sick(folder, "trial")
+      (['A dog runs.'], ['A dog is running.'], array([4.9]))
+    """
     names = list(SICK_FILES) if split == "all" else [split]
     if split != "all" and split not in SICK_FILES:
         raise ValueError(f"split: SICK has splits {[*SICK_FILES, 'all']}, got {split!r}")

@@ -31,10 +31,16 @@ __all__ = ["SEQ2SEQ_TASKS", "Seq2SeqData", "Seq2SeqTask", "load_seq2seq", "seq2s
 class Seq2SeqTask:
     """A sequence-to-sequence task: where its data live and which columns hold the source and target texts.
 
-    ``hub_id`` / ``hub_config``: the Hub copy (None: local files only); ``source`` / ``target``: column names
-    (``"translation.en"``: key ``en`` of the dictionaries in column ``translation``); ``metrics``: what its tables
-    report (``bleu``; ``rouge1 rouge2 rougeL``); ``source_lang`` / ``target_lang``: mBART's language codes, for
-    tokenizers that take them (``src_lang`` / ``tgt_lang``).
+    Attributes:
+      name: its key in :data:`SEQ2SEQ_TASKS`.
+      hub_id: the Hub copy (None: local files only).
+      hub_config: the Hub copy's configuration, or None.
+      source: the source column (``"translation.en"``: key ``en`` of the dictionaries in column ``translation``).
+      target: the target column, likewise.
+      metrics: what its tables report (``bleu``; ``rouge1 rouge2 rougeL``).
+      source_lang: mBART's language code of the source, for tokenizers that take one (``src_lang``), or None.
+      target_lang: likewise of the target (``tgt_lang``).
+      splits: its split names.
     """
 
     name: str
@@ -66,7 +72,14 @@ SEQ2SEQ_TASKS: dict[str, Seq2SeqTask] = {
 
 @dataclass(frozen=True)
 class Seq2SeqData:
-    """One split of a task: ``sources[i]`` is to be turned into ``targets[i]``."""
+    """One split of a task: ``sources[i]`` is to be turned into ``targets[i]``.
+
+    Attributes:
+      sources: the ``n`` source texts.
+      targets: the ``n`` target texts.
+      task: the :class:`Seq2SeqTask`.
+      split: the split's name.
+    """
 
     sources: list[str]
     targets: list[str]
@@ -86,7 +99,19 @@ class Seq2SeqData:
 
 
 def seq2seq_task(task: str) -> Seq2SeqTask:
-    """Look a task up by name, ignoring case and ``-`` vs ``_``; unknown -> ``ValueError`` listing the tasks."""
+    """Look a task up by name, ignoring case and ``-`` vs ``_``; unknown -> ``ValueError`` listing the tasks.
+
+    Args:
+      task: the task's name.
+
+    Returns:
+      Its :class:`Seq2SeqTask`.
+
+    Examples:
+      >>> spec = seq2seq_task("WMT16-en-ro")
+      >>> spec.name, spec.source, spec.target, spec.metrics
+      ('wmt16_en_ro', 'translation.en', 'translation.ro', ('bleu',))
+    """
     key = str(task).lower().replace("-", "_")
     if key not in SEQ2SEQ_TASKS:
         raise ValueError(f"task: unknown sequence-to-sequence task {task!r}; expected one of {sorted(SEQ2SEQ_TASKS)}")
@@ -111,11 +136,29 @@ def _texts(table: Table, column: str) -> list[str]:
 
 
 def load_seq2seq(task: str, split: str = "train", *, source="auto") -> Seq2SeqData:
-    """Load ``split`` of a sequence-to-sequence ``task``.
+    r"""Load ``split`` of a sequence-to-sequence ``task``.
 
-    ``source``: ``"auto"`` / ``"hub"`` (the task's Hub copy), or a local file or directory in the Hub's layout
-    (a directory is searched in its ``hub_config`` sub-directory when it has one). ``split``: one of the task's
-    splits; ``"dev"`` means ``"validation"``.
+    Rows with an empty source or target are left out, with a logged count.
+
+    Args:
+      task: the task's name (see :func:`seq2seq_task`).
+      split: one of the task's splits; ``"dev"`` means ``"validation"``.
+      source: ``"auto"`` / ``"hub"`` (the task's Hub copy), or a local file or directory in the Hub's layout
+        (a directory is searched in its ``hub_config`` sub-directory when it has one).
+
+    Returns:
+      A :class:`Seq2SeqData`.
+
+    Examples:
+      Task ``seq2seq`` reads local files with columns ``source`` and ``target``:
+
+      >>> import json, tempfile, pathlib
+      >>> root = pathlib.Path(tempfile.mkdtemp())
+      >>> rows = [{"source": "hello", "target": "salut"}, {"source": "", "target": "gol"}]
+      >>> _ = (root / "validation.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+      >>> data = load_seq2seq("seq2seq", "dev", source=root)
+      >>> data.sources, data.targets, data.split
+      (['hello'], ['salut'], 'validation')
     """
     spec = seq2seq_task(task)
     split = "validation" if split == "dev" else split

@@ -46,7 +46,15 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class StsData:
-    """Sentence pairs with gold similarity scores: ``sentences1[i]``, ``sentences2[i]``, ``scores[i]``."""
+    """Sentence pairs with gold similarity scores: ``sentences1[i]``, ``sentences2[i]``, ``scores[i]``.
+
+    Attributes:
+      sentences1: the ``n`` pairs' first texts.
+      sentences2: their second texts.
+      scores: ``[n]`` float64 gold scores.
+      name: the set (``"stsb"``, ``"sts12/MSRpar"``, ...).
+      split: the split's name.
+    """
 
     sentences1: list[str]
     sentences2: list[str]
@@ -78,9 +86,14 @@ class StsData:
 class StsSet:
     """An STS data set: its splits and score scale, its copy on the Hub and its original release.
 
-    ``hub_splits`` maps isojax's split names to the Hub copy's; ``release_splits`` are the splits read
-    from a data directory, in ``folder`` (STS-B: from the PyPI package instead); ``subsets`` are the
-    sub-corpora of a SemEval year, pooled in its ``test`` split and addressable as ``"<name>/<subset>"``.
+    Attributes:
+      hub_id: the Hub copy (MTEB's).
+      hub_splits: isojax's split names -> the Hub copy's.
+      release_splits: the splits read from a data directory, in ``folder`` (STS-B: from the PyPI package instead).
+      score_range: ``(low, high)`` of the gold scores.
+      folder: the release folder in a data directory (``"sts/STS12"``).
+      subsets: the sub-corpora of a SemEval year, pooled in its ``test`` split and addressable as
+        ``"<name>/<subset>"``.
     """
 
     hub_id: str
@@ -170,11 +183,26 @@ def _split(name: str, split: str) -> str:
 
 
 def read_stsb_file(path, *, name: str = "stsb", split: str = "") -> StsData:
-    """Read an STS-B file in the original distribution format.
+    r"""Read an STS-B file in the original distribution format.
 
     Tab-separated, no header, no quoting: ``genre, file, year, id, score, sentence1, sentence2`` and
     optionally two source columns (197 training rows carry them). Scores must lie in [0, 5] and sentences
     must hold text. A malformed line raises ``ValueError`` naming the file and line.
+
+    Args:
+      path: the file.
+      name, split: recorded in the result.
+
+    Returns:
+      A :class:`StsData`.
+
+    Examples:
+      >>> import tempfile, pathlib
+      >>> path = pathlib.Path(tempfile.mkdtemp()) / "sts-dev.csv"
+      >>> _ = path.write_text("main-captions\tMSRvid\t2012test\t0000\t5.000\tA man plays.\tA man is playing.\n")
+      >>> data = read_stsb_file(path, split="validation")
+      >>> data.sentences1, data.sentences2, data.scores
+      (['A man plays.'], ['A man is playing.'], array([5.]))
     """
     table = read_tsv(
         path, ("genre", "file", "year", "id", "score", "sentence1", "sentence2"), extra=("source1", "source2")
@@ -225,10 +253,23 @@ def _from_release(name: str, subset: str | None, split: str, data_dir: Path) -> 
 def load_stsb(split: str = "test", *, data_dir=None, source="auto", cache_dir=None) -> StsData:
     """STS-B ``train`` (5749 pairs), ``validation``/``dev`` (1500) or ``test`` (1379), scores in [0, 5].
 
-    ``source``: ``"auto"`` (the offline package when a data directory is given, as ``data_dir`` or
-    ``$ISOJAX_DATA_DIR``; else the Hub, and the package when the Hub is unreachable), ``"hub"``,
-    ``"package"`` (files from ``python -m isojax.data.assets`` in ``cache_dir``), or a local file/directory
-    in the Hub layout.
+    Args:
+      split: the split.
+      data_dir: a data directory (as for :func:`load_sts`); given, or set as ``$ISOJAX_DATA_DIR``, it selects the
+        offline package.
+      source: ``"auto"`` (the offline package when a data directory is given, as ``data_dir`` or
+        ``$ISOJAX_DATA_DIR``; else the Hub, and the package when the Hub is unreachable), ``"hub"``,
+        ``"package"`` (files from ``python -m isojax.data.assets`` in ``cache_dir``), or a local file/directory
+        in the Hub layout.
+      cache_dir: where the offline package files are (None: the default asset cache).
+
+    Returns:
+      A :class:`StsData` named ``"stsb"``.
+
+    Examples:
+      >>> test = load_stsb("test", source="package")
+      >>> len(test), test.scores.dtype, bool(test.scores.min() >= 0 and test.scores.max() <= 5)
+      (1379, dtype('float64'), True)
     """
     split = _split("stsb", split)
     if resolve_data_dir(source, data_dir) is not None or source == "package":
@@ -245,13 +286,35 @@ def load_stsb(split: str = "test", *, data_dir=None, source="auto", cache_dir=No
 
 
 def load_sts(name: str, split: str = "test", *, data_dir=None, source="auto", cache_dir=None) -> StsData:
-    """One split of ``stsb``, ``sts12`` … ``sts16`` (or one of their sub-corpora, ``"sts12/MSRpar"``) or
+    r"""One split of ``stsb``, ``sts12`` … ``sts16`` (or one of their sub-corpora, ``"sts12/MSRpar"``) or
     ``sickr`` (SICK relatedness, scores 1–5); ``"dev"`` means ``"validation"``.
 
-    ``source``: ``"auto"`` (the original release files in ``data_dir``, else ``$ISOJAX_DATA_DIR``, else the
-    Hub's MTEB copy), ``"hub"``, ``"package"`` (STS-B only), or a local file/directory in the Hub layout
-    (columns ``sentence1, sentence2, score``). Sub-corpora and SICK's ``train``/``trial``/``test`` splits are
-    read from the original releases only.
+    Sub-corpora and SICK's ``train``/``trial``/``test`` splits are read from the original releases only.
+
+    Args:
+      name: the set, case-insensitive (see :data:`STS_SETS`), optionally ``/<sub-corpus>``.
+      split: the split.
+      data_dir: a data directory holding the original releases (layout in :mod:`isojax.data.datadir`), or None.
+      source: ``"auto"`` (the original release files in ``data_dir``, else ``$ISOJAX_DATA_DIR``, else the
+        Hub's MTEB copy), ``"hub"``, ``"package"`` (STS-B only), or a local file/directory in the Hub layout
+        (columns ``sentence1, sentence2, score``).
+      cache_dir: where STS-B's offline package files are (None: the default asset cache).
+
+    Returns:
+      A :class:`StsData`.
+
+    Examples:
+      STS12's MSRpar sub-corpus from its release folder, ``sts/STS12`` of a data directory (gold and input files):
+
+      >>> import tempfile, pathlib
+      >>> root = pathlib.Path(tempfile.mkdtemp())
+      >>> folder = root / "sts" / "STS12"
+      >>> folder.mkdir(parents=True)
+      >>> _ = (folder / "STS.input.MSRpar.txt").write_text("A cat sat.\tThe cat sat.\nIt rains.\tSun.\n")
+      >>> _ = (folder / "STS.gs.MSRpar.txt").write_text("4.8\n0.2\n")
+      >>> data = load_sts("STS12/MSRpar", data_dir=root)
+      >>> data.name, data.sentences2, data.scores
+      ('sts12/MSRpar', ['The cat sat.', 'Sun.'], array([4.8, 0.2]))
     """
     key, subset = _lookup(name)
     split = _split(key, split)

@@ -70,7 +70,12 @@ class _Part:
 
 @dataclass(frozen=True)
 class Table:
-    """Columns of one split, and where each row came from (for error messages)."""
+    """Columns of one split, and where each row came from (for error messages).
+
+    Attributes:
+      columns: column name -> its ``len(table)`` values.
+      parts: the files (or Hub splits) the rows came from, in order, with each row's line.
+    """
 
     columns: dict[str, list]
     parts: tuple[_Part, ...]
@@ -199,6 +204,22 @@ def local_files(directory, split: str) -> list[Path]:
 
     Other sub-directories are not searched (in a GLUE copy they hold the other tasks), and
     ``validation`` does not match ``validation_matched-*``, unlike ``datasets``' own split inference.
+
+    Args:
+      directory: the local copy.
+      split: the split's name.
+
+    Returns:
+      The matching files, sorted; ``FileNotFoundError`` naming the expected names when there is none.
+
+    Examples:
+      >>> import tempfile
+      >>> root = Path(tempfile.mkdtemp())
+      >>> (root / "data").mkdir()
+      >>> for name in ("validation.jsonl", "data/validation-00000-of-00001.parquet", "validation_matched.jsonl"):
+      ...     _ = (root / name).write_text("")
+      >>> [str(p.relative_to(root)) for p in local_files(root, "validation")]
+      ['data/validation-00000-of-00001.parquet', 'validation.jsonl']
     """
     directory = Path(directory)
     pattern = re.compile(rf"{re.escape(split)}([-.].*)?")
@@ -263,7 +284,7 @@ def _require_hub() -> None:
 
 
 def load_table(source, split: str, *, config: str | None = None) -> Table:
-    """Read one split from a Hub dataset id or a local file/directory in the same layout.
+    r"""Read one split from a Hub dataset id or a local file/directory in the same layout.
 
     Args:
       source: an existing local file (read whole, whatever ``split`` is), an existing local directory
@@ -272,6 +293,17 @@ def load_table(source, split: str, *, config: str | None = None) -> Table:
         or a Hub dataset id (``datasets.load_dataset(source, config, split=split)``).
       split: split name, e.g. ``"train"``, ``"validation_matched"``, ``"test"``.
       config: Hub configuration (GLUE task); for a local directory, the optional sub-directory.
+
+    Returns:
+      A :class:`Table` of the split's columns, rows in file order (several files: concatenated).
+
+    Examples:
+      >>> import tempfile
+      >>> path = Path(tempfile.mkdtemp()) / "dev.csv"
+      >>> _ = path.write_text("sentence1,sentence2,score\nA cat.,A kitten.,4.2\n")
+      >>> table = load_table(path, "validation")
+      >>> table.columns["sentence2"], len(table)
+      (['A kitten.'], 1)
     """
     import datasets
 

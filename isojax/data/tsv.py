@@ -34,6 +34,15 @@ def read_tsv(path, names: Sequence[str] | None = None, *, extra: Sequence[str] =
       a :class:`Table` whose rows remember their line numbers, so that a bad value found later is reported
       as ``path: line N``. A missing file is a ``FileNotFoundError``; an empty file, a row with the wrong
       number of fields or text that is not UTF-8 is a ``ValueError`` naming the file and line.
+
+    Examples:
+      A double quote is text, not the start of a quoted field; a row without the optional field holds ``None``:
+
+      >>> import tempfile, pathlib
+      >>> path = pathlib.Path(tempfile.mkdtemp()) / "pairs.tsv"
+      >>> _ = path.write_text('a "b\\tc\\tx\\nd\\te\\n')
+      >>> read_tsv(path, ("s1", "s2"), extra=("source",)).columns
+      {'s1': ['a "b', 'd'], 's2': ['c', 'e'], 'source': ['x', None]}
     """
     path = Path(path)
     if not path.is_file():

@@ -34,7 +34,13 @@ __all__ = ["WORDSIM_SETS", "WordSimData", "load_wordsim", "read_word_pairs"]
 
 @dataclass(frozen=True)
 class WordSimData:
-    """Word pairs ``pairs[i] = (word1, word2)`` with human ratings ``scores[i]`` (float64, ``[n]``)."""
+    """Word pairs ``pairs[i] = (word1, word2)`` with human ratings ``scores[i]``.
+
+    Attributes:
+      pairs: the ``n`` word pairs.
+      scores: ``[n]`` float64 ratings.
+      name: the set's name (a key of :data:`WORDSIM_SETS`, or the file's stem).
+    """
 
     pairs: list[tuple[str, str]]
     scores: np.ndarray
@@ -58,12 +64,28 @@ WORDSIM_SETS: dict[str, tuple[str, tuple[float, float]]] = {
 
 
 def read_word_pairs(path, *, score_range: tuple[float, float] | None = None, name: str | None = None) -> WordSimData:
-    """Read a ``word1 word2 score`` file.
+    r"""Read a ``word1 word2 score`` file.
 
     One pair per line; fields separated by tabs when the line has a tab (so a tab-separated word may
     contain spaces), else by runs of spaces. Blank lines and lines starting with ``#`` are skipped.
     Each line must have exactly three fields and a finite score, within ``score_range`` when given;
     otherwise ``ValueError`` names the file and 1-based line, as it does for text that is not UTF-8.
+
+    Args:
+      path: the file.
+      score_range: ``(low, high)`` bounds of the scores, or None.
+      name: the set's name (None: the file's stem).
+
+    Returns:
+      A :class:`WordSimData`.
+
+    Examples:
+      >>> import tempfile, pathlib
+      >>> path = pathlib.Path(tempfile.mkdtemp()) / "mine.txt"
+      >>> _ = path.write_text("# word1 word2 score\ntiger  cat 7.35\nice cream\tdessert\t8\n")
+      >>> data = read_word_pairs(path, score_range=(0, 10))
+      >>> data.pairs, data.scores, data.name
+      ([('tiger', 'cat'), ('ice cream', 'dessert')], array([7.35, 8.  ]), 'mine')
     """
     path = Path(path)
     pairs, scores = [], []
@@ -95,7 +117,22 @@ def read_word_pairs(path, *, score_range: tuple[float, float] | None = None, nam
 
 
 def load_wordsim(name, *, cache_dir=None) -> WordSimData:
-    """A known set by name (see :data:`WORDSIM_SETS`, case-insensitive) or a user file path."""
+    """A known set by name (see :data:`WORDSIM_SETS`, case-insensitive) or a user file path.
+
+    Args:
+      name: a key of :data:`WORDSIM_SETS` or the path of a ``word1 word2 score`` file (see :func:`read_word_pairs`).
+      cache_dir: where the offline asset files are (None: the default asset cache).
+
+    Returns:
+      A :class:`WordSimData`.
+
+    Examples:
+      SimLex-999 holds 999 pairs rated in [0, 10]:
+
+      >>> simlex = load_wordsim("SimLex999")
+      >>> len(simlex), simlex.name, bool(0 <= simlex.scores.min() and simlex.scores.max() <= 10)
+      (999, 'simlex999', True)
+    """
     from isojax.data.assets import asset_path  # not at the top: see isojax.data.sts._package
 
     key = str(name).lower()

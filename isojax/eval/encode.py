@@ -33,9 +33,36 @@ def encode(
 ):
     """Apply ``reduce(output, mask) -> pytree of [B, ...] arrays`` to every text; return numpy, original order.
 
-    Default ``reduce`` is :func:`isojax.models.heads.pool` with ``pooling`` -> ``[N, H]`` sentence embeddings.
-    ``reduce`` must keep the batch as the leading axis of each leaf. ``texts`` is a sequence of strings: a single
-    ``str`` is a ``TypeError`` (it would be encoded character by character).
+    Args:
+      module, params, tokenizer: an encoder or causal LM, its params and its tokenizer (as
+        :func:`isojax.from_pretrained` returns them).
+      texts: ``N`` strings; a single ``str`` is a ``TypeError`` (it would be encoded character by character).
+      reduce: ``reduce(output, mask)`` of a batch's model output and ``[B, L]`` bool mask, keeping the batch as the
+        leading axis of each leaf; default :func:`isojax.models.heads.pool` with ``pooling``.
+      pooling: the default ``reduce``'s pooling (``"mean"``, ``"cls"``, ``"pooler"``, ``"first_last_avg"``,
+        ``"last2avg"``).
+      batch_size: texts per batch (batches of texts sorted by token count).
+      max_length: texts are truncated to this many tokens.
+      pad_to_multiple_of: batches are padded to a multiple of it, so only a few shapes are compiled.
+      progress, desc: show a ``tqdm`` progress bar with this description.
+
+    Returns:
+      ``reduce``'s pytree with numpy leaves ``[N, ...]`` in the order of ``texts``; by default the ``[N, H]``
+      float32 sentence embeddings.
+
+    Examples:
+      The default embedding is the mean of the last layer over a text's real tokens, whatever the padding of its batch:
+
+      >>> import numpy as np
+      >>> from isojax.models import from_pretrained
+      >>> module, params, tokenizer = from_pretrained("default")
+      >>> emb = encode(module, params, tokenizer, ["A man is playing a guitar.", "Hi"])
+      >>> emb.shape, emb.dtype
+      ((2, 384), dtype('float32'))
+      >>> alone = tokenizer(["Hi"], return_tensors="np")  # [CLS] hi [SEP], no padding
+      >>> h = module.apply({"params": params}, alone["input_ids"], alone["attention_mask"]).last_hidden_state
+      >>> np.allclose(emb[1], np.asarray(h[0]).mean(0), atol=1e-5)
+      True
     """
     texts = check_texts(texts)
     require_kind(module.config, ("encoder", "causal_lm"), "encoding texts")

@@ -43,7 +43,14 @@ class AlbertStack(TransformerStack):
 
 
 class AlbertModel(EncoderModel):
-    """ALBERT encoder with pooler; see :class:`isojax.models.encoder.EncoderModel` for inputs and outputs."""
+    """ALBERT encoder with pooler; see :class:`isojax.models.encoder.EncoderModel` for inputs and outputs.
+
+    Attributes:
+      config: the model's :class:`~isojax.models.config.TransformerConfig` (``model_type="albert"``).
+
+    The other fields (``dtype``, ``last_layer_transform``, ``add_pooling_layer``, ``transform_placement``,
+    ``scan_layers``, ``remat``) are those of :class:`~isojax.models.encoder.EncoderModel`.
+    """
 
     stack_cls = AlbertStack
 

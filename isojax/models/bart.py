@@ -35,9 +35,15 @@ class BartModel(nn.Module):
     """BART or mBART (``config.pre_norm``) with its tied LM head.
 
     ``__call__(input_ids, attention_mask, decoder_input_ids, decoder_attention_mask)`` is the teacher-forced forward
-    (``decoder_input_ids`` required: the targets shifted right behind the decoder start token) and returns a
-    :class:`~isojax.models.outputs.Seq2SeqOutput`. :meth:`encode` and :meth:`decode` are its two halves, for
+    (``decoder_input_ids`` required: the targets shifted right behind the decoder start token; ids ``[B, S]`` and
+    ``[B, L]`` int, masks of the same shapes) and returns a :class:`~isojax.models.outputs.Seq2SeqOutput` (decoder
+    ``logits [B, L, vocab_size]`` float32). :meth:`encode` and :meth:`decode` are its two halves, for
     decoding with a cache (call them with ``module.apply(..., method="encode")``).
+
+    Attributes:
+      config: the model's :class:`~isojax.models.config.TransformerConfig` (``model_type`` ``"bart"`` or
+        ``"mbart"``, with ``decoder_layers > 0``).
+      dtype: compute dtype (params are float32).
     """
 
     config: TransformerConfig

@@ -7,7 +7,14 @@ from isojax.models.heads import MLMHeadNames
 
 
 class BertModel(EncoderModel):
-    """BERT encoder with pooler; see :class:`isojax.models.encoder.EncoderModel` for inputs and outputs."""
+    """BERT encoder with pooler; see :class:`isojax.models.encoder.EncoderModel` for inputs and outputs.
+
+    Attributes:
+      config: the model's :class:`~isojax.models.config.TransformerConfig` (``model_type="bert"``).
+
+    The other fields (``dtype``, ``last_layer_transform``, ``add_pooling_layer``, ``transform_placement``,
+    ``scan_layers``, ``remat``) are those of :class:`~isojax.models.encoder.EncoderModel`.
+    """
 
 
 def config_from_hf(hf) -> TransformerConfig:

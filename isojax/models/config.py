@@ -69,6 +69,20 @@ class TransformerConfig:
         language) and as the last one at ``max_length`` (BART's default ``forced_eos_token_id=2``), as
         ``config.json`` gives them to transformers' ``generate``.
       hf_config: the original ``config.json`` dictionary, written back by ``save_pretrained``.
+    The other attributes are those of Hugging Face's ``BertConfig`` (BERT-base defaults); ``__post_init__`` raises
+    ``ValueError`` naming the fields of an inconsistent config.
+
+    Examples:
+      RoBERTa counts positions after the padding index, so 514 position embeddings hold 512 tokens; an unset
+      ``embedding_size`` is the hidden size:
+
+      >>> config = TransformerConfig(model_type="roberta", max_position_embeddings=514, position_offset=2)
+      >>> config.max_sequence_length, config.embedding_size
+      (512, 768)
+      >>> TransformerConfig(hidden_size=100, num_attention_heads=12)
+      Traceback (most recent call last):
+      ...
+      ValueError: hidden_size (100) must be divisible by num_attention_heads (12)
     """
 
     model_type: str = "bert"

@@ -7,7 +7,14 @@ from isojax.models.heads import MLMHeadNames
 
 
 class DistilBertModel(EncoderModel):
-    """DistilBERT encoder (``token_type_ids`` must be None; ``pooler_output`` is None)."""
+    """DistilBERT encoder (``token_type_ids`` must be None; ``pooler_output`` is None).
+
+    Attributes:
+      config: the model's :class:`~isojax.models.config.TransformerConfig` (``model_type="distilbert"``).
+
+    The other fields (``dtype``, ``last_layer_transform``, ``add_pooling_layer``, ``transform_placement``,
+    ``scan_layers``, ``remat``) are those of :class:`~isojax.models.encoder.EncoderModel`.
+    """
 
     has_pooler = False
 

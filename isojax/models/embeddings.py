@@ -22,7 +22,22 @@ architecture (BART's table shared by encoder and decoder included)."""
 
 
 def word_embeddings(params):
-    """The word (input = tied output) embedding matrix ``[vocab_size, embedding_size]`` of a model's params."""
+    """The word (input = tied output) embedding matrix of a model's params.
+
+    Args:
+      params: a model's params (any architecture of :mod:`isojax.models`).
+
+    Returns:
+      ``W`` ``[vocab_size, embedding_size]`` float32.
+
+    Examples:
+      >>> import jax
+      >>> from isojax.models import TransformerConfig, build_encoder, init_params
+      >>> config = TransformerConfig(vocab_size=10, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+      ...                            intermediate_size=16, max_position_embeddings=16)
+      >>> word_embeddings(init_params(build_encoder(config), jax.random.key(0))).shape
+      (10, 8)
+    """
     for key in WORD_EMBEDDINGS:
         params = params[key]
     return params

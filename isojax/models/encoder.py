@@ -40,10 +40,6 @@ class EncoderModel(nn.Module):
 
     Architectures subclass it and override ``embeddings_cls`` / ``stack_cls`` / ``has_pooler`` where they differ.
 
-    Args (``__call__``): input_ids ``[B, L]`` int; attention_mask ``[B, L]`` (true/1 = real token, default all);
-    token_type_ids ``[B, L]`` (default zeros; must be None for DistilBERT); deterministic (False turns on dropout,
-    which needs a ``"dropout"`` PRNG key in ``apply(..., rngs=...)``); output_attentions.
-
     ``last_layer_transform``: an optional Linen module called as ``transform(h [B, L, H], mask [B, L])``
     (e.g. :class:`isojax.SoftDecay`); its parameters appear under ``params["last_layer_transform"]``. Where it
     acts is ``transform_placement``:
@@ -58,6 +54,22 @@ class EncoderModel(nn.Module):
 
     ``scan_layers``, ``remat``: how the block stack runs (see :class:`TransformerStack`); a scanned model's params are
     converted from and to the checkpoint layout by :func:`to_scanned` / :func:`to_unscanned`.
+
+    Attributes:
+      config: the model's :class:`~isojax.models.config.TransformerConfig`.
+      dtype: compute dtype (params are float32).
+      last_layer_transform: the optional Linen module above, or None.
+      add_pooling_layer: whether to build the pooler (where the architecture has one).
+      transform_placement: ``"output"`` or ``"block"``, as above.
+      scan_layers: run the blocks as one ``nn.scan`` loop (compile time flat in depth).
+      remat: what the backward pass recomputes (see :class:`TransformerStack`); ``"none"``: nothing.
+
+    ``__call__(input_ids, attention_mask=None, token_type_ids=None, *, deterministic=True, output_attentions=False)``
+    takes input_ids ``[B, L]`` int; attention_mask ``[B, L]`` (true/1 = real token, default all); token_type_ids
+    ``[B, L]`` (default zeros; must be None for DistilBERT); deterministic (False turns on dropout, which needs a
+    ``"dropout"`` PRNG key in ``apply(..., rngs=...)``); output_attentions; and returns an
+    :class:`~isojax.models.outputs.EncoderOutput` (``last_hidden_state [B, L, H]`` float32, ``hidden_states``,
+    ``attentions``, ``pooler_output [B, H]``).
     """
 
     config: TransformerConfig

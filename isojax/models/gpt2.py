@@ -38,13 +38,18 @@ def positions_from_mask(mask, cache: Cache | None = None):
 class GPT2Model(nn.Module):
     """GPT-2 with its tied LM head.
 
-    Args (``__call__``): input_ids ``[B, L]`` int; attention_mask ``[B, L]`` (true = real token, default all);
+    Attributes:
+      config: the model's :class:`~isojax.models.config.TransformerConfig` (``model_type="gpt2"``).
+      dtype: compute dtype (params are float32).
+
+    ``__call__`` takes input_ids ``[B, L]`` int; attention_mask ``[B, L]`` (true = real token, default all);
     token_type_ids must be None; position_ids ``[B, L]`` (default :func:`positions_from_mask`); cache (a
     :func:`~isojax.models.cache.init_cache` :class:`~isojax.models.cache.Cache` the tokens are appended to, for
     decoding); deterministic (False turns on dropout: pass a ``"dropout"`` PRNG key); output_attentions.
 
-    Returns a :class:`~isojax.models.outputs.DecoderOutput`: ``logits [B, L, vocab_size]``, ``hidden_states``
-    (embedding output, then every block's, the last one after ``ln_f``), ``cache`` (updated, when given).
+    It returns a :class:`~isojax.models.outputs.DecoderOutput`: ``logits [B, L, vocab_size]`` float32,
+    ``hidden_states`` (embedding output, then every block's, the last one after ``ln_f``), ``cache`` (updated, when
+    given).
     """
 
     config: TransformerConfig

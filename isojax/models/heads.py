@@ -84,9 +84,14 @@ class MaskedLMHead(nn.Module):
         t      = LayerNorm(act(h W_d + b_d))          transform, [..., H] -> [..., E]  (E = embedding_size)
         logits = t Wᵀ + bias                          [..., V], float32
 
-    ``names``: the architecture's :class:`MLMHeadNames` (activation, LayerNorm epsilon). Parameters: ``dense``,
-    ``norm``, ``bias [V]``. ``W`` is passed in (:func:`isojax.models.word_embeddings` of the encoder's params), so
-    the tie is explicit and gradients of the logits reach the encoder's embedding matrix.
+    Parameters: ``dense``, ``norm``, ``bias [V]``. ``W`` is passed in (:func:`isojax.models.word_embeddings` of the
+    encoder's params), so the tie is explicit and gradients of the logits reach the encoder's embedding matrix.
+    :func:`~isojax.models.hub.load_mlm_head` builds one with a checkpoint's params.
+
+    Attributes:
+      config: the encoder's :class:`~isojax.models.config.TransformerConfig`.
+      names: the architecture's :class:`MLMHeadNames` (activation, LayerNorm epsilon).
+      dtype: compute dtype (params are float32).
     """
 
     config: TransformerConfig

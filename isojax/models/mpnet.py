@@ -57,7 +57,14 @@ class MPNetStack(TransformerStack):
 
 
 class MPNetModel(EncoderModel):
-    """MPNet encoder with pooler (``token_type_ids`` must be None); see :class:`isojax.models.encoder.EncoderModel`."""
+    """MPNet encoder with pooler (``token_type_ids`` must be None); see :class:`isojax.models.encoder.EncoderModel`.
+
+    Attributes:
+      config: the model's :class:`~isojax.models.config.TransformerConfig` (``model_type="mpnet"``).
+
+    The other fields (``dtype``, ``last_layer_transform``, ``add_pooling_layer``, ``transform_placement``,
+    ``scan_layers``, ``remat``) are those of :class:`~isojax.models.encoder.EncoderModel`.
+    """
 
     embeddings_cls = RobertaEmbeddings
     stack_cls = MPNetStack

@@ -36,7 +36,7 @@ class DecoderOutput:
 
     Attributes:
       logits: ``[B, L, vocab_size]`` float32 next-token scores: the LM head tied to the word embeddings
-        (:func:`tied_logits`), plus BART's ``final_logits_bias``.
+        (``isojax.models.embeddings.tied_logits``), plus BART's ``final_logits_bias``.
       last_hidden_state: as in :class:`EncoderOutput`, over the ``L`` new tokens.
       hidden_states: as in :class:`EncoderOutput`, over the ``L`` new tokens.
       attentions: as in :class:`EncoderOutput`; with a cache the attention probabilities run over its ``T`` slots.
@@ -55,7 +55,12 @@ class DecoderOutput:
 
 @flax.struct.dataclass
 class Seq2SeqOutput:
-    """What an encoder-decoder returns: the encoder's :class:`EncoderOutput`, the decoder's :class:`DecoderOutput`."""
+    """What an encoder-decoder returns.
+
+    Attributes:
+      encoder: the encoder's :class:`EncoderOutput` over the ``S`` source tokens.
+      decoder: the decoder's :class:`DecoderOutput` over the ``L`` target tokens (``logits [B, L, vocab_size]``).
+    """
 
     encoder: EncoderOutput
     decoder: DecoderOutput

@@ -21,7 +21,14 @@ class RobertaEmbeddings(Embeddings):
 
 
 class RobertaModel(EncoderModel):
-    """RoBERTa encoder with pooler; see :class:`isojax.models.encoder.EncoderModel` for inputs and outputs."""
+    """RoBERTa encoder with pooler; see :class:`isojax.models.encoder.EncoderModel` for inputs and outputs.
+
+    Attributes:
+      config: the model's :class:`~isojax.models.config.TransformerConfig` (``model_type="roberta"``).
+
+    The other fields (``dtype``, ``last_layer_transform``, ``add_pooling_layer``, ``transform_placement``,
+    ``scan_layers``, ``remat``) are those of :class:`~isojax.models.encoder.EncoderModel`.
+    """
 
     embeddings_cls = RobertaEmbeddings
 

@@ -75,8 +75,31 @@ class BlockSequence(nn.Module):
 def to_scanned(model: EncoderModel, params: dict) -> dict:
     """An encoder's params in the layout of ``model`` built with ``scan_layers=True``, from the unscanned layout
     (``encoder/layer_0/...``, the one Hugging Face's names map; see
-    :meth:`~isojax.models.stack.TransformerStack.scan_segments`). Inverse of :func:`to_unscanned`; ``params`` may hold
-    numpy or JAX arrays."""
+    :meth:`~isojax.models.stack.TransformerStack.scan_segments`). Inverse of :func:`to_unscanned`.
+
+    Args:
+      model: the encoder built with ``scan_layers=True``.
+      params: its params in the unscanned layout (numpy or JAX arrays).
+
+    Returns:
+      The params with each scanned segment's blocks stacked: every leaf ``[...]`` of a block becomes
+      ``[iterations, ...]``; other subtrees are unchanged.
+
+    Examples:
+      A 2-layer encoder's two blocks become one block whose parameters are stacked along a new leading axis:
+
+      >>> import jax, numpy as np
+      >>> from isojax.models import TransformerConfig, build_encoder, init_params
+      >>> config = TransformerConfig(vocab_size=10, hidden_size=8, num_hidden_layers=2, num_attention_heads=2,
+      ...                            intermediate_size=16, max_position_embeddings=16)
+      >>> params = init_params(build_encoder(config), jax.random.key(0))
+      >>> scanned = to_scanned(build_encoder(config, scan_layers=True), params)
+      >>> kernel = scanned["encoder"]["layers"]["block"]["attention"]["query"]["kernel"]
+      >>> kernel.shape
+      (2, 8, 8)
+      >>> np.array_equal(kernel[1], params["encoder"]["layer_1"]["attention"]["query"]["kernel"])
+      True
+    """
     segments = model.stack_cls(model.config).scan_segments()
     tree = params["encoder"]
     blocks = {b for segment in segments for step in segment.iterations for b in step}
@@ -98,7 +121,28 @@ def to_scanned(model: EncoderModel, params: dict) -> dict:
 def to_unscanned(model: EncoderModel, params: dict) -> dict:
     """An encoder's params in the unscanned layout (one subtree per block of
     :meth:`~isojax.models.stack.TransformerStack.layout`, the names Hugging Face's checkpoints map), from the layout of
-    ``model`` built with ``scan_layers=True``; inverse of :func:`to_scanned`."""
+    ``model`` built with ``scan_layers=True``; inverse of :func:`to_scanned`.
+
+    Args:
+      model: the encoder built with ``scan_layers=True``.
+      params: its params in the scanned layout.
+
+    Returns:
+      The params with one subtree per block (``encoder/layer_0``, ``encoder/layer_1``, ...).
+
+    Examples:
+      >>> import jax, numpy as np
+      >>> from isojax.models import TransformerConfig, build_encoder, init_params
+      >>> config = TransformerConfig(vocab_size=10, hidden_size=8, num_hidden_layers=2, num_attention_heads=2,
+      ...                            intermediate_size=16, max_position_embeddings=16)
+      >>> model = build_encoder(config, scan_layers=True)
+      >>> params = init_params(build_encoder(config), jax.random.key(0))
+      >>> back = to_unscanned(model, to_scanned(model, params))
+      >>> sorted(back["encoder"])
+      ['layer_0', 'layer_1']
+      >>> all(jax.tree.leaves(jax.tree.map(np.array_equal, back, params)))
+      True
+    """
     segments = model.stack_cls(model.config).scan_segments()
     tree = params["encoder"]
     out = {k: v for k, v in tree.items() if k not in {segment.name for segment in segments}}

@@ -35,8 +35,20 @@ log = logging.getLogger(__name__)
 
 
 def nonfinite_arrays(state) -> list[str]:
-    """Paths (``params/encoder/...``) of the floating-point arrays of ``state`` (host or device arrays, sharded
-    ones included) that hold a NaN or an infinity; checked in one compiled pass on device."""
+    """Paths of the floating-point arrays of ``state`` that hold a NaN or an infinity; checked in one compiled pass
+    on device.
+
+    Args:
+      state: a pytree of host or device arrays (sharded ones included); integer arrays are not checked.
+
+    Returns:
+      The ``/``-joined paths (``params/encoder/...``) of the non-finite arrays, in the pytree's order.
+
+    Examples:
+      >>> import numpy as np
+      >>> nonfinite_arrays({"params": {"a": np.ones(2), "b": np.array([1.0, np.nan])}, "step": np.int32(3)})
+      ['params/b']
+    """
     leaves = [
         (jax.tree_util.keystr(path, simple=True, separator="/"), x)
         for path, x in jax.tree_util.tree_leaves_with_path(state)
@@ -60,8 +72,10 @@ def _zeros(x):
 class Checkpoints:
     """Save and restore the checkpoints of a run in ``directory``.
 
-    ``save_every``: :meth:`due` is true at its multiples (0: never; the loop also saves at the end of each
-    stage); ``keep``: number of most recent checkpoints kept.
+    Args:
+      directory: where the ``<step>/`` checkpoints live (created when missing).
+      save_every: :meth:`due` is true at its multiples (0: never; the loop also saves at the end of each stage).
+      keep: number of most recent checkpoints kept.
     """
 
     def __init__(self, directory: str, *, save_every: int = 0, keep: int = 3):

@@ -29,6 +29,7 @@ takes the methods of :data:`SEQ2SEQ_METHODS` and regularisers of the ``embedding
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import os
 import typing
@@ -56,7 +57,16 @@ from isojax.train.parallel import FSDP_NEEDS_MESH, PARALLEL_MODES
 
 @dataclasses.dataclass(frozen=True)
 class Method:
-    """An isotropy method: model changes and the regularisers it adds to the task loss."""
+    """An isotropy method: model changes and the regularisers it adds to the task loss.
+
+    Attributes:
+      description: one line, shown by ``isojax finetune --help``.
+      regularizers: the :class:`~isojax.train.objective.Regularizer` terms it adds to the task loss.
+      softdecay: whether SoftDecay acts on the encoder's last layer.
+      isobn: whether IsoBN normalises the pooled representation.
+      isotropy_layer: whether an Isotropy Layer stage follows fine-tuning.
+      flow: whether a Glow flow sits before the head.
+    """
 
     description: str
     regularizers: tuple[Regularizer, ...] = ()
@@ -92,7 +102,20 @@ SEQ2SEQ_REPRESENTATIONS = ("embedding", "tokens")
 
 
 def method(name: str) -> Method:
-    """Look a method up by name (or alias); ``ValueError`` listing the choices for an unknown one."""
+    """Look a method up by name (or alias); ``ValueError`` listing the choices for an unknown one.
+
+    Args:
+      name: a key of :data:`METHODS` or an alias (``"none"`` is ``"baseline"``).
+
+    Returns:
+      Its :class:`Method`.
+
+    Examples:
+      >>> [(reg.name, reg.weight, reg.representation) for reg in method("istar").regularizers]
+      [('istar', 1.0, 'cls')]
+      >>> method("none") == method("baseline"), method("softdecay").softdecay
+      (True, True)
+    """
     key = METHOD_ALIASES.get(name, name)
     if key not in METHODS:
         raise ValueError(f"method: unknown method {name!r}; expected one of {sorted(METHODS) + sorted(METHOD_ALIASES)}")
@@ -101,8 +124,16 @@ def method(name: str) -> Method:
 
 @dataclasses.dataclass(frozen=True)
 class Stage:
-    """One stage of a run: its name, the top-level parameter groups it freezes, its objective's regularisers
-    and how they combine with the task loss, and its length in epochs or steps."""
+    """One stage of a run (:meth:`TrainConfig.stages`).
+
+    Attributes:
+      name: ``"finetune"`` or ``"isotropy_layer"``.
+      frozen: the top-level parameter groups it does not train.
+      regularizers: its objective's regularisers.
+      combine: how they join the task loss (``"sum"``, ``"balanced"``, ``"weighted"``).
+      epochs: its length in epochs over the training set, unless ``steps`` is given.
+      steps: its length in batches, or None.
+    """
 
     name: str
     frozen: tuple[str, ...]
@@ -117,10 +148,25 @@ REMATS = ("none", *REMAT_POLICIES)
 
 
 def setting(default: Any = None, flag: str | None = None, help: str = "", **meta: Any) -> Any:
-    """A configuration field: its default, its ``isojax finetune`` flag and help, and in ``meta`` its ``choices``
-    (taken from the module constants), ``resumable=True`` when it may change when a run is resumed, ``flat`` its
-    name in the flat configurations written before the sections (default: the field's name), ``factory`` for a
-    default built per instance."""
+    """A configuration field: its default, its ``isojax finetune`` flag and help, and in ``meta`` its other
+    properties.
+
+    Args:
+      default: the field's default.
+      flag: its ``isojax finetune`` flag (``"--lr"``), or None.
+      help: its help text.
+      **meta: ``choices`` (taken from the module constants), ``resumable=True`` when it may change when a run is
+        resumed, ``flat`` its name in the flat configurations written before the sections (default: the field's
+        name), ``factory`` for a default built per instance, ``metavar`` for the command line.
+
+    Returns:
+      A ``dataclasses.Field`` whose ``metadata`` holds ``flag``, ``help``, ``choices`` and ``meta``.
+
+    Examples:
+      >>> field = setting(3, "--levels", "Glow levels", flat="flow_levels")
+      >>> field.default, field.metadata["flag"], field.metadata["flat"], field.metadata["choices"]
+      (3, '--levels', 'flow_levels', ())
+    """
     metadata = {"flag": flag, "help": help, "choices": tuple(meta.get("choices", ())), **meta}
     if "factory" in meta:
         return dataclasses.field(default_factory=meta["factory"], metadata=metadata)
@@ -130,7 +176,14 @@ def setting(default: Any = None, flag: str | None = None, help: str = "", **meta
 @dataclasses.dataclass(frozen=True)
 class Setting:
     """One leaf of :class:`TrainConfig`: its dotted ``path`` (``"optim.learning_rate"``), its section's class and
-    field, and the field's type hint."""
+    field, and the field's type hint.
+
+    Attributes:
+      path: the dotted path.
+      section: the section's class (:class:`TrainConfig` for ``seed``).
+      field: the dataclass field (its ``metadata`` from :func:`setting`).
+      kind: the field's type hint, which :meth:`parse` converts text to.
+    """
 
     path: str
     section: type
@@ -192,7 +245,11 @@ def _regularizer(item: Any) -> Regularizer:
 
 
 class Section:
-    """A part of :class:`TrainConfig`; ``SECTION`` is its field name there. Checks its fields on construction."""
+    """A part of :class:`TrainConfig`. Checks its fields on construction.
+
+    Attributes:
+      SECTION: its field name in :class:`TrainConfig` (a class attribute).
+    """
 
     SECTION: ClassVar[str]
     __dataclass_fields__: ClassVar[dict[str, dataclasses.Field]]  # every section is a dataclass
@@ -512,6 +569,29 @@ class TrainConfig:
 
         TrainConfig(task=TaskConfig("rte"), optim=OptimConfig(learning_rate=3e-5, steps=100))
         TrainConfig().override({"task.name": "rte", "optim.learning_rate": "3e-5"})
+
+    Attributes:
+      task: the :class:`TaskConfig`.
+      model: the :class:`ModelConfig`.
+      method: the :class:`MethodConfig`.
+      optim: the :class:`OptimConfig`.
+      placement: the :class:`PlacementConfig`.
+      logging: the :class:`LoggingConfig`.
+      seq2seq: a :class:`Seq2SeqConfig`, or None.
+      flow: a :class:`FlowConfig`, or None.
+      seed: the seed of the initialisation, dropout and batch order (``--seed``).
+
+    Examples:
+      The two forms above give the same run; RTE is a two-class task, and method ``flow`` fills its section:
+
+      >>> a = TrainConfig(task=TaskConfig("RTE"), optim=OptimConfig(learning_rate=3e-5))
+      >>> b = TrainConfig().override({"task.name": "rte", "optim.learning_rate": "3e-5"})
+      >>> a == b, a.num_labels, a.flow
+      (True, 2, None)
+      >>> TrainConfig(method=MethodConfig("flow")).flow
+      FlowConfig(levels=3, depth=3, hidden=32, init_batches=1)
+      >>> TrainConfig.from_json(a.to_json()) == a
+      True
     """
 
     task: TaskConfig = setting(factory=TaskConfig)
@@ -656,6 +736,21 @@ _SECTIONS: dict[str, type] = {
 OPTIONAL_SECTIONS = ("seq2seq", "flow")
 
 
+def _document_settings(section: type) -> None:
+    """Append to a section's docstring an ``Attributes:`` entry per field, written from its :func:`setting` (flag,
+    help, default, choices), so that the API reference lists the fields without a second copy of their help text."""
+    entries = []
+    for f in dataclasses.fields(section):
+        choices = ", ".join(f"``{c}``" for c in f.metadata["choices"])
+        default = f"default ``{f.default!r}``" + (f"; one of {choices}" if choices else "")
+        entries.append(f"  {f.name}: ``{f.metadata['flag']}``: {f.metadata['help']} ({default}).")
+    section.__doc__ = inspect.cleandoc(section.__doc__ or "") + "\n\nAttributes:\n" + "\n".join(entries) + "\n"
+
+
+for _section in _SECTIONS.values():
+    _document_settings(_section)
+
+
 def _settings() -> tuple[Setting, ...]:
     out = []
     for name, cls in [*_SECTIONS.items(), ("", TrainConfig)]:
@@ -676,7 +771,18 @@ RESUMABLE = frozenset(s.path for s in SETTINGS if s.resumable)
 
 
 def setting_of(path: str) -> Setting:
-    """The :class:`Setting` at a dotted path; ``ValueError`` listing the paths for an unknown one."""
+    """The :class:`Setting` at a dotted path; ``ValueError`` listing the paths for an unknown one.
+
+    Args:
+      path: a dotted path (``"optim.learning_rate"``; ``"seed"``).
+
+    Returns:
+      The :class:`Setting`.
+
+    Examples:
+      >>> setting_of("optim.learning_rate").label, setting_of("optim.learning_rate").parse("3e-5")
+      ('optim.learning_rate (--lr)', 3e-05)
+    """
     if path not in _BY_PATH:
         raise ValueError(f"unknown setting {path!r}; expected one of {sorted(_BY_PATH)}")
     return _BY_PATH[path]
@@ -759,9 +865,28 @@ def _task_name(task: str) -> str:
 
 def parse_regularizer(text: str) -> Regularizer:
     """Parse ``NAME[=WEIGHT][@REPRESENTATION][,KEY=VALUE...]``, e.g. ``isoscore=0.5@cls``,
-    ``persistent_entropy=0.1@cls,bars=all,classwise=false`` or ``istar=linear:0:1:500@cls``. WEIGHT is a number or
-    a schedule of the step (:mod:`isojax.train.hyperparams`: ``constant:V``, ``linear:A:B:N[:S]``,
-    ``warmup:V:N[:S]``, ``cosine:A:N[:F]``); option values parse as bool, int, float, schedule or string."""
+    ``persistent_entropy=0.1@cls,bars=all,classwise=false`` or ``istar=linear:0:1:500@cls``.
+
+    WEIGHT is a number or a schedule of the step (:mod:`isojax.train.hyperparams`: ``constant:V``,
+    ``linear:A:B:N[:S]``, ``warmup:V:N[:S]``, ``cosine:A:N[:F]``); option values parse as bool, int, float,
+    schedule or string.
+
+    Args:
+      text: the specification (``isojax finetune --reg``).
+
+    Returns:
+      The :class:`~isojax.train.objective.Regularizer`; ``ValueError`` naming ``text`` for a malformed one.
+
+    Examples:
+      Options not given take the regulariser's defaults:
+
+      >>> reg = parse_regularizer("persistent_entropy=0.1@cls,bars=all,classwise=false")
+      >>> reg.name, reg.weight, reg.representation, reg.options
+      ('persistent_entropy', 0.1, 'cls',
+       (('bars', 'all'), ('bins', 5), ('classwise', False), ('in_cluster_weight', 0.0)))
+      >>> parse_regularizer("istar=linear:0:1:500").weight
+      StepSchedule(kind='linear', args=(0.0, 1.0, 500))
+    """
     head, *opts = [p.strip() for p in text.split(",")]
     head, _, rep = head.partition("@")
     name, _, weight = head.partition("=")

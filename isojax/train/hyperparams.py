@@ -50,7 +50,22 @@ class StepSchedule:
     """A schedule of the step written as text (module docstring): ``kind`` and its numeric ``args``.
 
     ``str(s)`` is the text form and :meth:`parse` reads it back; calling ``s(step)`` evaluates the optax schedule.
-    Frozen and hashable, so a :class:`~isojax.train.objective.Regularizer` holding one stays hashable."""
+    Frozen and hashable, so a :class:`~isojax.train.objective.Regularizer` holding one stays hashable.
+
+    Attributes:
+      kind: one of :data:`SCHEDULE_KINDS`.
+      args: its numbers in the order of the module docstring (``N`` and ``S`` held as ints, the others as floats);
+        a wrong count or value is a ``ValueError`` naming the argument.
+
+    Examples:
+      ``linear:A:B:N:S`` is A until step S, then linear to B at step S + N:
+
+      >>> s = StepSchedule.parse("linear:0:1:100:50")
+      >>> s.args, str(s)
+      ((0.0, 1.0, 100, 50), 'linear:0.0:1.0:100:50')
+      >>> [float(s(t)) for t in (0, 50, 100, 150, 200)]
+      [0.0, 0.0, 0.5, 1.0, 1.0]
+    """
 
     kind: str
     args: tuple[float, ...]
@@ -100,16 +115,47 @@ class StepSchedule:
 
 
 def is_schedule_text(text: str) -> bool:
-    """Whether ``text`` is written as a schedule (``KIND:...`` with a kind of :data:`SCHEDULE_KINDS`)."""
+    """Whether ``text`` is written as a schedule (``KIND:...`` with a kind of :data:`SCHEDULE_KINDS`).
+
+    Args:
+      text: a hyperparameter as written on the command line or in JSON.
+
+    Returns:
+      A bool.
+
+    Examples:
+      >>> is_schedule_text("warmup:0.1:500"), is_schedule_text("0.1"), is_schedule_text("step:1")
+      (True, False, False)
+    """
     return text.partition(":")[0].strip() in _KINDS and ":" in text
 
 
 def hyperparameter(value, name: str) -> Hyperparameter:
     """``value`` checked and normalised: a Python number, a 0-d NumPy / JAX float scalar or the text of a number
     becomes a Python float, schedule text (module docstring) a :class:`StepSchedule`, a callable is kept as the
-    schedule it is. Anything
-    else (a bool, an array with axes, an integer or complex array, a non-finite number, a traced value) is a
-    ``TypeError`` / ``ValueError`` naming ``name``."""
+    schedule it is.
+
+    Anything else (a bool, an array with axes, an integer or complex array, a non-finite number, a traced value)
+    is a ``TypeError`` / ``ValueError`` naming ``name``.
+
+    Args:
+      value: the hyperparameter as given.
+      name: its name, for error messages.
+
+    Returns:
+      A Python float or a schedule (a callable of the step).
+
+    Examples:
+      >>> import numpy as np
+      >>> hyperparameter(np.float32(0.5), "weight"), hyperparameter("1e-3", "weight")
+      (0.5, 0.001)
+      >>> hyperparameter("cosine:2:10", "weight")
+      StepSchedule(kind='cosine', args=(2.0, 10))
+      >>> hyperparameter(np.ones(2), "weight")
+      Traceback (most recent call last):
+      ...
+      ValueError: weight must be a scalar, got an array of shape (2,)
+    """
     if isinstance(value, str):
         if is_schedule_text(value):
             return StepSchedule.parse(value)
@@ -140,18 +186,56 @@ def hyperparameter(value, name: str) -> Hyperparameter:
 
 
 def is_scheduled(value: Hyperparameter) -> TypeIs[Callable[[Any], Any]]:
-    """Whether a normalised hyperparameter (:func:`hyperparameter`) changes with the step."""
+    """Whether a normalised hyperparameter (:func:`hyperparameter`) changes with the step.
+
+    Args:
+      value: a value :func:`hyperparameter` returned.
+
+    Returns:
+      True for a schedule (a callable), False for a float.
+
+    Examples:
+      >>> is_scheduled(0.1), is_scheduled(hyperparameter("warmup:0.1:500", "weight"))
+      (False, True)
+    """
     return callable(value)
 
 
 def value_at(value: Hyperparameter, step):
-    """The hyperparameter at ``step`` (traced or concrete): ``value(step)`` for a schedule, else ``value``."""
+    """The hyperparameter at ``step`` (traced or concrete): ``value(step)`` for a schedule, else ``value``.
+
+    Args:
+      value: a value :func:`hyperparameter` returned.
+      step: the number of batches trained so far (an int or a traced int32 scalar).
+
+    Returns:
+      A float, or the schedule's scalar at ``step``.
+
+    Examples:
+      ``warmup:V:N`` is ``V t / N`` during the warm-up:
+
+      >>> value_at(0.3, 7), round(float(value_at(hyperparameter("warmup:0.1:500", "w"), 250)), 6)
+      (0.3, 0.05)
+    """
     return value(step) if callable(value) else value
 
 
 def to_json(value: Hyperparameter):
     """A JSON-ready form: the float, the text of a :class:`StepSchedule` (which :func:`hyperparameter` reads back),
-    or, for any other callable, its ``repr`` (which cannot be read back)."""
+    or, for any other callable, its ``repr`` (which cannot be read back).
+
+    Args:
+      value: a value :func:`hyperparameter` returned.
+
+    Returns:
+      A float or a string.
+
+    Examples:
+      >>> to_json(0.25), to_json(StepSchedule("warmup", (0.1, 500)))
+      (0.25, 'warmup:0.1:500')
+      >>> hyperparameter(to_json(StepSchedule("warmup", (0.1, 500))), "w") == StepSchedule("warmup", (0.1, 500))
+      True
+    """
     if isinstance(value, StepSchedule):
         return str(value)
     return repr(value) if callable(value) else value

@@ -38,14 +38,42 @@ FLOW_PREFIX = ("flow",)
 
 def buffer_paths(params) -> tuple[tuple[str, str], ...]:
     """Paths in a task model's ``params`` of the pretrained network's buffers (``params["encoder"]``'s keys that
-    :func:`isojax.models.registry.buffers` names; BART's ``("encoder", "final_logits_bias")``)."""
+    :func:`isojax.models.registry.buffers` names; BART's ``("encoder", "final_logits_bias")``).
+
+    Args:
+      params: a task model's params (the pretrained network under ``"encoder"``).
+
+    Returns:
+      A tuple of ``("encoder", key)`` paths; () for a network without buffers.
+
+    Examples:
+      >>> import numpy as np
+      >>> buffer_paths({"encoder": {"final_logits_bias": np.zeros((1, 5)), "shared": {}}, "head": {}})
+      (('encoder', 'final_logits_bias'),)
+    """
     return tuple(("encoder", key) for key in registry.buffers(params.get("encoder", {})))
 
 
 def param_labels(params, frozen: Sequence[str] = ()):
     """Group of every parameter: ``"frozen"`` under a top-level key in ``frozen`` or a buffer (BART's
     ``final_logits_bias``), ``"transform"`` under the last-layer transform (SoftDecay) or the Isotropy Layer,
-    ``"flow"`` under the flow, else ``"model"``."""
+    ``"flow"`` under the flow, else ``"model"``.
+
+    Args:
+      params: a task model's params.
+      frozen: top-level keys whose parameters the stage does not train.
+
+    Returns:
+      A pytree of ``params``' structure holding each parameter's group name.
+
+    Examples:
+      >>> import numpy as np
+      >>> params = {"encoder": {"layer_0": {"kernel": np.ones((2, 2))}, "last_layer_transform": {"alpha": np.ones(())}},
+      ...           "head": {"bias": np.zeros(2)}}
+      >>> param_labels(params, frozen=("head",))
+      {'encoder': {'last_layer_transform': {'alpha': 'transform'}, 'layer_0': {'kernel': 'model'}},
+       'head': {'bias': 'frozen'}}
+    """
     buffers = buffer_paths(params)
 
     def label(path, _):
@@ -62,12 +90,45 @@ def param_labels(params, frozen: Sequence[str] = ()):
 
 
 def decay_mask(params):
-    """True for the parameters weight decay applies to: matrices (kernels, embeddings), not biases/LayerNorm."""
+    """True for the parameters weight decay applies to: matrices (kernels, embeddings), not biases/LayerNorm.
+
+    Args:
+      params: a pytree of arrays.
+
+    Returns:
+      A pytree of bools, ``ndim >= 2`` per leaf.
+
+    Examples:
+      >>> import numpy as np
+      >>> decay_mask({"kernel": np.ones((2, 3)), "bias": np.zeros(3), "alpha": np.ones(())})
+      {'alpha': False, 'bias': False, 'kernel': True}
+    """
     return jax.tree.map(lambda p: p.ndim >= 2, params)
 
 
 def schedule(peak: float, total_updates: int, warmup_steps: int, kind: str = "linear") -> optax.Schedule:
-    """Learning rate per update: linear warm-up from 0 to ``peak`` over ``warmup_steps``, then ``kind``."""
+    """Learning rate per update: linear warm-up from 0 to ``peak`` over ``warmup_steps``, then ``kind``.
+
+    Args:
+      peak: the learning rate at the end of the warm-up.
+      total_updates: the run's optimiser updates; ``"linear"`` reaches 0 there, ``"cosine"`` decays over the
+        ``total_updates - warmup_steps`` updates after the warm-up.
+      warmup_steps: updates of the warm-up (capped at ``total_updates``).
+      kind: ``"linear"``, ``"cosine"`` or ``"constant"`` after the warm-up.
+
+    Returns:
+      An optax schedule: update count -> learning rate.
+
+    Examples:
+      With 10 updates, 2 of warm-up: ``peak t / 2`` during it, then ``peak (1 - (t - 2) / 8)``:
+
+      >>> lr = schedule(1e-3, total_updates=10, warmup_steps=2)
+      >>> [round(float(lr(t)), 6) for t in (0, 1, 2, 6, 10)]
+      [0.0, 0.0005, 0.001, 0.0005, 0.0]
+      >>> import math
+      >>> math.isclose(float(schedule(1.0, 10, 0, "cosine")(4)), (1 + math.cos(math.pi * 4 / 10)) / 2, rel_tol=1e-6)
+      True
+    """
     if kind not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {kind!r}")
     warmup_steps = min(warmup_steps, total_updates)
@@ -95,7 +156,33 @@ def make_optimizer(
     accumulation: int = 1,
     frozen: Sequence[str] = (),
 ) -> optax.GradientTransformation:
-    """The optimiser of the module docstring for ``params`` (whose structure fixes the groups)."""
+    """The optimiser of the module docstring for ``params`` (whose structure fixes the groups).
+
+    Args:
+      params: the task model's params (or a pytree of their shapes).
+      learning_rate: the peak learning rate of the ``model`` group.
+      transform_learning_rate: the peak learning rate of the ``transform`` group and the constant one of ``flow``.
+      weight_decay: AdamW's decoupled weight decay, on matrices only (:func:`decay_mask`).
+      total_updates, warmup_steps, schedule_kind: the learning-rate schedule (:func:`schedule`).
+      max_grad_norm: clip the global gradient norm to it (None or 0: no clipping).
+      accumulation: average this many batches' gradients per update (``optax.MultiSteps``).
+      frozen: top-level keys of ``params`` not trained (zero updates).
+
+    Returns:
+      An ``optax.GradientTransformation``.
+
+    Examples:
+      Adam's first update is ``-lr g / |g|`` per entry (``eps`` aside), and AdamW adds ``-lr wd p`` on matrices only:
+
+      >>> import jax, jax.numpy as jnp
+      >>> params = {"head": {"kernel": jnp.ones((2, 2)), "bias": jnp.zeros(2)}}
+      >>> tx = make_optimizer(params, learning_rate=0.1, transform_learning_rate=1.0, weight_decay=0.01,
+      ...                     total_updates=10)
+      >>> grads = jax.tree.map(lambda p: jnp.full_like(p, 0.5), params)
+      >>> updates, _ = tx.update(grads, tx.init(params), params)
+      >>> round(float(updates["head"]["kernel"][0, 0]), 5), round(float(updates["head"]["bias"][0]), 5)
+      (-0.101, -0.1)
+    """
     labels = param_labels(params, frozen)
     groups = {
         "model": optax.adamw(
