@@ -87,7 +87,10 @@ def predict_all(runner, placed_state, data: Rows, batch_size: int) -> dict[str, 
     return {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
 
 
-def evaluate(runner, placed_state, data: Split, task: GlueTask, word_embeddings, batch_size: int) -> dict:
-    """Task metrics and isotropy metrics of the model in ``placed_state`` on ``data`` (all rows)."""
+def evaluate(
+    runner, placed_state, data: Split, *, task: GlueTask, word_embeddings, batch_size: int
+) -> dict[str, float]:
+    """Task metrics and isotropy metrics of the model in ``placed_state`` on ``data`` (all rows); ``word_embeddings
+    [V, E]`` on the host, ``batch_size`` rows per predicted batch."""
     out = predict_all(runner, placed_state, data, batch_size)
     return {**task_metrics(task, out["logits"], data.labels), **isotropy_metrics(out["head_input"], word_embeddings)}
