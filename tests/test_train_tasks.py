@@ -36,6 +36,22 @@ TASK_MODULES = (
 )
 
 
+NO_EVALUATION = """\
+class NoEvaluation:
+    metrics: tuple[str, ...] = ("accuracy",)
+    curves: tuple[str, ...] = ("isoscore",)
+    eval_split = "validation"
+    build = ClassificationRecipe.build
+    check = ClassificationRecipe.check
+    load = ClassificationRecipe.load
+    init_variables = ClassificationRecipe.init_variables
+    references = ClassificationRecipe.references
+    objective = ClassificationRecipe.objective
+    predict_step = ClassificationRecipe.predict_step
+"""
+"""A recipe with every member of the protocol but ``evaluate``."""
+
+
 def _imports(tree: ast.Module) -> list[str]:
     names = []
     for node in ast.walk(tree):
@@ -69,22 +85,9 @@ def test_recipe_for_picks_the_tasks_recipe_and_it_satisfies_the_protocol(task, r
 
 
 def test_an_object_without_a_protocol_member_is_not_a_recipe():
-    config = TrainConfig(task=TaskConfig(name="sst2"))
-
-    class NoEvaluation:
-        def __init__(self):
-            base = ClassificationRecipe(config)
-            self.metrics, self.curves, self.eval_split = base.metrics, base.curves, base.eval_split
-
-        build = ClassificationRecipe.build
-        check = ClassificationRecipe.check
-        load = ClassificationRecipe.load
-        init_variables = ClassificationRecipe.init_variables
-        references = ClassificationRecipe.references
-        objective = ClassificationRecipe.objective
-        predict_step = ClassificationRecipe.predict_step
-
-    assert not isinstance(NoEvaluation(), TaskRecipe)
+    namespace = {"ClassificationRecipe": ClassificationRecipe}
+    exec(NO_EVALUATION, namespace)
+    assert not isinstance(namespace["NoEvaluation"](), TaskRecipe)
     assert not isinstance(object(), TaskRecipe)
 
 
@@ -122,39 +125,23 @@ def test_the_protocol_names_every_recipe_member_the_loop_reads():
 def test_mypy_checks_a_recipe_against_the_protocol(tmp_path):
     """Statically, both recipes are TaskRecipes with their own model and split types (as recipe_for declares
     them), and a recipe without ``evaluate`` is refused."""
-    snippet = tmp_path / "recipes.py"
-    snippet.write_text(
-        textwrap.dedent(
-            """\
-            from isojax.train.config import TrainConfig
-            from isojax.train.feed import Split
-            from isojax.train.model import TaskModel
-            from isojax.train.tasks import ClassificationRecipe, Seq2SeqRecipe, TaskRecipe
-            from isojax.train.tasks.seq2seq import Seq2SeqModel, Seq2SeqSplit
+    typed = textwrap.dedent(
+        """\
+        from isojax.train.config import TrainConfig
+        from isojax.train.feed import Split
+        from isojax.train.model import TaskModel
+        from isojax.train.tasks import ClassificationRecipe, Seq2SeqRecipe, TaskRecipe
+        from isojax.train.tasks.seq2seq import Seq2SeqModel, Seq2SeqSplit
 
-            config = TrainConfig()
-            classification: TaskRecipe[TaskModel, Split] = ClassificationRecipe(config)
-            seq2seq: TaskRecipe[Seq2SeqModel, Seq2SeqSplit] = Seq2SeqRecipe(config)
-
-
-            class NoEvaluation:
-                metrics: tuple[str, ...] = ("accuracy",)
-                curves: tuple[str, ...] = ("isoscore",)
-                eval_split = "validation"
-                build = ClassificationRecipe.build
-                check = ClassificationRecipe.check
-                load = ClassificationRecipe.load
-                init_variables = ClassificationRecipe.init_variables
-                references = ClassificationRecipe.references
-                objective = ClassificationRecipe.objective
-                predict_step = ClassificationRecipe.predict_step
-
-
-            broken: TaskRecipe[TaskModel, Split] = NoEvaluation()
-            """
-        )
+        config = TrainConfig()
+        classification: TaskRecipe[TaskModel, Split] = ClassificationRecipe(config)
+        seq2seq: TaskRecipe[Seq2SeqModel, Seq2SeqSplit] = Seq2SeqRecipe(config)
+        """
     )
-    line = snippet.read_text().splitlines().index("broken: TaskRecipe[TaskModel, Split] = NoEvaluation()") + 1
+    broken = "broken: TaskRecipe[TaskModel, Split] = NoEvaluation()\n"
+    snippet = tmp_path / "recipes.py"
+    snippet.write_text(typed + NO_EVALUATION + broken)
+    broken_line = len((typed + NO_EVALUATION).splitlines()) + 1
     out = subprocess.run(
         [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"), str(snippet)],
         cwd=ROOT,
@@ -163,5 +150,5 @@ def test_mypy_checks_a_recipe_against_the_protocol(tmp_path):
         check=False,
     )
     errors = [line for line in out.stdout.splitlines() if ": error:" in line]
-    assert len(errors) == 1 and f"recipes.py:{line}:" in errors[0] and "TaskRecipe" in errors[0], out.stdout
+    assert len(errors) == 1 and f"recipes.py:{broken_line}:" in errors[0] and "TaskRecipe" in errors[0], out.stdout
     assert 'missing following "TaskRecipe" protocol member' in out.stdout and "evaluate" in out.stdout, out.stdout

@@ -22,7 +22,7 @@ from isojax.softdecay import SoftDecay
 from isojax.train import evaluation
 from isojax.train.config import Stage, TrainConfig
 from isojax.train.feed import Split
-from isojax.train.model import TaskModel, init_variables, word_embeddings
+from isojax.train.model import TaskModel, init_variables
 from isojax.train.objective import Objective, data_references, resolve_auto_options
 from isojax.train.state import TrainState
 from isojax.train.step import make_predict_step
@@ -157,14 +157,7 @@ class ClassificationRecipe:
         return make_predict_step(model)
 
     def evaluate(self, runner: Runner, placed: TrainState, dev: Split) -> dict[str, float]:
-        return evaluation.evaluate(
-            runner,
-            placed,
-            dev,
-            task=self.task,
-            word_embeddings=runner.host(word_embeddings(placed.params)),
-            batch_size=self.config.optim.eval_batch_size,
-        )
+        return evaluation.evaluate(runner, placed, dev, self.task, self.config.optim.eval_batch_size)
 
 
 __all__ = [

@@ -310,12 +310,11 @@ def _embedding_isotropy(w):
     return {"I1": i1, "I2": i2}
 
 
-def evaluate(
-    runner, placed_state, data: Seq2SeqSplit, *, task: Seq2SeqTask, embeddings, batch_size: int
-) -> dict[str, float]:
-    """The task's generation metrics of the decoded ``data`` and I1 / I2 of the ``embeddings [V, H]`` (W, on the
-    host); ``batch_size`` rows per decoded batch."""
+def evaluate(runner, placed_state, data: Seq2SeqSplit, task: Seq2SeqTask, batch_size: int) -> dict[str, float]:
+    """The task's generation metrics of the decoded ``data`` (``batch_size`` rows per decoded batch) and I1 / I2 of
+    the model's word embedding matrix ``W [V, H]``."""
     sequences = predict_all(runner, placed_state, data, batch_size)["sequences"]
+    embeddings = runner.host(word_embeddings(placed_state.params))
     hypotheses = [t.strip() for t in data.tokenizer.batch_decode(sequences, skip_special_tokens=True)]
     out = generation_metrics(task.metrics, hypotheses, data.references)
     return {**out, **{k: float(v) for k, v in jax.jit(_embedding_isotropy)(np.asarray(embeddings, np.float32)).items()}}
@@ -417,14 +416,7 @@ class Seq2SeqRecipe:
         return make_generate_step(model, **self.generation)
 
     def evaluate(self, runner: Runner, placed: TrainState, dev: Seq2SeqSplit) -> dict[str, float]:
-        return evaluate(
-            runner,
-            placed,
-            dev,
-            task=self.task,
-            embeddings=runner.host(word_embeddings(placed.params)),
-            batch_size=self.config.optim.eval_batch_size,
-        )
+        return evaluate(runner, placed, dev, self.task, self.config.optim.eval_batch_size)
 
 
 __all__ = [
