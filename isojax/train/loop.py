@@ -74,8 +74,8 @@ class FitResult:
 
     output_dir: str
     step: int
-    metrics: dict
-    stages: dict
+    metrics: dict[str, float]
+    stages: dict[str, dict[str, float]]
     params: dict
 
 
@@ -106,7 +106,10 @@ def check_setup(config: TrainConfig, model: nn.Module) -> None:
 
 @dataclasses.dataclass
 class Plan:
-    """A stage ready to run: optimiser, length, first global step, abstract state, runner, logged schedule."""
+    """A stage ready to run: the ``index``-th ``stage`` of the configuration, its ``optimizer``, its ``total``
+    batches from global step ``start``, the ``abstract_state`` (shapes and dtypes: what a checkpoint is restored
+    into), the ``runner`` that places the state and compiles the steps, and the ``learning_rate`` schedule of applied
+    updates (logged)."""
 
     index: int
     stage: Stage
@@ -118,6 +121,7 @@ class Plan:
     learning_rate: optax.Schedule
 
     def meta(self, step: int, per_epoch: int, config: TrainConfig) -> dict:
+        """What a checkpoint at global ``step`` records besides the state: the data position and the configuration."""
         epoch, batch = divmod(step - self.start, per_epoch)
         return {
             "stage": self.index,
