@@ -215,10 +215,10 @@ def test_decoders_are_refused_where_an_encoder_is_required(saved, tmp_path, caps
         f"isojax sts.*needs an encoder .BERT family.; this {arch} model is {kind}", capsys.readouterr().err
     )
     from isojax.train.config import ModelConfig, TaskConfig, TrainConfig
-    from isojax.train.loop import build_model
+    from isojax.train.tasks.classification import build_task_model
 
     with pytest.raises(ValueError, match=f"fine-tuning a classifier.*this {arch} model is {kind}"):
-        build_model(TrainConfig(model=ModelConfig(name=str(path)), task=TaskConfig(name="sst2")))
+        build_task_model(TrainConfig(model=ModelConfig(name=str(path)), task=TaskConfig(name="sst2")))
 
 
 def test_config_json_options_isojax_does_not_implement_are_refused():

@@ -19,7 +19,7 @@ from transformers.models.mbart.modeling_mbart import shift_tokens_right as mbart
 from isojax.calibrate import Flow, FlowState, apply_flow
 from isojax.data.seq2seq import Seq2SeqData, load_seq2seq, seq2seq_task
 from isojax.eval.generation_metrics import bleu, generation_metrics, rouge
-from isojax.train.seq2seq import IGNORE_INDEX, Seq2SeqSplit, label_smoothed_cross_entropy, shift_tokens_right
+from isojax.train.tasks.seq2seq import IGNORE_INDEX, Seq2SeqSplit, label_smoothed_cross_entropy, shift_tokens_right
 
 HYPOTHESES = [
     "the cat sat on the mat",

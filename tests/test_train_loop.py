@@ -173,10 +173,10 @@ def test_a_run_that_fails_mid_stage_writes_its_pending_checkpoint_first(tiny, tm
 
     evaluate, closed = loop._evaluate, []
 
-    def failing(kind, plan, placed, dev, step, *args, **kwargs):
+    def failing(run, plan, placed, step, **kwargs):
         if step == 4:
             raise RuntimeError("evaluation failed at step 4")
-        return evaluate(kind, plan, placed, dev, step, *args, **kwargs)
+        return evaluate(run, plan, placed, step, **kwargs)
 
     close = Checkpoints.close
     monkeypatch.setattr(loop, "_evaluate", failing)
@@ -308,8 +308,8 @@ def test_representation_covariance_streams_the_numpy_covariance(tiny, tokenizer)
     from isojax.data.glue import GlueData, glue_task
     from isojax.models import from_pretrained
     from isojax.train.feed import Split
-    from isojax.train.loop import representation_covariance
     from isojax.train.model import TaskModel, init_variables
+    from isojax.train.tasks.classification import representation_covariance
 
     encoder, params, _ = from_pretrained(tiny)
     model = TaskModel(encoder, num_labels=2)
@@ -352,7 +352,7 @@ def test_epoch_seconds_leaves_out_each_sessions_first_interval():
 def test_finetune_reads_glue_from_the_data_dir(tiny, tokenizer, shared_data_dir, tmp_path):
     """``--data-dir`` reaches the GLUE loader: RTE's download-script files train a classifier for two steps."""
     from isojax.data import load_glue
-    from isojax.train.loop import load_split
+    from isojax.train.tasks.classification import load_split
 
     config = config_from_argv(
         [

@@ -22,7 +22,8 @@ from isojax.calibrate import Flow
 from isojax.models import from_pretrained
 from isojax.train.objective import Regularizer
 from isojax.train.optim import make_optimizer
-from isojax.train.seq2seq import (
+from isojax.train.state import create_state
+from isojax.train.tasks.seq2seq import (
     IGNORE_INDEX,
     Seq2SeqModel,
     Seq2SeqObjective,
@@ -30,7 +31,6 @@ from isojax.train.seq2seq import (
     make_generate_step,
     shift_tokens_right,
 )
-from isojax.train.state import create_state
 
 pytestmark = pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 devices (conftest gives 8 virtual CPUs)")
 

@@ -500,7 +500,7 @@ def train_step(method: str, layout: str, *, dtype="bfloat16", remat="full"):
     """``(step, (state, batch))``: the first stage's train step of ``isojax finetune --method METHOD`` on a tiny
     BERT (scanned layers, ``remat``, ``dtype``), as :func:`isojax.train.loop.prepare` plans it (its ``_plans``:
     objective, optimiser, runner over the layout's devices), without the tokenizer and data it would load: the
-    model is built from a config as :func:`isojax.train.loop.build_model` builds it from a checkpoint, and the
+    model is built from a config as :func:`isojax.train.tasks.classification.build_task_model` builds it from a checkpoint, and the
     flow starts from random rows. ``step`` is the runner's compiled function (``jit`` with its shardings, or
     ``pmap``)."""
     from isojax.models import build_encoder, init_params
@@ -510,6 +510,7 @@ def train_step(method: str, layout: str, *, dtype="bfloat16", remat="full"):
     from isojax.train.model import TaskModel, init_variables
     from isojax.train.objective import data_references
     from isojax.train.state import create_state
+    from isojax.train.tasks.classification import ClassificationRecipe
 
     config = TrainConfig(
         task=TaskConfig("rte", max_length=8),
@@ -541,10 +542,10 @@ def train_step(method: str, layout: str, *, dtype="bfloat16", remat="full"):
     variables = init_variables(
         model, init_params(encoder, jax.random.key(0)), jax.random.key(1), rows if spec.flow else None
     )
-    recipe = loop.ClassificationRecipe(config)
+    recipe = ClassificationRecipe(config)
     regs = [reg for stage in config.stages() for reg in stage.regularizers]
     references = data_references(regs, lambda name: jnp.eye(cfg.hidden_size))
-    plan = loop._plans(config, recipe, model, variables, 1, references)[0]
+    plan = loop._plans(config, recipe, model, variables, per_epoch=1, references=references)[0]
     state = create_state(variables, plan.optimizer, config.seed)
     ids = _ids(8, 8)
     batch = {

@@ -272,8 +272,9 @@ def build_step(name: str, layout: Layout, *, dtype: str, remat: str, batch: int,
     """``(jitted step, abstract state, abstract batch, config)``: the runner's train step of the cell (module
     docstring) and its arguments as ``ShapeDtypeStruct`` s with the runner's shardings."""
     from isojax.models import build_encoder, build_model, init_params
-    from isojax.train import loop, seq2seq
+    from isojax.train import loop
     from isojax.train.model import TaskModel, init_variables
+    from isojax.train.tasks import classification, seq2seq
 
     config = train_config(name, layout, dtype=dtype, remat=remat, batch=batch, length=length)
     cfg = model_config(name)
@@ -286,14 +287,14 @@ def build_step(name: str, layout: Layout, *, dtype: str, remat: str, batch: int,
         network, init = model.encoder, seq2seq.init_variables
         rows = {k: (batch, length) for k in (*seq2seq.Seq2SeqModel.INPUTS, "labels")}
     else:
-        recipe = loop.ClassificationRecipe(config)
+        recipe = classification.ClassificationRecipe(config)
         network = build_encoder(cfg, dtype=compute, remat=remat)
         model = TaskModel(network, num_labels=config.num_labels, pooling=config.model.pooling, dropout_rate=0.1)
         init = init_variables
         rows = {k: (batch, length) for k in TaskModel.INPUTS} | {"labels": (batch,)}
     loop.check_setup(config, model)
     variables = jax.eval_shape(lambda: init(model, init_params(network, jax.random.key(0)), jax.random.key(1)))
-    plan = loop._plans(config, recipe, model, variables, 1, {})[0]
+    plan = loop._plans(config, recipe, model, variables, per_epoch=1, references={})[0]
     runner = plan.runner
     state = runner.restore_target(plan.abstract_state)
     batch_args = {k: jax.ShapeDtypeStruct(s, jnp.int32, sharding=runner.batch_sharding) for k, s in rows.items()}

@@ -7,7 +7,9 @@ modules + head), :mod:`~isojax.train.objective` (task loss + regularisers / join
 numbers or schedules of the step), :mod:`~isojax.train.optim`, :mod:`~isojax.train.state`, :mod:`~isojax.train.step`,
 :mod:`~isojax.train.collectives` and :mod:`~isojax.train.parallel` (mesh and pmap),
 :mod:`~isojax.train.feed` (each process's rows of every batch), :mod:`~isojax.train.checkpoint`,
-:mod:`~isojax.train.evaluation`, :mod:`~isojax.train.logs`, :mod:`~isojax.train.loop`, :mod:`~isojax.train.cli`.
+:mod:`~isojax.train.evaluation`, :mod:`~isojax.train.logs`, :mod:`~isojax.train.loop` (one loop for every task),
+:mod:`~isojax.train.tasks` (what each kind of task does its own way: a recipe behind one protocol),
+:mod:`~isojax.train.cli`.
 """
 
 from isojax.train.config import (

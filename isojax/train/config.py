@@ -19,10 +19,10 @@ Methods (:data:`METHODS`; extra regularisers can be added to any of them with ``
                           L1 = task loss, L2 = log(1/IsoScore) of the head input
     flow                  flow calibration (calibration-evaluation Tables 1, 2, 3): a Glow flow between the
                           representation and the head, trained by maximum likelihood alongside the task
-                          (:mod:`isojax.train.model`; sequence-to-sequence: :mod:`isojax.train.seq2seq`)
+                          (:mod:`isojax.train.model`; sequence-to-sequence: :mod:`isojax.train.tasks.seq2seq`)
 
 Tasks: a GLUE task (:mod:`isojax.data.glue`; a classifier, :class:`~isojax.train.model.TaskModel`) or a
-sequence-to-sequence task (:mod:`isojax.data.seq2seq`; an encoder-decoder, :mod:`isojax.train.seq2seq`), which
+sequence-to-sequence task (:mod:`isojax.data.seq2seq`; an encoder-decoder, :mod:`isojax.train.tasks.seq2seq`), which
 takes the methods of :data:`SEQ2SEQ_METHODS` and regularisers of the ``embedding`` or ``tokens`` representation.
 """
 

@@ -21,6 +21,7 @@ from isojax import metrics
 from isojax.data.glue import GlueTask
 from isojax.eval.sts import correlations
 from isojax.train.feed import Rows, Split, batch_indices, process_batches
+from isojax.train.model import word_embeddings
 
 ISOTROPY_KEYS = ("isoscore", "ev1", "ev2", "ev3", "anisotropy", "anisotropy_centered", "I1", "I2")
 
@@ -87,7 +88,9 @@ def predict_all(runner, placed_state, data: Rows, batch_size: int) -> dict[str, 
     return {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
 
 
-def evaluate(runner, placed_state, data: Split, task: GlueTask, word_embeddings, batch_size: int) -> dict:
-    """Task metrics and isotropy metrics of the model in ``placed_state`` on ``data`` (all rows)."""
+def evaluate(runner, placed_state, data: Split, task: GlueTask, batch_size: int) -> dict[str, float]:
+    """Task metrics of the model in ``placed_state`` on ``data`` (all rows, ``batch_size`` per predicted batch) and
+    isotropy metrics of its head input and of its word embedding matrix."""
     out = predict_all(runner, placed_state, data, batch_size)
-    return {**task_metrics(task, out["logits"], data.labels), **isotropy_metrics(out["head_input"], word_embeddings)}
+    w = runner.host(word_embeddings(placed_state.params))
+    return {**task_metrics(task, out["logits"], data.labels), **isotropy_metrics(out["head_input"], w)}

@@ -16,7 +16,7 @@ longest length of each group of each of their batches, once per call (one ``proc
 
 A split is any object with ``__len__``, ``arrays(rows) -> dict`` (every array of a batch for those rows, the
 token arrays right-padded to their longest row) and ``groups`` (its :class:`TokenGroup` s): :class:`Split`
-here, :class:`isojax.train.seq2seq.Seq2SeqSplit` for sequence-to-sequence tasks.
+here, :class:`isojax.train.tasks.seq2seq.Seq2SeqSplit` for sequence-to-sequence tasks.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class TokenGroup:
 
 class Rows(Protocol):
     """What :func:`process_batches` reads of a split (:class:`Split`,
-    :class:`~isojax.train.seq2seq.Seq2SeqSplit`): its number of rows, ``arrays(rows)`` (the named arrays of those
+    :class:`~isojax.train.tasks.seq2seq.Seq2SeqSplit`): its number of rows, ``arrays(rows)`` (the named arrays of those
     rows, token arrays right-padded) and the token ``groups`` that are cut to a bucket width together."""
 
     def __len__(self) -> int: ...

@@ -22,9 +22,9 @@ In a multi-process run (:mod:`isojax.train.parallel`) every process runs this lo
 only its rows of every batch (:mod:`isojax.train.feed`), each writes its shards of the checkpoints, and process 0
 alone writes the logs, curves and results.
 
-What depends on the kind of task is a *recipe*: :class:`ClassificationRecipe` (a GLUE task: encoder + head,
-task metrics and the isotropy of the head input) or :class:`isojax.train.seq2seq.Seq2SeqRecipe` (an
-encoder-decoder: teacher-forced token loss, decoded dev outputs scored by BLEU / ROUGE). Everything else (stages,
+What depends on the kind of task is a *recipe* (:class:`~isojax.train.tasks.base.TaskRecipe`, chosen by
+:func:`~isojax.train.tasks.recipe_for`: the model, data, objective and evaluation of a GLUE task or of a
+sequence-to-sequence task, :mod:`isojax.train.tasks`); this module knows no task type. Everything else (stages,
 devices, checkpoints, resuming, logs, timing) is one loop.
 
 Outputs in ``output_dir``: ``checkpoints/``, ``log.jsonl`` (:mod:`isojax.train.logs`), ``curves.png`` (task
@@ -39,31 +39,26 @@ import logging
 import math
 import os
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import Any, Generic
 
+import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import numpy as np
+import optax
 from tqdm.auto import tqdm
 
-from isojax._stats import real_rows, streamed_covariance
-from isojax.data.batching import batches
-from isojax.data.glue import glue_task, load_glue
-from isojax.models import build_encoder, from_pretrained, require_kind
-from isojax.softdecay import SoftDecay
-from isojax.train import evaluation
+from isojax._stats import real_rows
 from isojax.train.checkpoint import Checkpoints
 from isojax.train.config import RESUMABLE, Stage, TrainConfig
-from isojax.train.feed import Split, batch_indices, process_batches
+from isojax.train.feed import Rows, batch_indices, process_batches
 from isojax.train.logs import JsonLog, plot_curves
-from isojax.train.model import TaskModel, init_variables, word_embeddings
-from isojax.train.objective import Objective, data_references, resolve_auto_options
 from isojax.train.optim import make_optimizer, schedule
 from isojax.train.parallel import make_runner, select_devices
-from isojax.train.seq2seq import Seq2SeqRecipe
-from isojax.train.state import create_state
-from isojax.train.step import make_predict_step, make_train_step
+from isojax.train.state import TrainState, create_state
+from isojax.train.step import make_train_step
+from isojax.train.tasks import recipe_for
+from isojax.train.tasks.base import D, M, Runner, TaskRecipe
 
 log = logging.getLogger(__name__)
 
@@ -79,50 +74,12 @@ class FitResult:
 
     output_dir: str
     step: int
-    metrics: dict
-    stages: dict
-    params: Any
+    metrics: dict[str, float]
+    stages: dict[str, dict[str, float]]
+    params: dict
 
 
-def build_model(config: TrainConfig):
-    """``(TaskModel, pretrained encoder params, tokenizer)`` for the configuration (SoftDecay, dtype, dropout,
-    scanned layers and remat)."""
-    spec = config.method_spec
-    transform = SoftDecay(alpha_init=config.method.softdecay_alpha) if spec.softdecay else None
-    dtype = jnp.bfloat16 if config.model.dtype == "bfloat16" else jnp.float32
-    layout: dict[str, Any] = dict(
-        transform_placement=config.method.softdecay_placement,
-        scan_layers=config.model.scan_layers,
-        remat=config.model.remat,
-    )
-    encoder, params, tokenizer = from_pretrained(
-        config.model.name, dtype=dtype, last_layer_transform=transform, **layout
-    )
-    require_kind(encoder.config, ("encoder",), "fine-tuning a classifier (isojax finetune)")
-    if tokenizer is None:
-        raise ValueError(f"model {config.model.name!r} has no tokenizer files; fine-tuning needs one")
-    dropout = encoder.config.hidden_dropout_prob if config.model.dropout else 0.0
-    if not config.model.dropout:
-        encoder = build_encoder(
-            dataclasses.replace(encoder.config, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
-            dtype=dtype,
-            last_layer_transform=transform,
-            add_pooling_layer=encoder.add_pooling_layer,
-            **layout,
-        )
-    model = TaskModel(
-        encoder,
-        num_labels=config.num_labels,
-        pooling=config.model.pooling,
-        dropout_rate=dropout,
-        use_isobn=spec.isobn,
-        use_isotropy_layer=spec.isotropy_layer,
-        flow=config.make_flow(),
-    )
-    return model, params, tokenizer
-
-
-def check_setup(config: TrainConfig, model) -> None:
+def check_setup(config: TrainConfig, model: nn.Module) -> None:
     """What the configuration asks of these devices and of the model's sizes (raises ``ValueError`` before
     training)."""
     enc = model.encoder.config
@@ -147,47 +104,24 @@ def check_setup(config: TrainConfig, model) -> None:
             )
 
 
-def check_pooler(config: TrainConfig, model: TaskModel) -> None:
-    """``ValueError`` when the configuration reads a pooler the model does not have."""
-    wants_pooler = config.model.pooling == "pooler" or any(
-        r.representation == "pooler" for s in config.stages() for r in s.regularizers
-    )
-    if wants_pooler and not model.has_pooler:
-        raise ValueError(
-            f"model {config.model.name!r} ({model.encoder.config.model_type}) has no pooler: the "
-            "'pooler' pooling/representation is not available (use 'cls')"
-        )
-
-
-def eval_split(task: str) -> str:
-    """The labelled dev split of a GLUE task (MNLI: the matched one)."""
-    return "validation_matched" if glue_task(task).name == "mnli" else "validation"
-
-
-def load_split(config: TrainConfig, split: str, tokenizer, limit: int) -> Split:
-    """The first ``limit`` rows (0 = all) of a GLUE split, as read; each process tokenises only the rows it feeds
-    (:mod:`isojax.train.feed`)."""
-    data = load_glue(config.task.name, split, source=config.task.data_source, data_dir=config.task.data_dir)
-    n = min(limit, len(data)) if limit else len(data)
-    texts_b = data.texts_b[:n] if data.texts_b is not None else None
-    data = dataclasses.replace(data, texts_a=data.texts_a[:n], texts_b=texts_b, labels=data.labels[:n])
-    return Split(data, tokenizer, config.task.max_length)
-
-
 @dataclasses.dataclass
 class Plan:
-    """A stage ready to run: optimiser, length, first global step, abstract state, runner, logged schedule."""
+    """A stage ready to run: the ``index``-th ``stage`` of the configuration, its ``optimizer``, its ``total``
+    batches from global step ``start``, the ``abstract_state`` (shapes and dtypes: what a checkpoint is restored
+    into), the ``runner`` that places the state and compiles the steps, and the ``learning_rate`` schedule of applied
+    updates (logged)."""
 
     index: int
     stage: Stage
-    optimizer: Any
+    optimizer: optax.GradientTransformation
     total: int
     start: int
-    abstract_state: Any
-    runner: Any
-    learning_rate: Any
+    abstract_state: TrainState
+    runner: Runner
+    learning_rate: optax.Schedule
 
     def meta(self, step: int, per_epoch: int, config: TrainConfig) -> dict:
+        """What a checkpoint at global ``step`` records besides the state: the data position and the configuration."""
         epoch, batch = divmod(step - self.start, per_epoch)
         return {
             "stage": self.index,
@@ -199,77 +133,7 @@ class Plan:
         }
 
 
-def representation_covariance(model: TaskModel, variables: dict, data: Split, batch_size: int):
-    """``covariance(name) -> [d, d]``: covariance (ddof 1, float64 sums over real rows) of a representation of
-    :data:`~isojax.train.model.REPRESENTATIONS` computed by ``model`` (deterministic) over every row of ``data``
-    (tokenised here; in a multi-process run, by every process)."""
-    forward = jax.jit(lambda v, b: model.apply(v, b["input_ids"], b["attention_mask"], b["token_type_ids"]))
-
-    def rows(name: str):
-        for batch in batches(data.tokens(), batch_size):
-            out = forward(variables, batch)
-            x = np.asarray(out.tokens if name == "tokens" else getattr(out, name), np.float64)
-            yield real_rows(x, out.mask if name == "tokens" else None)
-
-    def covariance(name: str):
-        return streamed_covariance(rows(name), repr(name))
-
-    return covariance
-
-
-class ClassificationRecipe:
-    """What :func:`fit` does its own way for a GLUE task: a :class:`TaskModel`, GLUE splits, the task loss of
-    :class:`Objective`, and the task metrics and isotropy of the head input (:mod:`isojax.train.evaluation`)."""
-
-    curves = ("anisotropy", "anisotropy_centered", "isoscore")
-
-    def __init__(self, config: TrainConfig):
-        self.config, self.task = config, glue_task(config.task.name)
-        self.metrics, self.eval_split = self.task.metrics, eval_split(config.task.name)
-
-    def build(self):
-        return build_model(self.config)
-
-    def check(self, model: TaskModel) -> None:
-        check_pooler(self.config, model)
-
-    def load(self, split: str, tokenizer, limit: int) -> Split:
-        return load_split(self.config, split, tokenizer, limit)
-
-    def init_variables(self, model: TaskModel, params, key, flow_rows) -> dict:
-        return init_variables(model, params, key, flow_rows)
-
-    def references(self, model: TaskModel, variables: dict, train: Split) -> dict:
-        regularizers = [reg for stage in self.config.stages() for reg in stage.regularizers]
-        return data_references(
-            regularizers, representation_covariance(model, variables, train, self.config.optim.eval_batch_size)
-        )
-
-    def objective(self, stage: Stage, params, references: dict) -> Objective:
-        c = self.config
-        return Objective(
-            c.num_labels,
-            resolve_auto_options(stage.regularizers, params),
-            stage.combine,
-            c.method.joint_alpha,
-            c.method.balancer_smoothing,
-            references,
-        )
-
-    def predict_step(self, model: TaskModel):
-        return make_predict_step(model)
-
-    def evaluate(self, runner, placed, dev: Split) -> dict:
-        w = runner.host(word_embeddings(placed.params))
-        return evaluation.evaluate(runner, placed, dev, self.task, w, self.config.optim.eval_batch_size)
-
-
-def recipe(config: TrainConfig):
-    """The recipe of the configuration's task: :class:`ClassificationRecipe` or :class:`Seq2SeqRecipe`."""
-    return Seq2SeqRecipe(config) if config.is_seq2seq else ClassificationRecipe(config)
-
-
-def flow_init_rows(model, params, train, config: TrainConfig) -> np.ndarray:
+def flow_init_rows(model: nn.Module, params: dict, train: Rows, config: TrainConfig) -> np.ndarray:
     """``[N, H]``: the real rows of what the flow transforms (``model.flow_features``), computed by the pretrained
     network ``params`` on the first ``flow_init_batches`` training batches (in the order training sees them); the
     flow's ActNorm starts from them. Every process computes them from the whole batches, so that all start alike."""
@@ -288,7 +152,17 @@ def flow_init_rows(model, params, train, config: TrainConfig) -> np.ndarray:
     return np.concatenate(rows)
 
 
-def _plans(config: TrainConfig, recipe, model, variables: dict, per_epoch: int, references: dict) -> list[Plan]:
+def _plans(
+    config: TrainConfig,
+    recipe: TaskRecipe[M, D],
+    model: M,
+    variables: dict,
+    *,
+    per_epoch: int,
+    references: Mapping[str, jax.Array],
+) -> list[Plan]:
+    """One :class:`Plan` per stage of ``config``: the stage's objective (``recipe``), optimiser, schedule and runner,
+    its steps (``per_epoch`` batches an epoch) and first global step."""
     plans, start = [], 0
     for index, stage in enumerate(config.stages()):
         total = stage.steps or max(1, math.ceil(stage.epochs * per_epoch))
@@ -314,7 +188,7 @@ def _plans(config: TrainConfig, recipe, model, variables: dict, per_epoch: int, 
             model_parallel=config.placement.model_parallel,
             fsdp=config.placement.fsdp,
             make_step=lambda c, o=optimizer, obj=objective, f=stage.frozen, s=start: make_train_step(
-                model,
+                model,  # type: ignore[arg-type]  # step.py annotates TaskModel; it runs any recipe's model
                 obj,
                 o,
                 frozen=f,
@@ -330,14 +204,14 @@ def _plans(config: TrainConfig, recipe, model, variables: dict, per_epoch: int, 
         peak = config.optim.transform_learning_rate if "encoder" in stage.frozen else config.optim.learning_rate
         plans.append(
             Plan(
-                index,
-                stage,
-                optimizer,
-                total,
-                start,
-                abstract,
-                runner,
-                schedule(peak, updates, warmup, config.optim.schedule),
+                index=index,
+                stage=stage,
+                optimizer=optimizer,
+                total=total,
+                start=start,
+                abstract_state=abstract,
+                runner=runner,
+                learning_rate=schedule(peak, updates, warmup, config.optim.schedule),
             )
         )
         start += total
@@ -359,51 +233,63 @@ def _check_resumable(config: TrainConfig, meta: dict, directory: str) -> None:
 
 
 @dataclasses.dataclass
-class Prepared:
-    """What :func:`prepare` builds before the first step: the task's ``recipe`` and ``model``, the tokenised
-    ``train`` and ``dev`` splits, ``per_epoch`` batches, the initial ``variables`` and one :class:`Plan` per
-    stage (whose runners compile their steps on first use)."""
+class Prepared(Generic[M, D]):
+    """What :func:`prepare` builds before the first step: the task's ``recipe`` and ``model`` (``M``), the
+    ``train`` and ``dev`` splits as read (``D``, tokenised when fed), ``per_epoch`` batches, the initial
+    ``variables`` and one :class:`Plan` per stage (whose runners compile their steps on first use)."""
 
-    recipe: Any
-    model: Any
-    train: Split
-    dev: Split
+    recipe: TaskRecipe[M, D]
+    model: M
+    train: D
+    dev: D
     per_epoch: int
     variables: dict
     plans: list[Plan]
 
 
-def prepare(config: TrainConfig) -> Prepared:
+def prepare(config: TrainConfig) -> Prepared[Any, Any]:
     """Check ``config`` against its model and devices, load and tokenise the data, initialise the variables (the
     flow's ActNorm and the data references of the regularisers included) and plan every stage: all that
     :func:`fit` does before its first step (also what :mod:`experiments.benchmarks.methods` times steps with)."""
-    kind = recipe(config)
-    model, pretrained, tokenizer = kind.build()
-    kind.check(model)
+    recipe = recipe_for(config)
+    model, pretrained, tokenizer = recipe.build()
+    recipe.check(model)
     check_setup(config, model)
-    train = kind.load("train", tokenizer, config.task.train_limit)
-    dev = kind.load(kind.eval_split, tokenizer, config.task.eval_limit)
+    train = recipe.load("train", tokenizer, config.task.train_limit)
+    dev = recipe.load(recipe.eval_split, tokenizer, config.task.eval_limit)
     per_epoch = len(train) // config.optim.batch_size
     if per_epoch == 0:
         raise ValueError(f"the training set ({len(train)} rows) is smaller than one batch ({config.optim.batch_size})")
     flow_rows = flow_init_rows(model, pretrained, train, config) if config.method_spec.flow else None
-    variables = kind.init_variables(model, pretrained, jax.random.key(config.seed), flow_rows)
-    references = kind.references(model, variables, train)
-    plans = _plans(config, kind, model, variables, per_epoch, references)
-    return Prepared(kind, model, train, dev, per_epoch, variables, plans)
+    variables = recipe.init_variables(model, pretrained, jax.random.key(config.seed), flow_rows)
+    references = recipe.references(model, variables, train)
+    return Prepared(
+        recipe=recipe,
+        model=model,
+        train=train,
+        dev=dev,
+        per_epoch=per_epoch,
+        variables=variables,
+        plans=_plans(config, recipe, model, variables, per_epoch=per_epoch, references=references),
+    )
+
+
+@dataclasses.dataclass
+class _Run:
+    """What every stage of one :func:`fit` call shares: the configuration, what :func:`prepare` built, the run's
+    log and checkpoints, and whether this is process 0 (which alone writes the log)."""
+
+    config: TrainConfig
+    prepared: Prepared[Any, Any]
+    log: JsonLog
+    checkpoints: Checkpoints
+    main_process: bool
 
 
 def fit(config: TrainConfig) -> FitResult:
     """Run (or resume) the fine-tuning described by ``config``; see the module docstring."""
     prepared = prepare(config)
-    kind, train, dev, per_epoch, plans = (
-        prepared.recipe,
-        prepared.train,
-        prepared.dev,
-        prepared.per_epoch,
-        prepared.plans,
-    )
-
+    plans, recipe = prepared.plans, prepared.recipe
     main_process = jax.process_index() == 0
     os.makedirs(config.logging.output_dir, exist_ok=True)
     run_log = JsonLog(os.path.join(config.logging.output_dir, "log.jsonl"))
@@ -412,6 +298,7 @@ def fit(config: TrainConfig) -> FitResult:
         save_every=config.logging.save_every,
         keep=config.logging.keep_checkpoints,
     ) as checkpoints:  # closed (pending saves written) on errors too
+        run = _Run(config, prepared, run_log, checkpoints, main_process)
         restored = checkpoints.restore_latest(
             lambda meta: plans[meta["stage"]].runner.restore_target(plans[meta["stage"]].abstract_state),
             check=lambda meta: _check_resumable(config, meta, checkpoints.directory),
@@ -419,7 +306,7 @@ def fit(config: TrainConfig) -> FitResult:
         if restored is None:
             index, step = 0, 0
             placed = plans[0].runner.place(create_state(prepared.variables, plans[0].optimizer, config.seed))
-            _evaluate(kind, plans[0], placed, dev, 0, run_log, main_process, stage_end=False)
+            _evaluate(run, plans[0], placed, 0, stage_end=False)
         else:
             step, state, meta = restored
             index, placed = meta["stage"], plans[meta["stage"]].runner.from_checkpoint(state)
@@ -434,7 +321,8 @@ def fit(config: TrainConfig) -> FitResult:
                     }
                 )
 
-        stage_results, last = {}, {}
+        stage_results: dict[str, dict[str, float]] = {}
+        last: dict[str, float] = {}
         for plan in plans[index:]:
             if plan.index > index:  # a new stage starts from the previous stage's parameters and statistics
                 previous = plans[plan.index - 1].runner.host(placed)
@@ -450,9 +338,7 @@ def fit(config: TrainConfig) -> FitResult:
                         step=step,
                     )
                 )
-            placed, last = _run_stage(
-                config, kind, plan, placed, step - plan.start, train, dev, per_epoch, run_log, checkpoints, main_process
-            )
+            placed, last = _run_stage(run, plan, placed, step - plan.start)
             step = plan.start + plan.total
             stage_results[plan.stage.name] = last
     params = plans[-1].runner.host(placed.params)
@@ -461,11 +347,11 @@ def fit(config: TrainConfig) -> FitResult:
         plot_curves(
             records,
             os.path.join(config.logging.output_dir, "curves.png"),
-            metrics=kind.metrics,
-            isotropy=kind.curves,
+            metrics=recipe.metrics,
+            isotropy=recipe.curves,
             title=f"{config.model.name} on {config.task.name}: {config.method.name}",
         )
-        timing = {plan.stage.name: epoch_seconds(records, plan.stage.name, per_epoch) for plan in plans}
+        timing = {plan.stage.name: epoch_seconds(records, plan.stage.name, prepared.per_epoch) for plan in plans}
         with open(os.path.join(config.logging.output_dir, "results.json"), "w") as f:
             json.dump(
                 {"config": config.to_json(), "step": step, "stages": stage_results, "timing": timing}, f, indent=1
@@ -496,12 +382,13 @@ def epoch_seconds(records: list[dict], stage: str, per_epoch: int) -> dict:
     return {"seconds_per_epoch": round(steady / steps * per_epoch, 3), "compile_and_first_seconds": round(first, 3)}
 
 
-def _run_stage(config, kind, plan: Plan, placed, done: int, train, dev, per_epoch, run_log, checkpoints, main_process):
+def _run_stage(run: _Run, plan: Plan, placed: TrainState, done: int) -> tuple[TrainState, dict[str, float]]:
     """Run batches ``done, ..., total - 1`` of one stage; evaluate and checkpoint at its end. Returns the placed
     state and the final evaluation."""
-    runner = plan.runner
+    config, runner, train, per_epoch = run.config, plan.runner, run.prepared.train, run.prepared.per_epoch
+    checkpoints = run.checkpoints
     bar = tqdm(
-        total=plan.total, initial=done, desc=plan.stage.name, disable=not (config.logging.progress and main_process)
+        total=plan.total, initial=done, desc=plan.stage.name, disable=not (config.logging.progress and run.main_process)
     )
     epoch_batches: Iterator[dict] = iter(())
     epoch, streak, skipped, previous = None, 0, 0, 0
@@ -528,12 +415,12 @@ def _run_stage(config, kind, plan: Plan, placed, done: int, train, dev, per_epoc
         if log_due or evaluating or saving or k + 1 == plan.total:
             # the skip counters are read where the loop waits for the device anyway, never after every step
             streak, skipped = (int(x) for x in runner.host((placed.nonfinite_streak, placed.nonfinite_steps)))
-        if log_due and main_process:
+        if log_due and run.main_process:
             values = {n: float(v) for n, v in runner.host(metrics).items()}
             # the schedule counts applied updates: skipped steps do not advance it
             lr = float(plan.learning_rate((k + 1 - skipped) // config.optim.grad_accumulation))
             now = time.perf_counter()
-            run_log.write(
+            run.log.write(
                 {
                     "kind": "train",
                     "step": step,
@@ -548,26 +435,24 @@ def _run_stage(config, kind, plan: Plan, placed, done: int, train, dev, per_epoc
             clock = now
             bar.set_postfix(loss=f"{values['loss']:.4f}")
         if skipped > previous:
-            _nonfinite_steps(step, streak, skipped - previous, plan, config, checkpoints)
+            _nonfinite_steps(run, plan, step=step, streak=streak, new=skipped - previous)
             previous = skipped
         if evaluating:
-            _evaluate(kind, plan, placed, dev, step, run_log, main_process, stage_end=False)
+            _evaluate(run, plan, placed, step, stage_end=False)
             clock = time.perf_counter()
         if saving and not streak:
             checkpoints.save(step, runner.checkpoint_view(placed), plan.meta(step, per_epoch, config))
             clock = time.perf_counter()
     bar.close()
     step = plan.start + plan.total
-    result = _evaluate(kind, plan, placed, dev, step, run_log, main_process, stage_end=True)
+    result = _evaluate(run, plan, placed, step, stage_end=True)
     if not streak:
         checkpoints.save(step, runner.checkpoint_view(placed), plan.meta(step, per_epoch, config))
     checkpoints.wait()
     return placed, result
 
 
-def _nonfinite_steps(
-    step: int, streak: int, new: int, plan: Plan, config: TrainConfig, checkpoints: Checkpoints
-) -> None:
+def _nonfinite_steps(run: _Run, plan: Plan, *, step: int, streak: int, new: int) -> None:
     """Warn that ``new`` more steps up to ``step`` were skipped (``streak`` in a row at ``step``);
     :class:`NonFiniteTrainingError` once the streak reaches ``config.logging.max_nonfinite_steps``, naming the last good
     checkpoint. The loop reads the counters at its log, evaluation and checkpoint steps and at the stage's end, so
@@ -579,7 +464,8 @@ def _nonfinite_steps(
         plan.stage.name,
         streak,
     )
-    if streak < config.logging.max_nonfinite_steps:
+    limit, checkpoints = run.config.logging.max_nonfinite_steps, run.checkpoints
+    if streak < limit:
         return
     checkpoints.wait()
     saved = checkpoints.steps()
@@ -591,14 +477,15 @@ def _nonfinite_steps(
     )
     raise NonFiniteTrainingError(
         f"steps {step - streak + 1} to {step} (stage {plan.stage.name!r}) had a non-finite loss or gradient, "
-        f"{streak} in a row (max_nonfinite_steps={config.logging.max_nonfinite_steps}); their updates were skipped and the "
+        f"{streak} in a row (max_nonfinite_steps={limit}); their updates were skipped and the "
         f"run stops. {resume} (if it fails again, lower the learning rate or look at the data of these steps)"
     )
 
 
-def _evaluate(kind, plan: Plan, placed, dev, step, run_log, main_process, *, stage_end: bool) -> dict:
-    result = kind.evaluate(plan.runner, placed, dev)
-    if main_process:
-        run_log.write({"kind": "eval", "step": step, "stage": plan.stage.name, "stage_end": stage_end, **result})
+def _evaluate(run: _Run, plan: Plan, placed: TrainState, step: int, *, stage_end: bool) -> dict[str, float]:
+    """The recipe's evaluation of ``placed`` on the dev split, logged (``eval`` record) at ``step``."""
+    result = run.prepared.recipe.evaluate(plan.runner, placed, run.prepared.dev)
+    if run.main_process:
+        run.log.write({"kind": "eval", "step": step, "stage": plan.stage.name, "stage_end": stage_end, **result})
     log.info("step %d (%s): %s", step, plan.stage.name, result)
     return result

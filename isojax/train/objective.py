@@ -286,7 +286,7 @@ def class_ids(labels, num_labels: int, bins: int):
 
 class ModelOutput(Protocol):
     """What an :class:`Objective` reads of a model's output (:class:`~isojax.train.model.TaskOutput`,
-    :class:`~isojax.train.seq2seq.Seq2SeqTaskOutput`): the ``logits``, the ``tokens`` with their ``mask``, the
+    :class:`~isojax.train.tasks.seq2seq.Seq2SeqTaskOutput`): the ``logits``, the ``tokens`` with their ``mask``, the
     flow's ``flow_log_likelihood`` (None without a flow) with its ``flow_mask`` (None: every row is real), and the
     other representations a regulariser names, read by name."""
 
@@ -356,7 +356,7 @@ class Objective:
         return collectives.gather(getattr(output, str(reg.representation))), None, collectives.gather(labels)
 
     def regularizer_value(
-        self, reg: Regularizer, output: ModelOutput, params, labels, collectives: Collectives, step=None
+        self, reg: Regularizer, output: ModelOutput, params, labels, collectives: Collectives, *, step=None
     ):
         """Unweighted value of one regulariser on the global batch (or on the parameters); scheduled options
         at ``step``."""
@@ -383,7 +383,14 @@ class Objective:
         )
 
     def __call__(
-        self, output: ModelOutput, params, labels, balancer: losses.BalancerState, collectives: Collectives, step=None
+        self,
+        output: ModelOutput,
+        params,
+        labels,
+        balancer: losses.BalancerState,
+        collectives: Collectives,
+        *,
+        step=None,
     ):
         """``(loss, terms, balancer)``: the scalar objective, a dict of its parts (``task``, each regulariser's
         unweighted value under its :attr:`Regularizer.label`, ``flow`` with a flow, the scheduled values at
@@ -395,7 +402,7 @@ class Objective:
         terms = {"task": task}
         reg_total = jnp.zeros((), task.dtype)
         for reg in self.regularizers:
-            terms[reg.label] = self.regularizer_value(reg, output, params, labels, collectives, step)
+            terms[reg.label] = self.regularizer_value(reg, output, params, labels, collectives, step=step)
             scheduled = {k: jnp.asarray(v, task.dtype) for k, v in reg.scheduled_values(step).items()}
             terms.update(scheduled)
             reg_total = reg_total + scheduled.get(f"{reg.label}/weight", reg.weight) * terms[reg.label]

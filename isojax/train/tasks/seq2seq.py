@@ -1,6 +1,7 @@
 """Sequence-to-sequence fine-tuning of BART / mBART with the calibration methods of isotropy-calibration-evaluation
 §3 (Tables 2, 3 and 5): the same loop, devices, checkpoints and logs as classification (:func:`isojax.train.fit`),
-with what differs for an encoder-decoder here.
+with what differs for an encoder-decoder here, behind :class:`Seq2SeqRecipe` (a
+:class:`~isojax.train.tasks.base.TaskRecipe`).
 
 **Batches.** Sources are tokenised to ``max_length`` tokens, targets (``text_target``) to ``max_target_length``;
 ``labels [B, T]`` are the target ids with padding set to ``-100`` (ignored), ``decoder_input_ids`` the labels
@@ -38,6 +39,7 @@ BART's ``final_logits_bias`` is a buffer in transformers and is frozen here (:mo
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 import flax.linen as nn
@@ -53,10 +55,13 @@ from isojax.eval.generation_metrics import generation_metrics
 from isojax.models import from_pretrained, registry, require_kind
 from isojax.models.generate import generate, generation_config
 from isojax.train.collectives import Collectives
+from isojax.train.config import Seq2SeqConfig, Stage, TrainConfig
 from isojax.train.evaluation import predict_all
 from isojax.train.feed import TokenGroup
 from isojax.train.model import HEAD_PARTITION_RULES, word_embeddings
 from isojax.train.objective import ModelOutput, Objective, Regularizer, resolve_auto_options
+from isojax.train.state import TrainState
+from isojax.train.tasks.base import PredictStep, Runner
 
 IGNORE_INDEX = -100
 """Label value of a padding position, left out of the loss (transformers' and PyTorch's ``ignore_index``)."""
@@ -305,26 +310,30 @@ def _embedding_isotropy(w):
     return {"I1": i1, "I2": i2}
 
 
-def evaluate(runner, placed_state, data: Seq2SeqSplit, task: Seq2SeqTask, embeddings, batch_size: int) -> dict:
-    """The task's generation metrics of the decoded ``data`` and I1 / I2 of the ``embeddings [V, H]`` (W)."""
+def evaluate(runner, placed_state, data: Seq2SeqSplit, task: Seq2SeqTask, batch_size: int) -> dict[str, float]:
+    """The task's generation metrics of the decoded ``data`` (``batch_size`` rows per decoded batch) and I1 / I2 of
+    the model's word embedding matrix ``W [V, H]``."""
     sequences = predict_all(runner, placed_state, data, batch_size)["sequences"]
+    embeddings = runner.host(word_embeddings(placed_state.params))
     hypotheses = [t.strip() for t in data.tokenizer.batch_decode(sequences, skip_special_tokens=True)]
     out = generation_metrics(task.metrics, hypotheses, data.references)
     return {**out, **{k: float(v) for k, v in jax.jit(_embedding_isotropy)(np.asarray(embeddings, np.float32)).items()}}
 
 
 class Seq2SeqRecipe:
-    """What :func:`isojax.train.fit` does its own way for a sequence-to-sequence task (module docstring); it knows
+    """The :class:`~isojax.train.tasks.base.TaskRecipe` of a sequence-to-sequence task (module docstring); it knows
     the model once :meth:`build` has loaded it."""
 
-    curves = ("I1", "I2")
+    curves: tuple[str, ...] = ("I1", "I2")
     eval_split = "validation"
 
-    def __init__(self, config):
+    def __init__(self, config: TrainConfig):
         self.config, self.task = config, seq2seq_task(config.task.name)
-        self.metrics = self.task.metrics
+        self.metrics: tuple[str, ...] = self.task.metrics
+        assert config.seq2seq is not None  # TrainConfig fills the section for a sequence-to-sequence task
+        self.settings: Seq2SeqConfig = config.seq2seq
 
-    def build(self):
+    def build(self) -> tuple[Seq2SeqModel, dict, Any]:
         """``(Seq2SeqModel, pretrained params, tokenizer)``: an encoder-decoder (dtype, dropout off when asked),
         with the configuration's flow; an mBART tokenizer is set to the task's languages."""
         c = self.config
@@ -353,11 +362,10 @@ class Seq2SeqRecipe:
     def generation(self) -> dict:
         """Decoding settings of the dev set: the configuration's; mBART starts from the target language code, as
         its teacher forcing does."""
-        c = self.config
         settings = dict(
-            num_beams=c.seq2seq.num_beams,
-            length_penalty=c.seq2seq.length_penalty,
-            max_length=c.seq2seq.generation_max_length or c.seq2seq.max_target_length + 1,
+            num_beams=self.settings.num_beams,
+            length_penalty=self.settings.length_penalty,
+            max_length=self.settings.generation_max_length or self.settings.max_target_length + 1,
         )
         if self.mbart and self.task.target_lang:
             settings["decoder_start_token_id"] = self.tokenizer.convert_tokens_to_ids(self.task.target_lang)
@@ -368,7 +376,7 @@ class Seq2SeqRecipe:
         cfg, c = model.config, self.config
         for name, length, stack, which in (
             ("max_length", c.task.max_length, cfg, "encoder"),
-            ("max_target_length", c.seq2seq.max_target_length, cfg.decoder_config(), "decoder"),
+            ("max_target_length", self.settings.max_target_length, cfg.decoder_config(), "decoder"),
         ):
             if length > stack.max_sequence_length:
                 raise ValueError(
@@ -377,39 +385,38 @@ class Seq2SeqRecipe:
                 )
         generation_config(cfg, **self.generation)
 
-    def load(self, split: str, tokenizer, limit: int) -> Seq2SeqSplit:
+    def load(self, split: str, tokenizer: Any, limit: int) -> Seq2SeqSplit:
         """The first ``limit`` rows (0 = all) of a split, as read."""
         c = self.config
         data = load_seq2seq(c.task.name, split, source=c.task.data_source)
         n = min(limit, len(data)) if limit else len(data)
         data = dataclasses.replace(data, sources=data.sources[:n], targets=data.targets[:n])
         start = None if self.mbart else self.model_config.decoder_start_token_id
-        return Seq2SeqSplit(data, tokenizer, c.task.max_length, c.seq2seq.max_target_length, start)
+        return Seq2SeqSplit(data, tokenizer, c.task.max_length, self.settings.max_target_length, start)
 
-    def init_variables(self, model: Seq2SeqModel, params, key, flow_rows) -> dict:
+    def init_variables(self, model: Seq2SeqModel, params: dict, key: jax.Array, flow_rows: np.ndarray | None) -> dict:
         return init_variables(model, params, key, flow_rows)
 
-    def references(self, model, variables, train) -> dict:
+    def references(self, model: Seq2SeqModel, variables: dict, train: Seq2SeqSplit) -> dict[str, jax.Array]:
         return {}  # I-STAR's data covariance is refused for these tasks (TrainConfig)
 
-    def objective(self, stage, params, references) -> Seq2SeqObjective:
+    def objective(self, stage: Stage, params: dict, references: Mapping[str, jax.Array]) -> Seq2SeqObjective:
         c = self.config
         return Seq2SeqObjective(
-            self.model_config.vocab_size,
-            resolve_auto_options(stage.regularizers, params),
-            stage.combine,
-            c.method.joint_alpha,
-            c.method.balancer_smoothing,
-            references,
-            label_smoothing=c.seq2seq.label_smoothing,
+            num_labels=self.model_config.vocab_size,
+            regularizers=resolve_auto_options(stage.regularizers, params),
+            combine=stage.combine,
+            alpha=c.method.joint_alpha,
+            smoothing=c.method.balancer_smoothing,
+            references=references,
+            label_smoothing=self.settings.label_smoothing,
         )
 
-    def predict_step(self, model: Seq2SeqModel):
+    def predict_step(self, model: Seq2SeqModel) -> PredictStep:
         return make_generate_step(model, **self.generation)
 
-    def evaluate(self, runner, placed, dev: Seq2SeqSplit) -> dict:
-        w = runner.host(word_embeddings(placed.params))
-        return evaluate(runner, placed, dev, self.task, w, self.config.optim.eval_batch_size)
+    def evaluate(self, runner: Runner, placed: TrainState, dev: Seq2SeqSplit) -> dict[str, float]:
+        return evaluate(runner, placed, dev, self.task, self.config.optim.eval_batch_size)
 
 
 __all__ = [

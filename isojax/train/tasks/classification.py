@@ -1,0 +1,170 @@
+"""GLUE classification and regression as a :class:`~isojax.train.tasks.base.TaskRecipe`: a
+:class:`~isojax.train.model.TaskModel` (encoder + optional isotropy modules + head), GLUE splits
+(:class:`~isojax.train.feed.Split`), the task loss and regularisers of :class:`~isojax.train.objective.Objective`,
+and the task metrics and isotropy of the head input (:mod:`isojax.train.evaluation`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from isojax._stats import real_rows, streamed_covariance
+from isojax.data.batching import batches
+from isojax.data.glue import glue_task, load_glue
+from isojax.models import build_encoder, from_pretrained, require_kind
+from isojax.softdecay import SoftDecay
+from isojax.train import evaluation
+from isojax.train.config import Stage, TrainConfig
+from isojax.train.feed import Split
+from isojax.train.model import TaskModel, init_variables
+from isojax.train.objective import Objective, data_references, resolve_auto_options
+from isojax.train.state import TrainState
+from isojax.train.step import make_predict_step
+from isojax.train.tasks.base import PredictStep, Runner
+
+
+def build_task_model(config: TrainConfig) -> tuple[TaskModel, dict, Any]:
+    """``(TaskModel, pretrained encoder params, tokenizer)`` for the configuration (SoftDecay, dtype, dropout,
+    scanned layers and remat)."""
+    spec = config.method_spec
+    transform = SoftDecay(alpha_init=config.method.softdecay_alpha) if spec.softdecay else None
+    dtype = jnp.bfloat16 if config.model.dtype == "bfloat16" else jnp.float32
+    layout: dict[str, Any] = dict(
+        transform_placement=config.method.softdecay_placement,
+        scan_layers=config.model.scan_layers,
+        remat=config.model.remat,
+    )
+    encoder, params, tokenizer = from_pretrained(
+        config.model.name, dtype=dtype, last_layer_transform=transform, **layout
+    )
+    require_kind(encoder.config, ("encoder",), "fine-tuning a classifier (isojax finetune)")
+    if tokenizer is None:
+        raise ValueError(f"model {config.model.name!r} has no tokenizer files; fine-tuning needs one")
+    dropout = encoder.config.hidden_dropout_prob if config.model.dropout else 0.0
+    if not config.model.dropout:
+        encoder = build_encoder(
+            dataclasses.replace(encoder.config, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
+            dtype=dtype,
+            last_layer_transform=transform,
+            add_pooling_layer=encoder.add_pooling_layer,
+            **layout,
+        )
+    model = TaskModel(
+        encoder,
+        num_labels=config.num_labels,
+        pooling=config.model.pooling,
+        dropout_rate=dropout,
+        use_isobn=spec.isobn,
+        use_isotropy_layer=spec.isotropy_layer,
+        flow=config.make_flow(),
+    )
+    return model, params, tokenizer
+
+
+def check_pooler(config: TrainConfig, model: TaskModel) -> None:
+    """``ValueError`` when the configuration reads a pooler the model does not have."""
+    wants_pooler = config.model.pooling == "pooler" or any(
+        r.representation == "pooler" for s in config.stages() for r in s.regularizers
+    )
+    if wants_pooler and not model.has_pooler:
+        raise ValueError(
+            f"model {config.model.name!r} ({model.encoder.config.model_type}) has no pooler: the "
+            "'pooler' pooling/representation is not available (use 'cls')"
+        )
+
+
+def eval_split(task: str) -> str:
+    """The labelled dev split of a GLUE task (MNLI: the matched one)."""
+    return "validation_matched" if glue_task(task).name == "mnli" else "validation"
+
+
+def load_split(config: TrainConfig, split: str, tokenizer, limit: int) -> Split:
+    """The first ``limit`` rows (0 = all) of a GLUE split, as read; each process tokenises only the rows it feeds
+    (:mod:`isojax.train.feed`)."""
+    data = load_glue(config.task.name, split, source=config.task.data_source, data_dir=config.task.data_dir)
+    n = min(limit, len(data)) if limit else len(data)
+    texts_b = data.texts_b[:n] if data.texts_b is not None else None
+    data = dataclasses.replace(data, texts_a=data.texts_a[:n], texts_b=texts_b, labels=data.labels[:n])
+    return Split(data, tokenizer, config.task.max_length)
+
+
+def representation_covariance(
+    model: TaskModel, variables: dict, data: Split, batch_size: int
+) -> Callable[[str], np.ndarray]:
+    """``covariance(name) -> [d, d]``: covariance (ddof 1, float64 sums over real rows) of a representation of
+    :data:`~isojax.train.model.REPRESENTATIONS` computed by ``model`` (deterministic) over every row of ``data``
+    (tokenised here; in a multi-process run, by every process)."""
+    forward = jax.jit(lambda v, b: model.apply(v, b["input_ids"], b["attention_mask"], b["token_type_ids"]))
+
+    def rows(name: str) -> Iterator[np.ndarray]:
+        for batch in batches(data.tokens(), batch_size):
+            out = forward(variables, batch)
+            x = np.asarray(out.tokens if name == "tokens" else getattr(out, name), np.float64)
+            yield real_rows(x, out.mask if name == "tokens" else None)
+
+    def covariance(name: str) -> np.ndarray:
+        return streamed_covariance(rows(name), repr(name))
+
+    return covariance
+
+
+class ClassificationRecipe:
+    """The :class:`~isojax.train.tasks.base.TaskRecipe` of a GLUE task (module docstring)."""
+
+    curves: tuple[str, ...] = ("anisotropy", "anisotropy_centered", "isoscore")
+
+    def __init__(self, config: TrainConfig):
+        self.config, self.task = config, glue_task(config.task.name)
+        self.metrics: tuple[str, ...] = self.task.metrics
+        self.eval_split = eval_split(config.task.name)
+
+    def build(self) -> tuple[TaskModel, dict, Any]:
+        return build_task_model(self.config)
+
+    def check(self, model: TaskModel) -> None:
+        check_pooler(self.config, model)
+
+    def load(self, split: str, tokenizer: Any, limit: int) -> Split:
+        return load_split(self.config, split, tokenizer, limit)
+
+    def init_variables(self, model: TaskModel, params: dict, key: jax.Array, flow_rows: np.ndarray | None) -> dict:
+        return init_variables(model, params, key, flow_rows)
+
+    def references(self, model: TaskModel, variables: dict, train: Split) -> dict[str, jax.Array]:
+        regularizers = [reg for stage in self.config.stages() for reg in stage.regularizers]
+        return data_references(
+            regularizers, representation_covariance(model, variables, train, self.config.optim.eval_batch_size)
+        )
+
+    def objective(self, stage: Stage, params: dict, references: Mapping[str, jax.Array]) -> Objective:
+        c = self.config
+        return Objective(
+            num_labels=c.num_labels,
+            regularizers=resolve_auto_options(stage.regularizers, params),
+            combine=stage.combine,
+            alpha=c.method.joint_alpha,
+            smoothing=c.method.balancer_smoothing,
+            references=references,
+        )
+
+    def predict_step(self, model: TaskModel) -> PredictStep:
+        return make_predict_step(model)
+
+    def evaluate(self, runner: Runner, placed: TrainState, dev: Split) -> dict[str, float]:
+        return evaluation.evaluate(runner, placed, dev, self.task, self.config.optim.eval_batch_size)
+
+
+__all__ = [
+    "ClassificationRecipe",
+    "build_task_model",
+    "check_pooler",
+    "eval_split",
+    "load_split",
+    "representation_covariance",
+]
