@@ -21,8 +21,8 @@ import pytest
 from conftest import require, skip_unless_ci
 
 from experiments import accelerator
-from experiments.tooling import accelerator_bundle
 from experiments.benchmarks import throughput
+from experiments.tooling import accelerator_bundle
 from isojax.models import TransformerConfig
 from isojax.spectral import DECOMPOSITIONS, available_methods, current_platform, select_method
 

@@ -136,7 +136,7 @@ def generate(module, params, input_ids, attention_mask=None, *, collections=None
     Args:
       module, params: a causal LM or encoder-decoder from :func:`isojax.from_pretrained`, or a module that wraps
         one with the same ``config``, ``dtype`` and ``encode`` / ``decode`` methods (a flow-calibrated
-        :class:`isojax.train.seq2seq.Seq2SeqModel`).
+        :class:`isojax.train.tasks.seq2seq.Seq2SeqModel`).
       collections: the module's variable collections besides ``params`` (the wrapper's flow ``constants``).
       input_ids: ``[B, P]`` prompt (GPT-2, any padding) or source (BART) token ids; attention_mask ``[B, P]``
         (true = real token; default all).
