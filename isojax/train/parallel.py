@@ -14,8 +14,8 @@ Optimiser moments follow their parameter's rule; other state (step, counts, IsoB
 The step sees the global batch, so whole-batch regularisers and IsoBN statistics are global without
 collectives.
 
-**FSDP** (``fsdp=True``): the parameters and the optimiser state are in addition split over the ``data`` axis,
-each array along its largest dimension that divides by the data-axis size and is not split over ``model``
+**FSDP** (``fsdp=True``): the parameters and the optimiser state are in addition split over the ``data`` axis, each
+array along its largest dimension that divides by the data-axis size and is not split over ``model``
 (:func:`isojax.models.partitioning.fsdp_spec`; arrays without one stay as the model rules say), so a device holds
 about ``1/N`` of the parameters and Adam moments over ``N`` data devices. The step is the same function, given two
 sharding constraints (:func:`gather_params`, :class:`GatheredGradients`): its parameters are constrained to their
@@ -24,15 +24,15 @@ pass, and its gradient (:meth:`~isojax.train.collectives.Collectives.reduce_grad
 sums it over the data axis as data parallelism does; the optimiser then updates each device's shard. Each device
 computes its own rows only, and the collectives move parameters and gradients, never activations. (Left to XLA's
 sharding propagation, parameters split over the batch's axis made it gather the global batch's activations and
-all-reduce partial sums, as model parallelism does.) The losses and updates equal the replicated run's up to rounding. What the compiled
-step does, read from ``compiled.as_text()`` on the CPU backend: one all-gather of every split parameter (the
-backward reuses the forward's gathered copies, which stay in temporary memory for the step) and one all-reduce of
-the whole gradient, then sliced (a reduce-scatter would send half the bytes per device; whether a GPU or TPU
-compiler forms one from the all-reduce and slice is not checked here). In ring traffic per device the two match the
-usual FSDP count (all-gather for the forward and again for the backward, reduce-scatter of the gradient); the cost
-is memory: the gathered parameters and the whole gradient are temporaries of the step, which a per-layer gather
-would avoid. Checkpoints hold global arrays, so a state saved under one placement and device count restores under
-another (:meth:`MeshRunner.restore_target`).
+all-reduce partial sums, as model parallelism does.) The losses and updates equal the replicated run's up to
+rounding. What the compiled step does, read from ``compiled.as_text()`` on the CPU backend: one all-gather of every
+split parameter (the backward reuses the forward's gathered copies, which stay in temporary memory for the step) and
+one all-reduce of the whole gradient, then sliced (a reduce-scatter would send half the bytes per device; whether a
+GPU or TPU compiler forms one from the all-reduce and slice is not checked here). In ring traffic per device the two
+match the usual FSDP count (all-gather for the forward and again for the backward, reduce-scatter of the gradient);
+the cost is memory: the gathered parameters and the whole gradient are temporaries of the step, which a per-layer
+gather would avoid. Checkpoints hold global arrays, so a state saved under one placement and device count restores
+under another (:meth:`MeshRunner.restore_target`).
 
 **pmap** (:class:`PmapRunner`). ``jax.pmap(step, axis_name="data")`` over the devices, the state replicated on
 each, the batch split in equal row blocks; :class:`~isojax.train.collectives.AxisCollectives` makes the
