@@ -15,8 +15,8 @@ compiled (``runner.train_step.lower(state, batch).compile()``), never run. ``rem
 
 **Layouts** (``(data, model)`` mesh of :mod:`isojax.train.parallel`): ``replicated N`` (data parallel over N
 devices), ``model M`` (8 devices, data 8/M x model M, the Megatron rules), ``fsdp 8`` and ``fsdp 4 x model 2``
-(parameters and optimiser moments sharded over the data axis too, ``TrainConfig.fsdp``; reported as not run where
-that field is missing).
+(parameters and optimiser moments sharded over the data axis too, ``placement.fsdp``; the step computes on the
+parameters gathered and sums the gradient over the data axis, :mod:`isojax.train.parallel`).
 
 **Measured, per device.** ``compiled.memory_analysis()``: argument, output, temporary and aliased bytes of the
 per-device program; the *state* bytes are the argument bytes less the device's batch rows. *Peak* =
@@ -580,9 +580,9 @@ def why_missed(r: dict) -> str:
     c = {k: v / unit for k, v in r["collectives"].items() if v}
     notes = ["by op, x 4P: " + ", ".join(f"{k} {v:.3f}" for k, v in c.items())]
     cfg = model_config(r["model"])
-    if cfg.decoder_layers and not LAYOUTS[r["layout"]].fsdp:
+    if cfg.decoder_layers and LAYOUTS[r["layout"]].model_parallel == 1:
         tied = 4 * cfg.vocab_size * cfg.hidden_size
-        extra = r["collectives"]["all-reduce"] - r["analytic"]["collective_bytes"]
+        extra = r["collectives"]["all-reduce"] - unit  # the gradient's all-reduce, data parallel and FSDP alike
         notes.append(
             f"the all-reduce exceeds the gradient by {extra / tied:.2f} x the tied embedding matrix (V x d): its "
             "gradient is all-reduced once per use (encoder input, decoder input, LM head), the three summed after"
