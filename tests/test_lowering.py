@@ -128,8 +128,8 @@ def test_entry_points_lower_for_tpu_and_round_trip_on_cpu(group):
 @pytest.mark.parametrize("layout", list(lowering.TRAIN_LAYOUTS))
 def test_softdecay_train_step_lowers_without_host_callbacks(layout):
     """The real train step of ``isojax finetune --method softdecay`` (bf16, scanned layers, full remat) as its runner
-    compiles it, on one device, over the 8-device mesh (data 8; data 4 x model 2) and under pmap: lowers for TPU and
-    CUDA with no host callback and no float64 on TPU."""
+    compiles it, on one device, over the 8-device mesh (data 8; data 4 x model 2; FSDP 8 and FSDP 4 x model 2) and
+    under pmap: lowers for TPU and CUDA with no host callback and no float64 on TPU."""
     entry = lowering.Entry("train", layout, lambda: lowering.train_step("softdecay", layout), round_trip=False)
     row = lowering.run_entry(entry, ("tpu", "cuda"))
     assert "build_error" not in row, row

@@ -68,7 +68,7 @@ def test_collective_bytes_of_a_hand_written_shard_map():
 def test_collective_bytes_reads_tuples_iota_groups_and_async_pairs():
     """Hand-written HLO lines: a tuple all-reduce (both results), an iota-grouped reduce-scatter (groups of 4), an
     async all-gather (its output, not its operand; the -done not again) and a bfloat16 collective-permute; the
-    leading dimension of each (what tells a batch-shaped array)."""
+    arrays each moves (what tells a batch-shaped array, :func:`experiments.scale.batch_shaped_bytes`)."""
     text = "\n".join(
         [
             "  %ar = (f32[10]{0}, bf16[4,4]{1,0}) all-reduce(%a, %b), replica_groups={}, to_apply=%add",
@@ -78,7 +78,15 @@ def test_collective_bytes_reads_tuples_iota_groups_and_async_pairs():
             "  ROOT %cp = bf16[7]{0} collective-permute(%e), source_target_pairs={{0,1},{1,0}}",
         ]
     )
-    assert [lead for _, _, lead in scale.collectives(text, 8)] == [10, 3, 16, 7]
+    assert [arrays for _, _, arrays in scale.collectives(text, 8)] == [
+        (("f32", (10,)), ("bf16", (4, 4))),
+        (("f32", (3, 2)),),
+        (("f32", (16, 8)),),
+        (("bf16", (7,)),),
+    ]
+    # batch-shaped: leading dimension 16 or 4 (rows), not a parameter's shape ([4, 4] is one here)
+    assert scale.batch_shaped_bytes(text, 8, (16, 4), {(4, 4)}) == 16 * 8 * 4
+    assert scale.batch_shaped_bytes(text, 8, (3,), set()) == 3 * 2 * 4 * 4  # the reduce-scatter's whole input
     assert scale.collective_bytes(text, 8) == {
         "all-reduce": 10 * 4 + 16 * 2,
         "all-gather": 16 * 8 * 4,
@@ -148,6 +156,37 @@ def test_fsdp_state_is_the_total_over_the_devices(tiny):
     r = _cell(tiny, "fsdp 8", batch=16)
     assert r["state_bytes"] == pytest.approx(12 * r["params"] / 8, rel=0.05)
     assert r["state_ratio"] == pytest.approx(1, rel=0.05)
+
+
+# wide enough that, left to XLA's sharding propagation, FSDP gathered the batch's activations instead of parameters
+WIDE = ("rte", {**TINY[1], "hidden_size": 256, "num_hidden_layers": 1, "intermediate_size": 1024})
+
+
+def test_fsdp_step_gathers_parameters_once_and_reduces_gradients_never_activations(monkeypatch):
+    """The FSDP train step over 8 devices (a 1-layer, 256-wide BERT; 24 rows of 16 tokens, 3 per device), read from
+    the compiled HLO: no collective moves an array whose leading dimension is the batch's 24 rows or a device's 3
+    (activations, masks, token ids); the all-gathers move each parameter split over the data axis once, whole
+    (4 bytes x its size, summed from the state's shardings); the all-reduces move the float32 gradient of every
+    parameter but the pooler's (unused with [CLS] pooling: no gradient), 4 bytes per parameter, plus scalars."""
+    monkeypatch.setitem(scale.MODELS, "wide", WIDE)
+    batch, length = 24, 16
+    step, state, rows, _ = scale.build_step(
+        "wide", scale.LAYOUTS["fsdp 8"], dtype="float32", remat="none", batch=batch, length=length
+    )
+    ops = list(scale.collectives(step.lower(state, rows).compile().as_text(), 8))
+    shapes = {shape for _, _, arrays in ops for _, shape in arrays}
+    assert not {shape for shape in shapes if shape[:1] in ((batch,), (batch // 8,))}
+    params = jax.tree_util.tree_leaves_with_path(state.params)
+    assert shapes <= {x.shape for _, x in params} | {()}
+    split = sum(x.size for _, x in params if "data" in x.sharding.spec)
+    assert split > 0.99 * sum(x.size for _, x in params)  # all but the 2-way classifier's bias
+    assert {op for op, _, _ in ops} == {"all-gather", "all-reduce"}
+    assert sum(total for op, total, _ in ops if op == "all-gather") == 4 * split
+    scalars = sum(
+        scale.DTYPE_BYTES[t] for op, _, arrays in ops if op == "all-reduce" for t, shape in arrays if not shape
+    )
+    with_gradient = sum(x.size for path, x in params if "pooler" not in jax.tree_util.keystr(path))
+    assert sum(total for op, total, _ in ops if op == "all-reduce") - scalars == 4 * with_gradient
 
 
 def test_fit_extrapolates_the_peak_linearly():

@@ -492,6 +492,8 @@ TRAIN_LAYOUTS = {
     "1 device": dict(parallel="mesh", devices=1),
     "mesh data 8": dict(parallel="mesh", devices=8),
     "mesh data 4 x model 2": dict(parallel="mesh", devices=8, model_parallel=2),
+    "mesh fsdp 8": dict(parallel="mesh", devices=8, fsdp=True),
+    "mesh fsdp 4 x model 2": dict(parallel="mesh", devices=8, model_parallel=2, fsdp=True),
     "pmap 8": dict(parallel="pmap", devices=8),
 }
 
@@ -555,11 +557,7 @@ def train_step(method: str, layout: str, *, dtype="bfloat16", remat="full"):
         "labels": jnp.asarray(np.arange(8) % 2, jnp.int32),
     }
     runner = plan.runner
-    if config.placement.parallel == "pmap":
-        placed, rows = runner.place(state), runner._split(batch)
-    else:
-        placed, rows = runner.place(state), runner._shard(batch)
-    return runner._train, (placed, rows)
+    return runner.train_step, (runner.place(state), runner.device_batch(batch))
 
 
 def train_entries(methods=None, layouts=tuple(TRAIN_LAYOUTS)) -> list[Entry]:

@@ -3,20 +3,20 @@ step for each placement, against their analytic minima.
 
     python -m experiments.benchmarks.scale [--models bert-base,bart-large,mbart-large] [--layouts all|replicated 8,...]
                                 [--dtypes float32,bfloat16] [--remat none,full] [--batches 16,32] [--length 128]
-                                [--out experiments/results]
+                                [--out experiments/results] [--keep [--redo "fsdp 8,fsdp 4 x model 2"]]
 
 **Step.** The first stage's train step of ``isojax finetune --method baseline`` as :func:`isojax.train.loop.prepare`
 plans it (:func:`isojax.train.loop._plans`: objective, AdamW, clipping, the runner's ``jit`` with its shardings and
 donated state), on a model built from a config (nothing is downloaded, nothing is initialised: the state is abstract,
 ``jax.eval_shape``), dropout on, layers unrolled: BERT-base (GLUE RTE, a 2-class head), BART-large (CNN/DailyMail)
 and mBART-large (WMT16 en-ro) shapes, sources and targets of ``--length`` tokens. Each cell is only lowered and
-compiled (``runner._train.lower(state, batch).compile()``), never run. ``remat full`` is the encoders' option
+compiled (``runner.train_step.lower(state, batch).compile()``), never run. ``remat full`` is the encoders' option
 (``TrainConfig`` refuses ``remat`` for a sequence-to-sequence task, so the encoder-decoders have ``none`` only).
 
 **Layouts** (``(data, model)`` mesh of :mod:`isojax.train.parallel`): ``replicated N`` (data parallel over N
 devices), ``model M`` (8 devices, data 8/M x model M, the Megatron rules), ``fsdp 8`` and ``fsdp 4 x model 2``
-(parameters and optimiser moments sharded over the data axis too, ``TrainConfig.fsdp``; reported as not run where
-that field is missing).
+(parameters and optimiser moments sharded over the data axis too, ``placement.fsdp``; the step computes on the
+parameters gathered and sums the gradient over the data axis, :mod:`isojax.train.parallel`).
 
 **Measured, per device.** ``compiled.memory_analysis()``: argument, output, temporary and aliased bytes of the
 per-device program; the *state* bytes are the argument bytes less the device's batch rows. *Peak* =
@@ -26,8 +26,8 @@ the *whole array it operates on*: all-reduce, all-gather, all-to-all and collect
 reduce-scatter by its result times its group size (its input). A ring moves about ``(g-1)/g`` of that per device
 (twice for an all-reduce). A collective in a loop body would count once per step, not per iteration
 (``collectives_in_loops`` in the JSON, :func:`collectives_in_loops`: the unrolled steps here have none).
-``batch_shaped_collective_bytes``: the bytes of collectives whose leading dimension is the global batch or a data
-shard's rows (activations, masks, labels), not parameters.
+``batch_shaped_collective_bytes``: the bytes of the collectives that move an array whose leading dimension is the
+global batch or a data shard's rows (activations, masks, labels), not parameters.
 
 **Analytic minima** (:func:`analytic`), ``P`` the parameter count, ``b`` the rows per data shard, ``s`` the length,
 ``h`` the width, ``a`` the heads, ``L`` the layers, ``t`` the model-axis size, ``N`` the data-axis size:
@@ -170,11 +170,11 @@ def _group_size(line: str, num_devices: int) -> int:
 
 
 def collectives(hlo_text: str, num_devices: int):
-    """``(op, bytes, leading dimension)`` of each collective of an HLO module's text (module docstring: each op
-    counted by the whole array it operates on; reduce-scatter by result x group size). An async ``-start`` op counts
-    for its pair (``-done`` is not counted); of its tuple result, the outputs: all of an all-reduce's, the second
-    half of the non-scalar arrays of the others (their result holds the operands first). The leading dimension is
-    that of the first counted array (None for a scalar)."""
+    """``(op, bytes, arrays)`` of each collective of an HLO module's text (module docstring: each op counted by the
+    whole array it operates on; reduce-scatter by result x group size). An async ``-start`` op counts for its pair
+    (``-done`` is not counted); of its tuple result, the outputs: all of an all-reduce's, the second half of the
+    non-scalar arrays of the others (their result holds the operands first). ``arrays``: ``(dtype, dimensions)``
+    of each counted array (dimensions ``()`` for a scalar), in order."""
     for line in hlo_text.splitlines():
         m = _OP.match(line)
         if not m:
@@ -186,8 +186,26 @@ def collectives(hlo_text: str, num_devices: int):
         total = sum(_array_bytes(f"{dtype}[{dims}]")[0] for dtype, dims in arrays)
         if op == "reduce-scatter":
             total *= _group_size(line, num_devices)
-        lead = next((int(dims.split(",")[0]) for _, dims in arrays if dims), None)
-        yield op, total, lead
+        yield op, total, tuple((dtype, tuple(int(d) for d in dims.split(",") if d)) for dtype, dims in arrays)
+
+
+def batch_shaped_bytes(hlo_text: str, num_devices: int, rows: tuple[int, ...], parameter_shapes: set) -> int:
+    """Bytes of the collectives' arrays (:func:`collectives`; counted as there) whose leading dimension is one of
+    ``rows`` (the global batch, a data shard's rows) and whose shape is no parameter's (a ``[2, h]`` token-type
+    table is not a batch of 2 rows): activations, masks, token ids, labels."""
+    out = 0
+    for _, total, arrays in collectives(hlo_text, num_devices):
+        sizes = [DTYPE_BYTES[dtype] * math.prod(dims) for dtype, dims in arrays]
+        factor = total / max(sum(sizes), 1)  # a reduce-scatter's group size, else 1
+        out += round(
+            factor
+            * sum(
+                n
+                for n, (_, dims) in zip(sizes, arrays)
+                if dims[:1] in {(r,) for r in rows} and dims not in parameter_shapes
+            )
+        )
+    return out
 
 
 def collective_bytes(hlo_text: str, num_devices: int) -> dict[str, int]:
@@ -298,7 +316,7 @@ def build_step(name: str, layout: Layout, *, dtype: str, remat: str, batch: int,
     runner = plan.runner
     state = runner.restore_target(plan.abstract_state)
     batch_args = {k: jax.ShapeDtypeStruct(s, jnp.int32, sharding=runner.batch_sharding) for k, s in rows.items()}
-    return runner._train, state, batch_args, config
+    return runner.train_step, state, batch_args, config
 
 
 def _per_device_bytes(tree) -> int:
@@ -335,8 +353,8 @@ def measure(name: str, layout: Layout, *, dtype: str, remat: str, batch: int, le
         + mem.output_size_in_bytes
         - mem.alias_size_in_bytes,
         "collectives": collective_bytes(text, layout.devices),
-        "batch_shaped_collective_bytes": sum(
-            total for _, total, lead in collectives(text, layout.devices) if lead in (batch, batch // layout.data)
+        "batch_shaped_collective_bytes": batch_shaped_bytes(
+            text, layout.devices, (batch, batch // layout.data), {x.shape for x in jax.tree.leaves(state.params)}
         ),
         "collectives_in_loops": collectives_in_loops(text),
         "compile_s": round(seconds, 1),
@@ -563,9 +581,9 @@ def why_missed(r: dict) -> str:
     c = {k: v / unit for k, v in r["collectives"].items() if v}
     notes = ["by op, x 4P: " + ", ".join(f"{k} {v:.3f}" for k, v in c.items())]
     cfg = model_config(r["model"])
-    if cfg.decoder_layers and not LAYOUTS[r["layout"]].fsdp:
+    if cfg.decoder_layers and LAYOUTS[r["layout"]].model_parallel == 1:
         tied = 4 * cfg.vocab_size * cfg.hidden_size
-        extra = r["collectives"]["all-reduce"] - r["analytic"]["collective_bytes"]
+        extra = r["collectives"]["all-reduce"] - unit  # the gradient's all-reduce, data parallel and FSDP alike
         notes.append(
             f"the all-reduce exceeds the gradient by {extra / tied:.2f} x the tied embedding matrix (V x d): its "
             "gradient is all-reduced once per use (encoder input, decoder input, LM head), the three summed after"
@@ -588,6 +606,12 @@ def why_missed(r: dict) -> str:
             notes.append(
                 "the gradient is all-reduced whole and then sliced: XLA formed no reduce-scatter (the same "
                 "whole-array bytes, twice a reduce-scatter's ring traffic)"
+            )
+        if LAYOUTS[r["layout"]].model_parallel == 1:
+            ring = 2 * c.get("all-reduce", 0) + sum(v for k, v in c.items() if k != "all-reduce")
+            notes.append(
+                f"as ring traffic per device (an all-reduce sends 2 (N-1)/N of its array, the others (N-1)/N) the "
+                f"step sends {ring / 3:.3f} x the analytic count's 3 (N-1)/N x 4P"
             )
     if not cfg.decoder_layers and not LAYOUTS[r["layout"]].fsdp and c.get("all-reduce", 0) < 1:
         notes.append("parameters without a gradient are not reduced (the pooler, unused with [CLS] pooling)")
@@ -674,7 +698,14 @@ def main(argv=None):
     ap.add_argument("--length", type=int, default=128)
     ap.add_argument("--out", default=RESULTS)
     ap.add_argument("--keep", action="store_true", help="keep the cells of OUT/scale.json, compile the others")
+    ap.add_argument(
+        "--redo", default="", help="with --keep: comma-separated LAYOUTS whose kept cells are compiled again"
+    )
     args = ap.parse_args(argv)
+    redo = [name for name in args.redo.split(",") if name]
+    unknown = [name for name in redo if name not in LAYOUTS]
+    if unknown or (redo and not args.keep):
+        raise ValueError(f"--redo: names of LAYOUTS ({', '.join(LAYOUTS)}) with --keep, got {args.redo!r}")
     batches = tuple(int(b) for b in args.batches.split(","))
     if len(batches) != 2 or batches[0] >= batches[1]:
         raise ValueError(f"--batches: two increasing batch sizes, got {args.batches!r}")
@@ -707,6 +738,7 @@ def main(argv=None):
             kept = json.load(f)
         if kept["length"] != args.length:
             raise ValueError(f"--keep: the kept table is at length {kept['length']}, not --length {args.length}")
+        kept = {k: [c for c in kept[k] if c["layout"] not in redo] for k in ("rows", "skipped", "fits")}
     print(done(*run(plan, args.length, done=done, kept=kept)))
 
 

@@ -14,15 +14,25 @@ Optimiser moments follow their parameter's rule; other state (step, counts, IsoB
 The step sees the global batch, so whole-batch regularisers and IsoBN statistics are global without
 collectives.
 
-**FSDP** (``fsdp=True``): the parameters and the optimiser state are in addition split over the ``data`` axis,
-each array along its largest dimension that divides by the data-axis size and is not split over ``model``
+**FSDP** (``fsdp=True``): the parameters and the optimiser state are in addition split over the ``data`` axis, each
+array along its largest dimension that divides by the data-axis size and is not split over ``model``
 (:func:`isojax.models.partitioning.fsdp_spec`; arrays without one stay as the model rules say), so a device holds
-about ``1/N`` of the parameters and Adam moments over ``N`` data devices. The step is the same function: XLA
-all-gathers each parameter where the forward and backward passes use it and sums each gradient over the data axis
-for the shard that updates it, so the losses and updates equal the replicated run's up to rounding. (On the CPU
-backend the compiled step sums each whole gradient with an all-reduce and then slices it, twice the bytes of the
-reduce-scatter that suffices; read from ``compiled.as_text()`` of a tiny step.) Checkpoints hold global arrays, so
-a state saved under one placement and device count restores under another (:meth:`MeshRunner.restore_target`).
+about ``1/N`` of the parameters and Adam moments over ``N`` data devices. The step is the same function, given two
+sharding constraints (:func:`gather_params`, :class:`GatheredGradients`): its parameters are constrained to their
+*gathered* layout (whole over the data axis, as the model rules say), so XLA all-gathers them before the forward
+pass, and its gradient (:meth:`~isojax.train.collectives.Collectives.reduce_gradients`) to the same layout, so XLA
+sums it over the data axis as data parallelism does; the optimiser then updates each device's shard. Each device
+computes its own rows only, and the collectives move parameters and gradients, never activations. (Left to XLA's
+sharding propagation, parameters split over the batch's axis made it gather the global batch's activations and
+all-reduce partial sums, as model parallelism does.) The losses and updates equal the replicated run's up to
+rounding. What the compiled step does, read from ``compiled.as_text()`` on the CPU backend: one all-gather of every
+split parameter (the backward reuses the forward's gathered copies, which stay in temporary memory for the step) and
+one all-reduce of the whole gradient, then sliced (a reduce-scatter would send half the bytes per device; whether a
+GPU or TPU compiler forms one from the all-reduce and slice is not checked here). In ring traffic per device the two
+match the usual FSDP count (all-gather for the forward and again for the backward, reduce-scatter of the gradient);
+the cost is memory: the gathered parameters and the whole gradient are temporaries of the step, which a per-layer
+gather would avoid. Checkpoints hold global arrays, so a state saved under one placement and device count restores
+under another (:meth:`MeshRunner.restore_target`).
 
 **pmap** (:class:`PmapRunner`). ``jax.pmap(step, axis_name="data")`` over the devices, the state replicated on
 each, the batch split in equal row blocks; :class:`~isojax.train.collectives.AxisCollectives` makes the
@@ -43,11 +53,13 @@ over the processes. The pmap path is single-process.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
 import zlib
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import numpy as np
@@ -55,7 +67,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from isojax.models.partitioning import fsdp_spec
+from isojax.models.partitioning import FSDP_AXIS, fsdp_spec
 from isojax.train.collectives import GLOBAL, AxisCollectives, Collectives
 
 log = logging.getLogger(__name__)
@@ -183,6 +195,39 @@ def state_shardings(state, mesh: Mesh, rules, *, fsdp: bool = False):
     return jax.tree_util.tree_map_with_path(sharding, state)
 
 
+def gathered_shardings(shardings):
+    """A tree of NamedShardings with the data axis (:data:`~isojax.models.partitioning.FSDP_AXIS`) taken out of
+    each spec: every array whole over the data axis, as the model-parallel rules alone lay it out."""
+    return jax.tree.map(
+        lambda s: NamedSharding(s.mesh, P(*(None if axis == FSDP_AXIS else axis for axis in s.spec))), shardings
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class GatheredGradients(Collectives):
+    """:data:`~isojax.train.collectives.GLOBAL` for FSDP's train step: the gradient is constrained to the
+    parameters' gathered layout ``params`` (:func:`gathered_shardings`), so that XLA sums it over the data axis as
+    data parallelism does. (Without it XLA's propagation carries the shards' layout back into the backward pass: the
+    embedding tables' gradient, a scatter-add of the batch's ``[B, s, h]`` cotangents, was computed by gathering
+    those cotangents and the token ids onto every device.)"""
+
+    params: Any
+
+    def reduce_gradients(self, grads):
+        return jax.lax.with_sharding_constraint(grads, self.params)
+
+
+def gather_params(fn: Callable, gathered) -> Callable:
+    """``fn(state, batch)`` computed on ``state.params`` constrained to ``gathered`` (:func:`gathered_shardings`):
+    XLA all-gathers each parameter split over the data axis before ``fn`` uses it, and ``fn`` then computes each
+    device's rows of the batch with whole parameters (FSDP, module docstring). Values are unchanged."""
+
+    def on_gathered(state, batch):
+        return fn(dataclasses.replace(state, params=jax.lax.with_sharding_constraint(state.params, gathered)), batch)
+
+    return on_gathered
+
+
 def _to_host(x) -> np.ndarray:
     if not isinstance(x, jax.Array):
         return np.asarray(x)
@@ -194,7 +239,11 @@ def _to_host(x) -> np.ndarray:
 class MeshRunner:
     """Train and predict under ``jit`` on a mesh (module docstring). ``make_step(collectives)`` builds the train
     step; ``predict`` is the prediction step; ``abstract_state`` and ``partition_rules`` fix the state's shardings,
-    with the parameters and optimiser state also split over the data axis when ``fsdp``."""
+    with the parameters and optimiser state also split over the data axis when ``fsdp``.
+
+    ``train_step(placed, batch)`` and ``predict_step(placed, batch)`` are the jitted functions themselves (with their
+    shardings; e.g. ``train_step.lower(state, batch).compile()`` to read the compiled step), taking the batch as
+    :meth:`device_batch` builds it."""
 
     def __init__(
         self,
@@ -210,13 +259,19 @@ class MeshRunner:
         self.state_sharding = state_shardings(abstract_state, mesh, partition_rules, fsdp=fsdp)
         self.batch_sharding = NamedSharding(mesh, P("data"))
         replicated = NamedSharding(mesh, P())
-        self._train = jax.jit(
-            make_step(GLOBAL),
+        if fsdp:  # communicate parameters and gradients, never activations (module docstring)
+            gathered = gathered_shardings(self.state_sharding.params)
+            step = gather_params(make_step(GatheredGradients(gathered)), gathered)
+            predict = gather_params(predict, gathered)
+        else:
+            step = make_step(GLOBAL)
+        self.train_step = jax.jit(
+            step,
             in_shardings=(self.state_sharding, self.batch_sharding),
             out_shardings=(self.state_sharding, replicated),
             donate_argnums=0,
         )
-        self._predict = jax.jit(
+        self.predict_step = jax.jit(
             predict, in_shardings=(self.state_sharding, self.batch_sharding), out_shardings=self.batch_sharding
         )
 
@@ -260,21 +315,25 @@ class MeshRunner:
     def from_checkpoint(self, restored):
         return restored
 
-    def _shard(self, rows: dict) -> dict:
+    def device_batch(self, rows: dict) -> dict:
+        """The global batch that ``train_step`` / ``predict_step`` take (rows over the data axis), given this
+        process's rows of it (:meth:`process_rows`)."""
         return jax.make_array_from_process_local_data(self.batch_sharding, rows)
 
     def train(self, placed, rows: dict):
         """One step on a global batch, given this process's rows of it (numpy; :meth:`process_rows`); returns the
         new placed state and device metrics."""
-        return self._train(placed, self._shard(rows))
+        return self.train_step(placed, self.device_batch(rows))
 
     def predict(self, placed, rows: dict) -> dict:
         """Predictions for a whole global batch (host numpy, gathered), given this process's rows of it."""
-        return self.host(self._predict(placed, self._shard(rows)))
+        return self.host(self.predict_step(placed, self.device_batch(rows)))
 
 
 class PmapRunner:
-    """Train and predict under ``jax.pmap(axis_name="data")`` over ``devices`` (module docstring)."""
+    """Train and predict under ``jax.pmap(axis_name="data")`` over ``devices`` (module docstring).
+    ``train_step(placed, batch)`` and ``predict_step(placed, batch)`` are the pmapped functions themselves, taking
+    the batch as :meth:`device_batch` splits it."""
 
     def __init__(self, devices: list, make_step: Callable[[Collectives], Callable], predict: Callable):
         if jax.process_count() > 1:
@@ -283,8 +342,8 @@ class PmapRunner:
         self.data_size = len(devices)
         self._placement = NamedSharding(Mesh(np.asarray(devices), ("data",)), P("data"))
         collectives = AxisCollectives("data", self.data_size)
-        self._train = jax.pmap(make_step(collectives), axis_name="data", devices=devices, donate_argnums=0)
-        self._predict = jax.pmap(predict, axis_name="data", devices=devices)
+        self.train_step = jax.pmap(make_step(collectives), axis_name="data", devices=devices, donate_argnums=0)
+        self.predict_step = jax.pmap(predict, axis_name="data", devices=devices)
 
     def place(self, state):
         """Replicate a host or single-device state on every device (leading axis = device)."""
@@ -315,15 +374,16 @@ class PmapRunner:
     def from_checkpoint(self, restored):
         return self.place(restored)
 
-    def _split(self, batch: dict) -> dict:
+    def device_batch(self, batch: dict) -> dict:
+        """A global batch as the pmapped steps take it: ``[devices, rows / devices, ...]`` (equal row blocks)."""
         return jax.tree.map(lambda x: x.reshape((self.data_size, -1) + x.shape[1:]), batch)
 
     def train(self, placed, batch: dict):
-        return self._train(placed, self._split(batch))
+        return self.train_step(placed, self.device_batch(batch))
 
     def predict(self, placed, batch: dict) -> dict:
         return jax.tree.map(
-            lambda x: np.asarray(x).reshape((-1,) + x.shape[2:]), self._predict(placed, self._split(batch))
+            lambda x: np.asarray(x).reshape((-1,) + x.shape[2:]), self.predict_step(placed, self.device_batch(batch))
         )
 
 
@@ -360,9 +420,12 @@ def make_runner(
 __all__ = [
     "FSDP_FIELDS",
     "FSDP_NEEDS_MESH",
+    "GatheredGradients",
     "PARALLEL_MODES",
     "MeshRunner",
     "PmapRunner",
+    "gather_params",
+    "gathered_shardings",
     "initialize_distributed",
     "make_mesh",
     "make_runner",
