@@ -500,7 +500,7 @@ TRAIN_LAYOUTS = {
 
 def train_step(method: str, layout: str, *, dtype="bfloat16", remat="full"):
     """``(step, (state, batch))``: the first stage's train step of ``isojax finetune --method METHOD`` on a tiny
-    BERT (scanned layers, ``remat``, ``dtype``), as :func:`isojax.train.loop.prepare` plans it (its ``_plans``:
+    BERT (scanned layers, ``remat``, ``dtype``), as :func:`isojax.train.loop.prepare` plans it (its ``plan_stages``:
     objective, optimiser, runner over the layout's devices), without the tokenizer and data it would load: the
     model is built from a config as :func:`isojax.train.tasks.classification.build_task_model` builds it from a checkpoint, and the
     flow starts from random rows. ``step`` is the runner's compiled function (``jit`` with its shardings, or
@@ -547,7 +547,7 @@ def train_step(method: str, layout: str, *, dtype="bfloat16", remat="full"):
     recipe = ClassificationRecipe(config)
     regs = [reg for stage in config.stages() for reg in stage.regularizers]
     references = data_references(regs, lambda name: jnp.eye(cfg.hidden_size))
-    plan = loop._plans(config, recipe, model, variables, per_epoch=1, references=references)[0]
+    plan = loop.plan_stages(config, recipe, model, variables, per_epoch=1, references=references)[0]
     state = create_state(variables, plan.optimizer, config.seed)
     ids = _ids(8, 8)
     batch = {

@@ -6,7 +6,7 @@ step for each placement, against their analytic minima.
                                 [--out experiments/results] [--keep [--redo "fsdp 8,fsdp 4 x model 2"]]
 
 **Step.** The first stage's train step of ``isojax finetune --method baseline`` as :func:`isojax.train.loop.prepare`
-plans it (:func:`isojax.train.loop._plans`: objective, AdamW, clipping, the runner's ``jit`` with its shardings and
+plans it (:func:`isojax.train.loop.plan_stages`: objective, AdamW, clipping, the runner's ``jit`` with its shardings and
 donated state), on a model built from a config (nothing is downloaded, nothing is initialised: the state is abstract,
 ``jax.eval_shape``), dropout on, layers unrolled: BERT-base (GLUE RTE, a 2-class head), BART-large (CNN/DailyMail)
 and mBART-large (WMT16 en-ro) shapes, sources and targets of ``--length`` tokens. Each cell is only lowered and
@@ -312,7 +312,7 @@ def build_step(name: str, layout: Layout, *, dtype: str, remat: str, batch: int,
         rows = {k: (batch, length) for k in TaskModel.INPUTS} | {"labels": (batch,)}
     loop.check_setup(config, model)
     variables = jax.eval_shape(lambda: init(model, init_params(network, jax.random.key(0)), jax.random.key(1)))
-    plan = loop._plans(config, recipe, model, variables, per_epoch=1, references={})[0]
+    plan = loop.plan_stages(config, recipe, model, variables, per_epoch=1, references={})[0]
     runner = plan.runner
     state = runner.restore_target(plan.abstract_state)
     batch_args = {k: jax.ShapeDtypeStruct(s, jnp.int32, sharding=runner.batch_sharding) for k, s in rows.items()}

@@ -152,7 +152,7 @@ def flow_init_rows(model: nn.Module, params: dict, train: Rows, config: TrainCon
     return np.concatenate(rows)
 
 
-def _plans(
+def plan_stages(
     config: TrainConfig,
     recipe: TaskRecipe[M, D],
     model: M,
@@ -270,7 +270,7 @@ def prepare(config: TrainConfig) -> Prepared[Any, Any]:
         dev=dev,
         per_epoch=per_epoch,
         variables=variables,
-        plans=_plans(config, recipe, model, variables, per_epoch=per_epoch, references=references),
+        plans=plan_stages(config, recipe, model, variables, per_epoch=per_epoch, references=references),
     )
 
 

@@ -3,7 +3,7 @@ under ``pmap``; the only difference is the :class:`~isojax.train.collectives.Col
 
 A batch is a dict of the model's ``INPUTS`` and ``labels``: for :class:`~isojax.train.model.TaskModel`,
 ``input_ids``, ``attention_mask``, ``token_type_ids`` (``[B, L]`` int32) and ``labels`` (``[B]``, int32 class ids or
-float32 scores); for :class:`~isojax.train.seq2seq.Seq2SeqModel`, see :mod:`isojax.train.seq2seq`.
+float32 scores); for :class:`~isojax.train.tasks.seq2seq.Seq2SeqModel`, see :mod:`isojax.train.tasks.seq2seq`.
 """
 
 from __future__ import annotations
