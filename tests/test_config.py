@@ -206,10 +206,14 @@ def _documented_commands() -> list[list[str]]:
     return commands
 
 
-def test_every_documented_finetune_command_line_still_parses():
+def test_every_documented_finetune_command_line_still_parses(tmp_path):
     commands = _documented_commands()
     assert len(commands) >= 8
+    saved = tmp_path / "run.json"  # what a documented --config FILE names: a saved configuration
+    saved.write_text(json.dumps(TrainConfig().to_json()))
     for argv in commands:
+        if "--config" in argv:
+            argv[argv.index("--config") + 1] = str(saved)
         config_from_argv(argv)  # raises on an option or value it does not know
 
 
