@@ -130,8 +130,7 @@ class Embeddings(nn.Module):
         positions = table(cfg.max_position_embeddings, sinusoidal=cfg.sinusoidal_pos_embds, name="position_embeddings")
         x = x + positions(position_ids)
         if cfg.type_vocab_size:
-            if token_type_ids is None:  # one segment, as Hugging Face's models default to
-                token_type_ids = jnp.zeros_like(input_ids)
+            assert token_type_ids is not None  # inputs.validate_inputs fills zeros for a model with token types
             x = x + table(cfg.type_vocab_size, name="token_type_embeddings")(token_type_ids)
         if cfg.embedding_norm:
             x = layer_norm(cfg, self.dtype, "norm")(x)
