@@ -64,17 +64,20 @@ def campaign(tmp_path_factory, default_model_path):
             "p": {
                 "source": "test protocol",
                 "defaults": {
-                    "steps": 6,
-                    "batch-size": 8,
-                    "eval-batch-size": 8,
-                    "max-length": 24,
-                    "lr": 1e-3,
-                    "log-every": 1,
-                    "save-every": 2,
-                    "devices": 1,
+                    "optim.steps": 6,
+                    "optim.batch_size": 8,
+                    "optim.eval_batch_size": 8,
+                    "task.max_length": 24,
+                    "optim.learning_rate": 1e-3,
+                    "logging.log_every": 1,
+                    "logging.save_every": 2,
+                    "placement.devices": 1,
                 },
                 "baseline": "baseline",
-                "methods": {"baseline": {"method": "baseline"}, "cosine": {"method": "baseline", "reg": "cosine=1.0"}},
+                "methods": {
+                    "baseline": {"method.name": "baseline"},
+                    "cosine": {"method.name": "baseline", "method.regularizers": ["cosine=1.0"]},
+                },
             }
         },
     }
@@ -195,8 +198,9 @@ def test_relative_paths_are_the_callers_not_the_repository_roots(campaign, monke
         == 0
     )
     printed = capsys.readouterr().out
-    assert f"--out {root / 'elsewhere' / 'p' / 'rte' / 'cosine' / 'seed0'} " in printed
-    assert f"--data-dir {root / 'data'} " in printed
+    directory = root / "elsewhere" / "p" / "rte" / "cosine" / "seed0"
+    assert f"finetune --config {directory / 'config.json'}\n" in printed
+    assert f'"logging.output_dir": "{directory}"' in printed and f'"task.data_dir": "{root / "data"}"' in printed
 
 
 def test_ttest_is_scipys_and_undefined_cases_are_none():
@@ -220,9 +224,10 @@ def test_the_committed_configuration_expands_and_selects():
     }
     assert "flow" in config["protocols"]["appB"]["methods"]
     mrpc = next(r for r in cpu if r.task == "mrpc" and r.protocol == "appB")
-    assert mrpc.options["epochs"] == 5 and mrpc.options["lr"] == 2e-5 and mrpc.options["schedule"] == "constant"
-    shrink = next(r for r in runs if r.protocol == "shrink" and r.task == "mrpc")
-    assert shrink.options["lr"] == 8e-5 and shrink.options["batch-size"] == 64
+    optim = mrpc.config().optim
+    assert optim.epochs == 5 and optim.learning_rate == 2e-5 and optim.schedule == "constant"
+    shrink = next(r for r in runs if r.protocol == "shrink" and r.task == "mrpc").config()
+    assert shrink.optim.learning_rate == 8e-5 and shrink.optim.batch_size == 64 and shrink.optim.weight_decay == 8e-6
     sweeps = glue_methods.expand(config, sweep=True)
     assert {r.task for r in sweeps} == {"cola"} and len(sweeps) == 18
     # a sweep cell at the table's own weight is the table's run (same directory, run once)
@@ -230,6 +235,35 @@ def test_the_committed_configuration_expands_and_selects():
     assert sum(r.key in table_keys for r in sweeps) == 6
     with pytest.raises(SystemExit, match="unknown key"):
         glue_methods.select(runs, {"model": ["x"]})
+
+
+def test_every_committed_run_record_has_the_settings_its_configuration_gives_it():
+    """The configuration is the runs' own: each committed run's ``results.json`` records the settings it ran with
+    (made from the finetune command lines the configuration was written in before it took dotted settings, or from
+    this configuration); expanding the configuration today gives every one of them again."""
+    from isojax.train.config import TrainConfig
+
+    config = json.load(open(glue_methods.DEFAULT_CONFIG))
+    records = os.path.join(ROOT, "experiments", "results", "glue_methods_runs")
+    compared = 0
+    for run in glue_methods.expand(config) + glue_methods.expand(config, sweep=True):
+        path = os.path.join(run.directory(records), "results.json")
+        if not os.path.exists(path):
+            continue
+        recorded = TrainConfig.from_json(json.load(open(path))["config"])
+        directory = recorded.logging.output_dir
+        assert directory.endswith(run.directory("")), (run.key, directory)
+        ran = run.config(directory[: -len(run.directory(""))], recorded.task.data_dir, recorded.logging.eval_every)
+        assert ran == recorded, run.key
+        compared += 1
+    assert compared >= 40  # RTE and MRPC (4 methods x 3 seeds each) and the WNLI runs of the CPU campaign
+
+
+def test_a_setting_that_is_not_a_train_config_field_names_the_run():
+    config = json.load(open(glue_methods.DEFAULT_CONFIG))
+    config["protocols"]["appB"]["methods"]["cosine"]["optim.learnig_rate"] = 1e-3
+    with pytest.raises(ValueError, match="protocol 'appB', method 'cosine'.*optim.learnig_rate"):
+        glue_methods.expand(config)
 
 
 def test_paired_ttest_is_scipys_ttest_rel_over_the_seeds_of_one_dropout_stream():

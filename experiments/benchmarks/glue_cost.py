@@ -56,26 +56,25 @@ def cost_run(config: dict, task: str) -> Run:
         for r in expand(config)
         if (r.protocol, r.method, r.task, r.seed) == (cost["protocol"], cost["method"], task, cost["seed"])
     ]
-    options = {**run.options, "epochs": 1, "log-every": 1, "save-every": 0}
+    settings = {**run.settings, "optim.epochs": 1, "logging.log_every": 1, "logging.save_every": 0}
     if task in cost.get("steps", {}):
-        options["steps"] = int(cost["steps"][task])
-    return Run("cost", run.method, task, run.seed, options)
+        settings["optim.steps"] = int(cost["steps"][task])
+    return Run("cost", run.method, task, run.seed, settings)
 
 
 def bucket_widths(run: Run, data_dir: str | None) -> list[int]:
-    """The width of every batch of the run's first epoch (its order, its buckets, its ``max-length``)."""
+    """The width of every batch of the run's first epoch (its order, its buckets, its ``task.max_length``)."""
     from isojax.data.batching import bucket_length, tokenize
     from isojax.data.glue import load_glue
     from isojax.models.hub import load_tokenizer, resolve
     from isojax.train.feed import batch_indices
 
     data = load_glue(run.task, "train", data_dir=data_dir)
-    tokenizer = load_tokenizer(resolve(run.options["model"]))
-    max_length = int(run.options["max-length"])
+    config = run.config()
+    tokenizer = load_tokenizer(resolve(config.model.name))
+    max_length = config.task.max_length
     lengths = tokenize(tokenizer, data.texts_a, data.texts_b, max_length=max_length)["attention_mask"].sum(axis=1)
-    order = batch_indices(
-        len(data), int(run.options["batch-size"]), shuffle=True, seed=run.seed, epoch=0, drop_last=True
-    )
+    order = batch_indices(len(data), config.optim.batch_size, shuffle=True, seed=run.seed, epoch=0, drop_last=True)
     return [bucket_length(lengths[rows], max_length=max_length) for rows in order]
 
 
@@ -116,7 +115,8 @@ def estimates(config: dict, task: str, row: dict) -> dict:
             if (r.protocol, r.task, r.seed) == (name, task, config["seeds"][0])
             and r.method == config["protocols"][name]["baseline"]
         ]
-        epochs = float(run.options["epochs"])
+        optim = run.config().optim
+        epochs = optim.epochs
         out[name] = round(
             (
                 row["startup_seconds"]
@@ -127,7 +127,7 @@ def estimates(config: dict, task: str, row: dict) -> dict:
             1,
         )
         if name == config["cost"]["protocol"]:
-            stage2 = float(run.options.get("stage2-epochs", 0))
+            stage2 = optim.stage2_epochs
             out[f"{name} + isotropy layer stage 2"] = round(
                 out[name] + stage2 * (row["seconds_per_epoch"] + evals * row["seconds_per_evaluation"]) / 60, 1
             )
@@ -141,7 +141,7 @@ def run_minutes(cost: dict, run: Run) -> float | None:
     stage2 = f"{run.protocol} + isotropy layer stage 2"
     return (
         minutes[stage2]
-        if run.options.get("method") == "isotropy_layer" and stage2 in minutes
+        if run.settings.get("method.name") == "isotropy_layer" and stage2 in minutes
         else minutes.get(run.protocol)
     )
 
@@ -169,10 +169,8 @@ def main(argv=None) -> int:
             if args.report_only:
                 rows.append([task, "not timed", *[""] * 8])
                 continue
-            print(
-                f"== timing {task}: python -m isojax.cli {' '.join(run.arguments(args.runs_dir, args.data_dir))}",
-                flush=True,
-            )
+            path = os.path.join(run.directory(args.runs_dir), "config.json")
+            print(f"== timing {task}: python -m isojax.cli finetune --config {path}", flush=True)
             seconds = run_one(run, args.runs_dir, args.data_dir, 0, env)
             with open(os.path.join(directory, "campaign.json"), "w") as f:
                 json.dump({"wall_seconds": seconds, "commit": prov["commit"], "machine": prov["machine"]}, f)

@@ -6,7 +6,7 @@
 The campaign's own seconds per epoch (``results.json``'s ``timing``) come from runs made hours apart, so on a
 shared machine they measure its load as much as the method (isotropy-calibration-evaluation reports time per
 epoch per method). Here every method's real train step is built as ``isojax finetune`` builds it for the campaign
-(:mod:`experiments.reproductions.glue_methods`' configuration -> finetune options -> ``TrainConfig`` ->
+(:mod:`experiments.reproductions.glue_methods`' configuration -> the run's ``TrainConfig`` ->
 :func:`isojax.train.loop.prepare`: model, regulariser with its data references, optimiser, runner), fed the same
 first training batch, and timed in rounds that run every step once (:func:`common.interleaved_ms`), so that load
 reaches all alike. One step = forward, loss and regularisers, backward, update, dropout on, state donated.
@@ -26,8 +26,7 @@ import numpy as np
 
 from experiments.benchmarks.common import interleaved_ms, machine
 from experiments.benchmarks.train_step import step_runner
-from experiments.reproductions.glue_methods import DEFAULT_CONFIG, DEFAULT_DATA, expand, select
-from isojax.train.cli import config_from_argv
+from experiments.reproductions.glue_methods import DEFAULT_CONFIG, DEFAULT_DATA, campaign_selection, expand, select
 from isojax.train.feed import batch_indices, process_batches
 from isojax.train.loop import prepare
 from isojax.train.state import create_state
@@ -36,7 +35,7 @@ from isojax.train.state import create_state
 def stage_steps(run, data_dir: str, out: str) -> tuple[dict, int]:
     """``({stage name: run()}, batches per epoch)`` for one campaign run: ``run()`` is one train step of that
     stage on the first training batch, from the run's initial variables, its state kept between calls."""
-    config = config_from_argv(run.arguments(out, data_dir))
+    config = run.config(out, data_dir)
     prepared = prepare(config)
     order = batch_indices(
         len(prepared.train), config.optim.batch_size, shuffle=True, seed=config.seed, epoch=0, drop_last=True
@@ -63,7 +62,8 @@ def main(argv=None) -> int:
         config = json.load(f)
     protocol = config["protocols"][args.protocol]
     if args.methods == "cpu":
-        methods = config["cpu_campaign"]["only"]["method"]
+        chosen = campaign_selection(expand(config), config)
+        methods = list(dict.fromkeys(r.method for r in chosen if (r.protocol, r.task) == (args.protocol, args.task)))
     elif args.methods == "all":
         methods = list(protocol["methods"])
     else:
@@ -88,7 +88,7 @@ def main(argv=None) -> int:
 
     base = np.median(times[protocol["baseline"]])
     print(
-        f"{args.task}, protocol {args.protocol}, batch {runs[0].options['batch-size']}, {per_epoch} batches per "
+        f"{args.task}, protocol {args.protocol}, batch {runs[0].config().optim.batch_size}, {per_epoch} batches per "
         f"epoch; {machine()}; median (and quartiles) of {args.repeats} interleaved rounds"
     )
     print(f"{'method (stage)':<40} {'ms / step':>10} {'quartiles':>15} {'s / epoch':>10} {'/ baseline':>11}")

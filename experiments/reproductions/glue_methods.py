@@ -7,16 +7,18 @@ evaluated on dev, in the papers' table shapes.
         [--cost experiments/results/glue_cost.json] [--report-only] [--dry-run]
 
 The configuration (committed) names the model, tasks, seeds and *protocols*: each protocol is one paper's
-hyperparameters (``defaults`` and ``overrides`` in ``isojax finetune`` option names) with its own baseline and
-its methods (a method = the ``isojax finetune`` options that make it: ``--method``, ``--reg``, ...). A run is one
-(protocol, method, task, seed); it lives in ``<runs-dir>/<protocol>/<task>/<method>/seed<seed>/`` and is done when
-its ``results.json`` exists there or in the committed run records (below). Running the command again skips
+hyperparameters (``defaults``, and ``overrides`` for the runs whose task or method match, both as dotted settings of
+:class:`~isojax.train.config.TrainConfig` such as ``"optim.learning_rate"``) with its own baseline and its methods
+(a method = the settings that make it: ``"method.name"``, ``"method.regularizers"``, ...). A run is one (protocol,
+method, task, seed): its :class:`~isojax.train.config.TrainConfig` (:meth:`Run.config`) is written to
+``<runs-dir>/<protocol>/<task>/<method>/seed<seed>/config.json`` and run there by ``isojax finetune --config``; the
+run is done when its ``results.json`` exists there or in the committed run records (below). Running the command again skips
 done runs and resumes an interrupted one from its last checkpoint, so a campaign can be finished in several
 sittings, also from a fresh checkout. The cheapest run goes first, by the measured cost table
 (:mod:`experiments.benchmarks.glue_cost`, read again before each run), then the configuration's method priority, then the
 seed (:func:`campaign_order`). ``--cpu-campaign`` runs the configuration's ``cpu_campaign``: the union of its
 ``selections`` and, with ``sweep``, the weight sweep, in one order. Each run is a separate ``python -m isojax.cli
-finetune`` process (a killed campaign loses at most the steps since that run's last checkpoint); JAX's persistent
+finetune --config`` process (a killed campaign loses at most the steps since that run's last checkpoint); JAX's persistent
 compilation cache is shared by the runs.
 
 The report (``<out>/glue_methods.md``, ``.json``, ``glue_methods_curves.png``) has, per task and protocol, one line
@@ -31,8 +33,9 @@ The Isotropy Layer has two lines (stage 1, the fine-tuned model, and stage 2). A
 p-values. Every finished run's ``results.json``, ``log.jsonl`` and ``campaign.json`` (wall time, commit, machine)
 are copied to ``<out>/glue_methods_runs/``, so every number of the report can be traced to a run's own record.
 
-``--sweep`` runs the regulariser-weight sweeps of the configuration (``sweeps``) instead; the sweeps are reported
-in ``<out>/glue_methods_sweep.md`` (records in ``glue_methods_sweep_runs/``).
+``--sweep`` runs the regulariser-weight sweeps of the configuration (``sweeps``: per method, the regulariser specs
+that replace its ``"method.regularizers"``) instead; the sweeps are reported in ``<out>/glue_methods_sweep.md``
+(records in ``glue_methods_sweep_runs/``).
 """
 
 from __future__ import annotations
@@ -62,21 +65,30 @@ from experiments.tooling.report import (
     provenance,
     write_result,
 )
+from isojax.train.config import TrainConfig
 
 DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "glue_methods.json")
 DEFAULT_DATA = SHARED_DATA
+DEFAULTS = TrainConfig().flat_json()  # what a run's printed settings leave out
 TIME_COLUMN = ("seconds_per_epoch", "s / epoch", 0)
 
 
 @dataclass(frozen=True)
 class Run:
-    """One fine-tuning run of the campaign: its labels and its ``isojax finetune`` options."""
+    """One fine-tuning run of the campaign.
+
+    Attributes:
+        protocol, method, task, seed: the run's labels (its place in the tables and its directory).
+        settings: the protocol's and the method's dotted :class:`TrainConfig` settings (``{"optim.epochs": 5,
+            "method.name": "baseline", ...}``); the task, the seed and the run's directory are added by
+            :meth:`config`.
+    """
 
     protocol: str
     method: str
     task: str
     seed: int
-    options: dict = field(hash=False, compare=False)
+    settings: dict = field(hash=False, compare=False)
 
     @property
     def key(self) -> tuple:
@@ -85,19 +97,22 @@ class Run:
     def directory(self, runs_dir: str) -> str:
         return os.path.join(runs_dir, self.protocol, self.task, slug(self.method), f"seed{self.seed}")
 
-    def arguments(self, runs_dir: str, data_dir: str | None) -> list[str]:
-        """``isojax finetune`` arguments (options in the configuration's order, then the run's own)."""
-        args = ["finetune"]
-        options = {**self.options, "task": self.task, "seed": self.seed, "out": self.directory(runs_dir), "quiet": True}
+    def config(self, runs_dir: str = "runs", data_dir: str | None = None, eval_every: int = 0) -> TrainConfig:
+        """The run's :class:`TrainConfig`: its settings, its task and seed, its directory under ``runs_dir`` as the
+        output directory, no progress bar; ``data_dir`` and ``eval_every`` (steps between evaluations) when given.
+        A setting that is not a :class:`TrainConfig` field, or a bad value, raises ``ValueError``."""
+        settings = {
+            **self.settings,
+            "task.name": self.task,
+            "seed": self.seed,
+            "logging.output_dir": self.directory(runs_dir),
+            "logging.progress": False,
+        }
         if data_dir:
-            options["data-dir"] = data_dir
-        for key, value in options.items():
-            for item in value if isinstance(value, list) else [value]:
-                if item is True:
-                    args.append(f"--{key}")
-                elif item is not False and item is not None:
-                    args += [f"--{key}", str(item)]
-        return args
+            settings["task.data_dir"] = data_dir
+        if eval_every:
+            settings["logging.eval_every"] = eval_every
+        return TrainConfig.from_json({}, settings)
 
 
 def slug(name: str) -> str:
@@ -119,8 +134,10 @@ def expand(config: dict, *, sweep: bool = False) -> list[Run]:
                 continue
             cells = [
                 (
-                    method if value == protocol["methods"][method].get("reg") else f"{method} [{value}]",
-                    {**protocol["methods"][method], "reg": value},
+                    method
+                    if [value] == protocol["methods"][method].get("method.regularizers")
+                    else f"{method} [{value}]",
+                    {**protocol["methods"][method], "method.regularizers": [value]},
                     sweeps["task"],
                     sweeps["seed"],
                 )
@@ -129,17 +146,22 @@ def expand(config: dict, *, sweep: bool = False) -> list[Run]:
             ]  # the table's value: its run
         else:
             cells = [
-                (method, options, task, seed)
+                (method, settings, task, seed)
                 for task in config["tasks"]
-                for method, options in protocol["methods"].items()
+                for method, settings in protocol["methods"].items()
                 for seed in config["seeds"]
             ]
-        for method, options, task, seed in cells:
-            merged = {"model": config["model"], **protocol["defaults"], **options}
+        for method, settings, task, seed in cells:
+            merged = {"model.name": config["model"], **protocol["defaults"], **settings}
             for override in protocol.get("overrides", []):
                 if _matches({"task": task, "method": method, **merged}, override["when"]):
                     merged.update(override["set"])
-            runs.append(Run(name, method, task, seed, merged))
+            run = Run(name, method, task, seed, merged)
+            try:
+                run.config()
+            except ValueError as e:
+                raise ValueError(f"protocol {name!r}, method {method!r}, task {task!r}: {e}") from None
+            runs.append(run)
     return runs
 
 
@@ -191,17 +213,31 @@ def campaign_order(runs: list[Run], config: dict, cost: dict | None, sizes: dict
 
 def evals_every(run: Run, train_rows: int, per_epoch_evals: int) -> int:
     """Steps between evaluations so that an epoch holds ``per_epoch_evals`` of them (curve points)."""
-    per_epoch = max(1, train_rows // int(run.options["batch-size"]))
+    per_epoch = max(1, train_rows // run.config().optim.batch_size)
     return max(1, per_epoch // max(1, per_epoch_evals))
+
+
+def write_config(run: Run, runs_dir: str, data_dir: str | None, eval_every: int) -> str:
+    """Write the run's :class:`TrainConfig` (:meth:`Run.config`) to ``config.json`` in its directory; return the
+    path."""
+    directory = run.directory(runs_dir)
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, "config.json")
+    with open(path, "w") as f:
+        json.dump(run.config(runs_dir, data_dir, eval_every).to_json(), f, indent=1)
+    return path
+
+
+def command(path: str) -> list[str]:
+    """The command line of a run whose configuration is at ``path``."""
+    return [sys.executable, "-m", "isojax.cli", "finetune", "--config", path]
 
 
 def run_one(run: Run, runs_dir: str, data_dir: str | None, eval_every: int, env: dict) -> float:
     """Run (or resume) one fine-tuning run in its own process; return its wall seconds."""
-    args = run.arguments(runs_dir, data_dir)
-    if eval_every:
-        args += ["--eval-every", str(eval_every)]
+    path = write_config(run, runs_dir, data_dir, eval_every)
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "isojax.cli", *args], check=True, env=env, cwd=ROOT)
+    subprocess.run(command(path), check=True, env=env, cwd=ROOT)
     return time.perf_counter() - started
 
 
@@ -585,8 +621,10 @@ def main(argv=None) -> int:
             run = campaign_order(todo, config, cost, sizes)[0]
             todo.remove(run)
             every = evals_every(run, sizes[run.task], config["evals_per_epoch"])
-            command = "python -m isojax.cli " + " ".join(run.arguments(args.runs_dir, args.data_dir))
-            print(f"== {run.key}: {command} --eval-every {every}", flush=True)
+            settings = run.config(args.runs_dir, args.data_dir, every).flat_json()
+            changed = {k: v for k, v in settings.items() if v != DEFAULTS[k]}
+            path = os.path.join(run.directory(args.runs_dir), "config.json")
+            print(f"== {run.key}: python -m isojax.cli finetune --config {path}\n   {json.dumps(changed)}", flush=True)
             if args.dry_run:
                 continue
             seconds = run_one(run, args.runs_dir, args.data_dir, every, env)
@@ -596,7 +634,7 @@ def main(argv=None) -> int:
                         "wall_seconds": seconds,
                         "commit": prov["commit"],
                         "machine": prov["machine"],
-                        "pairing": pairing_record(run.options, run.seed, prov["commit"], stream),
+                        "pairing": pairing_record(run.config(), prov["commit"], stream),
                     },
                     f,
                     indent=1,

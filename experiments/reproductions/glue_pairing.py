@@ -28,6 +28,8 @@ import hashlib
 import numpy as np
 import scipy.stats
 
+from isojax.train.config import TrainConfig
+
 MODEL_CHANGES = {
     "softdecay": "SoftDecay transform",
     "isobn": "IsoBN layer",
@@ -64,11 +66,13 @@ def dropout_stream() -> str:
     return hashlib.sha256(np.round(hidden, 3).tobytes()).hexdigest()[:12]
 
 
-def pairing_record(options: dict, seed: int, commit: str, stream: str) -> dict:
-    """What pairs a run with the other runs of its protocol, task and seed (module docstring), for its record."""
-    change = MODEL_CHANGES.get(options.get("method"))
+def pairing_record(config: TrainConfig, commit: str, stream: str) -> dict:
+    """What pairs a run (its configuration) with the other runs of its protocol, task and seed (module docstring),
+    for its record."""
+    change = MODEL_CHANGES.get(config.method.name)
+    seed = config.seed
     return {
-        "data_order": f"numpy.random.default_rng([{seed}, epoch]) permutation, batches of {options['batch-size']}, "
+        "data_order": f"numpy.random.default_rng([{seed}, epoch]) permutation, batches of {config.optim.batch_size}, "
         "last partial batch dropped",
         "dropout_key": f"fold_in(key({seed}), step), per site by Flax module path",
         "dropout_stream": stream,
