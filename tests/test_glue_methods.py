@@ -280,6 +280,25 @@ def test_paired_ttest_is_scipys_ttest_rel_over_the_seeds_of_one_dropout_stream()
     assert glue_pairing.paired_ttest({0: (1.0, "s"), 1: (2.0, "s")}, {0: (0.0, "s"), 1: (1.0, "s")})[0] is None
 
 
+def test_the_table_marks_the_methods_that_change_the_model():
+    """SoftDecay and the Isotropy Layer's second stage change the model (†); a regulariser and the Isotropy Layer's
+    first stage (the fine-tuned model itself) do not."""
+    protocol = json.load(open(glue_methods.DEFAULT_CONFIG))["protocols"]["appB"]
+    record = {"accuracy": 50.0, "seed": 0, "pair": "s", "seconds_per_epoch": 1.0}
+    lines = {
+        name: [record]
+        for name in ("baseline", "softdecay", "cosine", "isotropy_layer: finetune", "isotropy_layer: isotropy_layer")
+    }
+    _, rows = glue_methods.task_table("wnli", lines, protocol, {})
+    assert {row["method"]: row["model_change"] for row in rows} == {
+        "baseline": False,
+        "softdecay": True,
+        "cosine": False,
+        "isotropy_layer: finetune": False,
+        "isotropy_layer: isotropy_layer": True,
+    }
+
+
 def test_campaign_order_is_cheapest_first_then_priority_then_seed():
     config = json.load(open(glue_methods.DEFAULT_CONFIG))
     runs = glue_methods.select(

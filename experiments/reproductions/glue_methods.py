@@ -325,7 +325,7 @@ def task_table(
     for line, records in lines.items():
         method, _, stage = line.partition(": ")
         changed = (
-            protocol["methods"].get(base_method(method), {}).get("method") in MODEL_CHANGES and stage != "finetune"
+            protocol["methods"].get(base_method(method), {}).get("method.name") in MODEL_CHANGES and stage != "finetune"
         )  # a two-stage run's first stage is the baseline's model
         cells = [line + (" †" if changed else ""), len(records)]
         entry = {"method": line, "seeds": [r["seed"] for r in records], "model_change": changed}
