@@ -59,9 +59,14 @@ def _eigh_descending_jvp(primals, tangents):
 
 @struct.dataclass
 class WhiteningState:
-    """Fitted BERT-whitening: ``mean [..., d]`` and ``W [..., d, k]`` (float32).
+    """Fitted BERT-whitening.
 
-    Built by :func:`fit_whitening`, applied by :func:`apply_whitening`; a pytree.
+    Built by :func:`fit_whitening`, applied by :func:`apply_whitening` (``(x - mean) W``); a pytree.
+
+    Attributes:
+      mean: ``[..., d]`` float32, the mean of the real rows.
+      W: ``[..., d, k]`` float32, ``U diag(1 / sqrt(s + eps * s_max))[:, :k]`` of the covariance's eigenvectors ``U``
+        and eigenvalues ``s`` (descending).
     """
 
     mean: jax.Array
