@@ -184,8 +184,9 @@ def softdecay_derivative(x, alpha, *, mask=None, rescale: bool = True, method: s
 
       >>> import numpy as np
       >>> from isojax import softdecay
-      >>> op = softdecay.softdecay_derivative(np.diag([2.0, 1.0]).astype(np.float32), -0.5)
-      >>> d_alpha = np.asarray(op.jvp(0.0, 1.0).y)
+      >>> import jax
+      >>> op = jax.jit(softdecay.softdecay_derivative)(np.diag([2.0, 1.0]).astype(np.float32), -0.5)  # a pytree
+      >>> d_alpha = np.asarray(jax.jit(lambda op: op.jvp(0.0, 1.0).y)(op))  # jit: one compilation, not one per op
       >>> r = lambda a: np.log(1 - a * (1 + a)) / np.log(1 - a * (2 + a))
       >>> np.allclose(d_alpha, np.diag([0.0, 2 * (r(-0.5 + 1e-6) - r(-0.5 - 1e-6)) / 2e-6]), atol=1e-4)
       True

@@ -474,7 +474,7 @@ def apply_flow(state: FlowState, x):
       >>> state = calibrate.fit_flow(
       ...     x, jax.random.key(0), levels=1, depth=1, hidden=4, steps=2, learning_rate=1e-9, batch_size=8
       ... )
-      >>> z, logdet = calibrate.apply_flow(state, x)
+      >>> z, logdet = jax.jit(calibrate.apply_flow)(state, x)  # jit: one compilation, not one per operation
       >>> z.shape, logdet.shape
       ((32, 4), (32,))
       >>> bool(np.isclose(logdet[0], -np.log(x.std(0)).sum(), atol=1e-4))
