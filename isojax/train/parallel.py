@@ -474,6 +474,7 @@ class MeshRunner:
         )
 
     def from_checkpoint(self, restored):
+        """The placed state from what :meth:`restore_target` restored: already on the mesh, as it is."""
         return restored
 
     def device_batch(self, rows: dict) -> dict:
@@ -544,9 +545,11 @@ class PmapRunner:
         return self.host(placed)
 
     def restore_target(self, abstract_state):
+        """Host zeros of the state's shapes and dtypes: a checkpoint is restored as one host replica."""
         return jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), abstract_state)
 
     def from_checkpoint(self, restored):
+        """The restored host replica, replicated on every device (:meth:`place`)."""
         return self.place(restored)
 
     def device_batch(self, batch: dict) -> dict:
@@ -554,9 +557,12 @@ class PmapRunner:
         return jax.tree.map(lambda x: x.reshape((self.data_size, -1) + x.shape[1:]), batch)
 
     def train(self, placed, batch: dict):
+        """One step on a whole batch (host numpy, rows divisible by the devices); returns the new placed state and
+        the device metrics (one replica per device: :meth:`host` reads the first)."""
         return self.train_step(placed, self.device_batch(batch))
 
     def predict(self, placed, batch: dict) -> dict:
+        """Predictions for a whole batch as host numpy arrays ``[B, ...]`` (the device blocks joined in order)."""
         return jax.tree.map(
             lambda x: np.asarray(x).reshape((-1,) + x.shape[2:]), self.predict_step(placed, self.device_batch(batch))
         )
