@@ -184,8 +184,9 @@ def softdecay_derivative(x, alpha, *, mask=None, rescale: bool = True, method: s
 
       >>> import numpy as np
       >>> from isojax import softdecay
-      >>> op = softdecay.softdecay_derivative(np.diag([2.0, 1.0]).astype(np.float32), -0.5)
-      >>> d_alpha = np.asarray(op.jvp(0.0, 1.0).y)
+      >>> import jax
+      >>> op = jax.jit(softdecay.softdecay_derivative)(np.diag([2.0, 1.0]).astype(np.float32), -0.5)  # a pytree
+      >>> d_alpha = np.asarray(jax.jit(lambda op: op.jvp(0.0, 1.0).y)(op))  # jit: one compilation, not one per op
       >>> r = lambda a: np.log(1 - a * (1 + a)) / np.log(1 - a * (2 + a))
       >>> np.allclose(d_alpha, np.diag([0.0, 2 * (r(-0.5 + 1e-6) - r(-0.5 - 1e-6)) / 2e-6]), atol=1e-4)
       True
@@ -244,12 +245,19 @@ class SoftDecay(nn.Module):
     Called as ``module(x [..., n, d], mask [..., n] = None)``: with ``x`` = last-layer token states ``[B, L, H]``
     and the attention mask, one SVD per sequence over its real tokens (padding excluded, returned as zeros);
     this is the signature :func:`isojax.models.build_encoder` uses for ``last_layer_transform``.
+
+    Attributes:
+      alpha_init: the starting α, a Python float in ``(−1, 0)`` (the authors' −0.2): the parameter ``theta``
+        starts at 0, where ``alpha_from_param(0, alpha_init) = alpha_init``.
+      rescale: apply Algorithm 1's ``K`` (:func:`soft_decay`'s ``rescale``), so that the output's largest singular
+        value is the input's.
+      method: the SVD strategy (:func:`soft_decay`'s ``method``): ``"auto"`` or a name in
+        :data:`isojax.spectral.DECOMPOSITIONS`.
     """
 
     alpha_init: float = -0.2
     rescale: bool = True
     method: str = "auto"
-    """The SVD strategy (:func:`soft_decay`'s ``method``)."""
 
     @nn.compact
     def __call__(self, x, mask=None):

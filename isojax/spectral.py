@@ -137,16 +137,19 @@ def _t(a):
 
 
 class Decomposition(NamedTuple):
-    """One way of computing the thin SVD (an entry of :data:`DECOMPOSITIONS`)."""
+    """One way of computing the thin SVD (an entry of :data:`DECOMPOSITIONS`).
+
+    Attributes:
+      route: ``"svd"`` (one SVD), ``"qr_svd"`` (QR, then the square factor's SVD) or ``"gram_eigh"``.
+      algorithm: the ``algorithm`` of ``jax.lax.linalg.svd`` or ``implementation`` of ``jax.lax.linalg.eigh``.
+      float64: for a Gram route, whether the Gram matrix is formed and decomposed in float64.
+      platforms: the platforms whose JAX lowering exists (``cpu``, ``cuda``, ``rocm``, ``tpu``).
+    """
 
     route: str
-    """``"svd"`` (one SVD), ``"qr_svd"`` (QR, then the square factor's SVD) or ``"gram_eigh"``."""
     algorithm: lax.linalg.SvdAlgorithm | lax.linalg.EighImplementation | None
-    """The ``algorithm`` of ``jax.lax.linalg.svd`` or ``implementation`` of ``jax.lax.linalg.eigh``."""
     float64: bool
-    """For a Gram route, whether the Gram matrix is formed and decomposed in float64."""
     platforms: tuple[str, ...]
-    """Platforms whose JAX lowering exists (``cpu``, ``cuda``, ``rocm``, ``tpu``)."""
 
 
 _SVD, _EIGH = lax.linalg.SvdAlgorithm, lax.linalg.EighImplementation
@@ -395,13 +398,16 @@ jax.interpreters.ad.primitive_jvps[_refuse_p] = lambda primals, tangents, reason
 
 
 class SpectralMap(NamedTuple):
-    """Result of :func:`spectral_map`."""
+    """Result of :func:`spectral_map`.
+
+    Attributes:
+      y: ``[..., n, d]`` the transformed matrix, in the input dtype.
+      s: ``[..., min(n, d)]`` singular values of the (masked) input, descending (up to rounding for the Gram route), in
+        the working dtype.
+    """
 
     y: jax.Array
-    """``[..., n, d]`` the transformed matrix, in the input dtype."""
     s: jax.Array
-    """``[..., min(n, d)]`` singular values of the (masked) input, descending (up to rounding for the Gram route),
-    in the working dtype."""
 
 
 def working_dtype(dtype) -> jnp.dtype:
@@ -600,36 +606,38 @@ class SpectralDerivative:
     adds, through ``dσ_max = dP_00``, the rank-one term ``Y · ∂K/∂σ_max · dP_00``: off the diagonal the operator
     is ``K`` times the one above; on the diagonal coordinates ``dP_ii`` it is the ``k × k`` matrix
     ``M = K diag(A_ii) + ∂K/∂σ_max · g e_0ᵀ``, whose singular values replace ``|K A_ii|``.
+
+    Attributes:
+      y: ``[..., n, d]`` ``Y = Σ_live g(s_i) u_i v_iᵀ``, before the scale (working dtype; masked rows 0).
+      u: ``[..., n, k]`` left singular vectors.
+      s: ``[..., k]`` singular values (``s[..., 0]`` is ``σ_max``).
+      vt: ``[..., k, d]`` right singular vectors (transposed).
+      live: ``[..., k]`` bool, ``s_i > rtol·s_max``.
+      g: ``[..., k]`` ``g(s_i)`` (0 for null values).
+      a: ``[..., k, k]`` ``A_ij = (g_i − g_j)/(s_i − s_j)`` (``g'`` on the diagonal and at ties), symmetric part.
+      b: ``[..., k, k]`` ``B_ij = (g_i + g_j)/(s_i + s_j)``, antisymmetric part.
+      h: ``[..., k]`` ``h_i = g_i/s_i`` (0 for null values), complement blocks.
+      dg_dparams: ``∂g/∂p_j``, each ``[..., k, *p_j.shape]``.
+      mask: ``[..., n]`` bool or None: masked rows are zero in and out.
+      scale: ``[...]`` ``K``.
+      dscale_ds: ``[...]`` ``∂K/∂σ_max``.
+      dscale_dparams: ``∂K/∂p_j``, each ``[..., *p_j.shape]`` (empty: ``K`` does not depend on the parameters).
     """
 
     y: jax.Array
-    """``[..., n, d]`` ``Y = Σ_live g(s_i) u_i v_iᵀ``, before the scale (working dtype; masked rows 0)."""
     u: jax.Array
-    """``[..., n, k]`` left singular vectors."""
     s: jax.Array
-    """``[..., k]`` singular values (``s[..., 0]`` is ``σ_max``)."""
     vt: jax.Array
-    """``[..., k, d]`` right singular vectors (transposed)."""
     live: jax.Array
-    """``[..., k]`` bool, ``s_i > rtol·s_max``."""
     g: jax.Array
-    """``[..., k]`` ``g(s_i)`` (0 for null values)."""
     a: jax.Array
-    """``[..., k, k]`` ``A_ij = (g_i − g_j)/(s_i − s_j)`` (``g'`` on the diagonal and at ties), symmetric part."""
     b: jax.Array
-    """``[..., k, k]`` ``B_ij = (g_i + g_j)/(s_i + s_j)``, antisymmetric part."""
     h: jax.Array
-    """``[..., k]`` ``h_i = g_i/s_i`` (0 for null values), complement blocks."""
     dg_dparams: tuple[jax.Array, ...]
-    """``∂g/∂p_j``, each ``[..., k, *p_j.shape]``."""
     mask: jax.Array | None
-    """``[..., n]`` bool or None: masked rows are zero in and out."""
     scale: jax.Array
-    """``[...]`` ``K``."""
     dscale_ds: jax.Array
-    """``[...]`` ``∂K/∂σ_max``."""
     dscale_dparams: tuple[jax.Array, ...]
-    """``∂K/∂p_j``, each ``[..., *p_j.shape]`` (empty: ``K`` does not depend on the parameters)."""
 
     @property
     def output(self) -> jax.Array:

@@ -148,7 +148,8 @@ def barcode_edges(x, *, mask=None):
     Examples:
       >>> import numpy as np
       >>> from isojax import topology
-      >>> edges, bars = topology.barcode_edges(np.array([[0.0], [1.0], [3.0]], np.float32))
+      >>> import jax
+      >>> edges, bars = jax.jit(topology.barcode_edges)(np.array([[0.0], [1.0], [3.0]], np.float32))
       >>> [sorted(edge) for edge in edges.tolist()], np.round(np.asarray(bars), 4).tolist()
       ([[1, 2], [0, 1]], [2.0, 1.0])
     """

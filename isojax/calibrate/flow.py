@@ -240,12 +240,19 @@ def _level_sizes(d: int, levels: int) -> list[int]:
 
 @struct.dataclass
 class FlowState:
-    """A fitted flow: Linen ``params`` and ``constants`` (permutations, signs, ActNorm centres), its
-    configuration, and ``log_likelihood [steps]``, the mean log-likelihood per dimension (nats) of each training
-    batch before its update.
+    """A fitted flow: its Linen variables, its configuration and its training curve.
 
     Built by :func:`fit_flow`, applied by :func:`apply_flow` and inverted by :func:`invert_flow`; a pytree whose
     ``levels``, ``depth`` and ``hidden`` (ints) are static.
+
+    Attributes:
+      params: the Glow's Linen ``params``.
+      constants: its ``constants`` collection (permutations, signs, ActNorm centres).
+      log_likelihood: ``[steps]`` float32, the mean log-likelihood per dimension (nats) of each training batch
+        before its update.
+      levels: the number of multi-scale levels.
+      depth: flow steps (ActNorm, invertible linear map, additive coupling) per level.
+      hidden: the width of the coupling networks.
     """
 
     params: dict
@@ -287,6 +294,11 @@ class Flow(nn.Module):
     ``hidden``. ActNorm starts from the rows the layer is *initialised* with (``init`` with real data: e.g. the
     pretrained model's representations of the first training batch). Computation in float32; ``z`` is returned
     in ``x``'s dtype.
+
+    Attributes:
+      levels: the number of multi-scale levels (BERT-flow: 3); ``d`` must exceed ``2**(levels - 1)``.
+      depth: flow steps per level (BERT-flow: 3).
+      hidden: the width of the coupling networks (BERT-flow: 32).
     """
 
     levels: int = 3
@@ -462,7 +474,7 @@ def apply_flow(state: FlowState, x):
       >>> state = calibrate.fit_flow(
       ...     x, jax.random.key(0), levels=1, depth=1, hidden=4, steps=2, learning_rate=1e-9, batch_size=8
       ... )
-      >>> z, logdet = calibrate.apply_flow(state, x)
+      >>> z, logdet = jax.jit(calibrate.apply_flow)(state, x)  # jit: one compilation, not one per operation
       >>> z.shape, logdet.shape
       ((32, 4), (32,))
       >>> bool(np.isclose(logdet[0], -np.log(x.std(0)).sum(), atol=1e-4))

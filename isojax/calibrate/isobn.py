@@ -69,16 +69,20 @@ class IsoBN(nn.Module):
     does; ``module.init`` leaves the statistics at their start value. A batch without real rows leaves them
     unchanged. With ``axis_name`` the batch statistics are averaged over that mapped axis (pmap/shard_map).
 
-    Fields: ``momentum`` (0.05) of the moving averages, ``eps`` (1e-3, see :func:`isobn_scale`), and
-    ``stats_init``: ``"identity"`` (default, ``C = I``, ``sigma = 1``, so the untrained module is the identity
-    up to ``eps``) or ``"zeros"`` (the authors' code). From zeros, after ``t`` updates both averages carry a
-    factor ``1 - (1 - momentum)^t``, so ``corr`` is inflated by ``1 / (1 - (1 - momentum)^t)`` (20x after the
-    first step; clipped at 1) and, before any update, the output is all zeros.
-
     Bad input (:func:`isojax._validate.check_cloud`): masked rows never enter the statistics, whatever they
     hold; a NaN or inf in a counted row raises ``ValueError`` (concrete) or, traced, gives a NaN output and
     leaves the running statistics unchanged. Not scale-invariant: the covariance squares the entries, so float32
     input must stay below about 1e19.
+
+    Attributes:
+      use_running_average: evaluation mode (the running statistics only read); ``None``: given at the call.
+      momentum: of the moving averages (0.05).
+      eps: the regulariser of :func:`isobn_scale` (1e-3).
+      stats_init: ``"identity"`` (default, ``C = I``, ``sigma = 1``, so the untrained module is the identity up to
+        ``eps``) or ``"zeros"`` (the authors' code). From zeros, after ``t`` updates both averages carry a factor
+        ``1 - (1 - momentum)^t``, so ``corr`` is inflated by ``1 / (1 - (1 - momentum)^t)`` (20x after the first
+        step; clipped at 1) and, before any update, the output is all zeros.
+      axis_name: a mapped axis (pmap / shard_map) over which the batch statistics are averaged; ``None``: none.
     """
 
     use_running_average: bool | None = None

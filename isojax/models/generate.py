@@ -52,7 +52,20 @@ _NEG = -1.0e9  # transformers' "impossible" score for beams
 
 @dataclasses.dataclass(frozen=True)
 class GenerationConfig:
-    """Decoding settings (see the module docstring); :func:`generation_config` fills them for a model."""
+    """Decoding settings (see the module docstring); :func:`generation_config` fills them for a model and checks them.
+
+    Attributes:
+      max_length: length of the returned sequences, the prompt (GPT-2) or the decoder start token (BART) included.
+      num_beams: 1: greedy; > 1: beam search with that many beams.
+      length_penalty: a finished hypothesis scores ``sum log p / (generated length) ** length_penalty``.
+      early_stopping: one of :data:`EARLY_STOPPING`: ``False`` (transformers' heuristic), ``True`` (stop once
+        ``num_beams`` hypotheses finished) or ``"never"``.
+      eos_token_id: the token that ends a sequence; ``None``: none does (decoding runs to ``max_length``).
+      pad_token_id: fills the positions after a sequence's end.
+      decoder_start_token_id: an encoder-decoder's first decoder token.
+      forced_bos_token_id: forced as the token after the first one (mBART's target language code); ``None``: none.
+      forced_eos_token_id: forced as the last token when ``max_length`` is reached; ``None``: none.
+    """
 
     max_length: int = 20
     num_beams: int = 1
@@ -67,19 +80,48 @@ class GenerationConfig:
 
 @flax.struct.dataclass
 class GenerateOutput:
-    """``sequences [B, max_length]`` int32 (positions after a sequence's end hold ``pad_token_id``); ``scores [B]``,
-    beam search only: the best hypothesis's length-penalised log-probability (transformers' ``sequences_scores``)."""
+    """What :func:`generate` returns (a pytree).
+
+    Attributes:
+      sequences: ``[B, max_length]`` int32: the left-aligned prompt (GPT-2) or the decoder start token (BART), then the
+        generated tokens; positions after a sequence's end hold ``pad_token_id``.
+      scores: ``[B]`` float32, beam search only (else ``None``): the best hypothesis's length-penalised
+        log-probability (transformers' ``sequences_scores``).
+    """
 
     sequences: Array
     scores: Array | None = None
 
 
 def generation_config(config: TransformerConfig, **overrides) -> GenerationConfig:
-    """The settings for the model of ``config``: its special token ids (``pad_token_id`` defaults to
-    ``eos_token_id``, ``decoder_start_token_id`` to ``bos_token_id``, as in transformers), then ``overrides``.
+    """The decoding settings for the model of ``config``, checked.
 
-    Raises ``ValueError`` naming a setting that is out of range (a token id outside the vocabulary, ``num_beams <
-    1``, an unknown ``early_stopping``, a ``max_length`` beyond the position embeddings).
+    The special token ids come from ``config`` (``pad_token_id`` defaults to ``eos_token_id``,
+    ``decoder_start_token_id`` to ``bos_token_id``, as in transformers), then ``overrides`` replace any field.
+
+    Args:
+      config: the model's config (a causal LM or an encoder-decoder).
+      overrides: :class:`GenerationConfig` fields; an unknown name is a ``TypeError``.
+
+    Returns:
+      a :class:`GenerationConfig`. A setting out of range raises ``ValueError`` naming it: a token id outside
+      ``[0, vocab_size)``, ``num_beams < 1``, an ``early_stopping`` not in :data:`EARLY_STOPPING`, a ``max_length``
+      outside ``[2, decoder positions]``, no pad token, or no decoder start token for an encoder-decoder.
+
+    Examples:
+      A config without a pad token pads with its end token:
+
+      >>> config = TransformerConfig(model_type="gpt2", vocab_size=10, max_position_embeddings=32, eos_token_id=2,
+      ...                            pad_token_id=None)
+      >>> gen = generation_config(config, num_beams=4)
+      >>> gen.max_length, gen.num_beams, gen.eos_token_id, gen.pad_token_id
+      (20, 4, 2, 2)
+      >>> generation_config(config, max_length=33)
+      Traceback (most recent call last):
+      ValueError: max_length=33 must lie in [2, 32], the positions of this gpt2 model's decoder
+      >>> generation_config(config, eos_token_id=10)
+      Traceback (most recent call last):
+      ValueError: eos_token_id=10 must be a token id in [0, 10) (one id; lists of end tokens are not supported)
     """
     fields = {f.name for f in dataclasses.fields(GenerationConfig)}
     unknown = sorted(set(overrides) - fields)
@@ -144,7 +186,26 @@ def generate(module, params, input_ids, attention_mask=None, *, collections=None
         rest come from :func:`generation_config`.
 
     Returns:
-      :class:`GenerateOutput` with ``sequences [B, max_length]``.
+      :class:`GenerateOutput` with ``sequences [B, max_length]`` int32 (and ``scores [B]`` under beam search).
+      A model that is not a causal LM or an encoder-decoder, a bad setting (see :func:`generation_config`), a row
+      without real tokens or a prompt as long as ``max_length`` is a ``ValueError``.
+
+    Examples:
+      Greedy decoding from a tiny random GPT-2 (weights scaled up so that its choices vary): each generated token
+      is the argmax of the uncached forward pass over the tokens before it:
+
+      >>> from isojax.models import TransformerConfig, build_model, init_params
+      >>> config = TransformerConfig(model_type="gpt2", vocab_size=10, hidden_size=8, num_hidden_layers=1,
+      ...                            num_attention_heads=2, intermediate_size=16, max_position_embeddings=16,
+      ...                            type_vocab_size=0, pre_norm=True, embedding_norm=False)
+      >>> module = build_model(config)
+      >>> params = jax.tree.map(lambda w: 8 * w, init_params(module, jax.random.key(1)))
+      >>> out = generate(module, params, jnp.array([[1, 2], [3, 4]]), max_length=6)
+      >>> out.sequences.tolist()
+      [[1, 2, 9, 8, 1, 1], [3, 4, 1, 7, 7, 7]]
+      >>> logits = jax.jit(module.apply)({"params": params}, out.sequences).logits  # [2, 6, 10]
+      >>> bool((logits[:, 1:-1].argmax(-1) == out.sequences[:, 2:]).all())
+      True
     """
     config = module.config
     require_kind(config, ("causal_lm", "encoder_decoder"), "generate")
@@ -158,7 +219,22 @@ def generate(module, params, input_ids, attention_mask=None, *, collections=None
 
 
 def left_align(ids: Array, mask: Array) -> tuple[Array, Array]:
-    """Move each row's padding to its left, keeping the real tokens in order: ``([B, P], [B, P])``."""
+    """Move each row's padding to its left, keeping the real tokens in order (a stable sort of the mask).
+
+    Args:
+      ids: ``[B, P]`` token ids.
+      mask: ``[B, P]`` bool, true at real tokens (padding anywhere: right, left or holes).
+
+    Returns:
+      ``(ids, mask)``, both ``[B, P]`` with the dtypes of the inputs: each row's padded positions first, then its real
+      tokens in their original order.
+
+    Examples:
+      >>> ids = jnp.array([[5, 6, 0, 0], [0, 7, 0, 8]])
+      >>> aligned, mask = left_align(ids, ids > 0)
+      >>> aligned.tolist(), mask.astype(int).tolist()
+      ([[0, 0, 5, 6], [0, 0, 7, 8]], [[0, 0, 1, 1], [0, 0, 1, 1]])
+    """
     order = jnp.argsort(mask, axis=1, stable=True)  # False (padding) first
     return jnp.take_along_axis(ids, order, axis=1), jnp.take_along_axis(mask, order, axis=1)
 

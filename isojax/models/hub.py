@@ -207,7 +207,7 @@ def from_pretrained(
       >>> module.config.model_type, module.config.num_hidden_layers, module.config.hidden_size
       ('bert', 6, 384)
       >>> batch = tokenizer(["a cat", "the dogs bark"], padding=True, return_tensors="np")
-      >>> out = module.apply({"params": params}, batch["input_ids"], batch["attention_mask"])
+      >>> out = jax.jit(module.apply)({"params": params}, batch["input_ids"], batch["attention_mask"])
       >>> out.last_hidden_state.shape  # [B, T, hidden_size]: [CLS] the dogs bark [SEP]
       (2, 5, 384)
     """

@@ -70,16 +70,31 @@ the data axis)."""
 
 
 def fsdp_spec(path: str, shape: Sequence[int], spec: P, data_size: int) -> P:
-    """``spec`` (the array's model-parallel PartitionSpec) with :data:`FSDP_AXIS` added on the dimension chosen by
-    the rule of the module docstring, for an array of ``shape`` at ``path`` over a data axis of ``data_size``
-    devices; ``spec`` unchanged when ``data_size == 1`` or no dimension qualifies.
+    """``spec`` with :data:`FSDP_AXIS` added on the dimension that the rule of the module docstring chooses.
 
-    >>> fsdp_spec("encoder/layer_0/intermediate/kernel", (16, 32), P(None, "model"), 8)
-    P('data', 'model')
-    >>> fsdp_spec("encoder/layer_0/attention/query/kernel", (16, 16), P(), 4)
-    P('data', None)
-    >>> fsdp_spec("head/classifier/bias", (3,), P(), 8)
-    P()
+    The chosen dimension is the largest (ties: the earliest) of those that divide by ``data_size``, are not split over
+    the model axis in ``spec`` and are not excluded for ``path`` by :data:`FSDP_EXCEPTIONS`.
+
+    Args:
+      path: the "/"-joined path of the parameter (or of its optimiser moment).
+      shape: the array's shape.
+      spec: the array's model-parallel ``PartitionSpec`` (it may name fewer dimensions than ``shape`` has).
+      data_size: the number of devices on the data axis (>= 1).
+
+    Returns:
+      a ``PartitionSpec`` naming every dimension of ``shape``; ``spec`` itself when ``data_size == 1`` or no dimension
+      qualifies. ``ValueError`` for ``data_size < 1`` or a ``spec`` longer than ``shape``.
+
+    Examples:
+      The feed-forward kernel's output dimension is split over ``model``, so ``data`` takes the input dimension; a
+      square kernel splits its first dimension; a 3-way bias does not divide by 8 and stays replicated:
+
+      >>> fsdp_spec("encoder/layer_0/intermediate/kernel", (16, 32), P(None, "model"), 8)
+      P('data', 'model')
+      >>> fsdp_spec("encoder/layer_0/attention/query/kernel", (16, 16), P(), 4)
+      P('data', None)
+      >>> fsdp_spec("head/classifier/bias", (3,), P(), 8)
+      P()
     """
     if data_size < 1:
         raise ValueError(f"data_size must be a positive number of devices, got {data_size!r}")

@@ -299,8 +299,9 @@ def build_encoder(
       ...                            intermediate_size=16, max_position_embeddings=16)
       >>> import jax, jax.numpy as jnp
       >>> module = build_encoder(config)
-      >>> params = init_params(module, jax.random.key(0))
-      >>> out = module.apply({"params": params}, jnp.ones((3, 5), jnp.int32), jnp.ones((3, 5), jnp.int32))
+      >>> ids = jax.ShapeDtypeStruct((3, 5), jnp.int32)  # shapes alone (jax.eval_shape): nothing is computed
+      >>> params = jax.eval_shape(lambda: init_params(module, jax.random.key(0)))
+      >>> out = jax.eval_shape(module.apply, {"params": params}, ids, ids)
       >>> out.last_hidden_state.shape, out.pooler_output.shape
       ((3, 5, 8), (3, 8))
     """

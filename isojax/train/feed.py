@@ -37,8 +37,16 @@ __all__ = ["Split", "TokenGroup", "batch_indices", "process_batches"]
 
 @dataclasses.dataclass(frozen=True)
 class TokenGroup:
-    """Token arrays ``keys`` (``[n, W]``) of a batch that share one width: the bucket of the longest row of the
-    ``mask`` array, at most ``max_length``; ``fill`` gives each key's padding value (default 0)."""
+    """Token arrays of a batch that share one width: the bucket of the longest row of the ``mask`` array.
+
+    Attributes:
+      mask: the key of the ``[n, W]`` mask array (1 at real tokens) whose longest row sets the group's width.
+      keys: the keys of the group's ``[n, W]`` arrays (the mask included), all cut or padded to that width.
+      max_length: the group's largest width (the tokenizer's ``max_length``); the width is
+        :func:`~isojax.data.batching.bucket_length` of the longest row, capped at it.
+      fill: each key's padding value where a row is padded wider (default 0), e.g. the tokenizer's pad id for
+        ``input_ids``.
+    """
 
     mask: str
     keys: tuple[str, ...]
@@ -61,8 +69,13 @@ class Rows(Protocol):
 
 @dataclasses.dataclass(frozen=True)
 class Split:
-    """The rows of a split as read (``data``: texts and labels) and how they are tokenised (``tokenizer``,
-    ``max_length`` tokens per row)."""
+    """The rows of a classification split as read, and how they are tokenised.
+
+    Attributes:
+      data: the split's texts and labels (a :class:`~isojax.data.glue.GlueData`).
+      tokenizer: a Hugging Face tokenizer (its ``pad_token_id`` fills ``input_ids``).
+      max_length: tokens per row, special tokens included (longer rows are truncated).
+    """
 
     data: GlueData
     tokenizer: Any
@@ -104,8 +117,23 @@ class Split:
 
 
 def batch_indices(n: int, batch_size: int, **order) -> list[np.ndarray]:
-    """Row indices ``[batch_size]`` (the last one may be shorter) of the batches of one epoch of ``n`` rows;
-    ``order``: :func:`~isojax.data.batching.batches`' ``shuffle, seed, epoch, start, drop_last``."""
+    """Row indices of the batches of one epoch of ``n`` rows, as :func:`~isojax.data.batching.batches` orders them.
+
+    Args:
+      n: the number of rows.
+      batch_size: rows per batch.
+      order: :func:`~isojax.data.batching.batches`' ``shuffle, seed, epoch, start, drop_last``.
+
+    Returns:
+      a list of int ``[batch_size]`` arrays (the last one may be shorter unless ``drop_last``).
+
+    Examples:
+      >>> batch_indices(5, 2)
+      [array([0, 1]), array([2, 3]), array([4])]
+      >>> shuffled = batch_indices(5, 2, shuffle=True, seed=0)
+      >>> [len(b) for b in shuffled], sorted(np.concatenate(shuffled).tolist())  # a permutation of the rows
+      ([2, 2, 1], [0, 1, 2, 3, 4])
+    """
     return [b["row"] for b in batches({"row": np.arange(n)}, batch_size, **order)]
 
 
@@ -124,10 +152,30 @@ def process_batches(split: Rows, index_batches: Sequence[np.ndarray], rows: np.n
       index_batches: each global batch as ``[B]`` row indices of ``split`` (the same on every process).
       rows: the positions in a batch that this process feeds (``runner.process_rows(B)``).
 
-    Returns an iterator over the batches: dicts of ``split.arrays`` for this process's rows, every token array
-    ``[len(rows), W]`` (``W``: its group's bucket width of the global batch; for :class:`Split`, ``input_ids``,
-    ``attention_mask``, ``token_type_ids`` int32 and ``labels [len(rows)]``). Tokenisation and the exchange of
-    lengths happen in this call, so every process must make it at the same point.
+    Returns:
+      an iterator over the batches: dicts of ``split.arrays`` for this process's rows, every token array
+      ``[len(rows), W]`` (``W``: its group's bucket width of the global batch; for :class:`Split`, ``input_ids``,
+      ``attention_mask``, ``token_type_ids`` int32 and ``labels [len(rows)]``). Tokenisation and the exchange of
+      lengths happen in this call, so every process must make it at the same point. Batches of different lengths
+      are a ``ValueError``.
+
+    Examples:
+      A split of 4 rows with 3, 1, 2 and 40 tokens; the buckets are 32, 64, ..., so the first batch is 32 wide and
+      the second 48 (``max_length``, below the next bucket); ``ids`` are padded with 9:
+
+      >>> class Rows:
+      ...     groups = (TokenGroup("mask", ("ids", "mask"), max_length=48, fill={"ids": 9}),)
+      ...     lengths = [3, 1, 2, 40]
+      ...     def __len__(self):
+      ...         return len(self.lengths)
+      ...     def arrays(self, rows):
+      ...         mask = np.arange(max(self.lengths[r] for r in rows)) < np.array([[self.lengths[r]] for r in rows])
+      ...         return {"ids": np.where(mask, 5, 9), "mask": mask.astype(np.int32), "row": np.array(rows)}
+      >>> fed = list(process_batches(Rows(), batch_indices(4, 2), rows=np.arange(2)))
+      >>> [(b["row"].tolist(), b["ids"].shape, b["mask"].shape) for b in fed]
+      [([0, 1], (2, 32), (2, 32)), ([2, 3], (2, 48), (2, 48))]
+      >>> fed[0]["ids"][1, :4].tolist(), int(fed[1]["mask"][1].sum())
+      ([5, 9, 9, 9], 40)
     """
     if not len(index_batches):
         return iter(())

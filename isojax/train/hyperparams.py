@@ -243,7 +243,6 @@ def to_json(value: Hyperparameter):
 
 __all__ = [
     "SCHEDULE_KINDS",
-    "Hyperparameter",
     "StepSchedule",
     "hyperparameter",
     "is_schedule_text",

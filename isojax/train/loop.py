@@ -69,8 +69,15 @@ class NonFiniteTrainingError(FloatingPointError):
 
 @dataclasses.dataclass
 class FitResult:
-    """What :func:`fit` returns: ``metrics`` of the last evaluation, ``stages`` (stage name -> its final
-    evaluation), the final ``params`` (host numpy), the global ``step`` and the ``output_dir``."""
+    """What :func:`fit` returns.
+
+    Attributes:
+      output_dir: the run directory (``log.jsonl``, ``curves.png``, ``results.json``, ``checkpoints/``).
+      step: the global step count at the end (every stage's steps).
+      metrics: the last evaluation: task metrics and isotropy measures by name (floats).
+      stages: stage name -> that stage's final evaluation.
+      params: the final parameters, host NumPy arrays in the model's tree.
+    """
 
     output_dir: str
     step: int
@@ -287,7 +294,16 @@ class _Run:
 
 
 def fit(config: TrainConfig) -> FitResult:
-    """Run (or resume) the fine-tuning described by ``config``; see the module docstring."""
+    """Run (or resume) the fine-tuning described by ``config``; see the module docstring.
+
+    Args:
+      config: the run (:class:`~isojax.train.config.TrainConfig`): task, model, method, optimiser, placement,
+        logging (``output_dir``: a run left there is resumed from its latest checkpoint) and seed.
+
+    Returns:
+      a :class:`FitResult`. A configuration the devices or the model cannot serve is a ``ValueError`` before any data
+      is read; ``max_nonfinite_steps`` skipped steps in a row stop the run with :class:`NonFiniteTrainingError`.
+    """
     prepared = prepare(config)
     plans, recipe = prepared.plans, prepared.recipe
     main_process = jax.process_index() == 0

@@ -66,12 +66,20 @@ class TaskOutput:
 class TaskModel(nn.Module):
     """Encoder + pooling + optional IsoBN / Isotropy Layer + :class:`ClassificationHead` (see module docstring).
 
-    Fields: ``encoder`` (an :class:`isojax.models.EncoderModel`, its SoftDecay included as its
-    ``last_layer_transform``), ``num_labels``, ``pooling``, ``dropout_rate`` (head dropout), ``use_isobn``,
-    ``use_isotropy_layer``, ``flow`` (a :class:`isojax.calibrate.Flow` to calibrate the sentence embedding with,
-    or None), ``axis_name`` (the ``pmap`` axis over which IsoBN averages its batch statistics).
+    ``__call__(input_ids, attention_mask, token_type_ids=None, *, deterministic=True)`` returns a :class:`TaskOutput`.
     IsoBN updates its running statistics when ``deterministic=False`` (call with ``mutable=["batch_stats"]``).
     ``INPUTS``: the batch arrays ``__call__`` takes, in order.
+
+    Attributes:
+      encoder: an :class:`isojax.models.EncoderModel` (its SoftDecay, if any, is its ``last_layer_transform``).
+      num_labels: the head's outputs; 1 is regression.
+      pooling: the sentence representation the head reads: ``cls``, ``pooler``, ``mean``, ``first_last_avg`` or
+        ``last2avg``.
+      dropout_rate: the head's dropout.
+      use_isobn: IsoBN on the sentence embedding.
+      use_isotropy_layer: the Isotropy Layer on the sentence embedding.
+      flow: a :class:`isojax.calibrate.Flow` to calibrate the sentence embedding with, or ``None``.
+      axis_name: the ``pmap`` axis over which IsoBN averages its batch statistics (``None``: no ``pmap``).
     """
 
     encoder: nn.Module
@@ -146,12 +154,32 @@ def word_embeddings(params) -> jax.Array:
 
 
 def init_variables(model: TaskModel, encoder_params, key, flow_rows=None) -> dict:
-    """Variables of ``model``: the pretrained ``encoder_params`` and freshly initialised heads (flow, IsoBN
-    statistics, Isotropy Layer, head; initialised on their own, without running the encoder).
+    """Variables of ``model``: the pretrained ``encoder_params`` and freshly initialised heads.
 
-    ``flow_rows [N, H]``: the sentence embeddings that the flow's ActNorm starts from (:meth:`TaskModel.flow_features`
-    of the pretrained encoder on the first training batches); needed with a flow, unused without.
-    Returns ``{"params": ..., "batch_stats": ..., "constants": ...}`` (``{}`` without IsoBN / a flow).
+    The flow, IsoBN statistics, Isotropy Layer and head are initialised on their own, without running the encoder.
+
+    Args:
+      model: the :class:`TaskModel`.
+      encoder_params: the pretrained encoder's params (placed unchanged under ``params["encoder"]``).
+      key: a ``jax.random`` key for the heads.
+      flow_rows: ``[N, H]`` sentence embeddings that the flow's ActNorm starts from (:meth:`TaskModel.flow_features`
+        of the pretrained encoder on the first training batches); needed with a flow (else ``ValueError``), unused
+        without.
+
+    Returns:
+      ``{"params": ..., "batch_stats": ..., "constants": ...}`` (``{}`` without IsoBN / a flow); the head's kernel
+      is ``[H, num_labels]``.
+
+    Examples:
+      >>> from isojax.models import TransformerConfig, build_encoder
+      >>> config = TransformerConfig(vocab_size=10, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+      ...                            intermediate_size=16, max_position_embeddings=16)
+      >>> model = TaskModel(build_encoder(config), num_labels=3, use_isobn=True)
+      >>> variables = init_variables(model, {"pretrained": "weights"}, jax.random.key(0))
+      >>> sorted(variables["params"]), variables["params"]["encoder"], sorted(variables["batch_stats"])
+      (['encoder', 'head'], {'pretrained': 'weights'}, ['isobn'])
+      >>> jax.tree.map(jnp.shape, variables["params"]["head"])
+      {'classifier': {'bias': (3,), 'kernel': (8, 3)}}
     """
     if model.flow is None:
         sentence = jnp.zeros((1, model.encoder.config.hidden_size), jnp.float32)

@@ -142,11 +142,29 @@ REGULARIZERS: dict[str, RegularizerKind] = {
 class Regularizer:
     """One weighted regulariser term: ``weight(step) * REGULARIZERS[name](representation, **options(step))``.
 
-    ``weight`` and the float options are numbers, 0-d float NumPy / JAX scalars (kept as Python floats) or schedules
-    of the step (:mod:`isojax.train.hyperparams`; text such as ``"linear:0:1:500"`` is read as one).
-    ``representation`` None means the regulariser's default; ``options`` is a tuple of ``(name, value)`` pairs
-    (hashable, so objectives can be static under ``jit``) overriding the defaults. Unknown names, options or
-    representations, and a weight that is not a float scalar or a schedule, raise here, at construction.
+    Unknown names, options or representations, and a weight that is not a float scalar or a schedule, raise
+    ``ValueError`` here, at construction. The dataclass is frozen and hashable, so objectives can be static under
+    ``jit``.
+
+    Attributes:
+      name: a key of :data:`REGULARIZERS` (``"cosine"``, ``"spectrum_pol"``, ``"spectrum_exp"``, ``"isoscore"``,
+        ``"istar"``, ``"persistent_entropy"``).
+      weight: ``lambda``: a number, a 0-d float NumPy / JAX scalar (kept as a Python float) or a schedule of the step
+        (:mod:`isojax.train.hyperparams`; text such as ``"linear:0:1:500"`` is read as one).
+      representation: what the term acts on, a key of :data:`~isojax.train.model.REPRESENTATIONS` that the
+        regulariser accepts; ``None``: its default (``embedding`` or ``cls``).
+      options: ``(name, value)`` pairs overriding the regulariser's defaults; after construction, every option with
+        its value, sorted by name. Float options may be schedules too.
+
+    Examples:
+      >>> reg = Regularizer("istar", "linear:0:1:500", options=(("zeta", 0.5),))
+      >>> reg.label, reg.options
+      ('istar@cls', (('c0', 'identity'), ('zeta', 0.5)))
+      >>> reg.scheduled_values(250)["istar@cls/weight"]  # halfway up the linear schedule
+      Array(0.5, dtype=float32, weak_type=True)
+      >>> Regularizer("istar", representation="embedding")
+      Traceback (most recent call last):
+      ValueError: regulariser istar: unknown or unsupported representation 'embedding'; expected one of [...]
     """
 
     name: str
@@ -310,10 +328,29 @@ class ModelOutput(Protocol):
 class Objective:
     """Task loss and regularisers combined by ``combine`` (see the module docstring).
 
-    Fields: ``num_labels`` (1 = regression), ``regularizers`` (with resolved options), ``combine`` (``"sum"``,
-    ``"balanced"`` or ``"weighted"``), ``alpha`` (for ``"weighted"``), ``smoothing`` (s of the balancer),
-    ``references`` (term label -> reference statistic, :func:`data_references`). ``alpha`` and ``smoothing`` are
-    numbers or schedules of the step (:mod:`isojax.train.hyperparams`).
+    Calling it, ``objective(output, params, labels, balancer, collectives, step=...)`` gives ``(loss, terms,
+    balancer)``: the scalar objective, its parts (``task``, each regulariser's unweighted value under its
+    :attr:`Regularizer.label`, ``flow``, scheduled values) and the updated balancer state.
+
+    Attributes:
+      num_labels: the number of classes; 1 is regression (squared error on ``logits[:, 0]``).
+      regularizers: the :class:`Regularizer` terms (options resolved: :func:`resolve_auto_options`).
+      combine: ``"sum"``, ``"balanced"`` or ``"weighted"``; the last two need regularisers.
+      alpha: the task loss's weight for ``"weighted"``, in [0, 1]; a number or a schedule of the step.
+      smoothing: ``s`` of the joint-loss balancer (``"balanced"``); a number or a schedule of the step.
+      references: term label -> reference statistic (:func:`data_references`; I-STAR with ``c0="data"`` needs one).
+
+    Examples:
+      Without regularisers the loss is the mean cross-entropy, here checked against the log-softmax by hand:
+
+      >>> import types, numpy as np
+      >>> from isojax.train.collectives import GLOBAL
+      >>> logits = np.array([[2.0, 0.0], [0.0, 1.0]], np.float32)
+      >>> output = types.SimpleNamespace(logits=logits, flow_log_likelihood=None)
+      >>> loss, terms, _ = Objective(num_labels=2)(output, {}, np.array([0, 1]), None, GLOBAL)
+      >>> want = np.mean([np.log1p(np.exp(-2.0)), np.log1p(np.exp(-1.0))])
+      >>> bool(np.isclose(loss, want)), sorted(terms)
+      (True, ['task'])
     """
 
     num_labels: int

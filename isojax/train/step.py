@@ -71,6 +71,49 @@ def make_train_step(
     the others, which skip their cost).
     ``frozen`` names top-level parameter subtrees that get no gradient. The model runs in training mode
     (dropout on, IsoBN updating its statistics, averaged over the collectives' axis).
+
+    Args:
+      model: the task model (:class:`~isojax.train.model.TaskModel`, or a recipe's model with ``INPUTS``).
+      objective: the loss (:class:`~isojax.train.objective.Objective`).
+      optimizer: the optax optimiser whose state is ``state.opt_state``.
+      frozen: top-level parameter subtrees (e.g. ``("encoder",)``) that get no gradient.
+      collectives: :data:`~isojax.train.collectives.GLOBAL` (``jit``) or the ``pmap`` axis's
+        :class:`~isojax.train.collectives.AxisCollectives`.
+      gradient_every: ``k > 0``: gradient statistics every k-th step of the stage; 0: none.
+      stage_start: the global step at which the stage starts (for ``gradient_every``).
+
+    Returns:
+      ``step(state, batch) -> (state, metrics)``, pure and not jitted: ``state`` a
+      :class:`~isojax.train.state.TrainState`, ``batch`` the model's ``INPUTS`` and ``labels`` (module docstring),
+      ``metrics`` a dict of scalars.
+
+    Examples:
+      One SGD step (learning rate 0.5) of a tiny model without dropout, its encoder frozen: the loss is the
+      cross-entropy of the prediction step's logits, the head's bias moves by ``-0.5`` times the mean of
+      ``softmax - onehot`` (its gradient in closed form), and the encoder does not move:
+
+      >>> import numpy as np, optax
+      >>> from isojax.models import TransformerConfig, build_encoder, init_params
+      >>> from isojax.train import Objective, TaskModel, create_state, init_variables
+      >>> config = TransformerConfig(vocab_size=10, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+      ...                            intermediate_size=16, max_position_embeddings=16,
+      ...                            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+      >>> model = TaskModel(build_encoder(config), num_labels=2, dropout_rate=0.0)
+      >>> variables = init_variables(model, init_params(model.encoder, jax.random.key(0)), jax.random.key(1))
+      >>> state = create_state(variables, optax.sgd(0.5), seed=0)
+      >>> batch = {"input_ids": np.array([[1, 4, 2], [1, 5, 2]], np.int32), "attention_mask": np.ones((2, 3), np.int32),
+      ...          "token_type_ids": np.zeros((2, 3), np.int32), "labels": np.array([0, 1], np.int32)}
+      >>> logits = np.asarray(jax.jit(make_predict_step(model))(state, batch)["logits"], np.float64)
+      >>> p = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+      >>> train_step = make_train_step(model, Objective(2), optax.sgd(0.5), frozen=("encoder",))
+      >>> new, metrics = jax.jit(train_step)(state, batch)
+      >>> bool(np.isclose(metrics["loss"], -np.log(p[[0, 1], [0, 1]]).mean())), int(new.step)
+      (True, 1)
+      >>> bias = variables["params"]["head"]["classifier"]["bias"]
+      >>> np.allclose(new.params["head"]["classifier"]["bias"], bias - 0.5 * (p - np.eye(2)).mean(0), atol=1e-6)
+      True
+      >>> jax.tree.all(jax.tree.map(np.array_equal, new.params["encoder"], variables["params"]["encoder"]))
+      True
     """
     if hasattr(model, "axis_name"):  # the axis over which IsoBN averages its batch statistics
         model = model.clone(axis_name=collectives.axis_name)
@@ -128,8 +171,38 @@ def make_train_step(
 
 
 def make_predict_step(model: TaskModel) -> Callable[[TrainState, dict], dict]:
-    """``predict(state, batch) -> {"logits": [B, C], "head_input": [B, H]}``, deterministic (no dropout,
-    IsoBN on its running statistics)."""
+    """``predict(state, batch) -> {"logits": [B, C], "head_input": [B, H]}``, deterministic.
+
+    No dropout; IsoBN on its running statistics.
+
+    Args:
+      model: the task model (:class:`~isojax.train.model.TaskModel`).
+
+    Returns:
+      ``predict(state, batch)``, pure and not jitted: ``state`` a :class:`~isojax.train.state.TrainState`,
+      ``batch`` with the model's ``INPUTS``; ``logits`` ``[B, num_labels]`` float32 and ``head_input`` ``[B, H]``
+      (what the head reads).
+
+    Examples:
+      The logits are the head's affine map of the head input, ``head_input @ kernel + bias``:
+
+      >>> import numpy as np, optax
+      >>> from isojax.models import TransformerConfig, build_encoder, init_params
+      >>> from isojax.train import TaskModel, create_state, init_variables
+      >>> config = TransformerConfig(vocab_size=10, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+      ...                            intermediate_size=16, max_position_embeddings=16)
+      >>> model = TaskModel(build_encoder(config), num_labels=2)
+      >>> variables = init_variables(model, init_params(model.encoder, jax.random.key(0)), jax.random.key(1))
+      >>> state = create_state(variables, optax.sgd(0.1), seed=0)
+      >>> batch = {"input_ids": np.array([[1, 4, 2]], np.int32), "attention_mask": np.ones((1, 3), np.int32),
+      ...          "token_type_ids": np.zeros((1, 3), np.int32)}
+      >>> out = jax.jit(make_predict_step(model))(state, batch)
+      >>> out["logits"].shape, out["head_input"].shape
+      ((1, 2), (1, 8))
+      >>> head = variables["params"]["head"]["classifier"]
+      >>> np.allclose(out["logits"], np.asarray(out["head_input"]) @ head["kernel"] + head["bias"], atol=1e-6)
+      True
+    """
 
     def predict(state: TrainState, batch: dict):
         # apply without mutable= returns the output alone (flax declares the (output, variables) case too)

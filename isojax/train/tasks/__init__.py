@@ -20,9 +20,25 @@ from isojax.train.tasks.seq2seq import Seq2SeqModel, Seq2SeqRecipe, Seq2SeqSplit
 
 
 def recipe_for(config: TrainConfig) -> TaskRecipe[Any, Any]:
-    """The recipe of ``config``'s task: :class:`Seq2SeqRecipe` for a sequence-to-sequence task
-    (:attr:`TrainConfig.is_seq2seq`), else :class:`ClassificationRecipe`. The model and split types differ by
-    task, hence ``Any`` for the caller; each recipe is checked against the protocol with its own types here."""
+    """The recipe of ``config``'s task.
+
+    The model and split types differ by task, hence ``Any`` for the caller; each recipe is checked against the
+    protocol with its own types here.
+
+    Args:
+      config: the run (:class:`~isojax.train.config.TrainConfig`).
+
+    Returns:
+      a :class:`Seq2SeqRecipe` for a sequence-to-sequence task (:attr:`TrainConfig.is_seq2seq`), else a
+      :class:`ClassificationRecipe`.
+
+    Examples:
+      >>> from isojax.train.config import TaskConfig
+      >>> type(recipe_for(TrainConfig(task=TaskConfig("rte")))).__name__
+      'ClassificationRecipe'
+      >>> type(recipe_for(TrainConfig(task=TaskConfig("cnn_dailymail")))).__name__
+      'Seq2SeqRecipe'
+    """
     if config.is_seq2seq:
         seq2seq: TaskRecipe[Seq2SeqModel, Seq2SeqSplit] = Seq2SeqRecipe(config)
         return seq2seq

@@ -50,7 +50,19 @@ class TaskRecipe(Protocol[M, D]):
     """Everything :func:`isojax.train.loop.fit` does its own way for a kind of task (module docstring).
 
     ``M``: the task model that :meth:`build` returns; ``D``: the split type that :meth:`load` returns
-    (:class:`~isojax.train.feed.Rows`). :func:`isojax.train.tasks.recipe_for` picks a configuration's recipe.
+    (:class:`~isojax.train.feed.Rows`). :func:`isojax.train.tasks.recipe_for` picks a configuration's recipe. The
+    protocol is ``runtime_checkable``: ``isinstance(recipe, TaskRecipe)`` checks that its members exist.
+
+    Attributes:
+      metrics: the task metrics among :meth:`evaluate`'s keys (curves.png's task panel).
+      curves: the isotropy measures among :meth:`evaluate`'s keys (curves.png's isotropy panel).
+      eval_split: the split evaluated during training (``"validation"``, MNLI's ``"validation_matched"``).
+
+    Examples:
+      >>> from isojax.train.config import TaskConfig, TrainConfig
+      >>> from isojax.train.tasks import ClassificationRecipe
+      >>> isinstance(ClassificationRecipe(TrainConfig(task=TaskConfig("rte"))), TaskRecipe)
+      True
     """
 
     metrics: tuple[str, ...]
@@ -94,4 +106,4 @@ class TaskRecipe(Protocol[M, D]):
         ...
 
 
-__all__ = ["PredictStep", "Runner", "TaskRecipe"]
+__all__ = ["TaskRecipe"]

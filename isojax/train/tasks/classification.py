@@ -30,8 +30,19 @@ from isojax.train.tasks.base import PredictStep, Runner
 
 
 def build_task_model(config: TrainConfig) -> tuple[TaskModel, dict, Any]:
-    """``(TaskModel, pretrained encoder params, tokenizer)`` for the configuration (SoftDecay, dtype, dropout,
-    scanned layers and remat)."""
+    """The task model, the pretrained encoder's params and the tokenizer for the configuration.
+
+    The encoder is loaded by :func:`isojax.from_pretrained` (``config.model.name``) with the configuration's SoftDecay,
+    dtype, dropout, scanned layers and remat; the :class:`~isojax.train.model.TaskModel` adds the method's isotropy
+    modules and a head of ``config.num_labels`` outputs.
+
+    Args:
+      config: the run (:class:`~isojax.train.config.TrainConfig`) of a GLUE task.
+
+    Returns:
+      ``(TaskModel, pretrained encoder params, tokenizer)``. A model that is not an encoder, or one without tokenizer
+      files, is a ``ValueError``.
+    """
     spec = config.method_spec
     transform = SoftDecay(alpha_init=config.method.softdecay_alpha) if spec.softdecay else None
     dtype = jnp.bfloat16 if config.model.dtype == "bfloat16" else jnp.float32
@@ -80,13 +91,45 @@ def check_pooler(config: TrainConfig, model: TaskModel) -> None:
 
 
 def eval_split(task: str) -> str:
-    """The labelled dev split of a GLUE task (MNLI: the matched one)."""
+    """The labelled dev split of a GLUE task (MNLI: the matched one).
+
+    Args:
+      task: a GLUE task name in any spelling :func:`~isojax.data.glue.glue_task` accepts (``"RTE"``, ``"mnli"``).
+
+    Returns:
+      the split's name: ``"validation"``, or ``"validation_matched"`` for MNLI. An unknown task is a ``ValueError``.
+
+    Examples:
+      >>> eval_split("RTE"), eval_split("MNLI")
+      ('validation', 'validation_matched')
+    """
     return "validation_matched" if glue_task(task).name == "mnli" else "validation"
 
 
 def load_split(config: TrainConfig, split: str, tokenizer, limit: int) -> Split:
-    """The first ``limit`` rows (0 = all) of a GLUE split, as read; each process tokenises only the rows it feeds
-    (:mod:`isojax.train.feed`)."""
+    """The first ``limit`` rows (0 = all) of a GLUE split, as read; not tokenised yet.
+
+    Each process tokenises only the rows it feeds (:mod:`isojax.train.feed`).
+
+    Args:
+      config: the run; its ``task`` section names the task, ``data_source`` / ``data_dir`` and ``max_length``.
+      split: ``"train"``, ``"validation"`` (``"dev"``), ``"test"``, ... as :func:`~isojax.data.glue.load_glue` reads it.
+      tokenizer: the tokenizer that will tokenise the rows (stored, not called here).
+      limit: how many rows to keep from the start; 0: all.
+
+    Returns:
+      a :class:`~isojax.train.feed.Split` of ``min(limit, n)`` rows.
+
+    Examples:
+      >>> import tempfile, pathlib
+      >>> from isojax.train.config import TaskConfig
+      >>> root = pathlib.Path(tempfile.mkdtemp())
+      >>> (root / "glue" / "SST-2").mkdir(parents=True)
+      >>> _ = (root / "glue" / "SST-2" / "dev.tsv").write_text("sentence\\tlabel\\na gem .\\t1\\ndull .\\t0\\nfine .\\t1\\n")
+      >>> split = load_split(TrainConfig(task=TaskConfig("sst2", data_dir=str(root))), "validation", None, limit=2)
+      >>> len(split), split.data.texts_a, split.labels.tolist(), split.max_length
+      (2, ['a gem .', 'dull .'], [1, 0], 128)
+    """
     data = load_glue(config.task.name, split, source=config.task.data_source, data_dir=config.task.data_dir)
     n = min(limit, len(data)) if limit else len(data)
     texts_b = data.texts_b[:n] if data.texts_b is not None else None
@@ -97,9 +140,22 @@ def load_split(config: TrainConfig, split: str, tokenizer, limit: int) -> Split:
 def representation_covariance(
     model: TaskModel, variables: dict, data: Split, batch_size: int
 ) -> Callable[[str], np.ndarray]:
-    """``covariance(name) -> [d, d]``: covariance (ddof 1, float64 sums over real rows) of a representation of
-    :data:`~isojax.train.model.REPRESENTATIONS` computed by ``model`` (deterministic) over every row of ``data``
-    (tokenised here; in a multi-process run, by every process)."""
+    """The covariance of a representation computed by ``model`` over every row of ``data``.
+
+    ``covariance(name)`` runs ``model`` (deterministic, jitted) over ``data`` tokenised in batches of ``batch_size``
+    (in a multi-process run, every process does) and returns the covariance (ddof 1, float64 sums over the real rows:
+    every token of ``tokens``) of the representation ``name`` of :data:`~isojax.train.model.REPRESENTATIONS`
+    (``embedding`` excepted). I-STAR's ``c0="data"`` reads it (:func:`~isojax.train.objective.data_references`).
+
+    Args:
+      model: the task model.
+      variables: its variables (``{"params", ...}``), e.g. the pretrained ones at the start of training.
+      data: the rows (a :class:`~isojax.train.feed.Split`, tokenised here).
+      batch_size: rows per forward pass.
+
+    Returns:
+      ``covariance(name) -> [d, d]`` float64 (a function: nothing runs until it is called).
+    """
     forward = jax.jit(lambda v, b: model.apply(v, b["input_ids"], b["attention_mask"], b["token_type_ids"]))
 
     def rows(name: str) -> Iterator[np.ndarray]:
@@ -115,7 +171,24 @@ def representation_covariance(
 
 
 class ClassificationRecipe:
-    """The :class:`~isojax.train.tasks.base.TaskRecipe` of a GLUE task (module docstring)."""
+    """The :class:`~isojax.train.tasks.base.TaskRecipe` of a GLUE task (module docstring).
+
+    Args:
+      config: the run (:class:`~isojax.train.config.TrainConfig`) of a GLUE task.
+
+    Attributes:
+      config: as given.
+      task: the :class:`~isojax.data.glue.GlueTask`.
+      metrics: the task's metrics (``accuracy``, ``f1``, ``matthews``, ``pearson``, ``spearman``, ...).
+      curves: the isotropy measures plotted: anisotropy, raw and centered, and IsoScore of the head input.
+      eval_split: the dev split (:func:`eval_split`).
+
+    Examples:
+      >>> from isojax.train.config import TaskConfig
+      >>> recipe = ClassificationRecipe(TrainConfig(task=TaskConfig("mrpc")))
+      >>> recipe.metrics, recipe.eval_split
+      (('accuracy', 'f1'), 'validation')
+    """
 
     curves: tuple[str, ...] = ("anisotropy", "anisotropy_centered", "isoscore")
 
@@ -163,7 +236,6 @@ class ClassificationRecipe:
 __all__ = [
     "ClassificationRecipe",
     "build_task_model",
-    "check_pooler",
     "eval_split",
     "load_split",
     "representation_covariance",

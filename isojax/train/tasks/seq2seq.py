@@ -73,6 +73,22 @@ def shift_tokens_right(labels, pad_token_id: int, decoder_start_token_id: int | 
     With ``decoder_start_token_id`` (BART): ``[start, y_0, ..., y_{T-2}]``. Without (mBART): the last real token of
     each row (the target language code) is moved to the front, ``[y_{n-1}, y_0, ..., y_{n-2}]``. ``-100`` becomes
     ``pad_token_id``. These are transformers' ``shift_tokens_right`` of BART and of mBART.
+
+    Args:
+      labels: ``[B, T]`` integer target ids, :data:`IGNORE_INDEX` at padding.
+      pad_token_id: the id that replaces :data:`IGNORE_INDEX`.
+      decoder_start_token_id: BART's start token; ``None``: mBART's shift.
+
+    Returns:
+      ``[B, T]`` NumPy array of ``labels``' dtype. Labels that are not an integer ``[B, T]`` array are a
+      ``ValueError``.
+
+    Examples:
+      >>> labels = np.array([[5, 6, 2, 9, -100]])
+      >>> shift_tokens_right(labels, pad_token_id=1, decoder_start_token_id=2)  # BART
+      array([[2, 5, 6, 2, 9]])
+      >>> shift_tokens_right(labels, pad_token_id=1)  # mBART: the last real token, 9, leads
+      array([[9, 5, 6, 2, 9]])
     """
     labels = np.asarray(labels)
     if labels.ndim != 2 or not np.issubdtype(labels.dtype, np.integer):
@@ -87,12 +103,30 @@ def shift_tokens_right(labels, pad_token_id: int, decoder_start_token_id: int | 
 
 
 def label_smoothed_cross_entropy(logits, labels, *, label_smoothing: float = 0.0, ignore_index: int = IGNORE_INDEX):
-    """Per-token cross-entropy with label smoothing: ``([B, T] losses, [B, T] mask of the counted tokens)``.
+    """Per-token cross-entropy with label smoothing, and the mask of the tokens it counts.
 
     ``loss_t = (1 - eps) (-log p(y_t)) + eps * mean_c (-log p(c))`` over the ``V`` classes (PyTorch's
     ``cross_entropy(label_smoothing=eps)``; transformers' label smoother), computed as
-    ``logsumexp(z) - (1 - eps) z_y - eps mean_c z_c`` in float32 from ``logits [B, T, V]``; positions whose label
-    is ``ignore_index`` get loss 0 and mask False. ``label_smoothing`` is traced.
+    ``logsumexp(z) - (1 - eps) z_y - eps mean_c z_c`` in float32.
+
+    Args:
+      logits: ``[B, T, V]`` (any float dtype).
+      labels: ``[B, T]`` integer target ids; ``ignore_index`` at positions left out.
+      label_smoothing: ``eps`` in [0, 1]; traced (a ``jit`` argument is fine).
+      ignore_index: the label of positions that get loss 0 and mask False.
+
+    Returns:
+      ``(losses, mask)``: ``[B, T]`` float32 losses and ``[B, T]`` bool mask of the counted tokens. Labels whose shape
+      is not ``logits.shape[:-1]`` are a ``ValueError``.
+
+    Examples:
+      Against the definition, with the log-probabilities computed by NumPy:
+
+      >>> logits = np.array([[[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]]])
+      >>> losses, mask = label_smoothed_cross_entropy(logits, np.array([[0, -100]]), label_smoothing=0.1)
+      >>> log_p = logits[0, 0] - np.log(np.exp(logits[0, 0]).sum())
+      >>> bool(np.isclose(losses[0, 0], 0.9 * -log_p[0] + 0.1 * -log_p.mean())), float(losses[0, 1]), mask.tolist()
+      (True, 0.0, [[True, False]])
     """
     logits = jnp.asarray(logits, jnp.float32)
     labels = jnp.asarray(labels)
@@ -108,9 +142,14 @@ def label_smoothed_cross_entropy(logits, labels, *, label_smoothing: float = 0.0
 
 @flax.struct.dataclass
 class Seq2SeqTaskOutput:
-    """What :class:`Seq2SeqModel` returns: ``logits [B, T, V]`` (float32), ``tokens [B, T, H]`` the decoder's last
-    hidden states (before the flow), ``mask [B, T]`` the real target positions, and ``flow_log_likelihood
-    [B, T]`` (``log p(h_t) / d`` under the flow; None without one)."""
+    """What :class:`Seq2SeqModel` returns (a pytree).
+
+    Attributes:
+      logits: ``[B, T, V]`` float32 next-token logits of the teacher-forced decoder.
+      tokens: ``[B, T, H]`` the decoder's last hidden states (before the flow).
+      mask: ``[B, T]`` bool, the real target positions.
+      flow_log_likelihood: ``[B, T]`` ``log p(h_t) / d`` under the flow; ``None`` without one.
+    """
 
     logits: jax.Array
     tokens: jax.Array
@@ -124,13 +163,17 @@ class Seq2SeqTaskOutput:
 
 
 class Seq2SeqModel(nn.Module):
-    """An encoder-decoder (``encoder``: BART / mBART, whose params are ``params["encoder"]``, the train state's name
-    for the pretrained network) with an optional ``flow`` between the decoder and the LM head (module docstring;
-    its params ``params["flow"]``, its constants ``constants["flow"]``).
+    """An encoder-decoder with an optional flow between the decoder and the LM head (module docstring).
 
-    ``__call__(input_ids, attention_mask, decoder_input_ids, decoder_attention_mask)`` is the teacher-forced
-    forward; :meth:`encode` / :meth:`decode` (with ``config`` and ``dtype``) make it a module that
-    :func:`isojax.models.generate.generate` decodes with. ``INPUTS``: the batch arrays ``__call__`` takes.
+    ``__call__(input_ids, attention_mask, decoder_input_ids, decoder_attention_mask)`` is the teacher-forced forward
+    (a :class:`Seq2SeqTaskOutput`); :meth:`encode` / :meth:`decode` (with ``config`` and ``dtype``) make it a module
+    that :func:`isojax.models.generate.generate` decodes with. ``INPUTS``: the batch arrays ``__call__`` takes.
+
+    Attributes:
+      encoder: the BART / mBART network (its params are ``params["encoder"]``, the train state's name for the
+        pretrained network).
+      flow: a :class:`isojax.calibrate.Flow` applied to the decoder's last hidden states before the tied LM head (its
+        params ``params["flow"]``, its constants ``constants["flow"]``), or ``None``.
     """
 
     encoder: nn.Module
@@ -202,8 +245,25 @@ class Seq2SeqModel(nn.Module):
 
 
 def init_variables(model: Seq2SeqModel, params, key, flow_rows=None) -> dict:
-    """``{"params", "constants"}`` of ``model``: the pretrained ``params`` under ``encoder`` and, with a flow, the
-    flow initialised on ``flow_rows [N, H]`` (the pretrained decoder states of the first training batches)."""
+    """The variables of ``model``: the pretrained ``params`` under ``encoder``, and the flow's when it has one.
+
+    Args:
+      model: the :class:`Seq2SeqModel`.
+      params: the pretrained encoder-decoder's params (placed unchanged).
+      key: a ``jax.random`` key for the flow.
+      flow_rows: ``[N, H]`` pretrained decoder states of the first training batches, from which the flow's ActNorm
+        starts; needed with a flow (else ``ValueError``), unused without.
+
+    Returns:
+      ``{"params": {"encoder": params, ["flow": ...]}, "constants": {...}}``.
+
+    Examples:
+      >>> init_variables(Seq2SeqModel(encoder=None), {"pretrained": "weights"}, jax.random.key(0))
+      {'params': {'encoder': {'pretrained': 'weights'}}, 'constants': {}}
+      >>> init_variables(Seq2SeqModel(encoder=None, flow=Flow()), {}, jax.random.key(0))
+      Traceback (most recent call last):
+      ValueError: flow_rows is needed to start the flow's ActNorm (the pretrained decoder states)
+    """
     if model.flow is None:
         return {"params": {"encoder": params}, "constants": {}}
     if flow_rows is None:
@@ -214,9 +274,26 @@ def init_variables(model: Seq2SeqModel, params, key, flow_rows=None) -> dict:
 
 @dataclasses.dataclass(frozen=True)
 class Seq2SeqObjective(Objective):
-    """:class:`~isojax.train.objective.Objective` of a sequence-to-sequence batch: the task loss is the
-    label-smoothed token cross-entropy (``label_smoothing``) averaged over the global batch's real target tokens;
-    ``num_labels`` is the vocabulary size; regularisers see the ``embedding`` matrix or the decoder ``tokens``."""
+    """:class:`~isojax.train.objective.Objective` of a sequence-to-sequence batch.
+
+    The task loss is the label-smoothed token cross-entropy (:func:`label_smoothed_cross_entropy`) averaged over the
+    global batch's real target tokens; regularisers see the ``embedding`` matrix or the decoder ``tokens`` (without
+    per-row classes: the labels are token ids).
+
+    Attributes:
+      label_smoothing: ``eps`` of the cross-entropy, in [0, 1].
+      num_labels: the vocabulary size (the other fields are :class:`~isojax.train.objective.Objective`'s).
+
+    Examples:
+      The mean over the counted tokens, with ``log 3`` per token under uniform logits:
+
+      >>> import types
+      >>> from isojax.train.collectives import GLOBAL
+      >>> output = types.SimpleNamespace(logits=np.zeros((1, 3, 3)), flow_log_likelihood=None)
+      >>> loss, terms, _ = Seq2SeqObjective(num_labels=3)(output, {}, np.array([[0, 2, -100]]), None, GLOBAL)
+      >>> bool(np.isclose(loss, np.log(3)))
+      True
+    """
 
     label_smoothing: float = 0.0
 
@@ -232,8 +309,19 @@ class Seq2SeqObjective(Objective):
 
 @dataclasses.dataclass(frozen=True)
 class Seq2SeqSplit:
-    """The rows of a split as read (``data``) and how they are tokenised (module docstring): ``max_length`` source
-    and ``max_target_length`` target tokens, ``decoder_start_token_id`` (None: mBART's shift)."""
+    """The rows of a split as read and how they are tokenised (module docstring): a split of :mod:`isojax.train.feed`.
+
+    ``arrays(rows)`` gives ``input_ids``, ``attention_mask`` ``[n, S]`` and ``decoder_input_ids``,
+    ``decoder_attention_mask``, ``labels`` ``[n, T]`` (int32, right-padded to the longest row; labels
+    :data:`IGNORE_INDEX` at padding).
+
+    Attributes:
+      data: the sources and targets (a :class:`~isojax.data.seq2seq.Seq2SeqData`).
+      tokenizer: a Hugging Face tokenizer (sources as text, targets as ``text_target``).
+      max_length: source tokens per row (longer sources are truncated).
+      max_target_length: target tokens per row.
+      decoder_start_token_id: BART's decoder start token; ``None``: mBART's shift (:func:`shift_tokens_right`).
+    """
 
     data: Seq2SeqData
     tokenizer: Any
@@ -292,8 +380,35 @@ class Seq2SeqSplit:
 
 
 def make_generate_step(model: Seq2SeqModel, **settings):
-    """``predict(state, batch) -> {"sequences": [B, max_length]}``: the decoded dev batch (``settings``:
-    :class:`isojax.models.generate.GenerationConfig` fields)."""
+    """``predict(state, batch) -> {"sequences": [B, max_length]}``: the decoded dev batch.
+
+    Args:
+      model: a :class:`Seq2SeqModel` (or any module :func:`isojax.models.generate.generate` decodes with).
+      settings: :class:`isojax.models.generate.GenerationConfig` fields (``num_beams``, ``max_length``, ...).
+
+    Returns:
+      ``predict(state, batch)``, pure and not jitted: ``state`` with ``params`` and ``constants`` (a
+      :class:`~isojax.train.state.TrainState`), ``batch`` with ``input_ids`` and ``attention_mask``; ``sequences``
+      ``[B, max_length]`` int32.
+
+    Examples:
+      The step decodes as :func:`~isojax.models.generate.generate` does; shown on a tiny random GPT-2 (weights scaled
+      up so that its choices vary):
+
+      >>> import types
+      >>> from isojax.models import TransformerConfig, build_model, init_params
+      >>> config = TransformerConfig(model_type="gpt2", vocab_size=10, hidden_size=8, num_hidden_layers=1,
+      ...                            num_attention_heads=2, intermediate_size=16, max_position_embeddings=16,
+      ...                            type_vocab_size=0, pre_norm=True, embedding_norm=False)
+      >>> module = build_model(config)
+      >>> state = types.SimpleNamespace(params=jax.tree.map(lambda w: 8 * w, init_params(module, jax.random.key(1))),
+      ...                               constants={})
+      >>> batch = {"input_ids": jnp.array([[1, 2], [3, 4]]), "attention_mask": jnp.ones((2, 2), bool)}
+      >>> predict = make_generate_step(module, max_length=6)
+      >>> predict(state, batch)["sequences"].tolist() == generate(module, state.params, batch["input_ids"],
+      ...                                                          max_length=6).sequences.tolist()
+      True
+    """
 
     def predict(state, batch: dict):
         collections = {"constants": state.constants} if state.constants else None
@@ -321,8 +436,28 @@ def evaluate(runner, placed_state, data: Seq2SeqSplit, task: Seq2SeqTask, batch_
 
 
 class Seq2SeqRecipe:
-    """The :class:`~isojax.train.tasks.base.TaskRecipe` of a sequence-to-sequence task (module docstring); it knows
-    the model once :meth:`build` has loaded it."""
+    """The :class:`~isojax.train.tasks.base.TaskRecipe` of a sequence-to-sequence task (module docstring).
+
+    It knows the model once :meth:`build` has loaded it (``model_config``, ``tokenizer``).
+
+    Args:
+      config: the run (:class:`~isojax.train.config.TrainConfig`) of a sequence-to-sequence task (its ``seq2seq``
+        section filled).
+
+    Attributes:
+      config: as given.
+      task: the :class:`~isojax.data.seq2seq.Seq2SeqTask`.
+      metrics: the task's generation metrics (BLEU, ROUGE-1/2/L).
+      settings: the configuration's :class:`~isojax.train.config.Seq2SeqConfig`.
+      curves: ``("I1", "I2")``: the isotropy of the word embedding matrix.
+      eval_split: ``"validation"``.
+
+    Examples:
+      >>> from isojax.train.config import TaskConfig
+      >>> recipe = Seq2SeqRecipe(TrainConfig(task=TaskConfig("wmt16_en_ro")))
+      >>> recipe.metrics, recipe.curves, recipe.settings.label_smoothing
+      (('bleu',), ('I1', 'I2'), 0.1)
+    """
 
     curves: tuple[str, ...] = ("I1", "I2")
     eval_split = "validation"
@@ -426,7 +561,6 @@ __all__ = [
     "Seq2SeqRecipe",
     "Seq2SeqSplit",
     "Seq2SeqTaskOutput",
-    "evaluate",
     "init_variables",
     "label_smoothed_cross_entropy",
     "make_generate_step",
