@@ -82,25 +82,42 @@ nitpick_ignore_regex = [
     ("py:.*", r"(Array|ArrayLike|PRNGKey|PyTree|DTypeLike|Mesh|NamedSharding|PartitionSpec)"),
     # standard library / builtins that Sphinx cannot resolve without python's inventory
     ("py:.*", r"(collections\.abc|typing|os|pathlib|dataclasses|enum|logging)\..*"),
-    ("py:.*", r"(Path|Callable|Sequence|Mapping|Iterable|Iterator|Any|Literal|NamedTuple|Enum|Self)"),
+    ("py:.*", r"(Path|Callable|Sequence|Mapping|Iterable|Iterator|Any|Literal|NamedTuple|Enum|Self|TypeIs)"),
     ("py:class", r"(int|float|str|bool|bytes|dict|list|tuple|object|None|type|complex)"),
 ]
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Public modules: isojax, every module named in its __all__, and its public subpackages (no leading underscore).
-def public_modules():
+# API pages: isojax, every module named in its __all__ and its public subpackages, each with its whole __all__; then
+# every other public module (no leading underscore in its dotted name) that defines __all__, with the names no
+# earlier page shows (so each public object has one page and a cross-reference one target).
+def _packages():
     mods = [isojax]
     mods += [v for k in isojax.__all__ if inspect.ismodule(v := getattr(isojax, k))]
     for info in pkgutil.iter_modules(isojax.__path__, "isojax."):
         if info.ispkg and not info.name.rsplit(".", 1)[1].startswith("_"):
             mods.append(importlib.import_module(info.name))
-    seen, out = set(), []
-    for m in mods:
-        if m.__name__ not in seen:
-            seen.add(m.__name__)
-            out.append(m)
-    return out
+    return list({m.__name__: m for m in mods}.values())
+
+
+def api_pages():
+    """``[(module, [member names])]`` in page order (comment above); modules themselves are not members."""
+    pages, shown = [], set()
+    for mod in _packages():
+        members = [k for k in mod.__all__ if not inspect.ismodule(getattr(mod, k))]
+        pages.append((mod, members))
+        shown |= {id(getattr(mod, k)) for k in members}
+    for info in pkgutil.walk_packages(isojax.__path__, "isojax."):
+        if any(part.startswith("_") for part in info.name.split(".")):
+            continue
+        mod = importlib.import_module(info.name)
+        if mod.__name__ in {m.__name__ for m, _ in pages} or not hasattr(mod, "__all__"):
+            continue
+        members = [k for k in mod.__all__ if not inspect.ismodule(v := getattr(mod, k)) and id(v) not in shown]
+        if members:
+            pages.append((mod, members))
+            shown |= {id(getattr(mod, k)) for k in members}
+    return pages
 
 
 def _write(path: Path, text: str):
@@ -110,9 +127,9 @@ def _write(path: Path, text: str):
 
 
 def generate_api():
-    for mod in public_modules():
+    pages = api_pages()
+    for mod, members in pages:
         name = mod.__name__
-        members = [k for k in mod.__all__ if not inspect.ismodule(getattr(mod, k))]
         body = [f"``{name}``", "=" * (len(name) + 4), "", f".. automodule:: {name}", "   :no-members:", ""]
         if members:
             body += [f".. currentmodule:: {name}", "", ".. autosummary::", "   :toctree: .", ""]
@@ -122,19 +139,19 @@ def generate_api():
         "API reference",
         "=============",
         "",
-        "Every name in the ``__all__`` of isojax, of the modules it exports and of its public subpackages, one page",
-        "each (generated at build time from the docstrings).",
+        "Every name in the ``__all__`` of isojax, of the modules it exports and of its public subpackages; then the",
+        "names of deeper public modules that those pages do not show. One page each, generated at build time from",
+        "the docstrings.",
         "",
         ".. toctree::",
         "   :maxdepth: 1",
         "",
-    ] + [f"   {m.__name__}" for m in public_modules()]
+    ] + [f"   {mod.__name__}" for mod, _ in pages]
     _write(GEN / "api" / "index.rst", "\n".join(index) + "\n")
     # pages of names no longer public (left by an earlier build: a renamed class) would break the strict build
-    pages = {"index"} | {m.__name__ for m in public_modules()}
-    pages |= {f"{m.__name__}.{k}" for m in public_modules() for k in m.__all__}
+    keep = {"index"} | {mod.__name__ for mod, _ in pages} | {f"{mod.__name__}.{k}" for mod, ks in pages for k in ks}
     for stale in (GEN / "api").glob("*.rst"):
-        if stale.stem not in pages:
+        if stale.stem not in keep:
             stale.unlink()
 
 
@@ -180,8 +197,8 @@ copy_notebooks()
 # - a name that does not exist (a typo, a renamed or removed object) stays a broken reference: an error under -W.
 def _public_names():
     names = {}
-    for mod in public_modules():
-        for k in mod.__all__:
+    for mod, members in api_pages():
+        for k in members:
             names.setdefault(id(getattr(mod, k)), f"{mod.__name__}.{k}")
     return names
 

@@ -31,8 +31,8 @@ def decay_curve(s, alpha):
     Elementwise over ``s`` (any shape, ``s > 0``), ``alpha`` broadcastable. Monotone increasing and concave
     for α < 0, with ``f(σ) < σ``; note ``f(0) = −ln(1 − α²)/α < 0``, so ``f(σ) < 0`` for ``σ < |α|``.
     For ``α ∈ [−1, 0)`` and ``σ > 0`` the log argument ``1 + a(σ − a) = (1 − a)(1 + a) + aσ`` is positive,
-    so no epsilon is added (the authors' code adds 1e-7 inside the log, a change of at most 1e-7/(|α|·arg)).
-    It is computed as ``log1p(a(σ − a))`` when that argument is ≥ −1/2 (accurate for small |α|) and as
+    so no epsilon is added (the authors' code adds 1e-7 inside the log, a change of at most ``1e-7/(|α|·arg)``).
+    It is computed as ``log1p(a(σ − a))`` when that argument is ≥ −1/2 (accurate for small ``|α|``) and as
     ``log((1 − a)(1 + a) + aσ)`` otherwise (accurate for α → −1, where it becomes ``ln σ``).
 
     Args:

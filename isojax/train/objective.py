@@ -406,7 +406,7 @@ class Objective:
         return collectives.replicated(value) if reg.representation == "embedding" else value
 
     def task_loss(self, output: ModelOutput, labels, collectives: Collectives):
-        """The task loss of the global batch: the mean of :func:`task_losses` over its examples."""
+        """The task loss of the global batch: the mean of :func:`~isojax.train.objective.task_losses` over its examples."""
         per_example = task_losses(output.logits, labels, self.num_labels)
         return collectives.total(jnp.sum(per_example)) / (per_example.shape[0] * collectives.size)
 

@@ -79,7 +79,7 @@ _TASK_COUNT_ENV = ("SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE")
 FSDP_NEEDS_MESH = "fsdp=True needs parallel='mesh' (pmap keeps a whole copy of the state on every device)"
 
 FSDP_FIELDS = ("params", "opt_state")
-"""The fields of the train state that FSDP splits over the data axis (the parameters and the optimiser state: Adam's
+"""The fields of the train state that FSDP splits over the data axis, the parameters and the optimiser state (Adam's
 moments, accumulated gradients; its scalar counts stay replicated, having no dimension to split)."""
 
 

@@ -495,8 +495,8 @@ class Seq2SeqRecipe:
 
     @property
     def generation(self) -> dict:
-        """Decoding settings of the dev set: the configuration's; mBART starts from the target language code, as
-        its teacher forcing does."""
+        """Decoding settings of the dev set, the configuration's (mBART starts from the target language code, as
+        its teacher forcing does)."""
         settings = dict(
             num_beams=self.settings.num_beams,
             length_penalty=self.settings.length_penalty,
