@@ -97,8 +97,9 @@ def cosine_regularization_grad(w, *, mask=None, weight=1.0):
     and padding rows get 0.
 
     Args:
-      w, mask, weight: as in :func:`isojax.losses.cosine_regularization` (``w [..., N, d]`` float, N ≥ 2;
-        ``mask [..., N]`` bool; ``weight`` λ traced).
+      w: ``[..., N, d]`` float matrix (N ≥ 2), as in :func:`isojax.losses.cosine_regularization`.
+      mask: optional ``[..., N]`` bool, true = real row.
+      weight: λ (traced).
 
     Returns:
       ``[..., N, d]`` gradient, in ``w``'s dtype.
@@ -146,7 +147,10 @@ def spectrum_polynomial_grad(w, *, c1, gamma, weight=1.0):
     picks inside the repeated block; this returns the same element as ``jax.grad`` (the same thin SVD).
 
     Args:
-      w, c1, gamma, weight: as in :func:`isojax.losses.spectrum_polynomial` (``w [..., V, d]`` float).
+      w: ``[..., V, d]`` float matrix, as in :func:`isojax.losses.spectrum_polynomial`.
+      c1: scale of the prior (traced).
+      gamma: decay exponent γ (traced).
+      weight: λ (traced).
 
     Returns:
       ``[..., V, d]`` gradient, in ``w``'s dtype.
@@ -169,7 +173,11 @@ def spectrum_exponential_grad(w, *, c1, c2, gamma, weight=1.0):
     ∂R/∂W = U diag(2λ(σ − c1 exp(−c2 k^γ))) Vᵀ (see :func:`spectrum_polynomial_grad`).
 
     Args:
-      w, c1, c2, gamma, weight: as in :func:`isojax.losses.spectrum_exponential` (``w [..., V, d]`` float).
+      w: ``[..., V, d]`` float matrix, as in :func:`isojax.losses.spectrum_exponential`.
+      c1: scale of the prior (traced).
+      c2: rate (traced).
+      gamma: exponent γ of k (traced).
+      weight: λ (traced).
 
     Returns:
       ``[..., V, d]`` gradient, in ``w``'s dtype.
@@ -276,7 +284,10 @@ def isoscore_star_grad(x, *, c0=None, zeta=0.2, mask=None):
     S = tr C_ζ, Q = ‖C_ζ‖_F². A traced ζ outside [0, 1] gives NaN.
 
     Args:
-      x, c0, zeta, mask: as in :func:`isojax.metrics.isoscore_star` (``x [..., n, d]`` float, ``c0 [d, d]``).
+      x: ``[..., n, d]`` float array (n ≥ 2, d ≥ 2), as in :func:`isojax.metrics.isoscore_star`.
+      c0: optional ``[d, d]`` (or broadcastable ``[..., d, d]``) symmetric PSD reference covariance; None = identity.
+      zeta: shrinkage weight ζ in [0, 1] (traced).
+      mask: optional ``[..., n]`` bool, true = real row.
 
     Returns:
       ``[..., n, d]`` gradient, in ``x``'s dtype.
@@ -302,7 +313,9 @@ def isoscore_loss_grad(x, *, mask=None, eps=1e-6):
     ∂L/∂x = −[IsoScore > 0] / (IsoScore + ε) · ∂IsoScore/∂x (:func:`isoscore_grad`).
 
     Args:
-      x, mask, eps: as in :func:`isojax.losses.isoscore_loss` (``x [..., n, d]`` float).
+      x: ``[..., n, d]`` float array (n ≥ 2, d ≥ 2), as in :func:`isojax.losses.isoscore_loss`.
+      mask: optional ``[..., n]`` bool, true = real row.
+      eps: positive floor ε inside the log (traced; a traced eps ≤ 0 gives NaN).
 
     Returns:
       ``[..., n, d]`` gradient, in ``x``'s dtype.
@@ -331,7 +344,11 @@ def istar_loss_grad(x, *, c0=None, zeta=0.2, mask=None, weight=1.0):
     ∂L/∂x = −λ ∂IsoScore*/∂x (:func:`isoscore_star_grad`).
 
     Args:
-      x, c0, zeta, mask, weight: as in :func:`isojax.losses.istar_loss` (``x [..., n, d]`` float).
+      x: ``[..., n, d]`` float array (n ≥ 2, d ≥ 2), as in :func:`isojax.losses.istar_loss`.
+      c0: optional ``[d, d]`` (or broadcastable ``[..., d, d]``) symmetric PSD reference covariance; None = identity.
+      zeta: shrinkage weight ζ in [0, 1] (traced).
+      mask: optional ``[..., n]`` bool, true = real row.
+      weight: λ (traced).
 
     Returns:
       ``[..., n, d]`` gradient, in ``x``'s dtype.

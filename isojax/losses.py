@@ -100,7 +100,8 @@ def polynomial_decay(num: int, *, c1, gamma):
 
     Args:
       num: static int, the number of singular values.
-      c1: scale; gamma: exponent γ (both float, traced).
+      c1: scale (float, traced).
+      gamma: exponent γ (float, traced).
 
     Returns:
       ``[num]`` prior values in the default float dtype (float32 unless x64 is enabled).
@@ -121,7 +122,9 @@ def exponential_decay(num: int, *, c1, c2, gamma):
 
     Args:
       num: static int, the number of singular values.
-      c1: scale; c2: rate; gamma: exponent γ of k (all float, traced).
+      c1: scale (float, traced).
+      c2: rate (float, traced).
+      gamma: exponent γ of k (float, traced).
 
     Returns:
       ``[num]`` prior values in the default float dtype (float32 unless x64 is enabled).
@@ -158,7 +161,9 @@ def spectrum_polynomial(w, *, c1, gamma, weight=1.0):
     Args:
       w: ``[..., V, d]`` float matrix (for instance the output embedding matrix). Not scale-invariant: the
         squared differences overflow float32 for σ above about 1e19.
-      c1: scale of the prior; gamma: decay exponent γ; weight: λ (all traced).
+      c1: scale of the prior (traced).
+      gamma: decay exponent γ (traced).
+      weight: λ (traced).
 
     Returns:
       ``[...]`` non-negative penalties, float32 (or ``w``'s dtype if wider).
@@ -183,7 +188,10 @@ def spectrum_exponential(w, *, c1, c2, gamma, weight=1.0):
 
     Args:
       w: ``[..., V, d]`` float matrix.
-      c1: scale; c2: rate; gamma: exponent γ of k; weight: λ (all traced).
+      c1: scale of the prior (traced).
+      c2: rate (traced).
+      gamma: exponent γ of k (traced).
+      weight: λ (traced).
 
     Returns:
       ``[...]`` non-negative penalties, float32 (or ``w``'s dtype if wider).
@@ -238,8 +246,11 @@ def istar_loss(x, *, c0=None, zeta=0.2, mask=None, weight=1.0):
     in :func:`isojax.metrics.isoscore_star` (``c0=None`` = identity, ζ = 0.2). A whole-batch quantity.
 
     Args:
-      x: ``[..., n, d]`` float embeddings; c0: optional ``[d, d]`` reference covariance;
-      zeta: shrinkage in [0, 1] (traced); mask: optional ``[..., n]`` bool; weight: λ (traced).
+      x: ``[..., n, d]`` float embeddings.
+      c0: optional ``[d, d]`` (or broadcastable ``[..., d, d]``) symmetric PSD reference covariance; None = identity.
+      zeta: shrinkage ζ in [0, 1] (traced).
+      mask: optional ``[..., n]`` bool, true = real row.
+      weight: λ (traced).
 
     Returns:
       ``[...]`` values in [0, λ], float32 (or ``x``'s dtype if wider).

@@ -400,7 +400,11 @@ def persistent_entropy_loss_grad(
 
     Args:
       x: ``[..., n, d]`` float points, n ≥ 2.
-      labels, mask, num_classes, bars, in_cluster_weight: as in :func:`persistent_entropy_loss`.
+      labels: optional ``[..., n]`` integer class labels in [0, num_classes), as in :func:`persistent_entropy_loss`.
+      mask: optional ``[..., n]`` bool, true = real point.
+      num_classes: number of classes (static); required under ``jit`` when ``labels`` is given.
+      bars: ``"selected"`` or ``"all"`` (static).
+      in_cluster_weight: w ≥ 0 (traced); only with ``bars="selected"``.
 
     Returns:
       ``[..., n, d]`` gradient, float32 (or ``x``'s dtype if wider); zero on padding points.

@@ -16,6 +16,7 @@ import doctest
 import importlib
 import inspect
 import pkgutil
+import re
 import types
 import typing
 
@@ -121,6 +122,45 @@ def test_public_function_documents_args_returns_and_an_example(name, function):
         if needed and section not in doc
     ]
     assert not missing, f"{name}'s docstring lacks {missing}"
+
+
+def _args_entries(doc):
+    """The parameter names of the entries of a Google-style ``Args:`` section: the lines at the indentation of the
+    section's first entry that read ``name: text`` or ``name (type): text`` (``*args``/``**kwargs`` spelt with
+    their stars). Continuation lines sit deeper and a line at the header's indentation or shallower ends it."""
+    lines = doc.splitlines()
+    header = next((i for i, line in enumerate(lines) if line.strip() == "Args:"), None)
+    if header is None:
+        return []
+    header_indent = len(lines[header]) - len(lines[header].lstrip())
+    names, entry_indent = [], None
+    for line in lines[header + 1 :]:
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip())
+        if indent <= header_indent:
+            break
+        if entry_indent is None:
+            entry_indent = indent
+        if indent == entry_indent:
+            match = re.match(r"(\*{0,2}\w+)(?: \([^)]*\))?:(?:\s|$)", line.strip())
+            names.append(match.group(1) if match else line.strip())
+    return names
+
+
+@pytest.mark.parametrize("name, function", [pair for module in DOCUMENTED for pair in _functions(module)])
+def test_public_function_documents_each_parameter(name, function):
+    """Every parameter (bar ``self``/``cls``, ``*args`` and ``**kwargs``) has its own ``Args`` entry, as napoleon
+    renders one parameter per entry: ``x: ...; c0: ...`` on one line or ``module, params: ...`` shows one name."""
+    parameters = [
+        parameter.name
+        for parameter in inspect.signature(function).parameters.values()
+        if parameter.name not in ("self", "cls")
+        and parameter.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    ]
+    entries = _args_entries(inspect.getdoc(function) or "")
+    undocumented = [parameter for parameter in parameters if parameter not in entries]
+    assert not undocumented, f"{name}'s Args section has no entry of its own for {undocumented}"
 
 
 def test_exemptions_name_documented_functions():

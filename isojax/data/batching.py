@@ -212,8 +212,9 @@ def batches(
       batch_size: rows per batch, a positive integer.
       shuffle: draw the order from ``numpy.random.default_rng([seed, epoch])``; needs an integer ``seed``.
       seed: the shuffling seed.
-      epoch, start: data position; yields batches ``start, start + 1, ...`` of epoch ``epoch``, so a
-        resumed run passes the position it stopped at and sees exactly the remaining batches.
+      epoch: the epoch, a non-negative integer (with ``shuffle``, it picks the order, see ``shuffle``).
+      start: the index of the first batch in the epoch: yields batches ``start, start + 1, ...`` of epoch ``epoch``,
+        so a resumed run passes the position it stopped at and sees exactly the remaining batches.
       drop_last: drop a final batch smaller than ``batch_size``.
       buckets: the allowed widths of the token groups (see :func:`bucket_length`).
 

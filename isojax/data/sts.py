@@ -191,7 +191,8 @@ def read_stsb_file(path, *, name: str = "stsb", split: str = "") -> StsData:
 
     Args:
       path: the file.
-      name, split: recorded in the result.
+      name: the set's name, recorded in the result (``StsData.name``).
+      split: the split's name, recorded in the result (``StsData.split``).
 
     Returns:
       A :class:`StsData`.

@@ -72,10 +72,12 @@ def analyze_layers(
     """Per-layer table and pooled singular-value CDF of ``texts`` (see the module docstring).
 
     Args:
-      module, params, tokenizer: an encoder, its params and its tokenizer (as :func:`isojax.from_pretrained` returns
-        them).
+      module: an encoder (as :func:`isojax.from_pretrained` returns it).
+      params: its params.
+      tokenizer: its Hugging Face tokenizer.
       texts: strings (a single ``str`` is a ``TypeError``).
-      batch_size, max_length: as for :func:`isojax.eval.encode`.
+      batch_size: texts per batch, as for :func:`isojax.eval.encode`.
+      max_length: texts are truncated to this many tokens, as for :func:`isojax.eval.encode`.
       tokens_per_text: content tokens per text pooled into the corpus-level measures.
       progress: show a progress bar.
 

@@ -34,8 +34,9 @@ def encode(
     """Apply ``reduce(output, mask) -> pytree of [B, ...] arrays`` to every text; return numpy, original order.
 
     Args:
-      module, params, tokenizer: an encoder or causal LM, its params and its tokenizer (as
-        :func:`isojax.from_pretrained` returns them).
+      module: an encoder or causal LM (as :func:`isojax.from_pretrained` returns it).
+      params: its params.
+      tokenizer: its Hugging Face tokenizer.
       texts: ``N`` strings; a single ``str`` is a ``TypeError`` (it would be encoded character by character).
       reduce: ``reduce(output, mask)`` of a batch's model output and ``[B, L]`` bool mask, keeping the batch as the
         leading axis of each leaf; default :func:`isojax.models.heads.pool` with ``pooling``.
@@ -44,7 +45,8 @@ def encode(
       batch_size: texts per batch (batches of texts sorted by token count).
       max_length: texts are truncated to this many tokens.
       pad_to_multiple_of: batches are padded to a multiple of it, so only a few shapes are compiled.
-      progress, desc: show a ``tqdm`` progress bar with this description.
+      progress: show a ``tqdm`` progress bar.
+      desc: the progress bar's description.
 
     Returns:
       ``reduce``'s pytree with numpy leaves ``[N, ...]`` in the order of ``texts``; by default the ``[N, H]``

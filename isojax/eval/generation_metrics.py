@@ -124,7 +124,9 @@ def generation_metrics(names: Sequence[str], hypotheses, references) -> dict[str
 
     Args:
       names: metric names, ``"bleu"`` and/or ROUGE types; an unknown one is a ``ValueError``.
-      hypotheses, references: as for :func:`bleu` and :func:`rouge`.
+      hypotheses: ``N`` generated texts, as for :func:`bleu` and :func:`rouge`.
+      references: ``N`` references, each a string or a list of strings, as for :func:`bleu` (the same number for
+        every hypothesis) and :func:`rouge` (the best-scoring one counts).
 
     Returns:
       ``{name: score x100}``.

@@ -176,12 +176,13 @@ def generate(module, params, input_ids, attention_mask=None, *, collections=None
     """Decode from a GPT-2 prompt or a BART / mBART source batch, greedily or with beam search (jit-compiled).
 
     Args:
-      module, params: a causal LM or encoder-decoder from :func:`isojax.from_pretrained`, or a module that wraps
-        one with the same ``config``, ``dtype`` and ``encode`` / ``decode`` methods (a flow-calibrated
+      module: a causal LM or encoder-decoder from :func:`isojax.from_pretrained`, or a module that wraps one with
+        the same ``config``, ``dtype`` and ``encode`` / ``decode`` methods (a flow-calibrated
         :class:`isojax.train.tasks.seq2seq.Seq2SeqModel`).
+      params: the module's params.
+      input_ids: ``[B, P]`` prompt (GPT-2, any padding) or source (BART) token ids.
+      attention_mask: optional ``[B, P]`` (true = real token; default all).
       collections: the module's variable collections besides ``params`` (the wrapper's flow ``constants``).
-      input_ids: ``[B, P]`` prompt (GPT-2, any padding) or source (BART) token ids; attention_mask ``[B, P]``
-        (true = real token; default all).
       settings: :class:`GenerationConfig` fields (``max_length``, ``num_beams``, ``length_penalty``, ...); the
         rest come from :func:`generation_config`.
 

@@ -189,10 +189,15 @@ def from_pretrained(
         its parameters are initialised, or read from ``isojax_extra.safetensors`` when the directory has one.
       transform_placement: ``"output"`` (on the last layer's output, the SoftDecay paper) or ``"block"`` (inside
         the last block, the SoftDecay authors' code); see :class:`isojax.models.encoder.EncoderModel`.
-      scan_layers, remat: run an encoder's blocks as one ``nn.scan`` loop (compile time flat in depth) and/or
-        recompute them in the backward pass; see :class:`isojax.models.stack.TransformerStack`. The checkpoint's
-        per-layer weights are stacked into the scanned layout (:func:`~isojax.models.scan.to_scanned`).
+      scan_layers: run an encoder's blocks as one ``nn.scan`` loop (compile time flat in depth); see
+        :class:`isojax.models.stack.TransformerStack`. The checkpoint's per-layer weights are stacked into the
+        scanned layout (:func:`~isojax.models.scan.to_scanned`). Encoders only.
+      remat: ``"none"``, or a key of :data:`isojax.models.stack.REMAT_POLICIES` to recompute an encoder's blocks in
+        the backward pass; see :class:`isojax.models.stack.TransformerStack`. Encoders only.
       strict: raise on unexpected base-model keys (task-head keys are always ignored with a warning).
+      cache_dir: Hugging Face cache directory (None: the default one), as for :func:`resolve`.
+      revision: Hub revision (branch, tag or commit), as for :func:`resolve`.
+      with_tokenizer: also load the directory's tokenizer (False: ``tokenizer`` is None).
 
     Returns:
       ``(module, params, tokenizer)``; an encoder or GPT-2 runs as ``module.apply({"params": params}, input_ids,
@@ -268,7 +273,8 @@ def load_mlm_head(
     Args:
       name_or_path: as for :func:`from_pretrained`.
       dtype: compute dtype; parameters stay float32.
-      cache_dir, revision: as for :func:`resolve`.
+      cache_dir: Hugging Face cache directory (None: the default one), as for :func:`resolve`.
+      revision: Hub revision (branch, tag or commit), as for :func:`resolve`.
 
     Returns:
       ``(head, head_params)``: a :class:`~isojax.models.heads.MaskedLMHead` whose decoder is tied to the word

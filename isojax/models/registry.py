@@ -285,8 +285,9 @@ def build_encoder(
       add_pooling_layer: whether to build the pooler (when the architecture has one).
       transform_placement: where ``last_layer_transform`` acts (``"output"`` or ``"block"``), see
         :class:`~isojax.models.encoder.EncoderModel`.
-      scan_layers, remat: how the blocks run (one ``nn.scan`` loop; recomputation in the backward pass), see
-        :class:`~isojax.models.stack.TransformerStack`.
+      scan_layers: run the blocks as one ``nn.scan`` loop, see :class:`~isojax.models.stack.TransformerStack`.
+      remat: ``"none"``, or a key of :data:`isojax.models.stack.REMAT_POLICIES` to recompute the blocks in the
+        backward pass, see :class:`~isojax.models.stack.TransformerStack`.
 
     Returns:
       An unbound :class:`~isojax.models.encoder.EncoderModel`; ``apply`` maps ``input_ids`` ``[B, T]`` int32 (and

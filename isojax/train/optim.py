@@ -163,7 +163,9 @@ def make_optimizer(
       learning_rate: the peak learning rate of the ``model`` group.
       transform_learning_rate: the peak learning rate of the ``transform`` group and the constant one of ``flow``.
       weight_decay: AdamW's decoupled weight decay, on matrices only (:func:`decay_mask`).
-      total_updates, warmup_steps, schedule_kind: the learning-rate schedule (:func:`schedule`).
+      total_updates: the run's optimiser updates, the length of the learning-rate schedule (:func:`schedule`).
+      warmup_steps: updates of the linear warm-up (:func:`schedule`).
+      schedule_kind: ``"linear"``, ``"cosine"`` or ``"constant"`` after the warm-up (:func:`schedule`'s ``kind``).
       max_grad_norm: clip the global gradient norm to it (None or 0: no clipping).
       accumulation: average this many batches' gradients per update (``optax.MultiSteps``).
       frozen: top-level keys of ``params`` not trained (zero updates).
