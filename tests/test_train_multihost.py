@@ -214,7 +214,6 @@ class Job:
                         records,
                         argv,
                         stdout=log,
-                        cache=self.root / "jit",
                         JAX_PLATFORMS="cpu",
                         XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
                         HF_DATASETS_CACHE=str(self.root / "hf-datasets"),
