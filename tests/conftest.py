@@ -48,6 +48,17 @@ def pytest_unconfigure(config):
         shutil.rmtree(os.environ[RUN_CACHE_VARIABLE], ignore_errors=True)
 
 
+def pytest_collection_modifyitems(config, items):
+    """Files that hold a test marked ``slow`` run first, each file's tests kept together and in order.
+
+    ``make test`` hands whole files to its pytest-xdist workers in this order (``--dist loadfile
+    --no-loadscope-reorder``): the long files start early and the short ones fill the end, so that the workers
+    finish together instead of one running a long file alone at the end (xdist's own order, most tests first,
+    leaves the long files with few tests for last)."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)  # a stable sort: the order within each group stays
+
+
 import importlib  # noqa: E402
 from pathlib import Path  # noqa: E402
 

@@ -186,6 +186,7 @@ def entropy_clouds():
 @pytest.mark.parametrize(
     "options", [dict(bars="selected", in_cluster_weight=0.4), dict(bars="all")], ids=["selected", "all"]
 )
+@pytest.mark.slow
 def test_persistent_entropy_loss_grad(name, x, labels, mask, options):
     num_classes = None if labels is None else 2
     check(

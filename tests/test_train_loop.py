@@ -394,6 +394,7 @@ def test_finetune_reads_glue_from_the_data_dir(tiny, tokenizer, shared_data_dir,
         TrainConfig(task=TaskConfig(name="rte", data_dir=str(shared_data_dir), data_source="hub"))
 
 
+@pytest.mark.slow
 def test_scanned_layers_with_remat_train_to_the_unrolled_parameters(tokenizer, tmp_path):
     """``--scan-layers --remat full`` changes how the blocks run, not what they compute: without dropout (whose masks
     are drawn per layer from split keys under scan) 4 steps end at the unrolled run's parameters."""

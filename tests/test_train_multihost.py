@@ -285,6 +285,7 @@ def _expected_calls(process):
     return [("validation", dev_call)] + [("train", c) for c in train_calls] + [("validation", dev_call)]
 
 
+@pytest.mark.slow
 def test_two_processes_killed_and_resumed_end_with_the_single_process_parameters(setup, tmp_path):
     root, model, texts, lengths = setup
     # the processes must agree on batch widths: in some batches one half alone would be cut to 32 columns

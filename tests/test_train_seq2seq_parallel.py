@@ -79,6 +79,7 @@ def setup(tmp_path_factory):
 
 
 @pytest.mark.parametrize("args", [("mesh", 8), ("mesh", 8, 2), ("pmap", 8)], ids=["mesh8", "mesh4x2", "pmap8"])
+@pytest.mark.slow
 def test_seq2seq_steps_and_decoding_match_single_device(setup, args):
     ref_history, ref_state, ref_sequences = setup[("mesh", 1)]
     history, state, sequences = setup[args]
