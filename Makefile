@@ -46,9 +46,11 @@ lint: $(TESTENV)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-# --dist loadfile: each test file runs in one process, so its module-scoped fixtures are built once
+# --dist loadfile: each test file runs in one process, so its module-scoped fixtures are built once;
+# --no-loadscope-reorder: files are handed out in the collection order, the files with slow tests first
+# (tests/conftest.py), not xdist's most-tests-first order
 test: lint
-	$(PY) -m pytest -q -n $(JOBS) --dist loadfile
+	$(PY) -m pytest -q -n $(JOBS) --dist loadfile --no-loadscope-reorder
 
 # the test environment's exact versions, isojax itself (editable) left out
 lock: $(TESTENV)

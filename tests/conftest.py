@@ -19,25 +19,44 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.pop("ISOJAX_DATA_DIR", None)  # tests name their data directory; a user's setting must not leak in
 
-import jax  # noqa: E402
-
-jax.config.update("jax_default_matmul_precision", "highest")
-
 # JAX's persistent compilation cache, one directory per run: a program that a test compiles is read back, not
 # compiled again, when a later test builds the same program (a new closure, a fresh model of the same shapes). The
 # process that loads this file first makes the directory and names it in its environment, which the pytest-xdist
-# workers inherit, so they share it; it is removed when that process ends (pytest_unconfigure below).
+# workers inherit, so they share it; it is removed when that process ends (pytest_unconfigure below). JAX's own
+# variables name it too, so that the Python processes the tests start (the CLI, training workers, notebook
+# kernels) read and write the same cache: a training worker then reads back what the in-process reference run of
+# its test compiled.
 RUN_CACHE_VARIABLE = "ISOJAX_TEST_JAX_CACHE"
 _OWN_RUN_CACHE = RUN_CACHE_VARIABLE not in os.environ
 if _OWN_RUN_CACHE:
     os.environ[RUN_CACHE_VARIABLE] = tempfile.mkdtemp(prefix="isojax-test-jax-cache-")
-jax.config.update("jax_compilation_cache_dir", os.environ[RUN_CACHE_VARIABLE])
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)  # default 1 s: most test programs are smaller
+os.environ["JAX_COMPILATION_CACHE_DIR"] = os.environ[RUN_CACHE_VARIABLE]
+os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.1"  # default 1 s: most test programs are smaller
+
+import jax  # noqa: E402
+
+jax.config.update("jax_default_matmul_precision", "highest")
+# the variables above are read when jax is first imported; a plugin may have imported it before this file
+jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
+jax.config.update(
+    "jax_persistent_cache_min_compile_time_secs", float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"])
+)
 
 
 def pytest_unconfigure(config):
     if _OWN_RUN_CACHE:
         shutil.rmtree(os.environ[RUN_CACHE_VARIABLE], ignore_errors=True)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Files that hold a test marked ``slow`` run first, each file's tests kept together and in order.
+
+    ``make test`` hands whole files to its pytest-xdist workers in this order (``--dist loadfile
+    --no-loadscope-reorder``): the long files start early and the short ones fill the end, so that the workers
+    finish together instead of one running a long file alone at the end (xdist's own order, most tests first,
+    leaves the long files with few tests for last)."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)  # a stable sort: the order within each group stays
 
 
 import importlib  # noqa: E402

@@ -83,6 +83,7 @@ def _finite_positive(v):
     return isinstance(v, float) and math.isfinite(v) and v > 0
 
 
+@pytest.mark.slow
 def test_json_and_markdown_named_by_device(tiny_run):
     out, payload = tiny_run
     saved = json.loads((out / f"{DEVICE['slug']}.json").read_text())

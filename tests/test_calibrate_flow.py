@@ -193,6 +193,7 @@ def test_scale_lu_updates_divides_triangular_factors_by_sqrt_width():
     np.testing.assert_allclose(scaled["level0_step0"]["actnorm"]["bias"], 1.0)
 
 
+@pytest.mark.slow
 def test_fit_converges_at_bert_base_width():
     """Regression: at 768 features (all-mpnet-base-v2) Adam 1e-3 on the unscaled LU factors moved W by O(1) per
     step; the log-likelihood fell from 0.96 to -8.7 nats per dimension in two steps and ||z|| reached 1e5 on MPNet's

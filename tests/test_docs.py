@@ -45,6 +45,7 @@ def built(tmp_path_factory):
     return proc, out / "html"
 
 
+@pytest.mark.slow
 def test_docs_build_without_warnings(built):
     proc, _ = built
     assert proc.returncode == 0 and not proc.stderr.strip(), proc.stderr[-8000:]

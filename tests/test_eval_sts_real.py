@@ -36,6 +36,7 @@ def minilm_sts(shared_data_dir, default_model_path):
 
 
 @pytest.mark.parametrize("name,split", list(FIGURES))
+@pytest.mark.slow
 def test_minilm_mean_pooling_spearman_is_the_published_figure(minilm_sts, name, split):
     data, a, b = minilm_sts[name, split]
     a, b = a.astype(np.float64), b.astype(np.float64)

@@ -140,6 +140,7 @@ def runs(tiny, tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", ["fsdp", "fsdp_model"], ids=["fsdp8", "fsdp4x2"])
+@pytest.mark.slow
 def test_four_fsdp_steps_equal_the_replicated_run(runs, name):
     run, reference = runs[name], runs["reference"]
     assert_same_history(run.history, reference.history[:4])

@@ -72,6 +72,7 @@ def decode_both(model, module, params, ids, mask, pad, **settings):
     return mine
 
 
+@pytest.mark.slow
 def test_greedy_and_beam_search_equal_transformers_generate(lm):
     arch, model, module, params, ids, mask = lm
     pad, start = (5, ids.shape[1]) if arch == "gpt2" else (1, 1)
@@ -113,6 +114,7 @@ def test_right_padded_prompts_decode_as_left_padded_ones(lm):
     np.testing.assert_array_equal(left_align(jnp.asarray(right_ids), jnp.asarray(right_mask) == 1)[0], ids)
 
 
+@pytest.mark.slow
 def test_cached_steps_equal_the_uncached_forward(lm):
     """Prefill the cache, then feed one argmax token at a time (one jitted step): every step's logits equal those
     of the uncached forward over the whole sequence at that position (within 1e-5; causal attention makes the

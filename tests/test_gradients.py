@@ -60,8 +60,10 @@ CLOUD_IDS = [name for name, _, _ in CLOUDS]
 
 
 def check(loss, closed_form, x, mask, name):
-    automatic = jax.grad(lambda x: jnp.sum(loss(x, mask)))(jnp.asarray(x))
-    assert_same_gradient(closed_form(jnp.asarray(x), mask), automatic, name)
+    """``closed_form(x, mask)`` against ``jax.grad`` of ``sum(loss(x, mask))``, each jitted whole (op by op, the
+    gradient of a barcode or an SVD compiles hundreds of small programs)."""
+    automatic = jax.jit(jax.grad(lambda x: jnp.sum(loss(x, mask))))(jnp.asarray(x))
+    assert_same_gradient(jax.jit(lambda x: closed_form(x, mask))(jnp.asarray(x)), automatic, name)
 
 
 @pytest.mark.parametrize("name,x,mask", CLOUDS, ids=CLOUD_IDS)
@@ -186,6 +188,7 @@ def entropy_clouds():
 @pytest.mark.parametrize(
     "options", [dict(bars="selected", in_cluster_weight=0.4), dict(bars="all")], ids=["selected", "all"]
 )
+@pytest.mark.slow
 def test_persistent_entropy_loss_grad(name, x, labels, mask, options):
     num_classes = None if labels is None else 2
     check(

@@ -107,6 +107,7 @@ def test_every_public_function_has_a_matrix_entry():
 
 
 @pytest.mark.parametrize("group", ["functions", "models", "generate"])
+@pytest.mark.slow
 def test_entry_points_lower_for_tpu_and_round_trip_on_cpu(group):
     """Every public function (jit and grad), each architecture's forward (float32 and bfloat16) and generate (greedy
     and beam, GPT-2 and BART) lower for TPU (the platform with the fewest lowerings and no float64); a sample of

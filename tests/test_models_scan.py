@@ -65,6 +65,7 @@ def test_scanned_hidden_states_match_unscanned_and_pytorch(saved):
 
 
 @pytest.mark.parametrize("remat", ["none", "full", "dots"])
+@pytest.mark.slow
 def test_scanned_and_rematerialised_gradients_equal_the_unrolled_ones(saved, remat):
     arch, model, path = saved
     module, params, _ = isojax.from_pretrained(str(path), with_tokenizer=False)

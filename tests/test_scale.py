@@ -212,6 +212,7 @@ def test_local_plan_takes_the_layouts_over_the_devices_there_are():
     assert all(len(c.batches) == 2 for c in scale.local_plan(8))
 
 
+@pytest.mark.slow
 def test_accelerator_prints_and_writes_the_scale_rows(tiny, monkeypatch, tmp_path, capsys):
     """experiments.accelerator's scale part: the local plan compiled, its table printed and written by device; on
     one device the step has no collective and holds the whole state (12 bytes per parameter + step counters)."""

@@ -297,6 +297,7 @@ def test_classwise_entropy_loss_on_known_clusters(x64):
     np.testing.assert_allclose(float(jitted(padded, padded_labels, mask)), expected_selected, rtol=1e-10)
 
 
+@pytest.mark.slow
 def test_entropy_loss_batched_and_degenerate():
     rng = np.random.default_rng(6)
     x = rng.normal(size=(2, 12, 4)).astype(np.float32)

@@ -97,11 +97,11 @@ def reference(tiny, tmp_path_factory):
 
 def _child(stall, argv, tmp_path):
     """A training subprocess (tests/train_worker.py) that stalls right after the checkpoint of step ``stall`` is on
-    disk, so that SIGKILL lands mid-run, and writes its final parameters to ``tmp_path/final_0.npz``; the two
-    children share a persistent compilation cache."""
-    return train_worker.launch(stall, tmp_path, argv, stdout=subprocess.PIPE, cache=tmp_path / "jax_cache")
+    disk, so that SIGKILL lands mid-run, and writes its final parameters to ``tmp_path/final_0.npz``."""
+    return train_worker.launch(stall, tmp_path, argv, stdout=subprocess.PIPE)
 
 
+@pytest.mark.slow
 def test_sigkill_mid_run_then_resume_ends_with_the_same_parameters(tiny, reference, tmp_path):
     ref_dir, ref = reference
     argv = _args(tiny, tmp_path / "run")
@@ -394,6 +394,7 @@ def test_finetune_reads_glue_from_the_data_dir(tiny, tokenizer, shared_data_dir,
         TrainConfig(task=TaskConfig(name="rte", data_dir=str(shared_data_dir), data_source="hub"))
 
 
+@pytest.mark.slow
 def test_scanned_layers_with_remat_train_to_the_unrolled_parameters(tokenizer, tmp_path):
     """``--scan-layers --remat full`` changes how the blocks run, not what they compute: without dropout (whose masks
     are drawn per layer from split keys under scan) 4 steps end at the unrolled run's parameters."""

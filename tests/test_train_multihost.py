@@ -214,7 +214,6 @@ class Job:
                         records,
                         argv,
                         stdout=log,
-                        cache=self.root / "jit",
                         JAX_PLATFORMS="cpu",
                         XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
                         HF_DATASETS_CACHE=str(self.root / "hf-datasets"),
@@ -286,6 +285,7 @@ def _expected_calls(process):
     return [("validation", dev_call)] + [("train", c) for c in train_calls] + [("validation", dev_call)]
 
 
+@pytest.mark.slow
 def test_two_processes_killed_and_resumed_end_with_the_single_process_parameters(setup, tmp_path):
     root, model, texts, lengths = setup
     # the processes must agree on batch widths: in some batches one half alone would be cut to 32 columns

@@ -321,6 +321,7 @@ def _token_batch(i, b=8, length=6):
     }
 
 
+@pytest.mark.slow
 def test_scheduled_weight_compiles_once_is_logged_and_weights_the_loss():
     """A linear weight schedule (0.1 at steps <= 1, to 1.0 at step 5): the jitted step is traced once over 7 steps,
     ``isoscore@cls/weight`` follows the closed form 0.1 + 0.9 clip((t - 1) / 4, 0, 1) and optax's own linear

@@ -117,6 +117,7 @@ def no_dropout():
 
 
 @pytest.mark.parametrize("args", [("mesh", 8), ("mesh", 8, 2), ("pmap", 8)], ids=["mesh8", "mesh4x2", "pmap8"])
+@pytest.mark.slow
 def test_losses_and_params_match_single_device(no_dropout, args):
     _, runs = no_dropout
     ref_history, ref_state, _, _ = runs[("mesh", 1)]
@@ -165,6 +166,7 @@ def test_a_parameter_without_a_partition_rule_is_an_error():
     assert partition_spec("opt_state/0/count", (), 2, rules, strict=False) == P()
 
 
+@pytest.mark.slow
 def test_dropout_mesh_matches_single_device_and_pmap_runs():
     """With dropout, the mesh draws the global batch's masks from the step key (the same on any number of
     devices); pmap draws each device's masks from fold_in(key, device), so it trains but on other masks.

@@ -92,6 +92,7 @@ def _argv(model, data, out, method, *extra):
         ("flow", "flow"),
     ],
 )
+@pytest.mark.slow
 def test_finetune_reverses_digit_strings_with_each_calibration_method(bart, reversal, tmp_path, method, term):
     extra = ("--log-gradients",) if method == "cosine" else ()  # main's gradient statistics work here too
     assert main(_argv(bart, reversal, tmp_path, method, *extra)) == 0

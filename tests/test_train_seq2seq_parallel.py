@@ -79,6 +79,7 @@ def setup(tmp_path_factory):
 
 
 @pytest.mark.parametrize("args", [("mesh", 8), ("mesh", 8, 2), ("pmap", 8)], ids=["mesh8", "mesh4x2", "pmap8"])
+@pytest.mark.slow
 def test_seq2seq_steps_and_decoding_match_single_device(setup, args):
     ref_history, ref_state, ref_sequences = setup[("mesh", 1)]
     history, state, sequences = setup[args]
@@ -135,25 +136,24 @@ def _argv(model, data, out):
     ]
 
 
-def _worker(stall, records, argv, cache):
-    return train_worker.launch(stall, records, argv, stdout=subprocess.PIPE, cache=cache)
+def _worker(stall, records, argv):
+    return train_worker.launch(stall, records, argv, stdout=subprocess.PIPE)
 
 
 @pytest.mark.slow
 def test_killed_flow_run_resumes_to_the_uninterrupted_parameters(tmp_path):
     """Dropout on, a flow (its constants in the checkpoint): killed right after the checkpoint of step 8 of 12,
     then resumed, the run ends with the parameters of an uninterrupted run (both in tests/train_worker.py
-    processes, sharing a compilation cache)."""
+    processes)."""
     require("datasets")  # the local JSONL files are read through it
     model = seq2seq_helpers.tiny_bart(tmp_path / "m", dropout=0.1)
     data = seq2seq_helpers.reversal_task(tmp_path, train=64, dev=8)
-    cache = tmp_path / "jax_cache"
-    reference = _worker(0, tmp_path / "reference", _argv(model, data, tmp_path / "reference" / "out"), cache)
+    reference = _worker(0, tmp_path / "reference", _argv(model, data, tmp_path / "reference" / "out"))
     output, _ = reference.communicate(timeout=600)
     assert reference.returncode == 0, output[-3000:]
     argv = _argv(model, data, tmp_path / "run")
-    train_worker.kill_when_stalled(_worker(8, tmp_path, argv, cache))
-    resumed = _worker(0, tmp_path, argv, cache)
+    train_worker.kill_when_stalled(_worker(8, tmp_path, argv))
+    resumed = _worker(0, tmp_path, argv)
     output, _ = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, output[-3000:]
     got, want = np.load(tmp_path / "final_0.npz"), np.load(tmp_path / "reference" / "final_0.npz")

@@ -19,13 +19,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def launch(stall: int, records, argv, *, stdout, cache, **env) -> subprocess.Popen:
-    """Start a worker in its own process group, importing this checkout's isojax, with a persistent compilation
-    cache in ``cache`` (workers that share it compile less) and the extra environment variables ``env``."""
+def launch(stall: int, records, argv, *, stdout, **env) -> subprocess.Popen:
+    """Start a worker in its own process group, importing this checkout's isojax, with the extra environment
+    variables ``env``. It reads and writes the run's persistent compilation cache (tests/conftest.py names it in
+    ``JAX_COMPILATION_CACHE_DIR``), every program it compiles included: a resumed worker reads back what the killed
+    one compiled, and a worker what the in-process reference run of its test compiled."""
     env = dict(
         os.environ,
         PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-        JAX_COMPILATION_CACHE_DIR=str(cache),
         JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
         JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0",
         **env,
