@@ -100,6 +100,7 @@ def _argv(root, path, *extra):
     ]
 
 
+@pytest.mark.slow
 def test_campaign_runs_reports_and_resumes_after_a_kill(campaign):
     root, path = campaign
     # first sitting: one task only
