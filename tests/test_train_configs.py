@@ -12,8 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from isojax.train.cli import config_from_argv
-
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "experiments" / "reproductions" / "configs"
 CAMPAIGNS = ("glue_methods.json",)  # experiments.reproductions.glue_methods' format (protocols), checked below
 CONFIGS = sorted(p for p in CONFIG_DIR.glob("*.json") if p.name not in CAMPAIGNS)
@@ -127,7 +125,7 @@ def test_summary_tabulates_mean_and_std_over_seeds(tmp_path):
 
 
 def test_every_campaign_run_is_a_valid_configuration():
-    """experiments/reproductions/configs/glue_methods.json: every run and sweep run parses into a TrainConfig, with App. B's
+    """experiments/reproductions/configs/glue_methods.json: every run and sweep run is a valid TrainConfig, with App. B's
     settings in protocol appB and the shrink paper's Table 1 in protocol shrink."""
     from experiments.reproductions import glue_methods
 
@@ -135,7 +133,7 @@ def test_every_campaign_run_is_a_valid_configuration():
         config = json.load(f)
     for sweep in (False, True):
         runs = glue_methods.expand(config, sweep=sweep)
-        parsed = [(run, config_from_argv(run.arguments("/tmp/runs", "/tmp/data"))) for run in runs]
+        parsed = [(run, run.config("/tmp/runs", "/tmp/data")) for run in runs]
         assert len({c.logging.output_dir for _, c in parsed}) == len(runs)
         for run, c in parsed:
             if run.protocol == "appB":
