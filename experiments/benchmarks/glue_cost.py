@@ -169,8 +169,9 @@ def main(argv=None) -> int:
             if args.report_only:
                 rows.append([task, "not timed", *[""] * 8])
                 continue
-            path = os.path.join(run.directory(args.runs_dir), "config.json")
-            print(f"== timing {task}: python -m isojax.cli finetune --config {path}", flush=True)
+            print(
+                f"== timing {task}: python -m isojax.cli finetune --config {run.config_path(args.runs_dir)}", flush=True
+            )
             seconds = run_one(run, args.runs_dir, args.data_dir, 0, env)
             with open(os.path.join(directory, "campaign.json"), "w") as f:
                 json.dump({"wall_seconds": seconds, "commit": prov["commit"], "machine": prov["machine"]}, f)

@@ -97,6 +97,10 @@ class Run:
     def directory(self, runs_dir: str) -> str:
         return os.path.join(runs_dir, self.protocol, self.task, slug(self.method), f"seed{self.seed}")
 
+    def config_path(self, runs_dir: str) -> str:
+        """Where the run's configuration is written: ``config.json`` in its directory."""
+        return os.path.join(self.directory(runs_dir), "config.json")
+
     def config(self, runs_dir: str = "runs", data_dir: str | None = None, eval_every: int = 0) -> TrainConfig:
         """The run's :class:`TrainConfig`: its settings, its task and seed, its directory under ``runs_dir`` as the
         output directory, no progress bar; ``data_dir`` and ``eval_every`` (steps between evaluations) when given.
@@ -217,27 +221,15 @@ def evals_every(run: Run, train_rows: int, per_epoch_evals: int) -> int:
     return max(1, per_epoch // max(1, per_epoch_evals))
 
 
-def write_config(run: Run, runs_dir: str, data_dir: str | None, eval_every: int) -> str:
-    """Write the run's :class:`TrainConfig` (:meth:`Run.config`) to ``config.json`` in its directory; return the
-    path."""
-    directory = run.directory(runs_dir)
-    os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, "config.json")
+def run_one(run: Run, runs_dir: str, data_dir: str | None, eval_every: int, env: dict) -> float:
+    """Write the run's :class:`TrainConfig` (:meth:`Run.config`) to :meth:`Run.config_path`, then run (or resume)
+    it from there in its own process; return its wall seconds."""
+    path = run.config_path(runs_dir)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
         json.dump(run.config(runs_dir, data_dir, eval_every).to_json(), f, indent=1)
-    return path
-
-
-def command(path: str) -> list[str]:
-    """The command line of a run whose configuration is at ``path``."""
-    return [sys.executable, "-m", "isojax.cli", "finetune", "--config", path]
-
-
-def run_one(run: Run, runs_dir: str, data_dir: str | None, eval_every: int, env: dict) -> float:
-    """Run (or resume) one fine-tuning run in its own process; return its wall seconds."""
-    path = write_config(run, runs_dir, data_dir, eval_every)
     started = time.perf_counter()
-    subprocess.run(command(path), check=True, env=env, cwd=ROOT)
+    subprocess.run([sys.executable, "-m", "isojax.cli", "finetune", "--config", path], check=True, env=env, cwd=ROOT)
     return time.perf_counter() - started
 
 
@@ -623,7 +615,7 @@ def main(argv=None) -> int:
             every = evals_every(run, sizes[run.task], config["evals_per_epoch"])
             settings = run.config(args.runs_dir, args.data_dir, every).flat_json()
             changed = {k: v for k, v in settings.items() if v != DEFAULTS[k]}
-            path = os.path.join(run.directory(args.runs_dir), "config.json")
+            path = run.config_path(args.runs_dir)
             print(f"== {run.key}: python -m isojax.cli finetune --config {path}\n   {json.dumps(changed)}", flush=True)
             if args.dry_run:
                 continue
