@@ -46,7 +46,7 @@ extensions = [
     "myst_nb",
 ]
 templates_path = ["_templates"]
-exclude_patterns = ["_build", "README.md", "**.ipynb_checkpoints"]
+exclude_patterns = ["_build", "README.md", "**.ipynb_checkpoints", "_generated/api/objects.rst"]
 html_theme = "furo"
 html_title = f"isojax {release}"
 
@@ -57,7 +57,7 @@ nb_execution_mode = "off"  # rendered from the outputs stored in the .ipynb file
 suppress_warnings = ["myst.header"]  # the results files start at level 2 under their own titles
 
 # autodoc / autosummary / napoleon
-autosummary_generate = True
+autosummary_generate = ["_generated/api/objects.rst"]  # the page list of every public name (generate_api)
 autosummary_ignore_module_all = False
 autodoc_typehints = "description"
 autodoc_member_order = "bysource"
@@ -132,9 +132,16 @@ def generate_api():
         name = mod.__name__
         body = [f"``{name}``", "=" * (len(name) + 4), "", f".. automodule:: {name}", "   :no-members:", ""]
         if members:
-            body += [f".. currentmodule:: {name}", "", ".. autosummary::", "   :toctree: .", ""]
+            body += [f".. currentmodule:: {name}", "", ".. autosummary::", ""]
             body += [f"   {k}" for k in members] + [""]
         _write(GEN / "api" / f"{name}.rst", "\n".join(body))
+    # The names' own pages are generated from a list that is not itself a page, and are orphans (the templates in
+    # _templates/autosummary): reached from their module's table and by cross-references, not from the sidebar.
+    # A toctree of ~300 pages would put them all in furo's navigation, which is rendered into every page
+    # (the build took 2 minutes, most of it in that tree).
+    objects = [".. autosummary::", "   :toctree: .", ""]
+    objects += [f"   {mod.__name__}.{k}" for mod, members in pages for k in members]
+    _write(GEN / "api" / "objects.rst", "\n".join(objects) + "\n")
     index = [
         "API reference",
         "=============",
@@ -149,7 +156,7 @@ def generate_api():
     ] + [f"   {mod.__name__}" for mod, _ in pages]
     _write(GEN / "api" / "index.rst", "\n".join(index) + "\n")
     # pages of names no longer public (left by an earlier build: a renamed class) would break the strict build
-    keep = {"index"} | {mod.__name__ for mod, _ in pages} | {f"{mod.__name__}.{k}" for mod, ks in pages for k in ks}
+    keep = {"index", "objects"} | {mod.__name__ for mod, _ in pages} | {f"{mod.__name__}.{k}" for mod, ks in pages for k in ks}
     for stale in (GEN / "api").glob("*.rst"):
         if stale.stem not in keep:
             stale.unlink()
