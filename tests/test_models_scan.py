@@ -77,7 +77,7 @@ def test_scanned_and_rematerialised_gradients_equal_the_unrolled_ones(saved, rem
         out = variant.apply({"params": p}, ids, mask, types)
         return jnp.sum(out.last_hidden_state * weights * mask[..., None]) + jnp.sum(out.pooler_output**2)
 
-    reference = jax.grad(lambda p: loss(module, p))(params)
+    reference = jax.jit(jax.grad(lambda p: loss(module, p)))(params)
     scale = max(float(np.abs(r).max()) for r in jax.tree.leaves(reference))  # key biases' gradients are ~0 (round-off)
     for variant in [module.clone(remat=remat), module.clone(scan_layers=True, remat=remat)]:
         if variant.scan_layers:
