@@ -156,7 +156,11 @@ def generate_api():
     ] + [f"   {mod.__name__}" for mod, _ in pages]
     _write(GEN / "api" / "index.rst", "\n".join(index) + "\n")
     # pages of names no longer public (left by an earlier build: a renamed class) would break the strict build
-    keep = {"index", "objects"} | {mod.__name__ for mod, _ in pages} | {f"{mod.__name__}.{k}" for mod, ks in pages for k in ks}
+    keep = (
+        {"index", "objects"}
+        | {mod.__name__ for mod, _ in pages}
+        | {f"{mod.__name__}.{k}" for mod, ks in pages for k in ks}
+    )
     for stale in (GEN / "api").glob("*.rst"):
         if stale.stem not in keep:
             stale.unlink()
