@@ -19,6 +19,16 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.pop("ISOJAX_DATA_DIR", None)  # tests name their data directory; a user's setting must not leak in
 
+# A pytest-xdist worker's BLAS and OpenMP pools (OpenBLAS of numpy and scipy, which jaxlib's LAPACK calls too; torch's
+# OpenMP) get its share of the cores instead of all of them: with one pool per worker as wide as the machine the
+# spinning threads starve each other, and on CI's 2 cores an SVD of a 1379 x 384 matrix took 0.3-8 s instead of
+# 0.03 s. Read when numpy and torch are first imported, i.e. after this file; a variable the user set is kept, and
+# the processes the tests start inherit it.
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    _threads = str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+    for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_name, _threads)
+
 # JAX's persistent compilation cache, one directory per run: a program that a test compiles is read back, not
 # compiled again, when a later test builds the same program (a new closure, a fresh model of the same shapes). The
 # process that loads this file first makes the directory and names it in its environment, which the pytest-xdist
