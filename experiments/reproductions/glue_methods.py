@@ -382,9 +382,10 @@ def summary(config: dict, tables: list[dict]) -> str:
                     continue
                 diff, d = effect(row[metric]["values"], base[metric]["values"])
                 p, paired = row[metric]["p_vs_baseline"], row[metric]["paired_p_vs_baseline"]
+                pairs = len(row[metric]["paired_seeds"])
                 shown.append(
                     f"{task} {metric} {diff:+.2f} (d {_fmt(d, '+.2f')}, p {_fmt(p, '.3f')}, paired p "
-                    f"{_fmt(paired, '.3f')} over {len(row[metric]['paired_seeds'])} pairs; "
+                    f"{_fmt(paired, '.3f')} over {pairs} pair{'' if pairs == 1 else 's'}; "
                     f"{len(row['seeds'])} vs {len(base['seeds'])} seeds)"
                 )
             text = "; ".join(shown) if shown else "no finished run yet"
