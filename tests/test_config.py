@@ -248,14 +248,14 @@ def _committed_records() -> list[str]:
 
 def test_the_configs_of_committed_runs_are_read():
     """Records written before the nested configuration hold the flat form; later ones ``TrainConfig.to_json()``."""
-    paths = _committed_records()
-    nested = [p for p in paths if isinstance(json.load(open(p))["config"].get("task"), dict)]
-    assert nested and len(nested) < len(paths)
-    for path in nested:
-        recorded = json.load(open(path))["config"]
-        assert json.loads(json.dumps(TrainConfig.from_json(recorded).to_json())) == recorded, path
-    for path in sorted(set(paths) - set(nested)):
-        flat = json.load(open(path))["config"]
+    records = {path: json.load(open(path))["config"] for path in _committed_records()}
+    nested = {path for path, recorded in records.items() if isinstance(recorded.get("task"), dict)}
+    assert nested and len(nested) < len(records)
+    for path, recorded in records.items():
+        if path in nested:
+            assert json.loads(json.dumps(TrainConfig.from_json(recorded).to_json())) == recorded, path
+            continue
+        flat = recorded
         config = TrainConfig.from_json(flat)
         by_flat = {s.flat: s.path for s in SETTINGS}
         values = json.loads(json.dumps(config.flat_json()))
