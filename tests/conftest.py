@@ -1,18 +1,31 @@
-"""Test configuration: 8 virtual CPU devices when the backend is CPU, no network, float32 matmuls, and JAX's
-persistent compilation cache in a directory of this run.
+"""Test configuration: 8 virtual CPU devices when the backend is CPU, no network, float32 matmuls, JAX's persistent
+compilation cache in a directory of this run, and fast (unoptimised) XLA compilation on CPU except in the tests
+marked ``compute_bound``.
 
 The same suite runs on GPU/TPU with ``JAX_PLATFORMS=cuda`` (or ``tpu``); then the real devices are used.
 """
 
+import importlib
 import os
 import shutil
 import tempfile
+from pathlib import Path
 
+import pytest
+
+# Most of the suite's CPU time is XLA compiling small programs that then run once or twice on small arrays. On CPU the
+# suite therefore compiles with jax_disable_most_optimizations (XLA's backend optimisation level 0: about a quarter
+# less compile time, slower programs); a test whose time goes to running a real model (the published STS figures, the
+# notebooks) is marked ``compute_bound`` and compiles fully optimised, as a user's program does
+# (pytest_runtest_protocol below). The processes a test starts (the CLI, training workers, notebook kernels) inherit
+# the test's choice through the variable. A value the user set is kept.
+FAST_COMPILE_VARIABLE = "JAX_DISABLE_MOST_OPTIMIZATIONS"
 if os.environ.get("JAX_PLATFORMS", "cpu") == "cpu":
     os.environ["JAX_PLATFORMS"] = "cpu"
     flags = os.environ.get("XLA_FLAGS", "")
     if "xla_force_host_platform_device_count" not in flags:
         os.environ["XLA_FLAGS"] = (flags + " --xla_force_host_platform_device_count=8").strip()
+    os.environ.setdefault(FAST_COMPILE_VARIABLE, "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -51,11 +64,29 @@ jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE
 jax.config.update(
     "jax_persistent_cache_min_compile_time_secs", float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"])
 )
+_FAST_COMPILE = os.environ.get(FAST_COMPILE_VARIABLE, "0").lower() in ("1", "true", "yes", "on")
+jax.config.update("jax_disable_most_optimizations", _FAST_COMPILE)
 
 
 def pytest_unconfigure(config):
     if _OWN_RUN_CACHE:
         shutil.rmtree(os.environ[RUN_CACHE_VARIABLE], ignore_errors=True)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A test marked ``compute_bound`` (its setup, call and teardown, and the processes it starts) compiles with
+    XLA's full optimisation; every other test compiles fast (see the top of this file)."""
+    if not _FAST_COMPILE or item.get_closest_marker("compute_bound") is None:
+        yield
+        return
+    jax.config.update("jax_disable_most_optimizations", False)
+    os.environ[FAST_COMPILE_VARIABLE] = "0"
+    try:
+        yield
+    finally:
+        jax.config.update("jax_disable_most_optimizations", True)
+        os.environ[FAST_COMPILE_VARIABLE] = "1"
 
 
 def pytest_collection_modifyitems(config, items):
@@ -68,11 +99,6 @@ def pytest_collection_modifyitems(config, items):
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow_files)  # a stable sort: the order within each group stays
 
-
-import importlib  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import pytest  # noqa: E402
 
 # The original data releases (STS12-16, SICK, GLUE) live beside the repository, as ../shared/data (README there).
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"

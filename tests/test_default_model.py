@@ -46,6 +46,7 @@ def test_every_hidden_state_matches_pytorch(default_model):
         np.testing.assert_allclose(np.asarray(a)[real], b.numpy()[real], atol=1e-4, rtol=0)
 
 
+@pytest.mark.compute_bound
 def test_stsb_test_spearman_is_the_published_82_03(default_model):
     """Mean pooling + cosine on STS-B test (1379 pairs): published 82.03 (sentence-transformers model card)."""
     from isojax.data.sts import load_stsb

@@ -13,6 +13,8 @@ import isojax
 from isojax.data import assets, load_sts
 from isojax.eval import sts
 
+pytestmark = pytest.mark.compute_bound  # the session fixture embeds 27,243 sentences
+
 FIGURES = {
     ("stsb", "test"): 82.03,
     ("sts12", "test"): 72.37,

@@ -55,7 +55,7 @@ def test_scanned_hidden_states_match_unscanned_and_pytorch(saved):
     assert len(out_scanned.attentions) == len(ref.attentions)
     for mine, unrolled, theirs in zip(out_scanned.hidden_states, out.hidden_states, ref.hidden_states):
         assert_close_on_real(mine, theirs.numpy(), mask, 1e-5)
-        assert_close_on_real(mine, unrolled, mask, 1e-6)
+        assert_close_on_real(mine, unrolled, mask, 4e-6)  # float32 round-off: one jitted program vs op by op
     real_q = mask.astype(bool)
     for mine, theirs in zip(out_scanned.attentions, ref.attentions):
         np.testing.assert_allclose(

@@ -64,6 +64,7 @@ def test_every_hidden_state_matches_pytorch(mpnet_path, mpnet):
         np.testing.assert_allclose(np.asarray(a)[real], b.numpy()[real], atol=2e-4, rtol=0)
 
 
+@pytest.mark.compute_bound
 def test_stsb_test_spearman_is_the_published_83_42(mpnet):
     """Mean pooling + cosine on STS-B test (1379 pairs): published 83.42 (sentence-transformers model card)."""
     from isojax.data.sts import load_stsb

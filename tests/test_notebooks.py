@@ -17,6 +17,7 @@ def test_there_are_notebooks():
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 @pytest.mark.slow
+@pytest.mark.compute_bound
 def test_notebook_executes(path, tmp_path, default_model_path):
     nb = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(

@@ -285,6 +285,7 @@ def test_bad_setup_fails_before_training(tiny, tokenizer, tmp_path, kwargs, mess
 
 
 @pytest.mark.slow
+@pytest.mark.compute_bound
 def test_short_stsb_finetune_of_the_default_model_beats_its_untrained_start(tmp_path, default_model_path):
     config = TrainConfig(
         task=TaskConfig(name="stsb", max_length=64, train_limit=240, eval_limit=300),
