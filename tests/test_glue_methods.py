@@ -238,6 +238,23 @@ def test_the_committed_configuration_expands_and_selects():
         glue_methods.select(runs, {"model": ["x"]})
 
 
+def test_every_run_prints_the_settings_that_rebuild_its_config():
+    """Before it starts a run the campaign prints the settings that differ from ``TrainConfig()``; applied to the
+    defaults they give the run's configuration again. A method with a section the defaults leave unset (flow) is
+    printed, not a ``KeyError`` that stops the campaign when it reaches it."""
+    from isojax.train.config import TrainConfig
+
+    config = json.load(open(glue_methods.DEFAULT_CONFIG))
+    runs = glue_methods.expand(config) + glue_methods.expand(config, sweep=True)
+    for run in runs:
+        ran = run.config("runs", "data", 7)
+        changed = glue_methods.changed_settings(ran)
+        assert TrainConfig().override(changed) == ran, run.key
+        assert changed["logging.eval_every"] == 7 and changed["logging.output_dir"] == run.directory("runs")
+    flow = glue_methods.changed_settings(next(r for r in runs if r.method == "flow").config())
+    assert flow["method.name"] == "flow" and {"flow.levels", "flow.depth", "flow.hidden"} <= set(flow)
+
+
 def test_every_committed_run_record_has_the_settings_its_configuration_gives_it():
     """The configuration is the runs' own: each committed run's ``results.json`` records the settings it ran with
     (made from the finetune command lines the configuration was written in before it took dotted settings, or from

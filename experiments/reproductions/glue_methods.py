@@ -221,6 +221,12 @@ def evals_every(run: Run, train_rows: int, per_epoch_evals: int) -> int:
     return max(1, per_epoch // max(1, per_epoch_evals))
 
 
+def changed_settings(config: TrainConfig) -> dict:
+    """The dotted settings of ``config`` that differ from ``TrainConfig()``'s (what the campaign prints for a run);
+    an optional section that the defaults leave unset (``flow``) counts with all its settings."""
+    return {k: v for k, v in config.flat_json().items() if k not in DEFAULTS or v != DEFAULTS[k]}
+
+
 def run_one(run: Run, runs_dir: str, data_dir: str | None, eval_every: int, env: dict) -> float:
     """Write the run's :class:`TrainConfig` (:meth:`Run.config`) to :meth:`Run.config_path`, then run (or resume)
     it from there in its own process; return its wall seconds."""
@@ -614,8 +620,7 @@ def main(argv=None) -> int:
             run = campaign_order(todo, config, cost, sizes)[0]
             todo.remove(run)
             every = evals_every(run, sizes[run.task], config["evals_per_epoch"])
-            settings = run.config(args.runs_dir, args.data_dir, every).flat_json()
-            changed = {k: v for k, v in settings.items() if v != DEFAULTS[k]}
+            changed = changed_settings(run.config(args.runs_dir, args.data_dir, every))
             path = run.config_path(args.runs_dir)
             print(f"== {run.key}: python -m isojax.cli finetune --config {path}\n   {json.dumps(changed)}", flush=True)
             if args.dry_run:
