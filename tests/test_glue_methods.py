@@ -435,3 +435,25 @@ def test_cost_measure_and_estimate_from_a_written_log(tmp_path):
     (tmp_path / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in steps))
     with pytest.raises(ValueError, match="log every step"):
         glue_cost.measure(str(tmp_path))
+
+
+def test_remaining_cost_sums_the_estimates_of_the_runs_without_a_record(tmp_path):
+    config = json.load(open(glue_methods.DEFAULT_CONFIG))
+    runs = [r for r in glue_methods.expand(config) if r.task in ("wnli", "rte")]
+    selected = {r.key for r in runs if r.task == "wnli"}
+    done = next(r for r in runs if r.task == "wnli" and r.protocol == "appB")
+    os.makedirs(done.directory(str(tmp_path)))
+    open(os.path.join(done.directory(str(tmp_path)), "results.json"), "w").write("{}")
+    minutes = {"appB": 6.0, "appB + isotropy layer stage 2": 9.0, "shrink": 12.0}
+    cost = {"tasks": {"wnli": {"minutes_per_run": minutes}}}  # RTE untimed
+    # WNLI: appB 12 methods (the Isotropy Layer's with stage 2) and shrink 3, x 3 seeds, less the finished run:
+    # (32 x 6 + 3 x 9 + 9 x 12) / 60 = 5.45 CPU-hours
+    assert glue_methods.remaining_cost(runs, selected, cost, str(tmp_path)) == (
+        "1 of 90 runs finished; not yet run: 44 in the CPU campaign (about 5 CPU-hours on this CPU by the glue_cost "
+        "estimates) and 45 left to an accelerator."
+    )
+    everything = {r.key for r in runs}  # RTE in the campaign too: its 45 runs have no estimate
+    assert glue_methods.remaining_cost(runs, everything, cost, str(tmp_path)) == (
+        "1 of 90 runs finished; not yet run: 89 in the CPU campaign (about 5 CPU-hours on this CPU by the glue_cost "
+        "estimates; 45 of an untimed task) and 0 left to an accelerator."
+    )

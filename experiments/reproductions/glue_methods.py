@@ -468,6 +468,28 @@ def not_run_reason(run: Run, selected: set, cost: dict | None) -> str:
     return "not in the CPU campaign's selection, left to an accelerator" + estimate
 
 
+def remaining_cost(runs: list[Run], selected: set, cost: dict | None, runs_dir: str, *records_dirs: str) -> str:
+    """What is left of ``runs``: how many of the CPU campaign's runs (keys ``selected``) and of the others have no
+    record, each with its estimated CPU-hours on the timed machine (the sum of :func:`glue_cost.run_minutes`;
+    runs of an untimed task are counted apart)."""
+    from experiments.benchmarks.glue_cost import run_minutes
+
+    left = [r for r in runs if finished_record(r, runs_dir, *records_dirs) is None]
+    parts = []
+    for label, group in (
+        ("in the CPU campaign", [r for r in left if r.key in selected]),
+        ("left to an accelerator", [r for r in left if r.key not in selected]),
+    ):
+        minutes = [run_minutes(cost, r) if cost else None for r in group]
+        timed = [m for m in minutes if m is not None]
+        text = f"{len(group)} {label}"
+        if timed:
+            text += f" (about {sum(timed) / 60:.0f} CPU-hours on this CPU by the glue_cost estimates"
+            text += f"; {len(minutes) - len(timed)} of an untimed task)" if len(timed) < len(minutes) else ")"
+        parts.append(text)
+    return f"{len(runs) - len(left)} of {len(runs)} runs finished; not yet run: " + " and ".join(parts) + "."
+
+
 def report(
     config: dict,
     runs: list[Run],
@@ -660,7 +682,7 @@ def main(argv=None) -> int:
             'task. A method with no finished seed says "not run" and why. Protocols:\n\n'
             + "\n".join(f"- **{k}**: {v['source']}" for k, v in config["protocols"].items())
             + f"\n\nCPU campaign: {config.get('cpu_campaign', {}).get('note', '–')} Runs made at commit(s) "
-            f"{', '.join(commits) or '–'}."
+            f"{', '.join(commits) or '–'}. " + remaining_cost(runs, selected, cost, args.runs_dir, *records_dirs)
         )
         print(
             open(
