@@ -296,6 +296,10 @@ def test_paired_ttest_is_scipys_ttest_rel_over_the_seeds_of_one_dropout_stream()
     assert seeds == [1, 2] and p == pytest.approx(scipy.stats.ttest_rel(a[1:], b[1:]).pvalue, rel=1e-12)
     assert glue_pairing.paired_ttest({0: (1.0, "s")}, {0: (2.0, "s")}) == (None, [0])  # one pair: undefined
     assert glue_pairing.paired_ttest({0: (1.0, "s"), 1: (2.0, "s")}, {0: (0.0, "s"), 1: (1.0, "s")})[0] is None
+    # one more right answer of 71 in every seed: differences equal but for round-off (ttest_rel would say p ~ 1e-30)
+    right = {s: (100 * k / 71, "s") for s, k in enumerate([17, 21, 25])}
+    assert glue_pairing.paired_ttest(right, {s: (100 * k / 71, "s") for s, k in enumerate([16, 20, 24])})[0] is None
+    assert glue_methods.ttest([100 * 17 / 71] * 3, [100 * 16 / 71] * 3) is None
 
 
 def test_the_table_marks_the_methods_that_change_the_model():
@@ -315,6 +319,39 @@ def test_the_table_marks_the_methods_that_change_the_model():
         "isotropy_layer: finetune": False,
         "isotropy_layer: isotropy_layer": True,
     }
+
+
+def test_summary_states_effect_sizes_and_why_a_paired_p_is_missing():
+    """The summary line of a method: difference of means, Cohen's d over the pooled sample std (numpy), both
+    p-values (scipy); where every pair of seeds differs alike (ttest_rel undefined), it says by how much."""
+    config = json.load(open(glue_methods.DEFAULT_CONFIG))
+    protocol = config["protocols"]["appB"]
+    # WNLI dev accuracies (71 examples): cosine gets one more right in every seed, flow two more in seed 2 only
+    base, cosine, flow = ([100 * k / 71 for k in right] for right in ([16, 20, 24], [17, 21, 25], [16, 20, 26]))
+
+    def records(values):
+        return [{"accuracy": v, "seed": k, "pair": "s", "seconds_per_epoch": 1.0} for k, v in enumerate(values)]
+
+    lines = {"baseline": records(base), "cosine": records(cosine), "flow": records(flow)}
+    _, rows = glue_methods.task_table("wnli", lines, protocol, {})
+    config["summaries"] = [
+        {"paper": "P", "claim": "C", "protocol": "appB", "methods": ["cosine", "flow"]},
+    ]
+    text = glue_methods.summary(config, [{"task": "wnli", "protocol": "appB", "rows": rows}])
+    pooled = np.sqrt((np.var(flow, ddof=1) + np.var(base, ddof=1)) / 2)
+    d = (np.mean(flow) - np.mean(base)) / pooled
+    p = scipy.stats.ttest_ind(flow, base).pvalue
+    paired = scipy.stats.ttest_rel(flow, base).pvalue
+    assert (
+        f"- flow vs baseline: wnli accuracy +0.94 (d {d:+.2f}, p {p:.3f}, paired p {paired:.3f} over 3 pairs; "
+        "3 vs 3 seeds). Not run: cola, sst2, mrpc, rte, stsb." in text
+    )
+    p = scipy.stats.ttest_ind(cosine, base).pvalue
+    d = (np.mean(cosine) - np.mean(base)) / np.sqrt((np.var(cosine, ddof=1) + np.var(base, ddof=1)) / 2)
+    assert (
+        f"- cosine vs baseline: wnli accuracy +1.41 (d {d:+.2f}, p {p:.3f}, paired p – (every pair differs by +1.41) "
+        "over 3 pairs; 3 vs 3 seeds)." in text
+    )
 
 
 def test_campaign_order_is_cheapest_first_then_priority_then_seed():

@@ -54,7 +54,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.stats
 
-from experiments.reproductions.glue_pairing import MODEL_CHANGES, dropout_stream, pair_key, paired_ttest, pairing_record
+from experiments.reproductions.glue_pairing import (
+    MODEL_CHANGES,
+    dropout_stream,
+    pair_key,
+    paired_ttest,
+    pairing_record,
+    without_spread,
+)
 from experiments.tooling.report import (
     ISOTROPY_COLUMNS,
     RESULTS,
@@ -252,7 +259,7 @@ def finished_record(run: Run, runs_dir: str, *records_dirs: str) -> str | None:
 def ttest(a, b) -> float | None:
     """Two-sample t-test p-value (equal variances) of two lists of values; None when it is undefined."""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    if len(a) < 2 or len(b) < 2 or (a.std() == 0 and b.std() == 0):
+    if len(a) < 2 or len(b) < 2 or (without_spread(a) and without_spread(b)):
         return None
     return float(scipy.stats.ttest_ind(a, b).pvalue)
 
@@ -389,9 +396,15 @@ def summary(config: dict, tables: list[dict]) -> str:
                 diff, d = effect(row[metric]["values"], base[metric]["values"])
                 p, paired = row[metric]["p_vs_baseline"], row[metric]["paired_p_vs_baseline"]
                 pairs = len(row[metric]["paired_seeds"])
+                paired_text = _fmt(paired, ".3f")
+                if paired is None and pairs > 1:  # every pair differs alike: ttest_rel is undefined
+                    by_seed = dict(zip(row["seeds"], row[metric]["values"]))
+                    base_by_seed = dict(zip(base["seeds"], base[metric]["values"]))
+                    gap = by_seed[row[metric]["paired_seeds"][0]] - base_by_seed[row[metric]["paired_seeds"][0]]
+                    paired_text += f" (every pair differs by {gap:+.2f})"
                 shown.append(
                     f"{task} {metric} {diff:+.2f} (d {_fmt(d, '+.2f')}, p {_fmt(p, '.3f')}, paired p "
-                    f"{_fmt(paired, '.3f')} over {pairs} pair{'' if pairs == 1 else 's'}; "
+                    f"{paired_text} over {pairs} pair{'' if pairs == 1 else 's'}; "
                     f"{len(row['seeds'])} vs {len(base['seeds'])} seeds)"
                 )
             text = "; ".join(shown) if shown else "no finished run yet"

@@ -87,13 +87,22 @@ def pair_key(record: dict) -> str:
     return pairing.get("dropout_stream") or f"commit {record.get('commit')}"
 
 
+def without_spread(values) -> bool:
+    """Whether ``values`` are all equal up to float64 round-off (a spread of at most 1e-9 of their magnitude).
+    Equal dev scores can differ in the last bits when they come by different sums (100 * 17/71 - 100 * 16/71 and
+    100 * 21/71 - 100 * 20/71 differ by 3.6e-15), and a t-test reads such a spread as certainty: one more right
+    answer in every seed would get p ~ 1e-30."""
+    values = np.asarray(values, np.float64)
+    return bool(np.ptp(values) <= 1e-9 * max(1.0, float(np.abs(values).max())))
+
+
 def paired_ttest(a: dict, b: dict) -> tuple[float | None, list]:
     """Paired t-test (``scipy.stats.ttest_rel``) of ``a`` against ``b``, each ``{seed: (value, pair key)}``, over
     the seeds both have with the same pair key; returns (p-value or None when fewer than 2 pairs or the
-    differences are all equal, the seeds used)."""
+    differences are all equal (:func:`without_spread`), the seeds used)."""
     seeds = sorted(s for s in a if s in b and a[s][1] == b[s][1])
     x = np.asarray([a[s][0] for s in seeds], np.float64)
     y = np.asarray([b[s][0] for s in seeds], np.float64)
-    if len(seeds) < 2 or np.ptp(x - y) == 0:
+    if len(seeds) < 2 or without_spread(x - y):
         return None, seeds
     return float(scipy.stats.ttest_rel(x, y).pvalue), seeds
