@@ -332,10 +332,10 @@ def test_summary_states_effect_sizes_and_why_a_paired_p_is_missing():
     def records(values):
         return [{"accuracy": v, "seed": k, "pair": "s", "seconds_per_epoch": 1.0} for k, v in enumerate(values)]
 
-    lines = {"baseline": records(base), "cosine": records(cosine), "flow": records(flow)}
+    lines = {"baseline": records(base), "cosine": records(cosine), "flow": records(flow), "isobn": records(base)}
     _, rows = glue_methods.task_table("wnli", lines, protocol, {})
     config["summaries"] = [
-        {"paper": "P", "claim": "C", "protocol": "appB", "methods": ["cosine", "flow"]},
+        {"paper": "P", "claim": "C", "protocol": "appB", "methods": ["cosine", "flow", "isobn"]},
     ]
     text = glue_methods.summary(config, [{"task": "wnli", "protocol": "appB", "rows": rows}])
     pooled = np.sqrt((np.var(flow, ddof=1) + np.var(base, ddof=1)) / 2)
@@ -352,6 +352,8 @@ def test_summary_states_effect_sizes_and_why_a_paired_p_is_missing():
         f"- cosine vs baseline: wnli accuracy +1.41 (d {d:+.2f}, p {p:.3f}, paired p – (every pair differs by +1.41) "
         "over 3 pairs; 3 vs 3 seeds)." in text
     )
+    p = scipy.stats.ttest_ind(base, base).pvalue
+    assert f"- isobn vs baseline: wnli accuracy +0.00 (d +0.00, p {p:.3f}, paired p – (every pair equal) over 3" in text
 
 
 def test_campaign_order_is_cheapest_first_then_priority_then_seed():

@@ -400,8 +400,12 @@ def summary(config: dict, tables: list[dict]) -> str:
                 if paired is None and pairs > 1:  # every pair differs alike: ttest_rel is undefined
                     by_seed = dict(zip(row["seeds"], row[metric]["values"]))
                     base_by_seed = dict(zip(base["seeds"], base[metric]["values"]))
-                    gap = by_seed[row[metric]["paired_seeds"][0]] - base_by_seed[row[metric]["paired_seeds"][0]]
-                    paired_text += f" (every pair differs by {gap:+.2f})"
+                    seed = row[metric]["paired_seeds"][0]
+                    pair = [by_seed[seed], base_by_seed[seed]]
+                    same = without_spread(pair)
+                    paired_text += (
+                        " (every pair equal)" if same else f" (every pair differs by {pair[0] - pair[1]:+.2f})"
+                    )
                 shown.append(
                     f"{task} {metric} {diff:+.2f} (d {_fmt(d, '+.2f')}, p {_fmt(p, '.3f')}, paired p "
                     f"{paired_text} over {pairs} pair{'' if pairs == 1 else 's'}; "
