@@ -300,6 +300,8 @@ def test_paired_ttest_is_scipys_ttest_rel_over_the_seeds_of_one_dropout_stream()
     right = {s: (100 * k / 71, "s") for s, k in enumerate([17, 21, 25])}
     assert glue_pairing.paired_ttest(right, {s: (100 * k / 71, "s") for s, k in enumerate([16, 20, 24])})[0] is None
     assert glue_methods.ttest([100 * 17 / 71] * 3, [100 * 16 / 71] * 3) is None
+    assert np.var([100 * 17 / 71] * 3, ddof=1) > 0  # round-off: Cohen's d would be about 1e15
+    assert glue_methods.effect([100 * 17 / 71] * 3, [100 * 16 / 71] * 3) == (pytest.approx(100 / 71), None)
 
 
 def test_the_table_marks_the_methods_that_change_the_model():

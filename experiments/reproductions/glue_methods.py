@@ -366,7 +366,7 @@ def effect(values: list, base: list) -> tuple[float, float | None]:
     """Difference of the means and Cohen's d (over the pooled sample standard deviation; None when undefined)."""
     a, b = np.asarray(values, np.float64), np.asarray(base, np.float64)
     diff = float(a.mean() - b.mean())
-    if len(a) < 2 or len(b) < 2:
+    if len(a) < 2 or len(b) < 2 or (without_spread(a) and without_spread(b)):
         return diff, None
     pooled = np.sqrt(((len(a) - 1) * a.var(ddof=1) + (len(b) - 1) * b.var(ddof=1)) / (len(a) + len(b) - 2))
     return diff, (float(diff / pooled) if pooled > 0 else None)
