@@ -2,8 +2,11 @@
 
 Every command prints a table and, with ``--json PATH``, writes the same numbers as JSON. A user's mistake (a bad
 option value, a missing file, an invalid configuration: ``ValueError``, ``TypeError``, ``OSError``) prints one line
-``isojax COMMAND: error: ...`` on stderr and exits with status 2, as argparse does for its own errors; ``isojax -v``
-shows the traceback instead.
+``isojax COMMAND: error: ...`` on stderr and exits with status 2, as argparse does for its own errors; a run whose
+numbers stopped being finite (``FloatingPointError``: ``finetune`` stops after ``max_nonfinite_steps`` non-finite
+steps in a row, :class:`isojax.train.loop.NonFiniteTrainingError`) prints the same one line and exits with status
+3 (``EXIT_NONFINITE``), so that a script tells a diverged run from a mistake or a crash (status 1); ``isojax
+-v`` shows the traceback instead.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import sys
 
 from isojax.train.cli import add_finetune_parser
 
+EXIT_NONFINITE = 3  # exit status of a run stopped by non-finite numbers (module docstring)
 STS_SETS_HELP = (
     "stsb, sts12, sts13, sts14, sts15, sts16, sickr, or a SemEval sub-corpus such as sts12/MSRpar; "
     "NAME:SPLIT picks a split (sickr:all = MTEB's 9927 pairs); stsb works offline, the others need "
@@ -365,11 +369,11 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     try:
         return args.func(args)
-    except (ValueError, TypeError, OSError) as e:
+    except (ValueError, TypeError, OSError, FloatingPointError) as e:
         if args.verbose:
             raise
         print(f"{parser.prog} {args.command}: error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_NONFINITE if isinstance(e, FloatingPointError) else 2
 
 
 if __name__ == "__main__":

@@ -498,3 +498,48 @@ def test_remaining_cost_sums_the_estimates_of_the_runs_without_a_record(tmp_path
         "1 of 90 runs finished; not yet run: 89 in the CPU campaign (about 5 CPU-hours on this CPU by the glue_cost "
         "estimates; 45 of an untimed task) and 0 left to an accelerator."
     )
+
+
+def test_a_run_that_diverges_is_recorded_reported_and_not_run_again(campaign, monkeypatch, tmp_path):
+    """``isojax finetune`` exit status 3 (non-finite numbers stopped the run) is a result: the campaign records the
+    error in the run's ``campaign.json``, goes on, does not run it again, and the report says so; any other failure
+    stops the campaign. The finetune process is replaced by a stand-in that exits as a diverged run does."""
+    root, path = campaign
+    error = (
+        "steps 3 to 4 (stage 'finetune') had a non-finite loss or gradient, 2 in a row (max_nonfinite_steps=2); "
+        "their updates were skipped and the run stops. No checkpoint was written in x: rerunning the same command "
+        "starts over"
+    )
+    calls, run = [], subprocess.run
+
+    def finetune_exits(status, stderr):
+        def fake(argv, **kwargs):  # other commands (git for the provenance) run
+            if argv[1:4] != ["-m", "isojax.cli", "finetune"]:
+                return run(argv, **kwargs)
+            calls.append(argv)
+            return subprocess.CompletedProcess(argv, status, stderr=stderr)
+
+        return fake
+
+    monkeypatch.setattr(
+        subprocess, "run", finetune_exits(3, f"WARNING 2 step(s) skipped\nisojax finetune: error: {error}\n")
+    )
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    argv = [*_argv(root, path)[:4], "--runs-dir", str(runs), "--out", str(out), "--only", "task=rte", "seed=0"]
+    assert glue_methods.main([*argv, "method=cosine"]) == 0
+    assert glue_methods.main([*argv, "method=cosine"]) == 0  # recorded: not run again
+    assert len(calls) == 1
+    assert json.load(open(runs / "p" / "rte" / "cosine" / "seed0" / "campaign.json"))["diverged"] == error
+    assert (
+        json.load(open(out / "glue_methods_runs" / "p" / "rte" / "cosine" / "seed0" / "campaign.json"))["diverged"]
+        == error
+    )
+    report = (out / "glue_methods.md").read_text()
+    assert "| cosine | 0 | not run: seed 0 diverged |" in report
+    assert (
+        "Stopped by non-finite numbers (`isojax finetune` exit status 3; not run again): cosine seed 0: steps 3 to 4 "
+        "(stage 'finetune') had a non-finite loss or gradient, 2 in a row (max_nonfinite_steps=2)\n" in report
+    )
+    monkeypatch.setattr(subprocess, "run", finetune_exits(1, "Traceback (most recent call last): ...\n"))
+    with pytest.raises(subprocess.CalledProcessError):
+        glue_methods.main([*argv, "method=baseline"])

@@ -10,6 +10,7 @@ untrained model (Spearman of its regression head on the same dev pairs).
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -427,6 +428,22 @@ def _poisoned_from(monkeypatch, first: int) -> None:
         return train(self, placed, rows)
 
     monkeypatch.setattr(MeshRunner, "train", poisoned)
+
+
+def test_a_diverged_finetune_prints_one_line_and_exits_with_status_3(tiny, tmp_path, monkeypatch, capsys):
+    """``isojax finetune`` stopped by non-finite steps: the error as one line on stderr (after the skip warnings)
+    and exit status 3, which a script (the GLUE campaign) tells from a mistake (2) or a crash (1)."""
+    from isojax import cli
+
+    _poisoned_from(monkeypatch, 1)
+    status = cli.main(_args(tiny, tmp_path / "run", "--max-nonfinite-steps", "1"))
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert status == cli.EXIT_NONFINITE == 3
+    assert re.fullmatch(
+        r"isojax finetune: error: steps (\d+) to \1 \(stage 'finetune'\) had a non-finite loss or gradient, 1 in a "
+        r"row \(max_nonfinite_steps=1\); .* rerunning the same command starts over .*",
+        last,
+    ), last
 
 
 def test_nonfinite_steps_in_a_row_stop_the_run_and_the_rerun_resumes_from_the_last_good_checkpoint(

@@ -19,7 +19,10 @@ sittings, also from a fresh checkout. The cheapest run goes first, by the measur
 seed (:func:`campaign_order`). ``--cpu-campaign`` runs the configuration's ``cpu_campaign``: the union of its
 ``selections`` and, with ``sweep``, the weight sweep, in one order. Each run is a separate ``python -m isojax.cli
 finetune --config`` process (a killed campaign loses at most the steps since that run's last checkpoint); JAX's persistent
-compilation cache is shared by the runs.
+compilation cache is shared by the runs. A run that non-finite numbers stop (``isojax finetune`` exits with status 3
+after ``max_nonfinite_steps`` skipped steps in a row) is a result, not a crash: its ``campaign.json`` records the
+error (``"diverged"``), the campaign goes on and does not run it again (delete that file to retry it), and the
+report lists it; any other failure stops the campaign.
 
 The report (``<out>/glue_methods.md``, ``.json``, ``glue_methods_curves.png``) has, per task and protocol, one line
 per method: the task metrics as mean ± std over seeds with the two-sample t-test against the protocol's baseline
@@ -72,6 +75,7 @@ from experiments.tooling.report import (
     provenance,
     write_result,
 )
+from isojax.cli import EXIT_NONFINITE
 from isojax.train.config import TrainConfig
 
 DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "glue_methods.json")
@@ -234,16 +238,25 @@ def changed_settings(config: TrainConfig) -> dict:
     return {k: v for k, v in config.flat_json().items() if k not in DEFAULTS or v != DEFAULTS[k]}
 
 
-def run_one(run: Run, runs_dir: str, data_dir: str | None, eval_every: int, env: dict) -> float:
+def run_one(run: Run, runs_dir: str, data_dir: str | None, eval_every: int, env: dict) -> tuple[float, str | None]:
     """Write the run's :class:`TrainConfig` (:meth:`Run.config`) to :meth:`Run.config_path`, then run (or resume)
-    it from there in its own process; return its wall seconds."""
+    it from there in its own process. Returns its wall seconds and, for a run that non-finite numbers stopped
+    (``isojax finetune``'s exit status 3), the error line it printed (else None); any other failure raises
+    ``subprocess.CalledProcessError`` and stops the campaign."""
     path = run.config_path(runs_dir)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
         json.dump(run.config(runs_dir, data_dir, eval_every).to_json(), f, indent=1)
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "isojax.cli", "finetune", "--config", path], check=True, env=env, cwd=ROOT)
-    return time.perf_counter() - started
+    argv = [sys.executable, "-m", "isojax.cli", "finetune", "--config", path]
+    done = subprocess.run(argv, env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    sys.stderr.write(done.stderr)  # the run's warnings, in the campaign's own log
+    seconds = time.perf_counter() - started
+    if done.returncode == EXIT_NONFINITE:
+        return seconds, done.stderr.strip().splitlines()[-1].partition("error: ")[2]
+    if done.returncode:
+        raise subprocess.CalledProcessError(done.returncode, argv, stderr=done.stderr)
+    return seconds, None
 
 
 def finished_record(run: Run, runs_dir: str, *records_dirs: str) -> str | None:
@@ -253,6 +266,20 @@ def finished_record(run: Run, runs_dir: str, *records_dirs: str) -> str | None:
     for directory in (run.directory(runs_dir), *(run.directory(d) for d in records_dirs)):
         if os.path.exists(os.path.join(directory, "results.json")):
             return directory
+    return None
+
+
+def diverged_record(run: Run, runs_dir: str, *records_dirs: str) -> str | None:
+    """The error of a run that non-finite numbers stopped, as its ``campaign.json`` records it (``"diverged"``; in
+    its run directory or a committed copy in ``records_dirs``), else None. The campaign does not run it again;
+    deleting that ``campaign.json`` retries it."""
+    for directory in (run.directory(runs_dir), *(run.directory(d) for d in records_dirs)):
+        path = os.path.join(directory, "campaign.json")
+        if os.path.exists(path) and not os.path.exists(os.path.join(directory, "results.json")):
+            with open(path) as f:
+                diverged = json.load(f).get("diverged")
+            if diverged:
+                return diverged
     return None
 
 
@@ -461,11 +488,11 @@ def curves(runs: list[Run], runs_dir: str, records_dirs: tuple, path: str, title
 
 
 def copy_records(runs: list[Run], runs_dir: str, records_dir: str) -> None:
-    """Copy the ``results.json``, ``log.jsonl`` and ``campaign.json`` of each run finished in ``runs_dir`` to
-    ``records_dir`` (same layout)."""
+    """Copy the ``results.json``, ``log.jsonl`` and ``campaign.json`` of each run of ``runs_dir`` that finished or
+    diverged (:func:`diverged_record`) to ``records_dir`` (same layout)."""
     for run in runs:
         source, target = run.directory(runs_dir), run.directory(records_dir)
-        if not os.path.exists(os.path.join(source, "results.json")):
+        if not any(os.path.exists(os.path.join(source, name)) for name in ("results.json", "campaign.json")):
             continue
         os.makedirs(target, exist_ok=True)
         for name in ("results.json", "log.jsonl", "campaign.json"):
@@ -488,10 +515,12 @@ def not_run_reason(run: Run, selected: set, cost: dict | None) -> str:
 def remaining_cost(runs: list[Run], selected: set, cost: dict | None, runs_dir: str, *records_dirs: str) -> str:
     """What is left of ``runs``: how many of the CPU campaign's runs (keys ``selected``) and of the others have no
     record, each with its estimated CPU-hours on the timed machine (the sum of :func:`glue_cost.run_minutes`;
-    runs of an untimed task are counted apart)."""
+    runs of an untimed task are counted apart). Runs that non-finite numbers stopped are counted on their own."""
     from experiments.benchmarks.glue_cost import run_minutes
 
-    left = [r for r in runs if finished_record(r, runs_dir, *records_dirs) is None]
+    unfinished = [r for r in runs if finished_record(r, runs_dir, *records_dirs) is None]
+    left = [r for r in unfinished if diverged_record(r, runs_dir, *records_dirs) is None]
+    stopped = len(unfinished) - len(left)
     parts = []
     for label, group in (
         ("in the CPU campaign", [r for r in left if r.key in selected]),
@@ -504,7 +533,10 @@ def remaining_cost(runs: list[Run], selected: set, cost: dict | None, runs_dir: 
             text += f" (about {sum(timed) / 60:.0f} CPU-hours on this CPU by the glue_cost estimates"
             text += f"; {len(minutes) - len(timed)} of an untimed task)" if len(timed) < len(minutes) else ")"
         parts.append(text)
-    return f"{len(runs) - len(left)} of {len(runs)} runs finished; not yet run: " + " and ".join(parts) + "."
+    finished = f"{len(runs) - len(unfinished)} of {len(runs)} runs finished" + (
+        f", {stopped} stopped by non-finite numbers" if stopped else ""
+    )
+    return f"{finished}; not yet run: " + " and ".join(parts) + "."
 
 
 def report(
@@ -537,13 +569,28 @@ def report(
             if not cell:
                 continue
             unfinished = [r for r in cell if finished_record(r, runs_dir, *dirs) is None]
+            diverged = {r: diverged_record(r, runs_dir, *dirs) for r in unfinished}
+            diverged = {r: error for r, error in diverged.items() if error}
             lines = table.get((task, protocol), {})
             done = {base_method(line.split(": ")[0]) for line in lines}
             not_run = {}
-            for run in unfinished:
-                if run.method not in done:
-                    not_run.setdefault(run.method, not_run_reason(run, selected, cost))
+            for method in dict.fromkeys(r.method for r in unfinished if r.method not in done):
+                stopped = [r.seed for r in diverged if r.method == method]
+                waiting = [r for r in unfinished if r.method == method and r not in diverged]
+                why = (
+                    [f"seed{'s' if len(stopped) > 1 else ''} {', '.join(map(str, stopped))} diverged"]
+                    if stopped
+                    else []
+                )
+                not_run[method] = "; ".join(why + ([not_run_reason(waiting[0], selected, cost)] if waiting else []))
             text, rows = task_table(task, lines, spec, not_run)
+            if diverged:
+                text += (
+                    "\n\nStopped by non-finite numbers (`isojax finetune` exit status 3; not run again): "
+                    + "; ".join(
+                        f"{r.method} seed {r.seed}: {error.partition('; ')[0]}" for r, error in diverged.items()
+                    )
+                )
             sections.append(
                 f"## {task}, protocol {protocol} ({len(cell) - len(unfinished)} of {len(cell)} runs "
                 "finished)\n\n" + text
@@ -646,7 +693,12 @@ def main(argv=None) -> int:
     records_dirs = tuple(os.path.join(args.out, f"{name}_runs") for name in (args.name, sweep_name))
     prov = provenance("glue_methods")  # of the code that runs, taken before it runs
     runs = list({r.key: r for part in parts.values() for r in part}.values())  # a sweep's table value: one run
-    todo = [r for r in runs if finished_record(r, args.runs_dir, *records_dirs) is None]
+    todo = [
+        r
+        for r in runs
+        if finished_record(r, args.runs_dir, *records_dirs) is None
+        and diverged_record(r, args.runs_dir, *records_dirs) is None
+    ]
     print(f"{len(runs)} runs selected, {len(runs) - len(todo)} done, {len(todo)} to run", flush=True)
     env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=os.path.abspath(os.path.join(args.runs_dir, "jax_cache")))
     if not args.report_only and todo:
@@ -664,18 +716,15 @@ def main(argv=None) -> int:
             print(f"== {run.key}: python -m isojax.cli finetune --config {path}\n   {json.dumps(changed)}", flush=True)
             if args.dry_run:
                 continue
-            seconds = run_one(run, args.runs_dir, args.data_dir, every, env)
+            seconds, diverged = run_one(run, args.runs_dir, args.data_dir, every, env)
+            record = {
+                "wall_seconds": seconds,
+                "commit": prov["commit"],
+                "machine": prov["machine"],
+                "pairing": pairing_record(run.config(), prov["commit"], stream),
+            }
             with open(os.path.join(run.directory(args.runs_dir), "campaign.json"), "w") as f:
-                json.dump(
-                    {
-                        "wall_seconds": seconds,
-                        "commit": prov["commit"],
-                        "machine": prov["machine"],
-                        "pairing": pairing_record(run.config(), prov["commit"], stream),
-                    },
-                    f,
-                    indent=1,
-                )
+                json.dump({**record, "diverged": diverged} if diverged else record, f, indent=1)
             for name, part in parts.items():  # kept as soon as it is done
                 if run.key in {r.key for r in part}:
                     copy_records([run], args.runs_dir, os.path.join(args.out, f"{name}_runs"))
