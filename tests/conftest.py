@@ -64,7 +64,10 @@ jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE
 jax.config.update(
     "jax_persistent_cache_min_compile_time_secs", float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"])
 )
-_FAST_COMPILE = os.environ.get(FAST_COMPILE_VARIABLE, "0").lower() in ("1", "true", "yes", "on")
+_value = os.environ.get(FAST_COMPILE_VARIABLE, "0").lower()  # read as JAX reads its boolean variables
+if _value not in ("y", "yes", "t", "true", "on", "1", "n", "no", "f", "false", "off", "0"):
+    raise ValueError(f"invalid truth value {_value!r} for environment {FAST_COMPILE_VARIABLE!r}")
+_FAST_COMPILE = _value in ("y", "yes", "t", "true", "on", "1")
 jax.config.update("jax_disable_most_optimizations", _FAST_COMPILE)
 
 
