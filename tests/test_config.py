@@ -255,15 +255,14 @@ def test_the_configs_of_committed_runs_are_read():
         if path in nested:
             assert json.loads(json.dumps(TrainConfig.from_json(recorded).to_json())) == recorded, path
             continue
-        flat = recorded
-        config = TrainConfig.from_json(flat)
+        config = TrainConfig.from_json(recorded)  # the flat form
         by_flat = {s.flat: s.path for s in SETTINGS}
         values = json.loads(json.dumps(config.flat_json()))
-        for key, value in flat.items():
+        for key, value in recorded.items():
             if by_flat[key].partition(".")[0] in ("seq2seq", "flow") and config.seq2seq is None:
                 continue  # a GLUE run ignored its sequence-to-sequence and flow settings
             assert values[by_flat[key]] == value, (path, key)
-        assert config.seq2seq is None and (config.flow is None) == (flat["method"] != "flow")
+        assert config.seq2seq is None and (config.flow is None) == (recorded["method"] != "flow")
 
 
 def test_resume_from_a_flat_checkpoint_config_compares_by_setting():
