@@ -21,6 +21,7 @@ import sys
 from isojax.train.cli import add_finetune_parser
 
 EXIT_NONFINITE = 3  # exit status of a run stopped by non-finite numbers (module docstring)
+
 STS_SETS_HELP = (
     "stsb, sts12, sts13, sts14, sts15, sts16, sickr, or a SemEval sub-corpus such as sts12/MSRpar; "
     "NAME:SPLIT picks a split (sickr:all = MTEB's 9927 pairs); stsb works offline, the others need "

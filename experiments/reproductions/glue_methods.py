@@ -283,6 +283,13 @@ def diverged_record(run: Run, runs_dir: str, *records_dirs: str) -> str | None:
     return None
 
 
+def pending(run: Run, runs_dir: str, *records_dirs: str) -> bool:
+    """Whether the campaign still has to run ``run``: neither finished nor stopped by non-finite numbers."""
+    return (
+        finished_record(run, runs_dir, *records_dirs) is None and diverged_record(run, runs_dir, *records_dirs) is None
+    )
+
+
 def ttest(a, b) -> float | None:
     """Two-sample t-test p-value (equal variances) of two lists of values; None when it is undefined."""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
@@ -518,8 +525,8 @@ def remaining_cost(runs: list[Run], selected: set, cost: dict | None, runs_dir: 
     runs of an untimed task are counted apart). Runs that non-finite numbers stopped are counted on their own."""
     from experiments.benchmarks.glue_cost import run_minutes
 
+    left = [r for r in runs if pending(r, runs_dir, *records_dirs)]
     unfinished = [r for r in runs if finished_record(r, runs_dir, *records_dirs) is None]
-    left = [r for r in unfinished if diverged_record(r, runs_dir, *records_dirs) is None]
     stopped = len(unfinished) - len(left)
     parts = []
     for label, group in (
@@ -693,12 +700,7 @@ def main(argv=None) -> int:
     records_dirs = tuple(os.path.join(args.out, f"{name}_runs") for name in (args.name, sweep_name))
     prov = provenance("glue_methods")  # of the code that runs, taken before it runs
     runs = list({r.key: r for part in parts.values() for r in part}.values())  # a sweep's table value: one run
-    todo = [
-        r
-        for r in runs
-        if finished_record(r, args.runs_dir, *records_dirs) is None
-        and diverged_record(r, args.runs_dir, *records_dirs) is None
-    ]
+    todo = [r for r in runs if pending(r, args.runs_dir, *records_dirs)]
     print(f"{len(runs)} runs selected, {len(runs) - len(todo)} done, {len(todo)} to run", flush=True)
     env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=os.path.abspath(os.path.join(args.runs_dir, "jax_cache")))
     if not args.report_only and todo:
@@ -740,8 +742,9 @@ def main(argv=None) -> int:
             "p-values against the protocol's baseline: the two-sample t-test (scipy.stats.ttest_ind, equal "
             "variances) and the paired t-test (scipy.stats.ttest_rel) over the seeds whose runs share the "
             "data order and the dropout stream (listed; `experiments/reproductions/glue_pairing.py` says what pairs two "
-            "runs); * p < 0.05, per comparison: nothing is corrected for the number of methods and tasks compared (of 10 "
-            "independent tests at the 5% level, at least one falls below it by chance with probability 0.40). † marks a method whose model differs from the baseline's (SoftDecay, IsoBN, "
+            "runs); * p < 0.05, per comparison: nothing is corrected for the number of methods and tasks "
+            "compared (of 10 independent tests at the 5% level, at least one falls below it by chance with "
+            "probability 0.40). † marks a method whose model differs from the baseline's (SoftDecay, IsoBN, "
             "flow, the Isotropy Layer's stage 2): its runs share the data order and the per-site dropout "
             "keys, but the masks act on other activations. s / epoch is each run's own training time per "
             "epoch (evaluation and checkpoints left out): runs made at different times on a shared machine "
