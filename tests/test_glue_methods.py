@@ -323,6 +323,50 @@ def test_the_table_marks_the_methods_that_change_the_model():
     }
 
 
+def test_the_table_traces_each_regulariser_term_from_its_first_to_its_last_logged_step(tmp_path):
+    """Per stage, the unweighted regulariser terms (``name@representation``, the flow's ``flow``) of the first and
+    the last training row of log.jsonl; scheduled values, the task loss and evaluation rows are not terms."""
+    rows = [
+        {"kind": "eval", "step": 0, "stage": "finetune", "accuracy": 50.0},
+        {"kind": "train", "step": 10, "stage": "finetune", "loss": 1.0, "task": 0.7, "istar@cls": 0.3,
+         "istar@cls/weight": 1.0, "flow": 2.0},
+        {"kind": "train", "step": 20, "stage": "finetune", "loss": 0.8, "task": 0.6, "istar@cls": 0.2,
+         "istar@cls/weight": 1.0, "flow": 1.5},
+        {"kind": "train", "step": 30, "stage": "finetune", "loss": 0.7, "task": 0.6, "istar@cls": 0.1,
+         "istar@cls/weight": 1.0, "flow": 1.0},
+        {"kind": "train", "step": 40, "stage": "isotropy_layer", "loss": 3.0, "task": 0.5, "isoscore@head_input": 2.5},
+    ]  # fmt: skip
+    log = tmp_path / "log.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    trace = glue_methods.term_trace(str(log))
+    assert trace == {
+        "finetune": {"istar@cls": (0.3, 0.1), "flow": (2.0, 1.0)},
+        "isotropy_layer": {"isoscore@head_input": (2.5, 2.5)},
+    }
+    assert glue_methods.term_trace(str(tmp_path / "missing.jsonl")) == {}
+
+    protocol = json.load(open(glue_methods.DEFAULT_CONFIG))["protocols"]["appB"]
+    record = {"accuracy": 50.0, "pair": "s", "seconds_per_epoch": 1.0}
+    lines = {
+        "baseline": [{**record, "seed": 0, "isoscore": 0.08, "terms": {}}],
+        "istar (C0 = I)": [
+            {**record, "seed": 0, "isoscore": 0.05, "terms": {"istar@cls": (0.3, 0.1)}},
+            {**record, "seed": 1, "isoscore": 0.03, "terms": {"istar@cls": (0.1, 0.02)}},
+        ],
+    }
+    text, payload = glue_methods.task_table("wnli", lines, protocol, {})
+    assert payload[1]["terms"] == {
+        "istar@cls": {"first": [0.3, 0.1], "last": [0.1, 0.02], "first_mean": 0.2, "last_mean": pytest.approx(0.06)}
+    }
+    baseline_line, istar_line = (line for line in text.splitlines() if line.startswith(("| baseline", "| istar")))
+    assert "| istar@cls 0.2 → 0.06 |" in istar_line
+    assert "| – | 1 |" in baseline_line  # no term; then s / epoch
+    config = json.load(open(glue_methods.DEFAULT_CONFIG))
+    config["summaries"] = [{"paper": "P", "claim": "C", "protocol": "appB", "methods": ["istar (C0 = I)"]}]
+    text = glue_methods.summary(config, [{"task": "wnli", "protocol": "appB", "rows": payload}])
+    assert "2 vs 1 seeds; IsoScore 0.04 vs 0.08, istar@cls 0.2 → 0.06 in training)." in text
+
+
 def test_summary_states_effect_sizes_and_why_a_paired_p_is_missing():
     """The summary line of a method: difference of means, Cohen's d over the pooled sample std (numpy), both
     p-values (scipy); where every pair of seeds differs alike (ttest_rel undefined), it says by how much."""

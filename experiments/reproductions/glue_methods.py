@@ -30,11 +30,13 @@ per method: the task metrics as mean ± std over seeds with the two-sample t-tes
 the paired t-test over the seeds whose runs are paired (:mod:`experiments.reproductions.glue_pairing`; each run's
 ``campaign.json`` records its pairing), "not run" and the reason for a method without a finished run, the isotropy
 of the evaluated representation (IsoScore, EV1-3 and the raw anisotropy of the [CLS] / head input, I1 and I2 of the
-word embedding matrix) and the training seconds per epoch (isotropy-calibration-evaluation reports time per epoch).
-The Isotropy Layer has two lines (stage 1, the fine-tuned model, and stage 2). A summary follows, paper by paper
-(the configuration's ``summaries``): the claim, and per task the difference to the baseline, Cohen's d and both
-p-values. Every finished run's ``results.json``, ``log.jsonl`` and ``campaign.json`` (wall time, commit, machine)
-are copied to ``<out>/glue_methods_runs/``, so every number of the report can be traced to a run's own record.
+word embedding matrix), each regulariser term at the first and the last logged training step (unweighted, mean
+over seeds: did the optimiser move it?) and the training seconds per epoch (isotropy-calibration-evaluation reports
+time per epoch). The Isotropy Layer has two lines (stage 1, the fine-tuned model, and stage 2). A summary follows,
+paper by paper (the configuration's ``summaries``): the claim, and per task the difference to the baseline, Cohen's
+d, both p-values, the dev IsoScore beside the baseline's and the regulariser terms' first and last logged values.
+Every finished run's ``results.json``, ``log.jsonl`` and ``campaign.json`` (wall time, commit, machine) are copied
+to ``<out>/glue_methods_runs/``, so every number of the report can be traced to a run's own record.
 
 ``--sweep`` runs the regulariser-weight sweeps of the configuration (``sweeps``: per method, the regulariser specs
 that replace its ``"method.regularizers"``) instead; the sweeps are reported in ``<out>/glue_methods_sweep.md``
@@ -82,6 +84,7 @@ DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "confi
 DEFAULT_DATA = SHARED_DATA
 DEFAULTS = TrainConfig().flat_json()  # what a run's printed settings leave out
 TIME_COLUMN = ("seconds_per_epoch", "s / epoch", 0)
+TERMS_COLUMN = "regulariser term (unweighted), first → last logged step"
 
 
 @dataclass(frozen=True)
@@ -298,19 +301,38 @@ def ttest(a, b) -> float | None:
     return float(scipy.stats.ttest_ind(a, b).pvalue)
 
 
-def _stage_rows(method: str, results: dict) -> dict[str, tuple[dict, dict]]:
-    """Table line(s) of one run: ``{line label: (evaluation, timing)}`` (two lines for a two-stage run)."""
+def _stage_rows(method: str, results: dict) -> dict[str, tuple[str, dict, dict]]:
+    """Table line(s) of one run: ``{line label: (stage, evaluation, timing)}`` (two lines for a two-stage run)."""
     stages = results["stages"]
     timing = results.get("timing", {})
     if len(stages) == 1:
         ((stage, evaluation),) = stages.items()
-        return {method: (evaluation, timing.get(stage, {}))}
-    return {f"{method}: {stage}": (evaluation, timing.get(stage, {})) for stage, evaluation in stages.items()}
+        return {method: (stage, evaluation, timing.get(stage, {}))}
+    return {f"{method}: {stage}": (stage, evaluation, timing.get(stage, {})) for stage, evaluation in stages.items()}
+
+
+def term_trace(log_path: str) -> dict[str, dict[str, tuple[float, float]]]:
+    """``{stage: {term: (first, last)}}`` from a run's ``log.jsonl``: each regulariser term (a ``name@representation``
+    key of the training rows, logged unweighted; scheduled values ``label/...`` left out) and the flow's ``flow``
+    term at the first and the last logged training step of each stage. Empty where there is no log."""
+    if not os.path.exists(log_path):
+        return {}
+    trace: dict[str, dict[str, tuple[float, float]]] = defaultdict(dict)
+    with open(log_path) as f:
+        for row in map(json.loads, f):
+            if row.get("kind") != "train":
+                continue
+            terms = trace[row["stage"]]
+            for key, value in row.items():
+                if (key == "flow" or "@" in key) and "/" not in key:
+                    terms[key] = (terms.get(key, (value, value))[0], value)
+    return dict(trace)
 
 
 def collect(runs: list[Run], runs_dir: str, *records_dirs: str) -> dict:
     """``{(task, protocol): {line: [per-seed record]}}`` of the finished runs; a record is the evaluation plus
-    ``seconds_per_epoch``, ``seed`` and ``pair`` (the run's dropout stream, :func:`pair_key`)."""
+    ``seconds_per_epoch``, ``seed``, ``pair`` (the run's dropout stream, :func:`pair_key`) and ``terms`` (the
+    stage's regulariser terms at its first and last logged step, :func:`term_trace`)."""
     table = defaultdict(lambda: defaultdict(list))
     for run in runs:
         directory = finished_record(run, runs_dir, *records_dirs)
@@ -320,9 +342,16 @@ def collect(runs: list[Run], runs_dir: str, *records_dirs: str) -> dict:
             results = json.load(f)
         campaign = os.path.join(directory, "campaign.json")
         pair = pair_key(json.load(open(campaign))) if os.path.exists(campaign) else None
-        for line, (evaluation, timing) in _stage_rows(run.method, results).items():
+        trace = term_trace(os.path.join(directory, "log.jsonl"))
+        for line, (stage, evaluation, timing) in _stage_rows(run.method, results).items():
             table[run.task, run.protocol][line].append(
-                {**evaluation, "seconds_per_epoch": timing.get("seconds_per_epoch"), "seed": run.seed, "pair": pair}
+                {
+                    **evaluation,
+                    "seconds_per_epoch": timing.get("seconds_per_epoch"),
+                    "seed": run.seed,
+                    "pair": pair,
+                    "terms": trace.get(stage, {}),
+                }
             )
     return table
 
@@ -358,6 +387,7 @@ def task_table(
         "seeds",
         *[f"{m} (p; paired p)" for m in metrics],
         *(h for _, h, _ in ISOTROPY_COLUMNS),
+        TERMS_COLUMN,
         TIME_COLUMN[1],
     ]
     rows, payload = [], []
@@ -384,16 +414,35 @@ def task_table(
                 "paired_p_vs_baseline": paired,
                 "paired_seeds": seeds,
             }
-        for key, _, digits in (*ISOTROPY_COLUMNS, TIME_COLUMN):
-            values = [r.get(key) for r in records]
-            cells.append(mean_std(values, digits))
-            entry[key] = values
+        for key, _, digits in ISOTROPY_COLUMNS:
+            entry[key] = [r.get(key) for r in records]
+            cells.append(mean_std(entry[key], digits))
+        entry["terms"] = line_terms(records)
+        terms = [f"{k} {v['first_mean']:.3g} → {v['last_mean']:.3g}" for k, v in entry["terms"].items()]
+        cells.append("; ".join(terms) or "–")
+        entry[TIME_COLUMN[0]] = [r.get(TIME_COLUMN[0]) for r in records]
+        cells.append(mean_std(entry[TIME_COLUMN[0]], TIME_COLUMN[2]))
         rows.append(cells)
         payload.append(entry)
     for method, why in not_run.items():
         rows.append([method, 0, f"not run: {why}", *[""] * (len(headers) - 3)])
         payload.append({"method": method, "seeds": [], "not_run": why})
     return markdown_table(headers, rows), payload
+
+
+def line_terms(records: list[dict]) -> dict[str, dict]:
+    """Per regulariser term of a line's seeds (their ``terms``, :func:`term_trace`): its value at the first and the
+    last logged training step, per seed and as means over the seeds that logged it."""
+    out = {}
+    for key in dict.fromkeys(k for r in records for k in r.get("terms", {})):
+        first, last = zip(*(r["terms"][key] for r in records if key in r.get("terms", {})))
+        out[key] = {
+            "first": list(first),
+            "last": list(last),
+            "first_mean": float(np.mean(first)),
+            "last_mean": float(np.mean(last)),
+        }
+    return out
 
 
 def effect(values: list, base: list) -> tuple[float, float | None]:
@@ -406,10 +455,21 @@ def effect(values: list, base: list) -> tuple[float, float | None]:
     return diff, (float(diff / pooled) if pooled > 0 else None)
 
 
+def _isotropy_text(row: dict, base: dict) -> str:
+    """``; IsoScore 0.0399 vs 0.0849, istar@cls 0.0977 → 0.00112 in training``: the mean dev IsoScore of a method's
+    line against the baseline's, and its regulariser terms' means at the first and the last logged step."""
+    text = ""
+    if all(v is not None for v in (*row.get("isoscore", [None]), *base.get("isoscore", [None]))):
+        text = f"; IsoScore {np.mean(row['isoscore']):.3g} vs {np.mean(base['isoscore']):.3g}"
+    terms = [f"{k} {v['first_mean']:.3g} → {v['last_mean']:.3g}" for k, v in row.get("terms", {}).items()]
+    return text + (f", {', '.join(terms)} in training" if terms else "")
+
+
 def summary(config: dict, tables: list[dict]) -> str:
     """Paper by paper (the configuration's ``summaries``): its claim, then what the finished runs show on each
-    task (first metric: difference to the protocol's baseline, Cohen's d, unpaired and paired p), and the tasks
-    where the method was not run."""
+    task (first metric: difference to the protocol's baseline, Cohen's d, unpaired and paired p; the dev IsoScore
+    against the baseline's and the regulariser terms' first and last logged values), and the tasks where the
+    method was not run."""
     from isojax.data.glue import glue_task
 
     by_cell = {(t["task"], t["protocol"]): {r["method"]: r for r in t["rows"]} for t in tables}
@@ -443,7 +503,7 @@ def summary(config: dict, tables: list[dict]) -> str:
                 shown.append(
                     f"{task} {metric} {diff:+.2f} (d {_fmt(d, '+.2f')}, p {_fmt(p, '.3f')}, paired p "
                     f"{paired_text} over {pairs} pair{'' if pairs == 1 else 's'}; "
-                    f"{len(row['seeds'])} vs {len(base['seeds'])} seeds)"
+                    f"{len(row['seeds'])} vs {len(base['seeds'])} seeds{_isotropy_text(row, base)})"
                 )
             text = "; ".join(shown) if shown else "no finished run yet"
             out.append(f"- {method} vs baseline: {text}" + (f". Not run: {', '.join(missing)}." if missing else "."))
