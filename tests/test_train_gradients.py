@@ -111,13 +111,13 @@ def test_finetune_with_log_gradients_writes_the_records_and_the_panels(tmp_path,
             task=TaskConfig(name="stsb", train_limit=32, eval_limit=8, max_length=24),
             model=ModelConfig(name=model),
             logging=LoggingConfig(output_dir=str(tmp_path / "run"), log_every=2, log_gradients=True, progress=False),
-            optim=OptimConfig(steps=4, batch_size=8, eval_batch_size=8),
+            optim=OptimConfig(steps=5, batch_size=8, eval_batch_size=8),
             placement=PlacementConfig(devices=1),
         )
     )
     records = [json.loads(line) for line in open(tmp_path / "run" / "log.jsonl")]
     train = [r for r in records if r["kind"] == "train"]
-    assert [r["step"] for r in train] == [2, 4]
+    assert [r["step"] for r in train] == [2, 4, 5]  # every 2nd step and the stage's last, statistics included
     for r in train:
         assert np.isfinite(r["grad_norm/layer_0"]) and r["grad_norm/embeddings"] > 0
         assert -1 <= r["embedding_grad/mean_cosine"] <= 1

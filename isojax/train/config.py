@@ -486,7 +486,9 @@ class LoggingConfig(Section):
     save_every: int = setting(0, "--save-every", "checkpoint every N steps (0 = stage ends)", resumable=True)
     keep_checkpoints: int = setting(3, "--keep-checkpoints", "checkpoints kept", resumable=True)
     eval_every: int = setting(0, "--eval-every", "evaluate every N steps (0 = stage ends)", resumable=True)
-    log_every: int = setting(10, "--log-every", "log the train records every N steps", resumable=True)
+    log_every: int = setting(
+        10, "--log-every", "log the train records every N steps (and at stage ends)", resumable=True
+    )
     log_gradients: bool = setting(
         False,
         "--log-gradients",

@@ -194,13 +194,14 @@ def plan_stages(
             num_devices=config.placement.devices,
             model_parallel=config.placement.model_parallel,
             fsdp=config.placement.fsdp,
-            make_step=lambda c, o=optimizer, obj=objective, f=stage.frozen, s=start: make_train_step(
+            make_step=lambda c, o=optimizer, obj=objective, f=stage.frozen, s=start, n=total: make_train_step(
                 model,  # type: ignore[arg-type]  # step.py annotates TaskModel; it runs any recipe's model
                 obj,
                 o,
                 frozen=f,
                 collectives=c,
                 stage_start=s,
+                stage_steps=n,
                 gradient_every=config.logging.log_every if config.logging.log_gradients else 0,
             ),
             predict=recipe.predict_step(model),
@@ -425,7 +426,8 @@ def _run_stage(run: _Run, plan: Plan, placed: TrainState, done: int) -> tuple[Tr
         placed, metrics = runner.train(placed, next(epoch_batches))
         step = plan.start + k + 1
         bar.update(1)
-        log_due = config.logging.log_every and (k + 1) % config.logging.log_every == 0
+        every = config.logging.log_every
+        log_due = k + 1 == plan.total or (every and (k + 1) % every == 0)  # and always the stage's last step
         evaluating = config.logging.eval_every and (k + 1) % config.logging.eval_every == 0 and k + 1 < plan.total
         saving = checkpoints.due(step)
         if log_due or evaluating or saving or k + 1 == plan.total:

@@ -53,6 +53,7 @@ def make_train_step(
     collectives: Collectives = GLOBAL,
     gradient_every: int = 0,
     stage_start: int = 0,
+    stage_steps: int = 0,
 ) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
     """``step(state, batch) -> (state, metrics)``: one batch forward and backward, one optimiser update.
 
@@ -67,8 +68,8 @@ def make_train_step(
     The dropout key of the step is ``fold_in(state.key, state.step)`` (so a resumed run repeats its masks);
     ``metrics`` holds ``loss``, the objective's terms and ``grad_norm`` (of the gradient before clipping), and
     with ``gradient_every = k > 0`` the statistics of :mod:`isojax.train.gradient_stats`, computed on every k-th
-    step of the stage that starts at global step ``stage_start`` (the steps whose metrics the loop logs; NaN on
-    the others, which skip their cost).
+    step of the stage that starts at global step ``stage_start`` and on its last step (``stage_steps``): the steps
+    whose metrics the loop logs; NaN on the others, which skip their cost.
     ``frozen`` names top-level parameter subtrees that get no gradient. The model runs in training mode
     (dropout on, IsoBN updating its statistics, averaged over the collectives' axis).
 
@@ -81,6 +82,7 @@ def make_train_step(
         :class:`~isojax.train.collectives.AxisCollectives`.
       gradient_every: ``k > 0``: gradient statistics every k-th step of the stage; 0: none.
       stage_start: the global step at which the stage starts (for ``gradient_every``).
+      stage_steps: the stage's number of steps (for ``gradient_every``; 0: no last step of its own).
 
     Returns:
       ``step(state, batch) -> (state, metrics)``, pure and not jitted: ``state`` a
@@ -145,7 +147,8 @@ def make_train_step(
             skipped = lambda: jax.tree.map(lambda s: jnp.full(s.shape, jnp.nan, s.dtype), stats)  # noqa: E731
             metrics.update(
                 jax.lax.cond(
-                    (state.step - stage_start + 1) % gradient_every == 0,
+                    ((state.step - stage_start + 1) % gradient_every == 0)
+                    | (state.step - stage_start + 1 == stage_steps),
                     lambda: gradient_statistics(state.params, grads),
                     skipped,
                 )
