@@ -245,6 +245,12 @@ def istar_loss(x, *, c0=None, zeta=0.2, mask=None, weight=1.0):
     Rudman & Eickhoff's I-STAR: training loss = task loss + λ(1 − IsoScore*). ``c0``/``zeta`` as
     in :func:`isojax.metrics.isoscore_star` (``c0=None`` = identity, ζ = 0.2). A whole-batch quantity.
 
+    IsoScore* is not scale-invariant, and a loss that raises it can shrink the batch instead of spreading it:
+    for a fixed C0, IsoScore*(s·x) → IsoScore(C0) as s → 0 (→ 1 for C0 = I), and a batch with fewer rows than
+    dimensions (C of rank ≤ n − 1, C0 full rank) gains most that way. Fine-tuning the default model on WNLI with
+    λ = 1 did this with both C0 (``experiments/results/glue_methods.md``): the term fell while the dev [CLS]
+    became less isotropic (IsoScore about half the baseline's) and crowded around its mean.
+
     Args:
       x: ``[..., n, d]`` float embeddings.
       c0: optional ``[d, d]`` (or broadcastable ``[..., d, d]``) symmetric PSD reference covariance; None = identity.

@@ -72,6 +72,28 @@ def test_isoscore_and_istar_losses_match_package():
     assert -np.log(2e-6) < float(losses.isoscore_loss(line)) <= -np.log(np.float32(1e-6))
 
 
+def test_istar_loss_rewards_shrinking_the_batch_towards_its_mean():
+    """As the docstring warns: with a fixed C0, 1 - IsoScore*(s x) falls to 1 - IsoScore(C0) as s -> 0 (to 0 for
+    C0 = I), the isoscore package's IsoScore* with zeta = 1; a batch with fewer rows than dimensions gains most."""
+    isoscore_package = require("IsoScore.IsoScore")
+    rng = np.random.default_rng(5)
+    d = 24
+    mixing = rng.normal(size=(d, d)) * np.linspace(1, 0.1, d)
+    data = rng.normal(size=(400, d)) @ mixing.T
+    c0 = np.cov(data, rowvar=False)
+    batch = data[:8]  # rank 7 < d
+    limit = 1 - isoscore_package.IsoScore_star(batch, c0, 1.0)  # = 1 - IsoScore(C0)
+    scales = [1.0, 0.3, 0.1, 0.01, 1e-4]
+    with_data = [float(losses.istar_loss((s * batch).astype(np.float32), c0=c0.astype(np.float32))) for s in scales]
+    with_identity = [float(losses.istar_loss((s * batch).astype(np.float32))) for s in scales]
+    assert np.all(np.diff(with_data) < 0) and np.all(np.diff(with_identity) < 0)
+    np.testing.assert_allclose(with_data[-1], limit, atol=1e-4)
+    np.testing.assert_allclose(with_identity[-1], 0.0, atol=1e-4)
+    np.testing.assert_allclose(
+        with_data[0], 1 - isoscore_package.IsoScore_star(batch, c0, 0.2), atol=1e-5
+    )  # the scale-1 value is the package's
+
+
 def python_balancer(history, smoothing=0.15):
     """isotropy-layer-joint-loss §3.3 transcribed step by step (means start at the first losses)."""
     means, outputs = None, []
