@@ -512,8 +512,9 @@ def summary(config: dict, tables: list[dict]) -> str:
 
 
 def curves(runs: list[Run], runs_dir: str, records_dirs: tuple, path: str, title: str) -> str | None:
-    """One panel per task: the first task metric on dev over training steps, mean over seeds, one line per
-    protocol/method (from the runs' ``log.jsonl`` eval records)."""
+    """One panel per task (three to a row): the first task metric on dev over training steps, mean over seeds, one
+    line per protocol/method (from the runs' ``log.jsonl`` eval records), drawn alike in every panel (a colour per
+    method, the baseline black; solid App. B, dashed the shrink protocol) and named in one legend below."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -532,23 +533,42 @@ def curves(runs: list[Run], runs_dir: str, records_dirs: tuple, path: str, title
         return None
     tasks = sorted(series)
     labels = sorted({label for task in tasks for label in series[task]})
+    palette = plt.get_cmap("tab20").colors
+    methods = sorted({label.split(": ", 1)[1] for label in labels} - {"baseline"})
     style = {
-        label: dict(color=f"C{i % 10}", marker="os^Dv<>p"[i % 8], linestyle="-" if i % 2 == 0 else "--")
-        for i, label in enumerate(labels)
-    }  # one look per protocol/method in every panel
-    fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4.6), squeeze=False)
-    for ax, task in zip(axes[0], tasks):
+        label: dict(
+            color="black" if method == "baseline" else palette[methods.index(method) % len(palette)],
+            linewidth=2.2 if method == "baseline" else 1.2,
+            zorder=3 if method == "baseline" else 2,
+            marker="os^Dv<>p"[labels.index(label) % 8],
+            linestyle="-" if protocol == "appB" else "--",
+        )
+        for label in labels
+        for protocol, method in [label.split(": ", 1)]
+    }  # one look per protocol/method in every panel: the method's colour (baseline black), the protocol's line
+    columns = min(3, len(tasks))
+    rows = -(-len(tasks) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(5.5 * columns, 3.6 * rows + 1.2), squeeze=False)
+    for ax in axes.flat[len(tasks) :]:
+        ax.set_visible(False)
+    handles = {}
+    for ax, task in zip(axes.flat, tasks):
         metric = glue_task(task).metrics[0]
         for label, seeds in sorted(series[task].items()):
             steps = sorted(set.intersection(*[{r["step"] for r in s} for s in seeds]))
             values = [np.mean([next(r[metric] for r in s if r["step"] == step) for s in seeds]) for step in steps]
-            count = f"{len(seeds)} seed" + ("s" if len(seeds) > 1 else "")
-            ax.plot(steps, values, markersize=3, label=f"{label} ({count})", **style[label])
-        ax.set(title=f"{task}: {metric} (dev)", xlabel="step")
+            (handles[label],) = ax.plot(steps, values, markersize=3, label=label, **style[label])
+        seeds = {len(s) for s in series[task].values()}
+        count = "-".join(map(str, sorted({min(seeds), max(seeds)})))
+        ax.set(title=f"{task}: {metric} (dev; mean of {count} seeds)", xlabel="step")
+        ax.title.set_fontsize(9)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+    fig.legend(
+        [handles[label] for label in labels], labels, loc="lower center", ncol=4, fontsize=7, frameon=False
+    )  # one legend for every panel, below them
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
+    legend_rows = -(-len(labels) // 4)
+    fig.tight_layout(rect=(0, 0.035 * legend_rows / rows, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
