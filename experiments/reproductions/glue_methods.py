@@ -84,7 +84,7 @@ DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "confi
 DEFAULT_DATA = SHARED_DATA
 DEFAULTS = TrainConfig().flat_json()  # what a run's printed settings leave out
 TIME_COLUMN = ("seconds_per_epoch", "s / epoch", 0)
-TERMS_COLUMN = "regulariser term (unweighted), first → last logged step"
+TERMS_COLUMN = "added loss term (unweighted), first → last logged step"
 
 
 @dataclass(frozen=True)
@@ -826,7 +826,10 @@ def main(argv=None) -> int:
             "compared (of 10 independent tests at the 5% level, at least one falls below it by chance with "
             "probability 0.40). † marks a method whose model differs from the baseline's (SoftDecay, IsoBN, "
             "flow, the Isotropy Layer's stage 2): its runs share the data order and the per-site dropout "
-            "keys, but the masks act on other activations. s / epoch is each run's own training time per "
+            "keys, but the masks act on other activations. The added loss terms (a regulariser, or the flow's "
+            "negative log-likelihood per dimension) are the mean over seeds of the unweighted term at the first "
+            "and the last logged training step (the stage's last step itself in runs from commit 4e5d195 on): "
+            "whether the optimiser moved it. s / epoch is each run's own training time per "
             "epoch (evaluation and checkpoints left out): runs made at different times on a shared machine "
             "differ by its load as well; `experiments/results/glue_cost.md` gives the measured cost per "
             'task. A method with no finished seed says "not run" and why. Protocols:\n\n'
