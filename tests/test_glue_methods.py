@@ -418,6 +418,13 @@ def test_campaign_order_is_cheapest_first_then_priority_then_seed():
     assert order == [("wnli", m, s) for m in ("flow", "cosine") for s in range(3)] + [
         ("cola", m, s) for m in ("flow", "cosine") for s in range(3)
     ] + [("wnli", "isotropy_layer", s) for s in range(3)] + [("cola", "isotropy_layer", s) for s in range(3)]
+    # the sweep's other weights (seed 0 on CoLA) after every table run of their cost; its default weight is the
+    # table's run itself
+    sweep = [r for r in glue_methods.expand(config, sweep=True) if r.method.startswith("cosine")]
+    assert sorted(r.method for r in sweep) == ["cosine", "cosine [cosine=0.1]", "cosine [cosine=10.0]"]
+    order = [(r.task, r.method, r.seed) for r in glue_methods.campaign_order(runs + sweep[:1], config, cost, {})]
+    assert order[6:12] == [("cola", "flow", s) for s in range(3)] + [("cola", "cosine", s) for s in range(3)]
+    assert order[12] == ("cola", sweep[0].method, 0)
 
 
 def _first_step_task_loss(root, model, out, *extra):

@@ -204,9 +204,10 @@ def base_method(label: str) -> str:
 
 def campaign_order(runs: list[Run], config: dict, cost: dict | None, sizes: dict) -> list[Run]:
     """Cheapest run first: by the cost table's estimated minutes (:func:`experiments.benchmarks.glue_cost.run_minutes`;
-    without a table or for an untimed task, after the timed ones, by training-set size), then by the method's
-    place in ``cpu_campaign.priority`` (then in the configuration), then by seed (so a method's seeds follow
-    each other and its line is complete early)."""
+    without a table or for an untimed task, after the timed ones, by training-set size), then the tables' runs
+    before the sweep's other weights (``"method [weight]"``), then by the method's place in
+    ``cpu_campaign.priority`` (then in the configuration), then by seed (so a method's seeds follow each other and
+    its line, with its t-tests, is complete early)."""
     from experiments.benchmarks.glue_cost import run_minutes
 
     ranks = {}
@@ -222,6 +223,7 @@ def campaign_order(runs: list[Run], config: dict, cost: dict | None, sizes: dict
             minutes is None,
             minutes or 0.0,
             sizes.get(run.task, 0),
+            run.method != base_method(run.method),  # a sweep's weight that no table has
             ranks.get(base_method(run.method), len(ranks)),
             run.seed,
         )
