@@ -420,8 +420,7 @@ def task_table(
             entry[key] = [r.get(key) for r in records]
             cells.append(mean_std(entry[key], digits))
         entry["terms"] = line_terms(records)
-        terms = [f"{k} {v['first_mean']:.3g} → {v['last_mean']:.3g}" for k, v in entry["terms"].items()]
-        cells.append("; ".join(terms) or "–")
+        cells.append("; ".join(_terms_text(entry["terms"])) or "–")
         entry[TIME_COLUMN[0]] = [r.get(TIME_COLUMN[0]) for r in records]
         cells.append(mean_std(entry[TIME_COLUMN[0]], TIME_COLUMN[2]))
         rows.append(cells)
@@ -447,6 +446,11 @@ def line_terms(records: list[dict]) -> dict[str, dict]:
     return out
 
 
+def _terms_text(terms: dict[str, dict]) -> list[str]:
+    """``["istar@cls 0.0977 → 0.00112", ...]``: each term of :func:`line_terms` from its first to its last mean."""
+    return [f"{k} {v['first_mean']:.3g} → {v['last_mean']:.3g}" for k, v in terms.items()]
+
+
 def effect(values: list, base: list) -> tuple[float, float | None]:
     """Difference of the means and Cohen's d (over the pooled sample standard deviation; None when undefined)."""
     a, b = np.asarray(values, np.float64), np.asarray(base, np.float64)
@@ -463,7 +467,7 @@ def _isotropy_text(row: dict, base: dict) -> str:
     text = ""
     if all(v is not None for v in (*row.get("isoscore", [None]), *base.get("isoscore", [None]))):
         text = f"; IsoScore {np.mean(row['isoscore']):.3g} vs {np.mean(base['isoscore']):.3g}"
-    terms = [f"{k} {v['first_mean']:.3g} → {v['last_mean']:.3g}" for k, v in row.get("terms", {}).items()]
+    terms = _terms_text(row.get("terms", {}))
     return text + (f", {', '.join(terms)} in training" if terms else "")
 
 

@@ -426,11 +426,11 @@ def _run_stage(run: _Run, plan: Plan, placed: TrainState, done: int) -> tuple[Tr
         placed, metrics = runner.train(placed, next(epoch_batches))
         step = plan.start + k + 1
         bar.update(1)
-        every = config.logging.log_every
-        log_due = k + 1 == plan.total or (every and (k + 1) % every == 0)  # and always the stage's last step
-        evaluating = config.logging.eval_every and (k + 1) % config.logging.eval_every == 0 and k + 1 < plan.total
+        last, every = k + 1 == plan.total, config.logging.log_every
+        log_due = last or (every and (k + 1) % every == 0)  # and always the stage's last step
+        evaluating = config.logging.eval_every and (k + 1) % config.logging.eval_every == 0 and not last
         saving = checkpoints.due(step)
-        if log_due or evaluating or saving or k + 1 == plan.total:
+        if log_due or evaluating or saving:
             # the skip counters are read where the loop waits for the device anyway, never after every step
             streak, skipped = (int(x) for x in runner.host((placed.nonfinite_streak, placed.nonfinite_steps)))
         if log_due and run.main_process:

@@ -145,10 +145,10 @@ def make_train_step(
         if gradient_every:
             stats = jax.eval_shape(gradient_statistics, state.params, grads)
             skipped = lambda: jax.tree.map(lambda s: jnp.full(s.shape, jnp.nan, s.dtype), stats)  # noqa: E731
+            count = state.step - stage_start + 1  # steps of the stage so far, this one included
             metrics.update(
                 jax.lax.cond(
-                    ((state.step - stage_start + 1) % gradient_every == 0)
-                    | (state.step - stage_start + 1 == stage_steps),
+                    (count % gradient_every == 0) | (count == stage_steps),
                     lambda: gradient_statistics(state.params, grads),
                     skipped,
                 )
