@@ -148,6 +148,24 @@ def test_isotropy_layer_stage_trains_only_the_layer(reference):
     assert (out / "curves.png").stat().st_size > 10_000
 
 
+def test_log_every_zero_logs_each_stages_last_step_only(tiny, reference, tmp_path):
+    """``--log-every 0`` (LoggingConfig: 0 = only at the end of each stage): one train record per stage, at its last
+    step, with the same loss as the reference run (``--log-every 1``) logged there; the evaluations are unchanged."""
+    _, ref = reference
+    result = fit(config_from_argv(_args(tiny, tmp_path, "--log-every", "0")))
+    records = [json.loads(x) for x in open(tmp_path / "log.jsonl")]
+    train = [(r["stage"], r["step"]) for r in records if r["kind"] == "train"]
+    assert train == [("finetune", 10), ("isotropy_layer", 16)]
+    reference_records = [json.loads(x) for x in open(reference[0] / "log.jsonl")]
+    want = {r["step"]: r["loss"] for r in reference_records if r["kind"] == "train"}
+    for r in records:
+        if r["kind"] == "train":
+            np.testing.assert_allclose(r["loss"], want[r["step"]], rtol=1e-5)
+    evals = [r["step"] for r in records if r["kind"] == "eval"]
+    assert evals == [r["step"] for r in reference_records if r["kind"] == "eval"]
+    assert result.step == ref.step == 16
+
+
 def test_unreadable_latest_checkpoints_fall_back_with_a_warning(tiny, reference, tmp_path):
     """Also: the run resumes on 8 devices with a model axis (data 4 x model 2) from checkpoints written on one."""
     if jax.device_count() < 8:
