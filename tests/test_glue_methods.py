@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 
 import jax
 import numpy as np
@@ -229,6 +230,20 @@ def test_the_committed_configuration_expands_and_selects():
     assert optim.epochs == 5 and optim.learning_rate == 2e-5 and optim.schedule == "constant"
     shrink = next(r for r in runs if r.protocol == "shrink" and r.task == "mrpc").config()
     assert shrink.optim.learning_rate == 8e-5 and shrink.optim.batch_size == 64 and shrink.optim.weight_decay == 8e-6
+    # with the committed cost table: a run estimated longer than max_run_minutes (one sitting) is left out, which
+    # today is the shrink protocol's SST-2 runs (10 epochs), and the report says why
+    cost = glue_methods.read_cost(os.path.join(glue_methods.RESULTS, "glue_cost.json"))
+    capped = glue_methods.campaign_selection(runs, config, cost)
+    assert {r.key for r in cpu} - {r.key for r in capped} == {
+        ("shrink", m, "sst2", s) for m in ("baseline", "persistent_entropy (selected bars)") for s in range(3)
+    }
+    long_run = next(r for r in cpu if (r.protocol, r.task) == ("shrink", "sst2"))
+    minutes = glue_methods.too_long(long_run, config, cost)
+    assert minutes > config["cpu_campaign"]["max_run_minutes"] == 180
+    assert glue_methods.not_run_reason(long_run, {r.key for r in capped}, cost, config) == (
+        f"left to an accelerator: about {minutes:.0f} min per run on this CPU (glue_cost estimate), longer than the "
+        "CPU campaign's 180 min (one sitting)"
+    )
     sweeps = glue_methods.expand(config, sweep=True)
     assert {r.task for r in sweeps} == {"cola"} and len(sweeps) == 18
     # a sweep cell at the table's own weight is the table's run (same directory, run once)
@@ -594,3 +609,47 @@ def test_a_run_that_diverges_is_recorded_reported_and_not_run_again(campaign, mo
     monkeypatch.setattr(subprocess, "run", finetune_exits(1, "Traceback (most recent call last): ...\n"))
     with pytest.raises(subprocess.CalledProcessError):
         glue_methods.main([*argv, "method=baseline"])
+
+
+def test_a_time_limit_starts_only_the_runs_whose_estimate_fits_in_what_is_left(campaign, monkeypatch, tmp_path, capsys):
+    """``--time-limit MINUTES``: the campaign order is kept, but a run starts only where the cost table's estimate
+    fits in the minutes left since the campaign started, and the campaign stops where none does. A stand-in finetune
+    advances a stand-in clock by its run's estimate; ``--dry-run`` lists the same runs by the estimates alone."""
+    root, path = campaign
+    cost = tmp_path / "cost.json"
+    cost.write_text(
+        json.dumps({"tasks": {"rte": {"minutes_per_run": {"p": 2.0}}, "mrpc": {"minutes_per_run": {"p": 2.5}}}})
+    )
+    clock, calls, run = [0.0], [], subprocess.run
+
+    def fake(argv, **kwargs):  # other commands (git for the provenance) run
+        if argv[1:4] != ["-m", "isojax.cli", "finetune"]:
+            return run(argv, **kwargs)
+        calls.append(json.load(open(argv[-1]))["task"]["name"])
+        clock[0] += 60 * {"rte": 2.0, "mrpc": 2.5}[calls[-1]]
+        return subprocess.CompletedProcess(argv, 0, stderr="")
+
+    monkeypatch.setattr(subprocess, "run", fake)
+    monkeypatch.setattr(
+        glue_methods, "time", types.SimpleNamespace(monotonic=lambda: clock[0], perf_counter=time.perf_counter)
+    )
+    argv = [*_argv(root, path)[:4], "--out", str(tmp_path / "out"), "--cost", str(cost), "--only", "seed=0"]
+    # 4 runs: rte baseline and cosine (2 min each), then mrpc's (2.5 min each); 6 minutes hold the two rte runs,
+    # then 2 are left and neither mrpc run fits
+    dry = [*argv, "--runs-dir", str(tmp_path / "dry"), "--dry-run", "--time-limit", "6"]
+    assert glue_methods.main(dry) == 0
+    listed = capsys.readouterr().out
+    assert [line.split(": python")[0] for line in listed.splitlines() if line.startswith("==")] == [
+        "== ('p', 'baseline', 'rte', 0)",
+        "== ('p', 'cosine', 'rte', 0)",
+    ]
+    assert "--time-limit: 2 run(s) left, none estimated to finish in the 2 min left" in listed
+    assert glue_methods.main([*argv, "--runs-dir", str(tmp_path / "runs"), "--time-limit", "6"]) == 0
+    assert calls == ["rte", "rte"] and clock[0] == 240
+    assert "none estimated to finish in the 2 min left" in capsys.readouterr().out
+    # 5 minutes from a new start hold both mrpc runs (2.5 + 2.5)
+    assert glue_methods.main([*argv, "task=mrpc", "--runs-dir", str(tmp_path / "runs"), "--time-limit", "5"]) == 0
+    assert calls == ["rte", "rte", "mrpc", "mrpc"]
+    with pytest.raises(SystemExit):
+        glue_methods.main([*argv, "--time-limit", "0"])
+    assert "--time-limit must be a positive number of minutes, got 0.0" in capsys.readouterr().err

@@ -4,7 +4,7 @@ evaluated on dev, in the papers' table shapes.
     python -m experiments.reproductions.glue_methods [--config experiments/reproductions/configs/glue_methods.json] [--data-dir ../shared/data]
         [--cpu-campaign | --only task=rte,mrpc method=baseline,cosine protocol=appB seed=0,1]
         [--sweep] [--runs-dir runs/glue_methods] [--out experiments/results]
-        [--cost experiments/results/glue_cost.json] [--report-only] [--dry-run]
+        [--cost experiments/results/glue_cost.json] [--time-limit MINUTES] [--report-only] [--dry-run]
 
 The configuration (committed) names the model, tasks, seeds and *protocols*: each protocol is one paper's
 hyperparameters (``defaults``, and ``overrides`` for the runs whose task or method match, both as dotted settings of
@@ -17,7 +17,11 @@ done runs and resumes an interrupted one from its last checkpoint, so a campaign
 sittings, also from a fresh checkout. The cheapest run goes first, by the measured cost table
 (:mod:`experiments.benchmarks.glue_cost`, read again before each run), then the configuration's method priority, then the
 seed (:func:`campaign_order`). ``--cpu-campaign`` runs the configuration's ``cpu_campaign``: the union of its
-``selections`` and, with ``sweep``, the weight sweep, in one order. Each run is a separate ``python -m isojax.cli
+``selections`` and, with ``sweep``, the weight sweep, in one order, less any run that the cost table estimates longer
+than its ``max_run_minutes`` (one sitting: a run's checkpoints live on the machine that ran it; such a run is left to
+an accelerator, and the report says so). ``--time-limit MINUTES`` keeps that order but starts a run only where its
+estimate fits in what is left of the minutes since the campaign started, and stops where none does (a sitting, or a
+batch job's wall-time limit, then ends between runs instead of in the middle of one). Each run is a separate ``python -m isojax.cli
 finetune --config`` process (a killed campaign loses at most the steps since that run's last checkpoint); JAX's persistent
 compilation cache is shared by the runs. A run that non-finite numbers stop (``isojax finetune`` exits with status 3
 after ``max_nonfinite_steps`` skipped steps in a row) is a result, not a crash: its ``campaign.json`` records the
@@ -191,10 +195,36 @@ def select(runs: list[Run], only: dict) -> list[Run]:
     return [r for r in runs if all(str(getattr(r, k)) in [str(v) for v in vals] for k, vals in only.items())]
 
 
-def campaign_selection(runs: list[Run], config: dict) -> list[Run]:
-    """The runs of the configuration's ``cpu_campaign``: the union of its ``selections`` (each one ``only``)."""
+def too_long(run: Run, config: dict, cost: dict | None) -> float | None:
+    """The run's estimated minutes (:func:`experiments.benchmarks.glue_cost.run_minutes`) where they exceed the CPU
+    campaign's ``max_run_minutes`` (a run longer than one sitting: its checkpoints live on the machine that ran it),
+    else None (also without a cost table, an estimate or a limit)."""
+    from experiments.benchmarks.glue_cost import run_minutes
+
+    limit = config.get("cpu_campaign", {}).get("max_run_minutes")
+    minutes = run_minutes(cost, run) if cost and limit else None
+    return minutes if minutes is not None and minutes > limit else None
+
+
+def campaign_selection(runs: list[Run], config: dict, cost: dict | None = None) -> list[Run]:
+    """The runs of the configuration's ``cpu_campaign``: the union of its ``selections`` (each one ``only``), less
+    the runs that the cost table estimates longer than its ``max_run_minutes`` (:func:`too_long`)."""
     chosen = {r.key for only in config["cpu_campaign"]["selections"] for r in select(runs, only)}
-    return [r for r in runs if r.key in chosen]
+    return [r for r in runs if r.key in chosen and too_long(r, config, cost) is None]
+
+
+def next_run(ordered: list[Run], cost: dict | None, minutes_left: float | None) -> Run | None:
+    """The first run of ``ordered`` whose estimated minutes fit in ``minutes_left`` (the first run where there is no
+    time limit); None where none does. Under a limit a run without an estimate is never started."""
+    from experiments.benchmarks.glue_cost import run_minutes
+
+    if minutes_left is None:
+        return ordered[0]
+    for run in ordered:
+        minutes = run_minutes(cost, run) if cost else None
+        if minutes is not None and minutes <= minutes_left:
+            return run
+    return None
 
 
 def base_method(label: str) -> str:
@@ -593,15 +623,22 @@ def copy_records(runs: list[Run], runs_dir: str, records_dir: str) -> None:
                 shutil.copyfile(os.path.join(source, name), os.path.join(target, name))
 
 
-def not_run_reason(run: Run, selected: set, cost: dict | None) -> str:
-    """Why a run has no record: not reached yet by the CPU campaign, or left out of it; with its estimated
-    minutes on this CPU from the cost table where the task was timed."""
+def not_run_reason(run: Run, selected: set, cost: dict | None, config: dict | None = None) -> str:
+    """Why a run has no record: not reached yet by the CPU campaign, or left out of it (by its selections, or as
+    longer than its ``max_run_minutes``, :func:`too_long`); with its estimated minutes on this CPU from the cost
+    table where the task was timed."""
     from experiments.benchmarks.glue_cost import run_minutes
 
     minutes = run_minutes(cost, run) if cost else None
     estimate = "" if minutes is None else f", about {minutes:.0f} min per run on this CPU (glue_cost estimate)"
     if run.key in selected:
         return "in the CPU campaign, not reached yet" + estimate
+    if config and too_long(run, config, cost) is not None:
+        limit = config["cpu_campaign"]["max_run_minutes"]
+        return (
+            f"left to an accelerator: about {minutes:.0f} min per run on this CPU (glue_cost estimate), longer than "
+            f"the CPU campaign's {limit:g} min (one sitting)"
+        )
     return "not in the CPU campaign's selection, left to an accelerator" + estimate
 
 
@@ -675,7 +712,9 @@ def report(
                     if stopped
                     else []
                 )
-                not_run[method] = "; ".join(why + ([not_run_reason(waiting[0], selected, cost)] if waiting else []))
+                not_run[method] = "; ".join(
+                    why + ([not_run_reason(waiting[0], selected, cost, config)] if waiting else [])
+                )
             text, rows = task_table(task, lines, spec, not_run)
             if diverged:
                 text += (
@@ -759,7 +798,16 @@ def main(argv=None) -> int:
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--report-only", action="store_true", help="tabulate the finished runs, run nothing")
     mode.add_argument("--dry-run", action="store_true", help="print the runs' commands in the campaign's order")
+    ap.add_argument(
+        "--time-limit",
+        type=float,
+        metavar="MINUTES",
+        help="start a run only where the cost table's estimate fits in what is left of MINUTES since the campaign "
+        "started (with --dry-run: what the estimates of the runs listed before it leave); stop when none does",
+    )
     args = ap.parse_args(argv)
+    if args.time_limit is not None and not args.time_limit > 0:
+        ap.error(f"--time-limit must be a positive number of minutes, got {args.time_limit}")
     # the runs are processes started in the repository root: the paths they are given must not depend on the cwd
     args.runs_dir = os.path.abspath(args.runs_dir)
     args.data_dir = args.data_dir and os.path.abspath(args.data_dir)
@@ -768,18 +816,20 @@ def main(argv=None) -> int:
     only = _pairs(args.only)
     cost = read_cost(args.cost)
     table_runs, sweep_runs = expand(config), expand(config, sweep=True)
-    selected = set()
-    if "cpu_campaign" in config:
-        selected = {r.key for r in campaign_selection(table_runs, config)}
-        selected |= {r.key for r in sweep_runs} if config["cpu_campaign"].get("sweep") else set()
+    campaign: dict[str, list[Run]] = {}  # the CPU campaign's table runs and sweep runs
     sweep_name = "glue_methods_sweep"
+    if "cpu_campaign" in config:
+        campaign = {
+            args.name: campaign_selection(table_runs, config, cost),
+            sweep_name: [r for r in sweep_runs if too_long(r, config, cost) is None]
+            if config["cpu_campaign"].get("sweep")
+            else [],
+        }
+    selected = {r.key for part in campaign.values() for r in part}
     if args.sweep:
         parts = {sweep_name: sweep_runs}
     elif args.cpu_campaign:
-        parts = {
-            args.name: campaign_selection(table_runs, config),
-            sweep_name: sweep_runs if config["cpu_campaign"].get("sweep") else [],
-        }
+        parts = campaign
     else:
         parts = {args.name: table_runs}
     parts = {name: select(runs, only) for name, runs in parts.items()}
@@ -790,14 +840,22 @@ def main(argv=None) -> int:
     print(f"{len(runs)} runs selected, {len(runs) - len(todo)} done, {len(todo)} to run", flush=True)
     env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=os.path.abspath(os.path.join(args.runs_dir, "jax_cache")))
     if not args.report_only and todo:
+        from experiments.benchmarks.glue_cost import run_minutes
         from isojax.data.glue import load_glue
 
         sizes = {task: len(load_glue(task, "train", data_dir=args.data_dir).labels) for task in {r.task for r in todo}}
         stream = None if args.dry_run else dropout_stream()
+        started, listed = time.monotonic(), 0.0  # listed: the estimated minutes of the runs --dry-run printed
         while todo:  # the cost table is read again before each run: a timing that finishes later reorders the rest
             cost = read_cost(args.cost)
-            run = campaign_order(todo, config, cost, sizes)[0]
+            spent = listed if args.dry_run else (time.monotonic() - started) / 60
+            left = None if args.time_limit is None else args.time_limit - spent
+            run = next_run(campaign_order(todo, config, cost, sizes), cost, left)
+            if run is None:
+                print(f"--time-limit: {len(todo)} run(s) left, none estimated to finish in the {left:.0f} min left")
+                break
             todo.remove(run)
+            listed += (run_minutes(cost, run) if cost else None) or 0.0
             every = evals_every(run, sizes[run.task], config["evals_per_epoch"])
             changed = changed_settings(run.config(args.runs_dir, args.data_dir, every))
             path = run.config_path(args.runs_dir)
