@@ -151,12 +151,12 @@ def test_isotropy_layer_stage_trains_only_the_layer(reference):
 def test_log_every_zero_logs_each_stages_last_step_only(tiny, reference, tmp_path):
     """``--log-every 0`` (LoggingConfig: 0 = only at the end of each stage): one train record per stage, at its last
     step, with the same loss as the reference run (``--log-every 1``) logged there; the evaluations are unchanged."""
-    _, ref = reference
+    ref_dir, ref = reference
     result = fit(config_from_argv(_args(tiny, tmp_path, "--log-every", "0")))
     records = [json.loads(x) for x in open(tmp_path / "log.jsonl")]
     train = [(r["stage"], r["step"]) for r in records if r["kind"] == "train"]
     assert train == [("finetune", 10), ("isotropy_layer", 16)]
-    reference_records = [json.loads(x) for x in open(reference[0] / "log.jsonl")]
+    reference_records = [json.loads(x) for x in open(ref_dir / "log.jsonl")]
     want = {r["step"]: r["loss"] for r in reference_records if r["kind"] == "train"}
     for r in records:
         if r["kind"] == "train":

@@ -134,9 +134,11 @@ def estimates(config: dict, task: str, row: dict) -> dict:
     return out
 
 
-def run_minutes(cost: dict, run: Run) -> float | None:
-    """The estimated minutes of a campaign run from a cost table (``glue_cost.json``'s payload); None if its task
-    or its protocol was not timed (a configuration other than the table's)."""
+def run_minutes(cost: dict | None, run: Run) -> float | None:
+    """The estimated minutes of a campaign run from a cost table (``glue_cost.json``'s payload); None without a
+    table, or if its task or its protocol was not timed (a configuration other than the table's)."""
+    if not cost:
+        return None
     minutes = cost["tasks"].get(run.task, {}).get("minutes_per_run", {})
     stage2 = f"{run.protocol} + isotropy layer stage 2"
     return (

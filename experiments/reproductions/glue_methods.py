@@ -202,7 +202,7 @@ def too_long(run: Run, config: dict, cost: dict | None) -> float | None:
     from experiments.benchmarks.glue_cost import run_minutes
 
     limit = config.get("cpu_campaign", {}).get("max_run_minutes")
-    minutes = run_minutes(cost, run) if cost and limit else None
+    minutes = run_minutes(cost, run) if limit else None
     return minutes if minutes is not None and minutes > limit else None
 
 
@@ -221,7 +221,7 @@ def next_run(ordered: list[Run], cost: dict | None, minutes_left: float | None) 
     if minutes_left is None:
         return ordered[0]
     for run in ordered:
-        minutes = run_minutes(cost, run) if cost else None
+        minutes = run_minutes(cost, run)
         if minutes is not None and minutes <= minutes_left:
             return run
     return None
@@ -248,7 +248,7 @@ def campaign_order(runs: list[Run], config: dict, cost: dict | None, sizes: dict
         ranks.setdefault(method, len(ranks))
 
     def key(run):
-        minutes = run_minutes(cost, run) if cost else None
+        minutes = run_minutes(cost, run)
         return (
             minutes is None,
             minutes or 0.0,
@@ -629,7 +629,7 @@ def not_run_reason(run: Run, selected: set, cost: dict | None, config: dict | No
     table where the task was timed."""
     from experiments.benchmarks.glue_cost import run_minutes
 
-    minutes = run_minutes(cost, run) if cost else None
+    minutes = run_minutes(cost, run)
     estimate = "" if minutes is None else f", about {minutes:.0f} min per run on this CPU (glue_cost estimate)"
     if run.key in selected:
         return "in the CPU campaign, not reached yet" + estimate
@@ -656,7 +656,7 @@ def remaining_cost(runs: list[Run], selected: set, cost: dict | None, runs_dir: 
         ("in the CPU campaign", [r for r in left if r.key in selected]),
         ("left to an accelerator", [r for r in left if r.key not in selected]),
     ):
-        minutes = [run_minutes(cost, r) if cost else None for r in group]
+        minutes = [run_minutes(cost, r) for r in group]
         timed = [m for m in minutes if m is not None]
         text = f"{len(group)} {label}"
         if timed:
@@ -855,7 +855,7 @@ def main(argv=None) -> int:
                 print(f"--time-limit: {len(todo)} run(s) left, none estimated to finish in the {left:.0f} min left")
                 break
             todo.remove(run)
-            listed += (run_minutes(cost, run) if cost else None) or 0.0
+            listed += run_minutes(cost, run) or 0.0
             every = evals_every(run, sizes[run.task], config["evals_per_epoch"])
             changed = changed_settings(run.config(args.runs_dir, args.data_dir, every))
             path = run.config_path(args.runs_dir)
