@@ -614,24 +614,26 @@ def test_a_run_that_diverges_is_recorded_reported_and_not_run_again(campaign, mo
 def test_a_time_limit_starts_only_the_runs_whose_estimate_fits_in_what_is_left(campaign, monkeypatch, tmp_path, capsys):
     """``--time-limit MINUTES``: the campaign order is kept, but a run starts only where the cost table's estimate
     fits in the minutes left since the campaign started, and the campaign stops where none does. A stand-in finetune
-    advances a stand-in clock by its run's estimate; ``--dry-run`` lists the same runs by the estimates alone."""
+    advances a stand-in clock by its run's estimate times a slowdown; ``--dry-run`` lists the same runs by the
+    estimates alone. Where this sitting's runs took longer than their estimates, the later estimates are scaled by
+    that ratio."""
     root, path = campaign
     cost = tmp_path / "cost.json"
     cost.write_text(
         json.dumps({"tasks": {"rte": {"minutes_per_run": {"p": 2.0}}, "mrpc": {"minutes_per_run": {"p": 2.5}}}})
     )
-    clock, calls, run = [0.0], [], subprocess.run
+    clock, slowdown, calls, run = [0.0], [1.0], [], subprocess.run
 
     def fake(argv, **kwargs):  # other commands (git for the provenance) run
         if argv[1:4] != ["-m", "isojax.cli", "finetune"]:
             return run(argv, **kwargs)
         calls.append(json.load(open(argv[-1]))["task"]["name"])
-        clock[0] += 60 * {"rte": 2.0, "mrpc": 2.5}[calls[-1]]
+        clock[0] += 60 * {"rte": 2.0, "mrpc": 2.5}[calls[-1]] * slowdown[0]
         return subprocess.CompletedProcess(argv, 0, stderr="")
 
     monkeypatch.setattr(subprocess, "run", fake)
     monkeypatch.setattr(
-        glue_methods, "time", types.SimpleNamespace(monotonic=lambda: clock[0], perf_counter=time.perf_counter)
+        glue_methods, "time", types.SimpleNamespace(monotonic=lambda: clock[0], perf_counter=lambda: clock[0])
     )
     argv = [*_argv(root, path)[:4], "--out", str(tmp_path / "out"), "--cost", str(cost), "--only", "seed=0"]
     # 4 runs: rte baseline and cosine (2 min each), then mrpc's (2.5 min each); 6 minutes hold the two rte runs,
@@ -650,6 +652,14 @@ def test_a_time_limit_starts_only_the_runs_whose_estimate_fits_in_what_is_left(c
     # 5 minutes from a new start hold both mrpc runs (2.5 + 2.5)
     assert glue_methods.main([*argv, "task=mrpc", "--runs-dir", str(tmp_path / "runs"), "--time-limit", "5"]) == 0
     assert calls == ["rte", "rte", "mrpc", "mrpc"]
+    # a machine twice as slow as the table: the first rte run takes 4 of the 7 minutes, and the second, estimated
+    # 2 x 2 = 4, no longer fits in the 3 left (unscaled, its 2 would)
+    slowdown[0], before = 2.0, clock[0]
+    assert glue_methods.main([*argv, "task=rte", "--runs-dir", str(tmp_path / "slow"), "--time-limit", "7"]) == 0
+    assert calls[4:] == ["rte"] and clock[0] - before == 240
+    assert "--time-limit: 1 run(s) left, none estimated to finish in the 3 min left (estimates x 2.00, as this " in (
+        capsys.readouterr().out
+    )
     with pytest.raises(SystemExit):
         glue_methods.main([*argv, "--time-limit", "0"])
     assert "--time-limit must be a positive number of minutes, got 0.0" in capsys.readouterr().err

@@ -21,7 +21,8 @@ seed (:func:`campaign_order`). ``--cpu-campaign`` runs the configuration's ``cpu
 than its ``max_run_minutes`` (one sitting: a run's checkpoints live on the machine that ran it; such a run is left to
 an accelerator, and the report says so). ``--time-limit MINUTES`` keeps that order but starts a run only where its
 estimate fits in what is left of the minutes since the campaign started, and stops where none does (a sitting, or a
-batch job's wall-time limit, then ends between runs instead of in the middle of one). Each run is a separate ``python -m isojax.cli
+batch job's wall-time limit, then ends between runs instead of in the middle of one); where this sitting's runs took
+longer than their estimates (a loaded machine), the estimates are scaled by that ratio. Each run is a separate ``python -m isojax.cli
 finetune --config`` process (a killed campaign loses at most the steps since that run's last checkpoint); JAX's persistent
 compilation cache is shared by the runs. A run that non-finite numbers stop (``isojax finetune`` exits with status 3
 after ``max_nonfinite_steps`` skipped steps in a row) is a result, not a crash: its ``campaign.json`` records the
@@ -213,16 +214,16 @@ def campaign_selection(runs: list[Run], config: dict, cost: dict | None = None) 
     return [r for r in runs if r.key in chosen and too_long(r, config, cost) is None]
 
 
-def next_run(ordered: list[Run], cost: dict | None, minutes_left: float | None) -> Run | None:
-    """The first run of ``ordered`` whose estimated minutes fit in ``minutes_left`` (the first run where there is no
-    time limit); None where none does. Under a limit a run without an estimate is never started."""
+def next_run(ordered: list[Run], cost: dict | None, minutes_left: float | None, slowdown: float = 1.0) -> Run | None:
+    """The first run of ``ordered`` whose estimated minutes times ``slowdown`` fit in ``minutes_left`` (the first run
+    where there is no time limit); None where none does. Under a limit a run without an estimate is never started."""
     from experiments.benchmarks.glue_cost import run_minutes
 
     if minutes_left is None:
         return ordered[0]
     for run in ordered:
         minutes = run_minutes(cost, run)
-        if minutes is not None and minutes <= minutes_left:
+        if minutes is not None and minutes * slowdown <= minutes_left:
             return run
     return None
 
@@ -803,7 +804,8 @@ def main(argv=None) -> int:
         type=float,
         metavar="MINUTES",
         help="start a run only where the cost table's estimate fits in what is left of MINUTES since the campaign "
-        "started (with --dry-run: what the estimates of the runs listed before it leave); stop when none does",
+        "started (with --dry-run: what the estimates of the runs listed before it leave), each estimate scaled by how much "
+        "longer than theirs this sitting's runs took; stop when none does",
     )
     args = ap.parse_args(argv)
     if args.time_limit is not None and not args.time_limit > 0:
@@ -846,16 +848,23 @@ def main(argv=None) -> int:
         sizes = {task: len(load_glue(task, "train", data_dir=args.data_dir).labels) for task in {r.task for r in todo}}
         stream = None if args.dry_run else dropout_stream()
         started, listed = time.monotonic(), 0.0  # listed: the estimated minutes of the runs --dry-run printed
+        taken = [0.0, 0.0]  # this sitting's finished runs: their wall minutes and their estimates
         while todo:  # the cost table is read again before each run: a timing that finishes later reorders the rest
             cost = read_cost(args.cost)
             spent = listed if args.dry_run else (time.monotonic() - started) / 60
             left = None if args.time_limit is None else args.time_limit - spent
-            run = next_run(campaign_order(todo, config, cost, sizes), cost, left)
+            # a loaded machine: this sitting's runs took longer than their estimates, so the next one will too
+            slowdown = max(1.0, taken[0] / taken[1]) if taken[1] else 1.0
+            run = next_run(campaign_order(todo, config, cost, sizes), cost, left, slowdown)
             if run is None:
-                print(f"--time-limit: {len(todo)} run(s) left, none estimated to finish in the {left:.0f} min left")
+                scaled = f" (estimates x {slowdown:.2f}, as this sitting's runs took)" if slowdown > 1 else ""
+                print(
+                    f"--time-limit: {len(todo)} run(s) left, none estimated to finish in the {left:.0f} min left{scaled}"
+                )
                 break
             todo.remove(run)
-            listed += run_minutes(cost, run) or 0.0
+            estimate = run_minutes(cost, run) or 0.0
+            listed += estimate
             every = evals_every(run, sizes[run.task], config["evals_per_epoch"])
             changed = changed_settings(run.config(args.runs_dir, args.data_dir, every))
             path = run.config_path(args.runs_dir)
@@ -863,6 +872,7 @@ def main(argv=None) -> int:
             if args.dry_run:
                 continue
             seconds, diverged = run_one(run, args.runs_dir, args.data_dir, every, env)
+            taken[0], taken[1] = taken[0] + seconds / 60, taken[1] + estimate
             record = {
                 "wall_seconds": seconds,
                 "commit": prov["commit"],
