@@ -848,13 +848,13 @@ def main(argv=None) -> int:
         sizes = {task: len(load_glue(task, "train", data_dir=args.data_dir).labels) for task in {r.task for r in todo}}
         stream = None if args.dry_run else dropout_stream()
         started, listed = time.monotonic(), 0.0  # listed: the estimated minutes of the runs --dry-run printed
-        taken = [0.0, 0.0]  # this sitting's finished runs: their wall minutes and their estimates
+        took, estimated = 0.0, 0.0  # this sitting's finished runs: their wall minutes and their estimates' sum
         while todo:  # the cost table is read again before each run: a timing that finishes later reorders the rest
             cost = read_cost(args.cost)
             spent = listed if args.dry_run else (time.monotonic() - started) / 60
             left = None if args.time_limit is None else args.time_limit - spent
             # a loaded machine: this sitting's runs took longer than their estimates, so the next one will too
-            slowdown = max(1.0, taken[0] / taken[1]) if taken[1] else 1.0
+            slowdown = max(1.0, took / estimated) if estimated else 1.0
             run = next_run(campaign_order(todo, config, cost, sizes), cost, left, slowdown)
             if run is None:
                 scaled = f" (estimates x {slowdown:.2f}, as this sitting's runs took)" if slowdown > 1 else ""
@@ -872,7 +872,7 @@ def main(argv=None) -> int:
             if args.dry_run:
                 continue
             seconds, diverged = run_one(run, args.runs_dir, args.data_dir, every, env)
-            taken[0], taken[1] = taken[0] + seconds / 60, taken[1] + estimate
+            took, estimated = took + seconds / 60, estimated + estimate
             record = {
                 "wall_seconds": seconds,
                 "commit": prov["commit"],
