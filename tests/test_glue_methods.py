@@ -7,6 +7,8 @@ redoes no finished run and resumes the killed one from its checkpoint); the firs
 and of regulariser runs (equal when their dropout masks are, unequal without dropout).
 """
 
+import contextlib
+import io
 import json
 import os
 import signal
@@ -245,10 +247,17 @@ def test_the_committed_configuration_expands_and_selects():
         "CPU campaign's 180 min (one sitting)"
     )
     sweeps = glue_methods.expand(config, sweep=True)
-    assert {r.task for r in sweeps} == {"cola"} and len(sweeps) == 18
-    # a sweep cell at the table's own weight is the table's run (same directory, run once)
+    assert {r.task for r in sweeps} == {"cola"} and len(sweeps) == 21
+    # a sweep cell at the table's own value is the table's run (same directory, run once): six regulariser weights
+    # and the flow's learning rate 1e-3, which the flow's table settings leave to TrainConfig's default
     table_keys = {r.key for r in runs}
-    assert sum(r.key in table_keys for r in sweeps) == 6
+    assert sum(r.key in table_keys for r in sweeps) == 7
+    flow = {r.method: r.config().optim.transform_learning_rate for r in sweeps if r.method.startswith("flow")}
+    assert flow == {
+        "flow [optim.transform_learning_rate=1e-05]": 1e-5,
+        "flow [optim.transform_learning_rate=0.0001]": 1e-4,
+        "flow": 1e-3,
+    }
     with pytest.raises(SystemExit, match="unknown key"):
         glue_methods.select(runs, {"model": ["x"]})
 
@@ -290,6 +299,34 @@ def test_every_committed_run_record_has_the_settings_its_configuration_gives_it(
         assert ran == recorded, run.key
         compared += 1
     assert compared >= 40  # RTE and MRPC (4 methods x 3 seeds each) and the WNLI runs of the CPU campaign
+
+
+def test_a_sweep_varies_one_setting_at_a_time_and_keeps_the_overrides_of_its_method():
+    """A sweep cell is its method's run with one setting replaced: the protocol's defaults, the method's other
+    settings and the overrides that match the method by its table name all still apply; the cell with the table's
+    own value is the table's run."""
+    config = json.load(open(glue_methods.DEFAULT_CONFIG))
+    appb = config["protocols"]["appB"]
+    appb["overrides"].append({"when": {"method": "softdecay", "task": "cola"}, "set": {"optim.epochs": 2}})
+    appb["sweeps"]["values"] = {
+        "softdecay": {"optim.transform_learning_rate": [2e-5, 1e-4], "method.softdecay_placement": ["block"]}
+    }
+    cells = {r.method: r for r in glue_methods.expand(config, sweep=True)}
+    assert sorted(cells) == [
+        "softdecay",
+        "softdecay [method.softdecay_placement=block]",
+        "softdecay [optim.transform_learning_rate=0.0001]",
+    ]
+    table = next(r for r in glue_methods.expand(config) if r.key == cells["softdecay"].key)
+    assert cells["softdecay"].config() == table.config()
+    for label, rate, placement in (
+        ("softdecay [optim.transform_learning_rate=0.0001]", 1e-4, "output"),
+        ("softdecay [method.softdecay_placement=block]", 2e-5, "block"),
+    ):
+        ran = cells[label].config()
+        assert ran.method.name == "softdecay" and ran.optim.epochs == 2 and ran.optim.learning_rate == 2e-5
+        assert (ran.optim.transform_learning_rate, ran.method.softdecay_placement) == (rate, placement)
+        assert ran.logging.output_dir == os.path.join("runs", "appB", "cola", glue_methods.slug(label), "seed0")
 
 
 def test_a_setting_that_is_not_a_train_config_field_names_the_run():
@@ -566,6 +603,20 @@ def test_remaining_cost_sums_the_estimates_of_the_runs_without_a_record(tmp_path
     )
 
 
+def _stand_in_finetune(monkeypatch, finetune):
+    """Replace the campaign's ``isojax finetune`` processes by ``finetune(argv) -> (exit status, stderr)``; other
+    commands (git, for the provenance) still run."""
+    popen = subprocess.Popen
+
+    def fake(argv, **kwargs):
+        if argv[1:4] != ["-m", "isojax.cli", "finetune"]:
+            return popen(argv, **kwargs)
+        status, stderr = finetune(argv)
+        return contextlib.nullcontext(types.SimpleNamespace(stderr=io.StringIO(stderr), returncode=status))
+
+    monkeypatch.setattr(subprocess, "Popen", fake)
+
+
 def test_a_run_that_diverges_is_recorded_reported_and_not_run_again(campaign, monkeypatch, tmp_path):
     """``isojax finetune`` exit status 3 (non-finite numbers stopped the run) is a result: the campaign records the
     error in the run's ``campaign.json``, goes on, does not run it again, and the report says so; any other failure
@@ -576,20 +627,16 @@ def test_a_run_that_diverges_is_recorded_reported_and_not_run_again(campaign, mo
         "their updates were skipped and the run stops. No checkpoint was written in x: rerunning the same command "
         "starts over"
     )
-    calls, run = [], subprocess.run
+    calls = []
 
     def finetune_exits(status, stderr):
-        def fake(argv, **kwargs):  # other commands (git for the provenance) run
-            if argv[1:4] != ["-m", "isojax.cli", "finetune"]:
-                return run(argv, **kwargs)
+        def finetune(argv):
             calls.append(argv)
-            return subprocess.CompletedProcess(argv, status, stderr=stderr)
+            return status, stderr
 
-        return fake
+        return finetune
 
-    monkeypatch.setattr(
-        subprocess, "run", finetune_exits(3, f"WARNING 2 step(s) skipped\nisojax finetune: error: {error}\n")
-    )
+    _stand_in_finetune(monkeypatch, finetune_exits(3, f"WARNING 2 step(s) skipped\nisojax finetune: error: {error}\n"))
     runs, out = tmp_path / "runs", tmp_path / "out"
     argv = [*_argv(root, path)[:4], "--runs-dir", str(runs), "--out", str(out), "--only", "task=rte", "seed=0"]
     assert glue_methods.main([*argv, "method=cosine"]) == 0
@@ -606,7 +653,7 @@ def test_a_run_that_diverges_is_recorded_reported_and_not_run_again(campaign, mo
         "Stopped by non-finite numbers (`isojax finetune` exit status 3; not run again): cosine seed 0: steps 3 to 4 "
         "(stage 'finetune') had a non-finite loss or gradient, 2 in a row (max_nonfinite_steps=2)\n" in report
     )
-    monkeypatch.setattr(subprocess, "run", finetune_exits(1, "Traceback (most recent call last): ...\n"))
+    _stand_in_finetune(monkeypatch, finetune_exits(1, "Traceback (most recent call last): ...\n"))
     with pytest.raises(subprocess.CalledProcessError):
         glue_methods.main([*argv, "method=baseline"])
 
@@ -622,16 +669,14 @@ def test_a_time_limit_starts_only_the_runs_whose_estimate_fits_in_what_is_left(c
     cost.write_text(
         json.dumps({"tasks": {"rte": {"minutes_per_run": {"p": 2.0}}, "mrpc": {"minutes_per_run": {"p": 2.5}}}})
     )
-    clock, slowdown, calls, run = [0.0], [1.0], [], subprocess.run
+    clock, slowdown, calls = [0.0], [1.0], []
 
-    def fake(argv, **kwargs):  # other commands (git for the provenance) run
-        if argv[1:4] != ["-m", "isojax.cli", "finetune"]:
-            return run(argv, **kwargs)
+    def finetune(argv):
         calls.append(json.load(open(argv[-1]))["task"]["name"])
         clock[0] += 60 * {"rte": 2.0, "mrpc": 2.5}[calls[-1]] * slowdown[0]
-        return subprocess.CompletedProcess(argv, 0, stderr="")
+        return 0, ""
 
-    monkeypatch.setattr(subprocess, "run", fake)
+    _stand_in_finetune(monkeypatch, finetune)
     monkeypatch.setattr(
         glue_methods, "time", types.SimpleNamespace(monotonic=lambda: clock[0], perf_counter=lambda: clock[0])
     )

@@ -17,7 +17,7 @@ done runs and resumes an interrupted one from its last checkpoint, so a campaign
 sittings, also from a fresh checkout. The cheapest run goes first, by the measured cost table
 (:mod:`experiments.benchmarks.glue_cost`, read again before each run), then the configuration's method priority, then the
 seed (:func:`campaign_order`). ``--cpu-campaign`` runs the configuration's ``cpu_campaign``: the union of its
-``selections`` and, with ``sweep``, the weight sweep, in one order, less any run that the cost table estimates longer
+``selections`` and, with ``sweep``, the sweeps, in one order, less any run that the cost table estimates longer
 than its ``max_run_minutes`` (one sitting: a run's checkpoints live on the machine that ran it; such a run is left to
 an accelerator, and the report says so). ``--time-limit MINUTES`` keeps that order but starts a run only where its
 estimate fits in what is left of the minutes since the campaign started, and stops where none does (a sitting, or a
@@ -43,9 +43,10 @@ d, both p-values, the dev IsoScore beside the baseline's and the regulariser ter
 Every finished run's ``results.json``, ``log.jsonl`` and ``campaign.json`` (wall time, commit, machine) are copied
 to ``<out>/glue_methods_runs/``, so every number of the report can be traced to a run's own record.
 
-``--sweep`` runs the regulariser-weight sweeps of the configuration (``sweeps``: per method, the regulariser specs
-that replace its ``"method.regularizers"``) instead; the sweeps are reported in ``<out>/glue_methods_sweep.md``
-(records in ``glue_methods_sweep_runs/``).
+``--sweep`` runs the sweeps of the configuration instead (``sweeps``: per method, one or more settings and the values
+each is swept over, one setting at a time: the regulariser weights the papers leave open, ``"method.regularizers"``,
+and the flow's ``"optim.transform_learning_rate"``; see :func:`expand`); the sweeps are reported in
+``<out>/glue_methods_sweep.md`` (records in ``glue_methods_sweep_runs/``).
 """
 
 from __future__ import annotations
@@ -58,8 +59,8 @@ import shutil
 import subprocess
 import sys
 import time
-from collections import defaultdict
-from dataclasses import dataclass, field
+from collections import defaultdict, deque
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import scipy.stats
@@ -147,43 +148,67 @@ def _matches(values: dict, when: dict) -> bool:
     return all(values.get(k) in (v if isinstance(v, list) else [v]) for k, v in when.items())
 
 
+def sweep_label(method: str, setting: str, value) -> str:
+    """A sweep cell's label: the method and the value it sweeps, a list (regulariser specs, which name their
+    weights) as its items, anything else as ``setting=value`` (``"cosine [cosine=0.1]"``,
+    ``"flow [optim.transform_learning_rate=1e-05]"``)."""
+    text = ", ".join(map(str, value)) if isinstance(value, list) else f"{setting}={value}"
+    return f"{method} [{text}]"
+
+
+def _merged(config: dict, protocol: dict, method: str, settings: dict, task: str) -> dict:
+    """A run's dotted settings: the model, the protocol's defaults, the method's settings and the protocol's
+    overrides whose ``when`` matches the task, the method (its table name, for a sweep cell too) or a setting."""
+    merged = {"model.name": config["model"], **protocol["defaults"], **settings}
+    for override in protocol.get("overrides", []):
+        if _matches({"task": task, "method": method, **merged}, override["when"]):
+            merged.update(override["set"])
+    return merged
+
+
 def expand(config: dict, *, sweep: bool = False) -> list[Run]:
-    """Every run of the campaign (or of its weight sweeps), protocol by protocol, task by task."""
+    """Every run of the campaign, protocol by protocol, task by task; or, with ``sweep``, of its sweeps.
+
+    A protocol's ``sweeps`` name a task, a seed and per method the values of one or more settings, each swept on
+    its own with the method's other settings kept (``{"cosine": {"method.regularizers": [["cosine=0.1"], ...]},
+    "flow": {"optim.transform_learning_rate": [1e-05, ...]}}``); a cell is labelled by :func:`sweep_label`, except
+    the cell whose configuration is the table's run of that method, task and seed, which is that run (same label,
+    same directory: run once)."""
     runs = []
     for name, protocol in config["protocols"].items():
+        methods = protocol["methods"]
         if sweep:
             sweeps = protocol.get("sweeps")
             if not sweeps:
                 continue
             cells = [
                 (
-                    method
-                    if [value] == protocol["methods"][method].get("method.regularizers")
-                    else f"{method} [{value}]",
-                    {**protocol["methods"][method], "method.regularizers": [value]},
+                    sweep_label(method, setting, value),
+                    method,
+                    {**methods[method], setting: value},
                     sweeps["task"],
                     sweeps["seed"],
                 )
-                for method, values in sweeps["values"].items()
+                for method, grid in sweeps["values"].items()
+                for setting, values in grid.items()
                 for value in values
-            ]  # the table's value: its run
+            ]
         else:
             cells = [
-                (method, settings, task, seed)
+                (method, method, settings, task, seed)
                 for task in config["tasks"]
-                for method, settings in protocol["methods"].items()
+                for method, settings in methods.items()
                 for seed in config["seeds"]
             ]
-        for method, settings, task, seed in cells:
-            merged = {"model.name": config["model"], **protocol["defaults"], **settings}
-            for override in protocol.get("overrides", []):
-                if _matches({"task": task, "method": method, **merged}, override["when"]):
-                    merged.update(override["set"])
-            run = Run(name, method, task, seed, merged)
+        for label, method, settings, task, seed in cells:
+            run = Run(name, label, task, seed, _merged(config, protocol, method, settings, task))
             try:
+                if label != method:  # a sweep cell with the table's own value is the table's run
+                    table = Run(name, method, task, seed, _merged(config, protocol, method, methods[method], task))
+                    run = table if replace(run, method=method).config() == table.config() else run
                 run.config()
             except ValueError as e:
-                raise ValueError(f"protocol {name!r}, method {method!r}, task {task!r}: {e}") from None
+                raise ValueError(f"protocol {name!r}, method {label!r}, task {task!r}: {e}") from None
             runs.append(run)
     return runs
 
@@ -236,7 +261,7 @@ def base_method(label: str) -> str:
 def campaign_order(runs: list[Run], config: dict, cost: dict | None, sizes: dict) -> list[Run]:
     """Cheapest run first: by the cost table's estimated minutes (:func:`experiments.benchmarks.glue_cost.run_minutes`;
     without a table or for an untimed task, after the timed ones, by training-set size), then the tables' runs
-    before the sweep's other weights (``"method [weight]"``), then by the method's place in
+    before the sweeps' other values (``"method [value]"``), then by the method's place in
     ``cpu_campaign.priority`` (then in the configuration), then by seed (so a method's seeds follow each other and
     its line, with its t-tests, is complete early)."""
     from experiments.benchmarks.glue_cost import run_minutes
@@ -254,7 +279,7 @@ def campaign_order(runs: list[Run], config: dict, cost: dict | None, sizes: dict
             minutes is None,
             minutes or 0.0,
             sizes.get(run.task, 0),
-            run.method != base_method(run.method),  # a sweep's weight that no table has
+            run.method != base_method(run.method),  # a sweep's value that no table has
             ranks.get(base_method(run.method), len(ranks)),
             run.seed,
         )
@@ -285,13 +310,17 @@ def run_one(run: Run, runs_dir: str, data_dir: str | None, eval_every: int, env:
         json.dump(run.config(runs_dir, data_dir, eval_every).to_json(), f, indent=1)
     started = time.perf_counter()
     argv = [sys.executable, "-m", "isojax.cli", "finetune", "--config", path]
-    done = subprocess.run(argv, env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True)
-    sys.stderr.write(done.stderr)  # the run's warnings, in the campaign's own log
+    tail: deque[str] = deque(maxlen=100)  # the run's last stderr lines, for its error
+    with subprocess.Popen(argv, env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True) as proc:
+        for line in proc.stderr or ():  # the run's warnings, in the campaign's own log as they come
+            sys.stderr.write(line)
+            sys.stderr.flush()
+            tail.append(line)
     seconds = time.perf_counter() - started
-    if done.returncode == EXIT_NONFINITE:
-        return seconds, done.stderr.strip().splitlines()[-1].partition("error: ")[2]
-    if done.returncode:
-        raise subprocess.CalledProcessError(done.returncode, argv, stderr=done.stderr)
+    if proc.returncode == EXIT_NONFINITE:
+        return seconds, "".join(tail).strip().splitlines()[-1].partition("error: ")[2]
+    if proc.returncode:
+        raise subprocess.CalledProcessError(proc.returncode, argv, stderr="".join(tail))
     return seconds, None
 
 
@@ -785,9 +814,13 @@ def main(argv=None) -> int:
     ap.add_argument("--data-dir", default=DEFAULT_DATA, help="the offline data (default ../shared/data)")
     ap.add_argument("--only", nargs="*", default=[], metavar="KEY=V1,V2", help="protocol, method, task or seed")
     ap.add_argument(
-        "--cpu-campaign", action="store_true", help="the configuration's cpu_campaign selection (and its weight sweep)"
+        "--cpu-campaign", action="store_true", help="the configuration's cpu_campaign selection (and its sweeps)"
     )
-    ap.add_argument("--sweep", action="store_true", help="the regulariser-weight sweeps instead of the table runs")
+    ap.add_argument(
+        "--sweep",
+        action="store_true",
+        help="the sweeps (regulariser weights, the flow's learning rate) instead of the table runs",
+    )
     ap.add_argument("--runs-dir", default=os.path.join("runs", "glue_methods"))
     ap.add_argument("--out", default=RESULTS, help="where the report goes (default experiments/results)")
     ap.add_argument(
