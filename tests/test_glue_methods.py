@@ -581,6 +581,42 @@ def test_cost_measure_and_estimate_from_a_written_log(tmp_path):
         glue_cost.measure(str(tmp_path))
 
 
+def test_cost_timing_records_the_runs_wall_seconds(campaign, monkeypatch, tmp_path):
+    """``glue_cost`` times a task by the campaign's own ``run_one`` and measures the run's log: its
+    ``campaign.json`` holds the wall seconds (a number; ``run_one`` also returns whether the run diverged), and a
+    timing run stopped by non-finite numbers stops the timing with its error. The finetune process is a stand-in
+    that writes an every-step log (steps of 1 s; the final evaluation 3 s after the last step)."""
+    from experiments.benchmarks import glue_cost
+
+    root, path = campaign
+    config = json.loads(path.read_text())
+    config["cost"] = {"protocol": "p", "method": "baseline", "seed": 0, "order": ["rte"], "note": "A stand-in."}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    status = [0]
+
+    def finetune(argv):
+        directory = json.load(open(argv[-1]))["logging"]["output_dir"]
+        steps = [{"kind": "train", "step": k, "seconds": 1.0, "time": 100.0 + k} for k in range(1, 4)]
+        records = [*steps, {"kind": "eval", "step": 3, "stage_end": True, "time": 106.0}]
+        with open(os.path.join(directory, "log.jsonl"), "w") as f:
+            f.write("".join(json.dumps(r) + "\n" for r in records))
+        with open(os.path.join(directory, "results.json"), "w") as f:
+            json.dump({}, f)
+        return status[0], "isojax finetune: error: steps 2 to 3 had a non-finite loss\n" if status[0] else ""
+
+    _stand_in_finetune(monkeypatch, finetune)
+    argv = ["--config", str(path), "--data-dir", str(root / "data"), "--tasks", "rte", "--out", str(tmp_path / "out")]
+    assert glue_cost.main([*argv, "--runs-dir", str(tmp_path / "runs")]) == 0
+    timed = json.load(open(tmp_path / "out" / "glue_cost.json"))["tasks"]["rte"]
+    assert isinstance(timed["wall_seconds"], float) and timed["seconds_per_step"] == 1.0
+    assert timed["seconds_per_evaluation"] == 3.0
+    assert timed["startup_seconds"] == pytest.approx(timed["wall_seconds"] - 2.0 - 6.0)
+    status[0] = 3
+    with pytest.raises(SystemExit, match="timing run of rte was stopped by non-finite numbers: steps 2 to 3"):
+        glue_cost.main([*argv, "--runs-dir", str(tmp_path / "diverged")])
+
+
 def test_remaining_cost_sums_the_estimates_of_the_runs_without_a_record(tmp_path):
     config = json.load(open(glue_methods.DEFAULT_CONFIG))
     runs = [r for r in glue_methods.expand(config) if r.task in ("wnli", "rte")]

@@ -174,7 +174,9 @@ def main(argv=None) -> int:
             print(
                 f"== timing {task}: python -m isojax.cli finetune --config {run.config_path(args.runs_dir)}", flush=True
             )
-            seconds = run_one(run, args.runs_dir, args.data_dir, 0, env)
+            seconds, diverged = run_one(run, args.runs_dir, args.data_dir, 0, env)
+            if diverged:
+                raise SystemExit(f"the timing run of {task} was stopped by non-finite numbers: {diverged}")
             with open(os.path.join(directory, "campaign.json"), "w") as f:
                 json.dump({"wall_seconds": seconds, "commit": prov["commit"], "machine": prov["machine"]}, f)
         row = measure(directory)
