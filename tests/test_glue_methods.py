@@ -637,6 +637,19 @@ def test_remaining_cost_sums_the_estimates_of_the_runs_without_a_record(tmp_path
         "1 of 90 runs finished; not yet run: 89 in the CPU campaign (about 5 CPU-hours on this CPU by the glue_cost "
         "estimates; 45 of an untimed task) and 0 left to an accelerator."
     )
+    # finished runs that recorded their wall time: the ratio to their estimates, and the hours left at its median
+    wall = {"appB": 12.0 * 60, "shrink": 36.0 * 60}  # 2x and 3x their estimates
+    for run in [done, next(r for r in runs if r.task == "wnli" and r.protocol == "shrink")]:
+        os.makedirs(run.directory(str(tmp_path)), exist_ok=True)
+        open(os.path.join(run.directory(str(tmp_path)), "results.json"), "w").write("{}")
+        with open(os.path.join(run.directory(str(tmp_path)), "campaign.json"), "w") as f:
+            json.dump({"wall_seconds": wall[run.protocol]}, f)
+    # left: (32 x 6 + 3 x 9 + 8 x 12) / 60 = 5.25 CPU-hours; x 2.5 (the median of 2 and 3) = 13.1
+    assert glue_methods.remaining_cost(runs, selected, cost, str(tmp_path)) == (
+        "2 of 90 runs finished (their wall time was 2.5x their glue_cost estimate, median of 2; the middle half 2.2x "
+        "to 2.8x); not yet run: 43 in the CPU campaign (about 5 CPU-hours on this CPU by the glue_cost estimates, 13 "
+        "at the finished runs' median ratio) and 45 left to an accelerator."
+    )
 
 
 def _stand_in_finetune(monkeypatch, finetune):

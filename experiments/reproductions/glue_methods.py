@@ -675,12 +675,23 @@ def not_run_reason(run: Run, selected: set, cost: dict | None, config: dict | No
 def remaining_cost(runs: list[Run], selected: set, cost: dict | None, runs_dir: str, *records_dirs: str) -> str:
     """What is left of ``runs``: how many of the CPU campaign's runs (keys ``selected``) and of the others have no
     record, each with its estimated CPU-hours on the timed machine (the sum of :func:`glue_cost.run_minutes`;
-    runs of an untimed task are counted apart). Runs that non-finite numbers stopped are counted on their own."""
+    runs of an untimed task are counted apart). Runs that non-finite numbers stopped are counted on their own.
+    Where finished runs recorded their wall time (``campaign.json``), the ratio of wall time to estimate over them
+    (median and middle half) says how far the estimates held on the machine as it was loaded, and the hours left
+    are also given at the median ratio."""
     from experiments.benchmarks.glue_cost import run_minutes
 
     left = [r for r in runs if pending(r, runs_dir, *records_dirs)]
     unfinished = [r for r in runs if finished_record(r, runs_dir, *records_dirs) is None]
     stopped = len(unfinished) - len(left)
+    ratios = []
+    for run in runs:
+        directory, minutes = finished_record(run, runs_dir, *records_dirs), run_minutes(cost, run)
+        path = os.path.join(directory or "", "campaign.json")
+        if directory is not None and minutes and os.path.exists(path):
+            with open(path) as f:
+                ratios.append(json.load(f)["wall_seconds"] / 60 / minutes)
+    median = float(np.median(ratios)) if ratios else None
     parts = []
     for label, group in (
         ("in the CPU campaign", [r for r in left if r.key in selected]),
@@ -691,11 +702,18 @@ def remaining_cost(runs: list[Run], selected: set, cost: dict | None, runs_dir: 
         text = f"{len(group)} {label}"
         if timed:
             text += f" (about {sum(timed) / 60:.0f} CPU-hours on this CPU by the glue_cost estimates"
+            text += f", {median * sum(timed) / 60:.0f} at the finished runs' median ratio" if median else ""
             text += f"; {len(minutes) - len(timed)} of an untimed task)" if len(timed) < len(minutes) else ")"
         parts.append(text)
     finished = f"{len(runs) - len(unfinished)} of {len(runs)} runs finished" + (
         f", {stopped} stopped by non-finite numbers" if stopped else ""
     )
+    if ratios:
+        q1, q3 = np.percentile(ratios, [25, 75])
+        finished += (
+            f" (their wall time was {median:.1f}x their glue_cost estimate, median of {len(ratios)}; the middle half "
+            f"{q1:.1f}x to {q3:.1f}x)"
+        )
     return f"{finished}; not yet run: " + " and ".join(parts) + "."
 
 
