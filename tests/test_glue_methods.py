@@ -454,6 +454,25 @@ def test_summary_states_effect_sizes_and_why_a_paired_p_is_missing():
     assert f"- isobn vs baseline: wnli accuracy +0.00 (d +0.00, p {p:.3f}, paired p – (every pair equal) over 3" in text
 
 
+def test_summary_compares_a_method_with_fewer_seeds_with_the_baselines_same_seeds():
+    """A method with one finished seed (seed 2) is compared with the baseline's seed 2, not its three-seed mean:
+    the difference and the dev IsoScore; the two-sample p still uses every seed (scipy)."""
+    config = json.load(open(glue_methods.DEFAULT_CONFIG))
+    base = [
+        {"accuracy": 100 * k / 71, "seed": s, "pair": "s", "isoscore": 0.1 * (s + 1)}
+        for s, k in enumerate((16, 20, 30))
+    ]
+    one = [{"accuracy": 100 * 27 / 71, "seed": 2, "pair": "s", "isoscore": 0.5}]
+    _, rows = glue_methods.task_table("wnli", {"baseline": base, "isobn": one}, config["protocols"]["appB"], {})
+    config["summaries"] = [{"paper": "P", "claim": "C", "protocol": "appB", "methods": ["isobn"]}]
+    text = glue_methods.summary(config, [{"task": "wnli", "protocol": "appB", "rows": rows}])
+    # 27/71 - 30/71 = -4.23 (against the three-seed mean, 22/71, it would read +7.04)
+    assert (
+        "- isobn vs baseline: wnli accuracy -4.23 (d –, p –, paired p – over 1 pair; 1 vs 3 seeds; difference and "
+        "IsoScore against the baseline's seeds 2; IsoScore 0.5 vs 0.3)." in text
+    )
+
+
 def test_campaign_order_is_cheapest_first_then_priority_then_seed():
     config = json.load(open(glue_methods.DEFAULT_CONFIG))
     runs = glue_methods.select(

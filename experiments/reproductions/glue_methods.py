@@ -531,6 +531,18 @@ def _isotropy_text(row: dict, base: dict) -> str:
     return text + (f", {', '.join(terms)} in training" if terms else "")
 
 
+def _on_seeds(base: dict, seeds: list, metric: str) -> dict:
+    """The baseline line ``base`` (a table payload entry) restricted to ``seeds``: its ``metric`` values and dev
+    IsoScores of those seeds only, so that a method with fewer finished seeds is compared with the same seeds."""
+    keep = [base["seeds"].index(s) for s in seeds]
+    return {
+        **base,
+        "seeds": list(seeds),
+        metric: {**base[metric], "values": [base[metric]["values"][i] for i in keep]},
+        "isoscore": [base["isoscore"][i] for i in keep] if "isoscore" in base else [None],
+    }
+
+
 def summary(config: dict, tables: list[dict]) -> str:
     """Paper by paper (the configuration's ``summaries``): its claim, then what the finished runs show on each
     task (first metric: difference to the protocol's baseline, Cohen's d, unpaired and paired p; the dev IsoScore
@@ -553,6 +565,12 @@ def summary(config: dict, tables: list[dict]) -> str:
                 if not row or not row.get("seeds") or not base or not base.get("seeds"):
                     missing.append(task)
                     continue
+                seeds_text = f"{len(row['seeds'])} vs {len(base['seeds'])} seeds"
+                if set(row["seeds"]) < set(base["seeds"]):  # fewer seeds: compared with the baseline's same seeds
+                    base = _on_seeds(base, row["seeds"], metric)
+                    seeds_text += (
+                        f"; difference and IsoScore against the baseline's seeds {','.join(map(str, row['seeds']))}"
+                    )
                 diff, d = effect(row[metric]["values"], base[metric]["values"])
                 p, paired = row[metric]["p_vs_baseline"], row[metric]["paired_p_vs_baseline"]
                 pairs = len(row[metric]["paired_seeds"])
@@ -569,7 +587,7 @@ def summary(config: dict, tables: list[dict]) -> str:
                 shown.append(
                     f"{task} {metric} {diff:+.2f} (d {_fmt(d, '+.2f')}, p {_fmt(p, '.3f')}, paired p "
                     f"{paired_text} over {pairs} pair{'' if pairs == 1 else 's'}; "
-                    f"{len(row['seeds'])} vs {len(base['seeds'])} seeds{_isotropy_text(row, base)})"
+                    f"{seeds_text}{_isotropy_text(row, base)})"
                 )
             text = "; ".join(shown) if shown else "no finished run yet"
             out.append(f"- {method} vs baseline: {text}" + (f". Not run: {', '.join(missing)}." if missing else "."))
