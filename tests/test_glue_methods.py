@@ -456,7 +456,7 @@ def test_summary_states_effect_sizes_and_why_a_paired_p_is_missing():
 
 def test_summary_compares_a_method_with_fewer_seeds_with_the_baselines_same_seeds():
     """A method with one finished seed (seed 2) is compared with the baseline's seed 2, not its three-seed mean:
-    the difference and the dev IsoScore; the two-sample p still uses every seed (scipy)."""
+    the difference, Cohen's d and the dev IsoScore; the two-sample p still uses every seed (scipy)."""
     config = json.load(open(glue_methods.DEFAULT_CONFIG))
     base = [
         {"accuracy": 100 * k / 71, "seed": s, "pair": "s", "isoscore": 0.1 * (s + 1)}
@@ -468,7 +468,7 @@ def test_summary_compares_a_method_with_fewer_seeds_with_the_baselines_same_seed
     text = glue_methods.summary(config, [{"task": "wnli", "protocol": "appB", "rows": rows}])
     # 27/71 - 30/71 = -4.23 (against the three-seed mean, 22/71, it would read +7.04)
     assert (
-        "- isobn vs baseline: wnli accuracy -4.23 (d –, p –, paired p – over 1 pair; 1 vs 3 seeds; difference and "
+        "- isobn vs baseline: wnli accuracy -4.23 (d –, p –, paired p – over 1 pair; 1 vs 3 seeds; difference, d and "
         "IsoScore against the baseline's seeds 2; IsoScore 0.5 vs 0.3)." in text
     )
 

@@ -569,7 +569,7 @@ def summary(config: dict, tables: list[dict]) -> str:
                 if set(row["seeds"]) < set(base["seeds"]):  # fewer seeds: compared with the baseline's same seeds
                     base = _on_seeds(base, row["seeds"], metric)
                     seeds_text += (
-                        f"; difference and IsoScore against the baseline's seeds {','.join(map(str, row['seeds']))}"
+                        f"; difference, d and IsoScore against the baseline's seeds {','.join(map(str, row['seeds']))}"
                     )
                 diff, d = effect(row[metric]["values"], base[metric]["values"])
                 p, paired = row[metric]["p_vs_baseline"], row[metric]["paired_p_vs_baseline"]
