@@ -334,6 +334,16 @@ def finished_record(run: Run, runs_dir: str, *records_dirs: str) -> str | None:
     return None
 
 
+def campaign_record(run: Run, runs_dir: str, *records_dirs: str) -> dict | None:
+    """The ``campaign.json`` of a finished run (wall seconds, commit, machine, pairing; :func:`finished_record`'s
+    directory), None while the run is not finished or where its record has none."""
+    directory = finished_record(run, runs_dir, *records_dirs)
+    if directory is None or not os.path.exists(path := os.path.join(directory, "campaign.json")):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
 def diverged_record(run: Run, runs_dir: str, *records_dirs: str) -> str | None:
     """The error of a run that non-finite numbers stopped, as its ``campaign.json`` records it (``"diverged"``; in
     its run directory or a committed copy in ``records_dirs``), else None. The campaign does not run it again;
@@ -702,13 +712,11 @@ def remaining_cost(runs: list[Run], selected: set, cost: dict | None, runs_dir: 
     left = [r for r in runs if pending(r, runs_dir, *records_dirs)]
     unfinished = [r for r in runs if finished_record(r, runs_dir, *records_dirs) is None]
     stopped = len(unfinished) - len(left)
-    ratios = []
-    for run in runs:
-        directory, minutes = finished_record(run, runs_dir, *records_dirs), run_minutes(cost, run)
-        path = os.path.join(directory or "", "campaign.json")
-        if directory is not None and minutes and os.path.exists(path):
-            with open(path) as f:
-                ratios.append(json.load(f)["wall_seconds"] / 60 / minutes)
+    ratios = [
+        record["wall_seconds"] / 60 / minutes
+        for run in runs
+        if (record := campaign_record(run, runs_dir, *records_dirs)) and (minutes := run_minutes(cost, run))
+    ]
     median = float(np.median(ratios)) if ratios else None
     parts = []
     for label, group in (
@@ -835,13 +843,7 @@ def read_cost(path: str) -> dict | None:
 
 def _commits(runs: list[Run], runs_dir: str, records_dirs: tuple) -> list[str]:
     """The commits the finished runs among ``runs`` were made at (from their ``campaign.json``)."""
-    found = set()
-    for run in runs:
-        directory = finished_record(run, runs_dir, *records_dirs)
-        if directory and os.path.exists(path := os.path.join(directory, "campaign.json")):
-            with open(path) as f:
-                found.add(json.load(f)["commit"])
-    return sorted(found)
+    return sorted({record["commit"] for run in runs if (record := campaign_record(run, runs_dir, *records_dirs))})
 
 
 def main(argv=None) -> int:
