@@ -454,6 +454,33 @@ def test_summary_states_effect_sizes_and_why_a_paired_p_is_missing():
     assert f"- isobn vs baseline: wnli accuracy +0.00 (d +0.00, p {p:.3f}, paired p – (every pair equal) over 3" in text
 
 
+def test_summary_tests_the_dev_isoscore_paired_over_the_metrics_pairs():
+    """Beside the mean dev IsoScores, the summary gives their paired t-test (scipy's ttest_rel) over the seeds of the
+    task metric's paired test: a run of another dropout stream (seed 2 here) is left out of both; "–" where every
+    pair differs alike."""
+    config = json.load(open(glue_methods.DEFAULT_CONFIG))
+    base_iso, layer_iso, shifted = [0.071, 0.064, 0.082], [0.118, 0.131, 0.090], [0.081, 0.074, 0.5]
+
+    def records(isoscores, pairs="sss"):
+        return [
+            {"accuracy": 100 * (16 + 4 * k) / 71, "seed": k, "pair": pair, "isoscore": iso}
+            for k, (iso, pair) in enumerate(zip(isoscores, pairs))
+        ]
+
+    lines = {"baseline": records(base_iso), "isobn": records(layer_iso), "flow": records(shifted, "sst")}
+    _, rows = glue_methods.task_table("wnli", lines, config["protocols"]["appB"], {})
+    config["summaries"] = [{"paper": "P", "claim": "C", "protocol": "appB", "methods": ["isobn", "flow"]}]
+    text = glue_methods.summary(config, [{"task": "wnli", "protocol": "appB", "rows": rows}])
+    paired = scipy.stats.ttest_rel(layer_iso, base_iso).pvalue
+    assert (
+        f"3 vs 3 seeds; IsoScore {np.mean(layer_iso):.3g} vs {np.mean(base_iso):.3g} (paired p {paired:.3f}))." in text
+    )
+    # flow: seeds 0 and 1 pair, and their IsoScores differ alike (+0.01): no paired p
+    assert (
+        f"over 2 pairs; 3 vs 3 seeds; IsoScore {np.mean(shifted):.3g} vs {np.mean(base_iso):.3g} (paired p –))." in text
+    )
+
+
 def test_summary_compares_a_method_with_fewer_seeds_with_the_baselines_same_seeds():
     """A method with one finished seed (seed 2) is compared with the baseline's seed 2, not its three-seed mean:
     the difference, Cohen's d and the dev IsoScore; the two-sample p still uses every seed (scipy)."""

@@ -39,7 +39,8 @@ word embedding matrix), each regulariser term at the first and the last logged t
 over seeds: did the optimiser move it?) and the training seconds per epoch (isotropy-calibration-evaluation reports
 time per epoch). The Isotropy Layer has two lines (stage 1, the fine-tuned model, and stage 2). A summary follows,
 paper by paper (the configuration's ``summaries``): the claim, and per task the difference to the baseline, Cohen's
-d, both p-values, the dev IsoScore beside the baseline's and the regulariser terms' first and last logged values.
+d, both p-values, the dev IsoScore beside the baseline's (with the paired t-test over the same pairs of seeds) and
+the regulariser terms' first and last logged values.
 Every finished run's ``results.json``, ``log.jsonl`` and ``campaign.json`` (wall time, commit, machine) are copied
 to ``<out>/glue_methods_runs/``, so every number of the report can be traced to a run's own record.
 
@@ -531,12 +532,20 @@ def effect(values: list, base: list) -> tuple[float, float | None]:
     return diff, (float(diff / pooled) if pooled > 0 else None)
 
 
-def _isotropy_text(row: dict, base: dict) -> str:
-    """``; IsoScore 0.0399 vs 0.0849, istar@cls 0.0977 → 0.00112 in training``: the mean dev IsoScore of a method's
-    line against the baseline's, and its regulariser terms' means at the first and the last logged step."""
+def _isotropy_text(row: dict, base: dict, pairs: list) -> str:
+    """``; IsoScore 0.0399 vs 0.0849 (paired p 0.012), istar@cls 0.0977 → 0.00112 in training``: the mean dev
+    IsoScore of a method's line against the baseline's, with the paired t-test over the seeds ``pairs`` (those of
+    the task metric's paired test, :func:`experiments.reproductions.glue_pairing.paired_ttest`; shown from two
+    pairs on, "–" where the differences are all equal), and its regulariser terms' means at the first and the last
+    logged step."""
     text = ""
     if all(v is not None for v in (*row.get("isoscore", [None]), *base.get("isoscore", [None]))):
         text = f"; IsoScore {np.mean(row['isoscore']):.3g} vs {np.mean(base['isoscore']):.3g}"
+        if len(pairs) > 1:
+            p, _ = paired_ttest(
+                *({s: (v, "") for s, v in zip(line["seeds"], line["isoscore"]) if s in pairs} for line in (row, base))
+            )
+            text += f" (paired p {_fmt(p, '.3f')})"
     terms = _terms_text(row.get("terms", {}))
     return text + (f", {', '.join(terms)} in training" if terms else "")
 
@@ -556,8 +565,8 @@ def _on_seeds(base: dict, seeds: list, metric: str) -> dict:
 def summary(config: dict, tables: list[dict]) -> str:
     """Paper by paper (the configuration's ``summaries``): its claim, then what the finished runs show on each
     task (first metric: difference to the protocol's baseline, Cohen's d, unpaired and paired p; the dev IsoScore
-    against the baseline's and the regulariser terms' first and last logged values), and the tasks where the
-    method was not run."""
+    against the baseline's with its paired p and the regulariser terms' first and last logged values), and the tasks
+    where the method was not run."""
     from isojax.data.glue import glue_task
 
     by_cell = {(t["task"], t["protocol"]): {r["method"]: r for r in t["rows"]} for t in tables}
@@ -597,7 +606,7 @@ def summary(config: dict, tables: list[dict]) -> str:
                 shown.append(
                     f"{task} {metric} {diff:+.2f} (d {_fmt(d, '+.2f')}, p {_fmt(p, '.3f')}, paired p "
                     f"{paired_text} over {pairs} pair{'' if pairs == 1 else 's'}; "
-                    f"{seeds_text}{_isotropy_text(row, base)})"
+                    f"{seeds_text}{_isotropy_text(row, base, row[metric]['paired_seeds'])})"
                 )
             text = "; ".join(shown) if shown else "no finished run yet"
             out.append(f"- {method} vs baseline: {text}" + (f". Not run: {', '.join(missing)}." if missing else "."))
