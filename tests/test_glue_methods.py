@@ -457,7 +457,7 @@ def test_summary_states_effect_sizes_and_why_a_paired_p_is_missing():
 def test_summary_tests_the_dev_isoscore_paired_over_the_metrics_pairs():
     """Beside the mean dev IsoScores, the summary gives their paired t-test (scipy's ttest_rel) over the seeds of the
     task metric's paired test: a run of another dropout stream (seed 2 here) is left out of both; "–" where every
-    pair differs alike."""
+    pair differs alike; "< 0.001" below a thousandth (never "0.000")."""
     config = json.load(open(glue_methods.DEFAULT_CONFIG))
     base_iso, layer_iso, shifted = [0.071, 0.064, 0.082], [0.118, 0.131, 0.090], [0.081, 0.074, 0.5]
 
@@ -467,9 +467,15 @@ def test_summary_tests_the_dev_isoscore_paired_over_the_metrics_pairs():
             for k, (iso, pair) in enumerate(zip(isoscores, pairs))
         ]
 
-    lines = {"baseline": records(base_iso), "isobn": records(layer_iso), "flow": records(shifted, "sst")}
+    steady = [0.118, 0.1112, 0.1288]  # 0.047 ± 0.0002 above the baseline: ttest_rel's p is 6e-6
+    lines = {
+        "baseline": records(base_iso),
+        "isobn": records(layer_iso),
+        "flow": records(shifted, "sst"),
+        "cosine": records(steady),
+    }
     _, rows = glue_methods.task_table("wnli", lines, config["protocols"]["appB"], {})
-    config["summaries"] = [{"paper": "P", "claim": "C", "protocol": "appB", "methods": ["isobn", "flow"]}]
+    config["summaries"] = [{"paper": "P", "claim": "C", "protocol": "appB", "methods": ["isobn", "flow", "cosine"]}]
     text = glue_methods.summary(config, [{"task": "wnli", "protocol": "appB", "rows": rows}])
     paired = scipy.stats.ttest_rel(layer_iso, base_iso).pvalue
     assert (
@@ -479,6 +485,8 @@ def test_summary_tests_the_dev_isoscore_paired_over_the_metrics_pairs():
     assert (
         f"over 2 pairs; 3 vs 3 seeds; IsoScore {np.mean(shifted):.3g} vs {np.mean(base_iso):.3g} (paired p –))." in text
     )
+    assert scipy.stats.ttest_rel(steady, base_iso).pvalue < 1e-3
+    assert f"IsoScore {np.mean(steady):.3g} vs {np.mean(base_iso):.3g} (paired p < 0.001))." in text
 
 
 def test_summary_compares_a_method_with_fewer_seeds_with_the_baselines_same_seeds():

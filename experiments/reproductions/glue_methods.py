@@ -433,11 +433,16 @@ def _fmt(value: float | None, spec: str) -> str:
     return "–" if value is None else format(value, spec)
 
 
+def _p_fmt(p: float | None) -> str:
+    """A p-value to three decimals, ``"< 0.001"`` below that (never a p of 0.000), ``"–"`` where undefined."""
+    return "< 0.001" if p is not None and p < 0.001 else _fmt(p, ".3f")
+
+
 def _p_text(p: float | None, paired: float | None, seeds: list) -> str:
     """`` (p 0.330; paired 0.210, seeds 1,2)``: the unpaired and the paired p-value (``*`` below 0.05)."""
 
     def fmt(v):
-        return _fmt(v, ".3f") + ("*" if v is not None and v < 0.05 else "")
+        return _p_fmt(v) + ("*" if v is not None and v < 0.05 else "")
 
     pairs = f", seeds {','.join(map(str, seeds))}" if seeds else ""
     return f" (p {fmt(p)}; paired {fmt(paired)}{pairs})"
@@ -545,7 +550,7 @@ def _isotropy_text(row: dict, base: dict, pairs: list) -> str:
             p, _ = paired_ttest(
                 *({s: (v, "") for s, v in zip(line["seeds"], line["isoscore"]) if s in pairs} for line in (row, base))
             )
-            text += f" (paired p {_fmt(p, '.3f')})"
+            text += f" (paired p {_p_fmt(p)})"
     terms = _terms_text(row.get("terms", {}))
     return text + (f", {', '.join(terms)} in training" if terms else "")
 
@@ -593,7 +598,7 @@ def summary(config: dict, tables: list[dict]) -> str:
                 diff, d = effect(row[metric]["values"], base[metric]["values"])
                 p, paired = row[metric]["p_vs_baseline"], row[metric]["paired_p_vs_baseline"]
                 pairs = len(row[metric]["paired_seeds"])
-                paired_text = _fmt(paired, ".3f")
+                paired_text = _p_fmt(paired)
                 if paired is None and pairs > 1:  # every pair differs alike: ttest_rel is undefined
                     by_seed = dict(zip(row["seeds"], row[metric]["values"]))
                     base_by_seed = dict(zip(base["seeds"], base[metric]["values"]))
@@ -604,7 +609,7 @@ def summary(config: dict, tables: list[dict]) -> str:
                         " (every pair equal)" if same else f" (every pair differs by {pair[0] - pair[1]:+.2f})"
                     )
                 shown.append(
-                    f"{task} {metric} {diff:+.2f} (d {_fmt(d, '+.2f')}, p {_fmt(p, '.3f')}, paired p "
+                    f"{task} {metric} {diff:+.2f} (d {_fmt(d, '+.2f')}, p {_p_fmt(p)}, paired p "
                     f"{paired_text} over {pairs} pair{'' if pairs == 1 else 's'}; "
                     f"{seeds_text}{_isotropy_text(row, base, row[metric]['paired_seeds'])})"
                 )
