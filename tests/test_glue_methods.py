@@ -489,6 +489,59 @@ def test_summary_tests_the_dev_isoscore_paired_over_the_metrics_pairs():
     assert f"IsoScore {np.mean(steady):.3g} vs {np.mean(base_iso):.3g} (paired p < 0.001))." in text
 
 
+def benjamini_hochberg(ps):
+    """Benjamini and Hochberg's (1995) adjusted p-values by their closed form: the i-th smallest of m p-values
+    becomes min over j >= i of p_(j) m / j, at most 1."""
+    ps = np.asarray(ps, np.float64)
+    order = np.argsort(ps)
+    scaled = ps[order] * len(ps) / np.arange(1, len(ps) + 1)
+    q = np.empty_like(ps)
+    q[order] = np.minimum(np.minimum.accumulate(scaled[::-1])[::-1], 1.0)
+    return q
+
+
+def test_summary_corrects_each_family_of_p_values_for_their_number():
+    """After the papers, the summary adjusts each family of its p-values (the task metric's unpaired and paired p,
+    the dev IsoScore's paired p; one per method and task) by Benjamini-Hochberg: the q-values equal the closed form
+    over scipy's t-test p-values, and the comparisons with p < 0.05 are listed, * where q < 0.05."""
+    config = json.load(open(glue_methods.DEFAULT_CONFIG))
+    base = [16, 20, 24, 22]  # WNLI dev examples right (of 71) in seeds 0-3
+    right = {"cosine": [17, 19, 26, 22], "flow": [22, 26, 27, 26], "isobn": [15, 21, 23, 22], "spectrum_pol": base}
+    iso = {"baseline": [0.08, 0.07, 0.09, 0.08], "cosine": [0.081, 0.069, 0.092, 0.083], "flow": [0.2, 0.3, 0.25, 0.2]}
+
+    def records(method):
+        return [
+            {"accuracy": 100 * k / 71, "seed": s, "pair": "s", "isoscore": iso.get(method, iso["baseline"])[s]}
+            for s, k in enumerate(right.get(method, base))
+        ]
+
+    _, rows = glue_methods.task_table(
+        "wnli", {m: records(m) for m in ["baseline", *right]}, config["protocols"]["appB"], {}
+    )
+    config["summaries"] = [
+        {"paper": "P", "claim": "C", "protocol": "appB", "methods": ["cosine", "flow"]},
+        {"paper": "Q", "claim": "C", "protocol": "appB", "methods": ["isobn", "spectrum_pol"]},
+    ]
+    text = glue_methods.summary(config, [{"task": "wnli", "protocol": "appB", "rows": rows}])
+    methods = ["cosine", "flow", "isobn"]  # spectrum_pol equals the baseline: unpaired p 1, no paired p
+    acc = {m: [100 * k / 71 for k in right[m]] for m in methods}
+    base_acc = [100 * k / 71 for k in base]
+    unpaired = [scipy.stats.ttest_ind(acc[m], base_acc).pvalue for m in methods]
+    paired = [scipy.stats.ttest_rel(acc[m], base_acc).pvalue for m in methods]
+    iso_p = [scipy.stats.ttest_rel(iso[m], iso["baseline"]).pvalue for m in ["cosine", "flow"]]
+    assert min(unpaired) > 0.05 and paired[1] < 0.05 < min(paired[0], paired[2]) and iso_p[1] < 0.05 < iso_p[0]
+
+    def listed(p, q):
+        return f"p {p:.3f} q {q:.3f}" + ("*" if q < 0.05 else "")
+
+    q_paired, q_iso = benjamini_hochberg(paired), benjamini_hochberg(iso_p)
+    assert "- task metric (unpaired): 0 of 4 p < 0.05." in text
+    assert f"- task metric (paired): 1 of 3 p < 0.05: flow on wnli {listed(paired[1], q_paired[1])}." in text
+    assert f"- dev IsoScore (paired): 1 of 2 p < 0.05: flow on wnli {listed(iso_p[1], q_iso[1])}." in text
+    # by hand: sorted 0.01, 0.03, 0.04, 0.5 scale to 0.04, 0.06, 0.0533, 0.5; the 0.06 takes the 0.0533 above it
+    np.testing.assert_allclose(benjamini_hochberg([0.01, 0.04, 0.03, 0.5]), [0.04, 0.16 / 3, 0.16 / 3, 0.5])
+
+
 def test_summary_compares_a_method_with_fewer_seeds_with_the_baselines_same_seeds():
     """A method with one finished seed (seed 2) is compared with the baseline's seed 2, not its three-seed mean:
     the difference, Cohen's d and the dev IsoScore; the two-sample p still uses every seed (scipy)."""

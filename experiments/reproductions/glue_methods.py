@@ -537,13 +537,13 @@ def effect(values: list, base: list) -> tuple[float, float | None]:
     return diff, (float(diff / pooled) if pooled > 0 else None)
 
 
-def _isotropy_text(row: dict, base: dict, pairs: list) -> str:
-    """``; IsoScore 0.0399 vs 0.0849 (paired p 0.012), istar@cls 0.0977 → 0.00112 in training``: the mean dev
-    IsoScore of a method's line against the baseline's, with the paired t-test over the seeds ``pairs`` (those of
-    the task metric's paired test, :func:`experiments.reproductions.glue_pairing.paired_ttest`; shown from two
-    pairs on, "–" where the differences are all equal), and its regulariser terms' means at the first and the last
-    logged step."""
-    text = ""
+def _isotropy_text(row: dict, base: dict, pairs: list) -> tuple[str, float | None]:
+    """``("; IsoScore 0.0399 vs 0.0849 (paired p 0.012), istar@cls 0.0977 → 0.00112 in training", 0.012)``: the
+    mean dev IsoScore of a method's line against the baseline's, with the paired t-test over the seeds ``pairs``
+    (those of the task metric's paired test, :func:`experiments.reproductions.glue_pairing.paired_ttest`; shown from
+    two pairs on, "–" where the differences are all equal), and its regulariser terms' means at the first and the
+    last logged step; and that paired p (None where there is none)."""
+    text, p = "", None
     if all(v is not None for v in (*row.get("isoscore", [None]), *base.get("isoscore", [None]))):
         text = f"; IsoScore {np.mean(row['isoscore']):.3g} vs {np.mean(base['isoscore']):.3g}"
         if len(pairs) > 1:
@@ -552,7 +552,7 @@ def _isotropy_text(row: dict, base: dict, pairs: list) -> str:
             )
             text += f" (paired p {_p_fmt(p)})"
     terms = _terms_text(row.get("terms", {}))
-    return text + (f", {', '.join(terms)} in training" if terms else "")
+    return text + (f", {', '.join(terms)} in training" if terms else ""), p
 
 
 def _on_seeds(base: dict, seeds: list, metric: str) -> dict:
@@ -571,11 +571,11 @@ def summary(config: dict, tables: list[dict]) -> str:
     """Paper by paper (the configuration's ``summaries``): its claim, then what the finished runs show on each
     task (first metric: difference to the protocol's baseline, Cohen's d, unpaired and paired p; the dev IsoScore
     against the baseline's with its paired p and the regulariser terms' first and last logged values), and the tasks
-    where the method was not run."""
+    where the method was not run; then those p-values corrected for their number (:func:`corrected`)."""
     from isojax.data.glue import glue_task
 
     by_cell = {(t["task"], t["protocol"]): {r["method"]: r for r in t["rows"]} for t in tables}
-    out = ["## Summary by paper", ""]
+    out, tests = ["## Summary by paper", ""], {}
     for paper in config["summaries"]:
         out.append(f"**{paper['paper']}**. Claim: {paper['claim']}")
         protocol = config["protocols"][paper["protocol"]]
@@ -608,15 +608,43 @@ def summary(config: dict, tables: list[dict]) -> str:
                     paired_text += (
                         " (every pair equal)" if same else f" (every pair differs by {pair[0] - pair[1]:+.2f})"
                     )
+                isotropy, isotropy_p = _isotropy_text(row, base, row[metric]["paired_seeds"])
                 shown.append(
                     f"{task} {metric} {diff:+.2f} (d {_fmt(d, '+.2f')}, p {_p_fmt(p)}, paired p "
-                    f"{paired_text} over {pairs} pair{'' if pairs == 1 else 's'}; "
-                    f"{seeds_text}{_isotropy_text(row, base, row[metric]['paired_seeds'])})"
+                    f"{paired_text} over {pairs} pair{'' if pairs == 1 else 's'}; {seeds_text}{isotropy})"
                 )
+                tests[f"{method} on {task}"] = {
+                    "task metric (unpaired)": p,
+                    "task metric (paired)": paired,
+                    "dev IsoScore (paired)": isotropy_p,
+                }
             text = "; ".join(shown) if shown else "no finished run yet"
             out.append(f"- {method} vs baseline: {text}" + (f". Not run: {', '.join(missing)}." if missing else "."))
         out.append("")
-    return "\n".join(out)
+    return "\n".join(out + [corrected(tests)])
+
+
+def corrected(tests: dict[str, dict[str, float | None]]) -> str:
+    """The summary's p-values corrected for their number: for each family (``{comparison: {family: p}}``, e.g. the
+    task metric's paired p of every method and task), the Benjamini-Hochberg adjusted p-values (q-values,
+    ``scipy.stats.false_discovery_control``) over the comparisons where that p is defined; lists the comparisons
+    with p < 0.05 and their q. BH controls the expected share of false discoveries among those with q < 0.05 for
+    independent or positively dependent tests (the comparisons of one task share its baseline's runs)."""
+    out = [
+        "**Corrected for the number of comparisons**: Benjamini-Hochberg q-values (scipy.stats.false_discovery_control) "
+        "over each family of the summary's p-values, each method and task once; * q < 0.05.",
+    ]
+    for family in dict.fromkeys(f for ps in tests.values() for f in ps):
+        named = {name: ps[family] for name, ps in tests.items() if ps.get(family) is not None}
+        if not named:
+            continue
+        qs = dict(zip(named, scipy.stats.false_discovery_control(list(named.values()), method="bh")))
+        below = sorted((p, name) for name, p in named.items() if p < 0.05)
+        listed = ", ".join(
+            f"{name} p {_p_fmt(p)} q {_p_fmt(float(qs[name]))}{'*' if qs[name] < 0.05 else ''}" for p, name in below
+        )
+        out.append(f"- {family}: {len(below)} of {len(named)} p < 0.05" + (f": {listed}." if below else "."))
+    return "\n".join(out) + "\n"
 
 
 def curves(runs: list[Run], runs_dir: str, records_dirs: tuple, path: str, title: str) -> str | None:
@@ -981,9 +1009,9 @@ def main(argv=None) -> int:
             "p-values against the protocol's baseline: the two-sample t-test (scipy.stats.ttest_ind, equal "
             "variances) and the paired t-test (scipy.stats.ttest_rel) over the seeds whose runs share the "
             "data order and the dropout stream (listed; `experiments/reproductions/glue_pairing.py` says what pairs two "
-            "runs); * p < 0.05, per comparison: nothing is corrected for the number of methods and tasks "
-            "compared (of 10 independent tests at the 5% level, at least one falls below it by chance with "
-            "probability 0.40). † marks a method whose model differs from the baseline's (SoftDecay, IsoBN, "
+            "runs); * p < 0.05, per comparison (of 10 independent tests at the 5% level, at least one falls below "
+            "it by chance with probability 0.40; the summary ends with the p-values corrected for the number of "
+            "methods and tasks compared). † marks a method whose model differs from the baseline's (SoftDecay, IsoBN, "
             "flow, the Isotropy Layer's stage 2): its runs share the data order and the per-site dropout "
             "keys, but the masks act on other activations. The added loss terms (a regulariser, or the flow's "
             "negative log-likelihood per dimension) are the mean over seeds of the unweighted term at the first "
