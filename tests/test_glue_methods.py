@@ -489,12 +489,14 @@ def test_summary_tests_the_dev_isoscore_paired_over_the_metrics_pairs():
     assert f"IsoScore {np.mean(steady):.3g} vs {np.mean(base_iso):.3g} (paired p < 0.001))." in text
 
 
-def benjamini_hochberg(ps):
+def benjamini_hochberg(ps, dependence_factor=False):
     """Benjamini and Hochberg's (1995) adjusted p-values by their closed form: the i-th smallest of m p-values
-    becomes min over j >= i of p_(j) m / j, at most 1."""
+    becomes min over j >= i of p_(j) m / j, at most 1; with ``dependence_factor``, Benjamini and Yekutieli's (2001)
+    for any dependence: m / j becomes m c(m) / j, c(m) = sum_{i<=m} 1/i."""
     ps = np.asarray(ps, np.float64)
+    m = len(ps)
     order = np.argsort(ps)
-    scaled = ps[order] * len(ps) / np.arange(1, len(ps) + 1)
+    scaled = ps[order] * m / np.arange(1, m + 1) * (np.sum(1 / np.arange(1, m + 1)) if dependence_factor else 1)
     q = np.empty_like(ps)
     q[order] = np.minimum(np.minimum.accumulate(scaled[::-1])[::-1], 1.0)
     return q
@@ -502,8 +504,8 @@ def benjamini_hochberg(ps):
 
 def test_summary_corrects_each_family_of_p_values_for_their_number():
     """After the papers, the summary adjusts each family of its p-values (the task metric's unpaired and paired p,
-    the dev IsoScore's paired p; one per method and task) by Benjamini-Hochberg: the q-values equal the closed form
-    over scipy's t-test p-values, and the comparisons with p < 0.05 are listed, * where q < 0.05."""
+    the dev IsoScore's paired p; one per method and task) by Benjamini-Hochberg and Benjamini-Yekutieli: the q-values
+    equal the closed forms over scipy's t-test p-values, and the comparisons with p < 0.05 are listed, * where q < 0.05."""
     config = json.load(open(glue_methods.DEFAULT_CONFIG))
     base = [16, 20, 24, 22]  # WNLI dev examples right (of 71) in seeds 0-3
     right = {"cosine": [17, 19, 26, 22], "flow": [22, 26, 27, 26], "isobn": [15, 21, 23, 22], "spectrum_pol": base}
@@ -531,15 +533,20 @@ def test_summary_corrects_each_family_of_p_values_for_their_number():
     iso_p = [scipy.stats.ttest_rel(iso[m], iso["baseline"]).pvalue for m in ["cosine", "flow"]]
     assert min(unpaired) > 0.05 and paired[1] < 0.05 < min(paired[0], paired[2]) and iso_p[1] < 0.05 < iso_p[0]
 
-    def listed(p, q):
-        return f"p {p:.3f} q {q:.3f}" + ("*" if q < 0.05 else "")
+    def listed(ps, i):
+        bh, by = benjamini_hochberg(ps)[i], benjamini_hochberg(ps, dependence_factor=True)[i]
+        star = {q: "*" if q < 0.05 else "" for q in (bh, by)}
+        return f"p {ps[i]:.3f} q {bh:.3f}{star[bh]} (BY {by:.3f}{star[by]})"
 
-    q_paired, q_iso = benjamini_hochberg(paired), benjamini_hochberg(iso_p)
     assert "- task metric (unpaired): 0 of 4 p < 0.05." in text
-    assert f"- task metric (paired): 1 of 3 p < 0.05: flow on wnli {listed(paired[1], q_paired[1])}." in text
-    assert f"- dev IsoScore (paired): 1 of 2 p < 0.05: flow on wnli {listed(iso_p[1], q_iso[1])}." in text
+    assert f"- task metric (paired): 1 of 3 p < 0.05: flow on wnli {listed(paired, 1)}." in text
+    assert f"- dev IsoScore (paired): 1 of 2 p < 0.05: flow on wnli {listed(iso_p, 1)}." in text
     # by hand: sorted 0.01, 0.03, 0.04, 0.5 scale to 0.04, 0.06, 0.0533, 0.5; the 0.06 takes the 0.0533 above it
     np.testing.assert_allclose(benjamini_hochberg([0.01, 0.04, 0.03, 0.5]), [0.04, 0.16 / 3, 0.16 / 3, 0.5])
+    # BY multiplies by c(4) = 1 + 1/2 + 1/3 + 1/4 = 25/12, capped at 1
+    np.testing.assert_allclose(
+        benjamini_hochberg([0.01, 0.04, 0.03, 0.5], dependence_factor=True), [1 / 12, 1 / 9, 1 / 9, 1.0]
+    )
 
 
 def test_summary_compares_a_method_with_fewer_seeds_with_the_baselines_same_seeds():

@@ -438,6 +438,11 @@ def _p_fmt(p: float | None) -> str:
     return "< 0.001" if p is not None and p < 0.001 else _fmt(p, ".3f")
 
 
+def _q_fmt(q: float) -> str:
+    """A q-value as the report prints it: like a p-value, * where below 0.05."""
+    return _p_fmt(float(q)) + ("*" if q < 0.05 else "")
+
+
 def _p_text(p: float | None, paired: float | None, seeds: list) -> str:
     """`` (p 0.330; paired 0.210, seeds 1,2)``: the unpaired and the paired p-value (``*`` below 0.05)."""
 
@@ -626,22 +631,29 @@ def summary(config: dict, tables: list[dict]) -> str:
 
 def corrected(tests: dict[str, dict[str, float | None]]) -> str:
     """The summary's p-values corrected for their number: for each family (``{comparison: {family: p}}``, e.g. the
-    task metric's paired p of every method and task), the Benjamini-Hochberg adjusted p-values (q-values,
+    task metric's paired p of every method and task), the adjusted p-values (q-values,
     ``scipy.stats.false_discovery_control``) over the comparisons where that p is defined; lists the comparisons
-    with p < 0.05 and their q. BH controls the expected share of false discoveries among those with q < 0.05 for
-    independent or positively dependent tests (the comparisons of one task share its baseline's runs)."""
+    with p < 0.05 and their q. Benjamini-Hochberg (BH) controls the expected share of false discoveries among those
+    with q < 0.05 for independent or positively dependent tests; the comparisons of one task share its baseline's
+    runs, so Benjamini-Yekutieli (BY: BH's q times sum_{i<=m} 1/i for m tests, at most 1), which holds under any
+    dependence, is given beside it."""
     out = [
-        "**Corrected for the number of comparisons**: Benjamini-Hochberg q-values (scipy.stats.false_discovery_control) "
-        "over each family of the summary's p-values, each method and task once; * q < 0.05.",
+        "**Corrected for the number of comparisons**: q-values (scipy.stats.false_discovery_control) over each family "
+        "of the summary's p-values, each method and task once: Benjamini-Hochberg (q), and in brackets "
+        "Benjamini-Yekutieli (BY), which holds under any dependence between the tests (a task's comparisons share "
+        "its baseline); * q < 0.05.",
     ]
     for family in dict.fromkeys(f for ps in tests.values() for f in ps):
         named = {name: ps[family] for name, ps in tests.items() if ps.get(family) is not None}
         if not named:
             continue
-        qs = dict(zip(named, scipy.stats.false_discovery_control(list(named.values()), method="bh")))
+        q = {
+            method: dict(zip(named, scipy.stats.false_discovery_control(list(named.values()), method=method)))
+            for method in ("bh", "by")
+        }
         below = sorted((p, name) for name, p in named.items() if p < 0.05)
         listed = ", ".join(
-            f"{name} p {_p_fmt(p)} q {_p_fmt(float(qs[name]))}{'*' if qs[name] < 0.05 else ''}" for p, name in below
+            f"{name} p {_p_fmt(p)} q {_q_fmt(q['bh'][name])} (BY {_q_fmt(q['by'][name])})" for p, name in below
         )
         out.append(f"- {family}: {len(below)} of {len(named)} p < 0.05" + (f": {listed}." if below else "."))
     return "\n".join(out) + "\n"
