@@ -74,6 +74,7 @@ from experiments.reproductions.glue_pairing import (
     pairing_record,
     without_spread,
 )
+from experiments.reproductions.glue_power import detectable
 from experiments.tooling.report import (
     ISOTROPY_COLUMNS,
     RESULTS,
@@ -576,7 +577,8 @@ def summary(config: dict, tables: list[dict]) -> str:
     """Paper by paper (the configuration's ``summaries``): its claim, then what the finished runs show on each
     task (first metric: difference to the protocol's baseline, Cohen's d, unpaired and paired p; the dev IsoScore
     against the baseline's with its paired p and the regulariser terms' first and last logged values), and the tasks
-    where the method was not run; then those p-values corrected for their number (:func:`corrected`)."""
+    where the method was not run; then those p-values corrected for their number (:func:`corrected`) and the
+    differences the seeds can detect (:func:`experiments.reproductions.glue_power.detectable`)."""
     from isojax.data.glue import glue_task
 
     by_cell = {(t["task"], t["protocol"]): {r["method"]: r for r in t["rows"]} for t in tables}
@@ -626,7 +628,9 @@ def summary(config: dict, tables: list[dict]) -> str:
             text = "; ".join(shown) if shown else "no finished run yet"
             out.append(f"- {method} vs baseline: {text}" + (f". Not run: {', '.join(missing)}." if missing else "."))
         out.append("")
-    return "\n".join(out + [corrected(tests)])
+    baselines = {name: protocol["baseline"] for name, protocol in config["protocols"].items()}
+    metrics = {task: glue_task(task).metrics[0] for task in config["tasks"]}
+    return "\n".join(out + [corrected(tests), detectable(tables, baselines, metrics)])
 
 
 def corrected(tests: dict[str, dict[str, float | None]]) -> str:
@@ -1023,7 +1027,7 @@ def main(argv=None) -> int:
             "data order and the dropout stream (listed; `experiments/reproductions/glue_pairing.py` says what pairs two "
             "runs); * p < 0.05, per comparison (of 10 independent tests at the 5% level, at least one falls below "
             "it by chance with probability 0.40; the summary ends with the p-values corrected for the number of "
-            "methods and tasks compared). † marks a method whose model differs from the baseline's (SoftDecay, IsoBN, "
+            "methods and tasks compared, and the smallest differences the seeds can detect). † marks a method whose model differs from the baseline's (SoftDecay, IsoBN, "
             "flow, the Isotropy Layer's stage 2): its runs share the data order and the per-site dropout "
             "keys, but the masks act on other activations. The added loss terms (a regulariser, or the flow's "
             "negative log-likelihood per dimension) are the mean over seeds of the unweighted term at the first "
