@@ -1,5 +1,5 @@
 """The GLUE report's power analysis (experiments/reproductions/glue_power.py): the detectable effect against a
-simulation of scipy's own t-tests and against the normal approximation for many seeds; the pooled spread of the
+simulation of scipy's own t-tests and against the normal approximation for many seeds, with a clear error for an impossible power; the pooled spread of the
 paired differences and the report's paragraph against numpy by hand."""
 
 import numpy as np
@@ -37,6 +37,9 @@ def test_detectable_effect_for_many_seeds_is_the_normal_approximation(paired):
     expected = z / np.sqrt(n) if paired else z * np.sqrt(2 / n)
     assert detectable_effect(n, paired=paired) == pytest.approx(expected, rel=1e-3)
     assert detectable_effect(1, paired=paired) is None
+    for power, alpha in [(1.0, 0.05), (0.04, 0.05), (0.8, 0.0)]:
+        with pytest.raises(ValueError, match="0 < alpha < power < 1"):
+            detectable_effect(3, paired=paired, power=power, alpha=alpha)
 
 
 def line(name, seeds, values):

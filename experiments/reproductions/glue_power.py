@@ -25,7 +25,10 @@ from experiments.reproductions.glue_pairing import without_spread
 def detectable_effect(n: int, *, paired: bool, power: float = 0.8, alpha: float = 0.05) -> float | None:
     """The smallest standardised difference (Cohen's d for two samples of ``n`` each, d_z for ``n`` pairs) that a
     two-sided t-test at level ``alpha`` finds with probability ``power`` (module docstring); None below two per arm
-    (no test)."""
+    (no test). Raises ValueError unless 0 < ``alpha`` < ``power`` < 1 (a power of 1 needs an infinite effect; at
+    no effect the test already rejects with probability ``alpha``)."""
+    if not 0 < alpha < power < 1:
+        raise ValueError(f"detectable_effect needs 0 < alpha < power < 1, got alpha {alpha} and power {power}")
     if n < 2:
         return None
     df = n - 1 if paired else 2 * n - 2
