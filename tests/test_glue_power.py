@@ -1,6 +1,6 @@
 """The GLUE report's power analysis (experiments/reproductions/glue_power.py): the detectable effect against a
-simulation of scipy's own t-tests and against the normal approximation for many seeds, with a clear error for an impossible power; the pooled spread of the
-paired differences and the report's paragraph against numpy by hand."""
+simulation of scipy's own t-tests and against the normal approximation for many seeds, with a clear error for an
+impossible power; the pooled spread of the paired differences and the report's paragraph against numpy by hand."""
 
 import numpy as np
 import pytest
