@@ -504,8 +504,9 @@ def benjamini_hochberg(ps, dependence_factor=False):
 
 def test_summary_corrects_each_family_of_p_values_for_their_number():
     """After the papers, the summary adjusts each family of its p-values (the task metric's unpaired and paired p,
-    the dev IsoScore's paired p; one per method and task) by Benjamini-Hochberg and Benjamini-Yekutieli: the q-values
-    equal the closed forms over scipy's t-test p-values, and the comparisons with p < 0.05 are listed, * where q < 0.05."""
+    the dev IsoScore's paired p; one per method and task) by Benjamini-Hochberg and Benjamini-Yekutieli: the
+    q-values equal the closed forms over scipy's t-test p-values, and the comparisons with p < 0.05 are listed, *
+    where q < 0.05."""
     config = json.load(open(glue_methods.DEFAULT_CONFIG))
     base = [16, 20, 24, 22]  # WNLI dev examples right (of 71) in seeds 0-3
     right = {"cosine": [17, 19, 26, 22], "flow": [22, 26, 27, 26], "isobn": [15, 21, 23, 22], "spectrum_pol": base}
@@ -533,10 +534,12 @@ def test_summary_corrects_each_family_of_p_values_for_their_number():
     iso_p = [scipy.stats.ttest_rel(iso[m], iso["baseline"]).pvalue for m in ["cosine", "flow"]]
     assert min(unpaired) > 0.05 and paired[1] < 0.05 < min(paired[0], paired[2]) and iso_p[1] < 0.05 < iso_p[0]
 
+    def starred(q):
+        return f"{q:.3f}" + ("*" if q < 0.05 else "")
+
     def listed(ps, i):
         bh, by = benjamini_hochberg(ps)[i], benjamini_hochberg(ps, dependence_factor=True)[i]
-        star = {q: "*" if q < 0.05 else "" for q in (bh, by)}
-        return f"p {ps[i]:.3f} q {bh:.3f}{star[bh]} (BY {by:.3f}{star[by]})"
+        return f"p {ps[i]:.3f} q {starred(bh)} (BY {starred(by)})"
 
     assert "- task metric (unpaired): 0 of 4 p < 0.05." in text
     assert f"- task metric (paired): 1 of 3 p < 0.05: flow on wnli {listed(paired, 1)}." in text

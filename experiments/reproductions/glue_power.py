@@ -72,8 +72,8 @@ def detectable(tables: list[dict], baselines: dict[str, str], metrics: dict[str,
     """The report's paragraph on what its seeds can detect: for each table (``{"task", "protocol", "rows"}``) whose
     baseline line (``baselines[protocol]``) has two or more seeds, the smallest difference in the task's first
     metric (``metrics[task]``) that the two-sample and the paired t-test at the 5% level find with probability
-    ``power``, from
-    the baseline's spread and from the pooled spread of the paired differences (:func:`pooled_paired_std`)."""
+    ``power``, from the baseline's spread and from the pooled spread of the paired differences
+    (:func:`pooled_paired_std`)."""
     out = [
         f"**What the seeds can detect**: the smallest difference in the task metric that a two-sided t-test at the "
         f"5% level finds with probability {power:.1f} (noncentral t, scipy.stats.nct), given the spread seen here: "
