@@ -6,6 +6,7 @@ The same suite runs on GPU/TPU with ``JAX_PLATFORMS=cuda`` (or ``tpu``); then th
 """
 
 import importlib
+import json
 import os
 import shutil
 import tempfile
@@ -194,3 +195,15 @@ def save_tiny_encoder(path, tokenizer, *, pooler: bool = True, layers: int = 1) 
     module = build_encoder(cfg, add_pooling_layer=pooler)
     params = module.init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))["params"]
     return save_pretrained(module, params, str(path), tokenizer=tokenizer)
+
+
+def read_json(path):
+    """The JSON document in the file at ``path`` (closed after reading)."""
+    with open(path) as f:
+        return json.load(f)
+
+
+def read_jsonl(path) -> list:
+    """The records of a JSON-lines file (``log.jsonl``), in order; the file is closed after reading."""
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]

@@ -11,8 +11,10 @@ import shlex
 import subprocess
 import sys
 import typing
+from pathlib import Path
 
 import pytest
+from conftest import read_json
 
 from isojax.cli import build_parser, main
 from isojax.models.encoder import TRANSFORM_PLACEMENTS
@@ -197,7 +199,7 @@ def test_config_file_with_flags_on_top(tmp_path):
 def _documented_commands() -> list[list[str]]:
     """Every ``isojax finetune --...`` command line of the README and the docs (guides, getting started)."""
     pages = [os.path.join(ROOT, "README.md"), *glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True)]
-    text = "\n".join(open(p).read() for p in pages if not p.endswith("changelog.md")).replace("\\\n", " ")
+    text = "\n".join(Path(p).read_text() for p in pages if not p.endswith("changelog.md")).replace("\\\n", " ")
     commands = []
     for line in text.splitlines():
         m = re.search(r"isojax finetune (--[^`|]*)", line)
@@ -248,7 +250,7 @@ def _committed_records() -> list[str]:
 
 def test_the_configs_of_committed_runs_are_read():
     """Records written before the nested configuration hold the flat form; later ones ``TrainConfig.to_json()``."""
-    records = {path: json.load(open(path))["config"] for path in _committed_records()}
+    records = {path: read_json(path)["config"] for path in _committed_records()}
     nested = {path for path, recorded in records.items() if isinstance(recorded.get("task"), dict)}
     assert nested and len(nested) < len(records)
     for path, recorded in records.items():
@@ -266,7 +268,7 @@ def test_the_configs_of_committed_runs_are_read():
 
 
 def test_resume_from_a_flat_checkpoint_config_compares_by_setting():
-    flat = json.load(open(_committed_records()[0]))["config"]
+    flat = read_json(_committed_records()[0])["config"]
     same = TrainConfig.from_json(flat)
     _check_resumable(same.override({"logging.output_dir": "elsewhere", "placement.devices": 2}), {"config": flat}, "d")
     with pytest.raises(ValueError, match=r"different configuration \(optim.learning_rate: 2e-05 -> 0.001\)"):

@@ -11,13 +11,11 @@ by tests/test_train_parallel.py; the shard shapes against ``global / 8`` along t
 worked out here by hand from the shapes.
 """
 
-import json
-
 import jax
 import numpy as np
 import pytest
 import transformers
-from conftest import save_tiny_encoder
+from conftest import read_json, read_jsonl, save_tiny_encoder
 from jax.sharding import PartitionSpec as P
 
 from isojax.models.partitioning import fsdp_spec
@@ -301,10 +299,10 @@ def test_isojax_finetune_fsdp_trains_as_the_replicated_run(runs, tiny, tmp_path,
     argv += ["--devices", "8", "--fsdp", "--out", str(out), "--quiet"]
     assert config_from_argv(argv) == _config(tiny, devices=8, fsdp=True, output_dir=str(out), log_every=1)
     assert main(argv) == 0
-    records = [json.loads(line) for line in open(out / "log.jsonl")]
+    records = read_jsonl(out / "log.jsonl")
     losses = [r["loss"] for r in records if r["kind"] == "train"]
     assert losses == pytest.approx([h["loss"] for h in runs["reference"].history], rel=RTOL)
-    saved = json.load(open(out / "results.json"))
+    saved = read_json(out / "results.json")
     assert saved["config"]["placement"]["fsdp"] is True and saved["step"] == STEPS
     # the run's final checkpoint (saved under FSDP) read into the replicated placement: the reference's state
     reference = runs["reference"]

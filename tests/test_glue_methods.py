@@ -16,13 +16,14 @@ import subprocess
 import sys
 import time
 import types
+from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
 import scipy.stats
 import transformers
-from conftest import save_tiny_encoder
+from conftest import read_json, read_jsonl, save_tiny_encoder
 
 from experiments.reproductions import glue_methods, glue_pairing
 
@@ -141,7 +142,7 @@ def test_campaign_runs_reports_and_resumes_after_a_kill(campaign):
         assert os.path.exists(results)
         if run.key in rte_done:
             assert os.path.getmtime(results) == rte_done[run.key]
-    log = [json.loads(line) for line in open(os.path.join(first.directory(str(root / "runs")), "log.jsonl"))]
+    log = read_jsonl(os.path.join(first.directory(str(root / "runs")), "log.jsonl"))
     assert any(r["kind"] == "resume" for r in log)
 
     report = json.loads((root / "out" / "glue_methods.json").read_text())
@@ -152,9 +153,7 @@ def test_campaign_runs_reports_and_resumes_after_a_kill(campaign):
         metric = "accuracy"
         values = {
             m: [
-                json.load(open(os.path.join(r.directory(str(root / "runs")), "results.json")))["stages"]["finetune"][
-                    metric
-                ]
+                read_json(os.path.join(r.directory(str(root / "runs")), "results.json"))["stages"]["finetune"][metric]
                 for r in runs
                 if r.task == table["task"] and r.method == m
             ]
@@ -215,7 +214,7 @@ def test_ttest_is_scipys_and_undefined_cases_are_none():
 
 
 def test_the_committed_configuration_expands_and_selects():
-    config = json.load(open(glue_methods.DEFAULT_CONFIG))
+    config = read_json(glue_methods.DEFAULT_CONFIG)
     runs = glue_methods.expand(config)
     methods = sum(len(p["methods"]) for p in config["protocols"].values())
     assert len(runs) == methods * len(config["tasks"]) * len(config["seeds"])
@@ -268,7 +267,7 @@ def test_every_run_prints_the_settings_that_rebuild_its_config():
     printed, not a ``KeyError`` that stops the campaign when it reaches it."""
     from isojax.train.config import TrainConfig
 
-    config = json.load(open(glue_methods.DEFAULT_CONFIG))
+    config = read_json(glue_methods.DEFAULT_CONFIG)
     runs = glue_methods.expand(config) + glue_methods.expand(config, sweep=True)
     for run in runs:
         ran = run.config("runs", "data", 7)
@@ -285,14 +284,14 @@ def test_every_committed_run_record_has_the_settings_its_configuration_gives_it(
     this configuration); expanding the configuration today gives every one of them again."""
     from isojax.train.config import TrainConfig
 
-    config = json.load(open(glue_methods.DEFAULT_CONFIG))
+    config = read_json(glue_methods.DEFAULT_CONFIG)
     records = os.path.join(ROOT, "experiments", "results", "glue_methods_runs")
     compared = 0
     for run in glue_methods.expand(config) + glue_methods.expand(config, sweep=True):
         path = os.path.join(run.directory(records), "results.json")
         if not os.path.exists(path):
             continue
-        recorded = TrainConfig.from_json(json.load(open(path))["config"])
+        recorded = TrainConfig.from_json(read_json(path)["config"])
         directory = recorded.logging.output_dir
         assert directory.endswith(run.directory("")), (run.key, directory)
         ran = run.config(directory[: -len(run.directory(""))], recorded.task.data_dir, recorded.logging.eval_every)
@@ -305,7 +304,7 @@ def test_a_sweep_varies_one_setting_at_a_time_and_keeps_the_overrides_of_its_met
     """A sweep cell is its method's run with one setting replaced: the protocol's defaults, the method's other
     settings and the overrides that match the method by its table name all still apply; the cell with the table's
     own value is the table's run."""
-    config = json.load(open(glue_methods.DEFAULT_CONFIG))
+    config = read_json(glue_methods.DEFAULT_CONFIG)
     appb = config["protocols"]["appB"]
     appb["overrides"].append({"when": {"method": "softdecay", "task": "cola"}, "set": {"optim.epochs": 2}})
     appb["sweeps"]["values"] = {
@@ -330,7 +329,7 @@ def test_a_sweep_varies_one_setting_at_a_time_and_keeps_the_overrides_of_its_met
 
 
 def test_a_setting_that_is_not_a_train_config_field_names_the_run():
-    config = json.load(open(glue_methods.DEFAULT_CONFIG))
+    config = read_json(glue_methods.DEFAULT_CONFIG)
     config["protocols"]["appB"]["methods"]["cosine"]["optim.learnig_rate"] = 1e-3
     with pytest.raises(ValueError, match="protocol 'appB', method 'cosine'.*optim.learnig_rate"):
         glue_methods.expand(config)
@@ -359,7 +358,7 @@ def test_paired_ttest_is_scipys_ttest_rel_over_the_seeds_of_one_dropout_stream()
 def test_the_table_marks_the_methods_that_change_the_model():
     """SoftDecay and the Isotropy Layer's second stage change the model (†); a regulariser and the Isotropy Layer's
     first stage (the fine-tuned model itself) do not."""
-    protocol = json.load(open(glue_methods.DEFAULT_CONFIG))["protocols"]["appB"]
+    protocol = read_json(glue_methods.DEFAULT_CONFIG)["protocols"]["appB"]
     record = {"accuracy": 50.0, "seed": 0, "pair": "s", "seconds_per_epoch": 1.0}
     lines = {
         name: [record]
@@ -397,7 +396,7 @@ def test_the_table_traces_each_regulariser_term_from_its_first_to_its_last_logge
     }
     assert glue_methods.term_trace(str(tmp_path / "missing.jsonl")) == {}
 
-    protocol = json.load(open(glue_methods.DEFAULT_CONFIG))["protocols"]["appB"]
+    protocol = read_json(glue_methods.DEFAULT_CONFIG)["protocols"]["appB"]
     record = {"accuracy": 50.0, "pair": "s", "seconds_per_epoch": 1.0}
     lines = {
         "baseline": [{**record, "seed": 0, "isoscore": 0.08, "terms": {}}],
@@ -413,7 +412,7 @@ def test_the_table_traces_each_regulariser_term_from_its_first_to_its_last_logge
     baseline_line, istar_line = (line for line in text.splitlines() if line.startswith(("| baseline", "| istar")))
     assert "| istar@cls 0.2 → 0.06 |" in istar_line
     assert "| – | 1 |" in baseline_line  # no term; then s / epoch
-    config = json.load(open(glue_methods.DEFAULT_CONFIG))
+    config = read_json(glue_methods.DEFAULT_CONFIG)
     config["summaries"] = [{"paper": "P", "claim": "C", "protocol": "appB", "methods": ["istar (C0 = I)"]}]
     text = glue_methods.summary(config, [{"task": "wnli", "protocol": "appB", "rows": payload}])
     assert "2 vs 1 seeds; IsoScore 0.04 vs 0.08, istar@cls 0.2 → 0.06 in training)." in text
@@ -422,7 +421,7 @@ def test_the_table_traces_each_regulariser_term_from_its_first_to_its_last_logge
 def test_summary_states_effect_sizes_and_why_a_paired_p_is_missing():
     """The summary line of a method: difference of means, Cohen's d over the pooled sample std (numpy), both
     p-values (scipy); where every pair of seeds differs alike (ttest_rel undefined), it says by how much."""
-    config = json.load(open(glue_methods.DEFAULT_CONFIG))
+    config = read_json(glue_methods.DEFAULT_CONFIG)
     protocol = config["protocols"]["appB"]
     # WNLI dev accuracies (71 examples): cosine gets one more right in every seed, flow two more in seed 2 only
     base, cosine, flow = ([100 * k / 71 for k in right] for right in ([16, 20, 24], [17, 21, 25], [16, 20, 26]))
@@ -458,7 +457,7 @@ def test_summary_tests_the_dev_isoscore_paired_over_the_metrics_pairs():
     """Beside the mean dev IsoScores, the summary gives their paired t-test (scipy's ttest_rel) over the seeds of the
     task metric's paired test: a run of another dropout stream (seed 2 here) is left out of both; "–" where every
     pair differs alike; "< 0.001" below a thousandth (never "0.000")."""
-    config = json.load(open(glue_methods.DEFAULT_CONFIG))
+    config = read_json(glue_methods.DEFAULT_CONFIG)
     base_iso, layer_iso, shifted = [0.071, 0.064, 0.082], [0.118, 0.131, 0.090], [0.081, 0.074, 0.5]
 
     def records(isoscores, pairs="sss"):
@@ -507,7 +506,7 @@ def test_summary_corrects_each_family_of_p_values_for_their_number():
     the dev IsoScore's paired p; one per method and task) by Benjamini-Hochberg and Benjamini-Yekutieli: the
     q-values equal the closed forms over scipy's t-test p-values, and the comparisons with p < 0.05 are listed, *
     where q < 0.05."""
-    config = json.load(open(glue_methods.DEFAULT_CONFIG))
+    config = read_json(glue_methods.DEFAULT_CONFIG)
     base = [16, 20, 24, 22]  # WNLI dev examples right (of 71) in seeds 0-3
     right = {"cosine": [17, 19, 26, 22], "flow": [22, 26, 27, 26], "isobn": [15, 21, 23, 22], "spectrum_pol": base}
     iso = {"baseline": [0.08, 0.07, 0.09, 0.08], "cosine": [0.081, 0.069, 0.092, 0.083], "flow": [0.2, 0.3, 0.25, 0.2]}
@@ -555,7 +554,7 @@ def test_summary_corrects_each_family_of_p_values_for_their_number():
 def test_summary_compares_a_method_with_fewer_seeds_with_the_baselines_same_seeds():
     """A method with one finished seed (seed 2) is compared with the baseline's seed 2, not its three-seed mean:
     the difference, Cohen's d and the dev IsoScore; the two-sample p still uses every seed (scipy)."""
-    config = json.load(open(glue_methods.DEFAULT_CONFIG))
+    config = read_json(glue_methods.DEFAULT_CONFIG)
     base = [
         {"accuracy": 100 * k / 71, "seed": s, "pair": "s", "isoscore": 0.1 * (s + 1)}
         for s, k in enumerate((16, 20, 30))
@@ -572,7 +571,7 @@ def test_summary_compares_a_method_with_fewer_seeds_with_the_baselines_same_seed
 
 
 def test_campaign_order_is_cheapest_first_then_priority_then_seed():
-    config = json.load(open(glue_methods.DEFAULT_CONFIG))
+    config = read_json(glue_methods.DEFAULT_CONFIG)
     runs = glue_methods.select(
         glue_methods.expand(config),
         {"task": ["cola", "wnli"], "protocol": ["appB"], "method": ["cosine", "flow", "isotropy_layer"]},
@@ -635,7 +634,7 @@ def _first_step_task_loss(root, model, out, *extra):
         )
         == 0
     )
-    (record,) = [json.loads(line) for line in open(root / out / "log.jsonl") if '"train"' in line]
+    (record,) = [r for r in read_jsonl(root / out / "log.jsonl") if r["kind"] == "train"]
     return record
 
 
@@ -685,7 +684,7 @@ def test_cost_measure_and_estimate_from_a_written_log(tmp_path):
     assert row["seconds_per_step_std"] == pytest.approx(np.std([2, 4, 6]))
     assert row["seconds_per_evaluation"] == pytest.approx(9.0)
     assert row["startup_seconds"] == pytest.approx(100.0 - 12.0 - 18.0)  # wall - steady steps - 2 evaluations
-    config = json.load(open(glue_methods.DEFAULT_CONFIG))
+    config = read_json(glue_methods.DEFAULT_CONFIG)
     row["seconds_per_epoch"] = 4.0 * 100
     minutes = glue_cost.estimates(config, "mrpc", row)
     # appB on MRPC: 5 epochs, 2 evaluations per epoch and one at step 0; stage 2: one more epoch, 2 evaluations
@@ -713,7 +712,7 @@ def test_cost_timing_records_the_runs_wall_seconds(campaign, monkeypatch, tmp_pa
     status = [0]
 
     def finetune(argv):
-        directory = json.load(open(argv[-1]))["logging"]["output_dir"]
+        directory = read_json(argv[-1])["logging"]["output_dir"]
         steps = [{"kind": "train", "step": k, "seconds": 1.0, "time": 100.0 + k} for k in range(1, 4)]
         records = [*steps, {"kind": "eval", "step": 3, "stage_end": True, "time": 106.0}]
         with open(os.path.join(directory, "log.jsonl"), "w") as f:
@@ -725,7 +724,7 @@ def test_cost_timing_records_the_runs_wall_seconds(campaign, monkeypatch, tmp_pa
     _stand_in_finetune(monkeypatch, finetune)
     argv = ["--config", str(path), "--data-dir", str(root / "data"), "--tasks", "rte", "--out", str(tmp_path / "out")]
     assert glue_cost.main([*argv, "--runs-dir", str(tmp_path / "runs")]) == 0
-    timed = json.load(open(tmp_path / "out" / "glue_cost.json"))["tasks"]["rte"]
+    timed = read_json(tmp_path / "out" / "glue_cost.json")["tasks"]["rte"]
     assert isinstance(timed["wall_seconds"], float) and timed["seconds_per_step"] == 1.0
     assert timed["seconds_per_evaluation"] == 3.0
     assert timed["startup_seconds"] == pytest.approx(timed["wall_seconds"] - 2.0 - 6.0)
@@ -735,12 +734,12 @@ def test_cost_timing_records_the_runs_wall_seconds(campaign, monkeypatch, tmp_pa
 
 
 def test_remaining_cost_sums_the_estimates_of_the_runs_without_a_record(tmp_path):
-    config = json.load(open(glue_methods.DEFAULT_CONFIG))
+    config = read_json(glue_methods.DEFAULT_CONFIG)
     runs = [r for r in glue_methods.expand(config) if r.task in ("wnli", "rte")]
     selected = {r.key for r in runs if r.task == "wnli"}
     done = next(r for r in runs if r.task == "wnli" and r.protocol == "appB")
     os.makedirs(done.directory(str(tmp_path)))
-    open(os.path.join(done.directory(str(tmp_path)), "results.json"), "w").write("{}")
+    Path(done.directory(str(tmp_path)), "results.json").write_text("{}")
     minutes = {"appB": 6.0, "appB + isotropy layer stage 2": 9.0, "shrink": 12.0}
     cost = {"tasks": {"wnli": {"minutes_per_run": minutes}}}  # RTE untimed
     # WNLI: appB 12 methods (the Isotropy Layer's with stage 2) and shrink 3, x 3 seeds, less the finished run:
@@ -758,7 +757,7 @@ def test_remaining_cost_sums_the_estimates_of_the_runs_without_a_record(tmp_path
     wall = {"appB": 12.0 * 60, "shrink": 36.0 * 60}  # 2x and 3x their estimates
     for run in [done, next(r for r in runs if r.task == "wnli" and r.protocol == "shrink")]:
         os.makedirs(run.directory(str(tmp_path)), exist_ok=True)
-        open(os.path.join(run.directory(str(tmp_path)), "results.json"), "w").write("{}")
+        Path(run.directory(str(tmp_path)), "results.json").write_text("{}")
         with open(os.path.join(run.directory(str(tmp_path)), "campaign.json"), "w") as f:
             json.dump({"wall_seconds": wall[run.protocol]}, f)
     # left: (32 x 6 + 3 x 9 + 8 x 12) / 60 = 5.25 CPU-hours; x 2.5 (the median of 2 and 3) = 13.1
@@ -808,10 +807,9 @@ def test_a_run_that_diverges_is_recorded_reported_and_not_run_again(campaign, mo
     assert glue_methods.main([*argv, "method=cosine"]) == 0
     assert glue_methods.main([*argv, "method=cosine"]) == 0  # recorded: not run again
     assert len(calls) == 1
-    assert json.load(open(runs / "p" / "rte" / "cosine" / "seed0" / "campaign.json"))["diverged"] == error
+    assert read_json(runs / "p" / "rte" / "cosine" / "seed0" / "campaign.json")["diverged"] == error
     assert (
-        json.load(open(out / "glue_methods_runs" / "p" / "rte" / "cosine" / "seed0" / "campaign.json"))["diverged"]
-        == error
+        read_json(out / "glue_methods_runs" / "p" / "rte" / "cosine" / "seed0" / "campaign.json")["diverged"] == error
     )
     report = (out / "glue_methods.md").read_text()
     assert "| cosine | 0 | not run: seed 0 diverged |" in report
@@ -838,7 +836,7 @@ def test_a_time_limit_starts_only_the_runs_whose_estimate_fits_in_what_is_left(c
     clock, slowdown, calls = [0.0], [1.0], []
 
     def finetune(argv):
-        calls.append(json.load(open(argv[-1]))["task"]["name"])
+        calls.append(read_json(argv[-1])["task"]["name"])
         clock[0] += 60 * {"rte": 2.0, "mrpc": 2.5}[calls[-1]] * slowdown[0]
         return 0, ""
 

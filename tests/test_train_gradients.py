@@ -5,14 +5,12 @@ References: numpy norms and cosines of the gradient that ``jax.grad`` of the sam
 train step; the run's log records and figure.
 """
 
-import json
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from conftest import require, save_tiny_encoder
+from conftest import read_jsonl, require, save_tiny_encoder
 from flax import traverse_util
 
 from isojax.models import TransformerConfig, build_encoder
@@ -115,7 +113,7 @@ def test_finetune_with_log_gradients_writes_the_records_and_the_panels(tmp_path,
             placement=PlacementConfig(devices=1),
         )
     )
-    records = [json.loads(line) for line in open(tmp_path / "run" / "log.jsonl")]
+    records = read_jsonl(tmp_path / "run" / "log.jsonl")
     train = [r for r in records if r["kind"] == "train"]
     assert [r["step"] for r in train] == [2, 4, 5]  # every 2nd step and the stage's last, statistics included
     for r in train:

@@ -8,7 +8,6 @@ checkpoint written at the end of stage 1 (stage 2 must leave the encoder and hea
 untrained model (Spearman of its regression head on the same dev pairs).
 """
 
-import json
 import os
 import re
 import shutil
@@ -21,7 +20,7 @@ import orbax.checkpoint as ocp
 import pytest
 import train_worker
 import transformers
-from conftest import save_tiny_encoder
+from conftest import read_json, read_jsonl, save_tiny_encoder
 
 from isojax.train import (
     LoggingConfig,
@@ -118,7 +117,7 @@ def test_sigkill_mid_run_then_resume_ends_with_the_same_parameters(tiny, referen
     assert len(got.files) == len(want)
     for i, w in enumerate(want):
         np.testing.assert_allclose(got[f"arr_{i}"], w, rtol=0, atol=1e-6)
-    records = [json.loads(x) for x in open(tmp_path / "run" / "log.jsonl")]
+    records = read_jsonl(tmp_path / "run" / "log.jsonl")
     assert [r["step"] for r in records if r["kind"] == "resume"] == [6]
     train_steps = [r["step"] for r in records if r["kind"] == "train"]
     assert sorted(set(train_steps)) == list(range(1, 17))  # steps 1-6 before the kill, 7-16 after
@@ -140,9 +139,9 @@ def test_isotropy_layer_stage_trains_only_the_layer(reference):
         jax.tree.map(np.testing.assert_array_equal, result.params[group], stage1[group])
     assert np.abs(d["kernel"] - np.eye(16)).max() > 1e-3  # the layer trained in stage 2
     assert result.step == 16
-    summary = json.load(open(out / "results.json"))
+    summary = read_json(out / "results.json")
     assert set(summary["stages"]) == {"finetune", "isotropy_layer"}
-    records = [json.loads(x) for x in open(out / "log.jsonl")]
+    records = read_jsonl(out / "log.jsonl")
     stage2 = [r for r in records if r["kind"] == "train" and r["stage"] == "isotropy_layer"]
     assert len(stage2) == 6 and all({"task", "isoscore@head_input"} <= set(r) for r in stage2)
     assert (out / "curves.png").stat().st_size > 10_000
@@ -153,10 +152,10 @@ def test_log_every_zero_logs_each_stages_last_step_only(tiny, reference, tmp_pat
     step, with the same loss as the reference run (``--log-every 1``) logged there; the evaluations are unchanged."""
     ref_dir, ref = reference
     result = fit(config_from_argv(_args(tiny, tmp_path, "--log-every", "0")))
-    records = [json.loads(x) for x in open(tmp_path / "log.jsonl")]
+    records = read_jsonl(tmp_path / "log.jsonl")
     train = [(r["stage"], r["step"]) for r in records if r["kind"] == "train"]
     assert train == [("finetune", 10), ("isotropy_layer", 16)]
-    reference_records = [json.loads(x) for x in open(ref_dir / "log.jsonl")]
+    reference_records = read_jsonl(ref_dir / "log.jsonl")
     want = {r["step"]: r["loss"] for r in reference_records if r["kind"] == "train"}
     for r in records:
         if r["kind"] == "train":
@@ -179,7 +178,7 @@ def test_unreadable_latest_checkpoints_fall_back_with_a_warning(tiny, reference,
     with pytest.warns(UserWarning, match="checkpoint step 1[56] .* cannot be read") as caught:
         result = fit(config_from_argv(_args(tiny, tmp_path, "--devices", "8", "--model-parallel", "2")))
     assert [str(w.message)[:18] for w in caught] == ["checkpoint step 16", "checkpoint step 15"]
-    resumes = [json.loads(x) for x in open(tmp_path / "log.jsonl") if '"resume"' in x]
+    resumes = [r for r in read_jsonl(tmp_path / "log.jsonl") if r["kind"] == "resume"]
     assert [r["step"] for r in resumes] == [12]
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=0, atol=1e-5), result.params, ref.params)
 
@@ -206,7 +205,7 @@ def test_a_run_that_fails_mid_stage_writes_its_pending_checkpoint_first(tiny, tm
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["3"]  # finished, no temporary folder
     monkeypatch.undo()
     fit(config_from_argv(_args(tiny, tmp_path, "--eval-every", "4")))
-    assert [json.loads(x)["step"] for x in open(tmp_path / "log.jsonl") if '"resume"' in x] == [3]
+    assert [r["step"] for r in read_jsonl(tmp_path / "log.jsonl") if r["kind"] == "resume"] == [3]
 
 
 def test_resume_with_a_different_training_configuration_is_refused(tiny, reference, tmp_path):
@@ -315,7 +314,7 @@ def test_short_stsb_finetune_of_the_default_model_beats_its_untrained_start(tmp_
         placement=PlacementConfig(devices=1),
     )
     result = fit(config)
-    evals = [json.loads(x) for x in open(tmp_path / "log.jsonl") if '"eval"' in x]
+    evals = [r for r in read_jsonl(tmp_path / "log.jsonl") if r["kind"] == "eval"]
     untrained, trained = evals[0], evals[-1]
     assert (untrained["step"], trained["step"]) == (0, 30)
     assert trained["spearman"] > untrained["spearman"] + 20, (untrained["spearman"], trained["spearman"])
@@ -494,12 +493,12 @@ def test_nonfinite_steps_in_a_row_stop_the_run_and_the_rerun_resumes_from_the_la
     saved, want = _restore_raw(out, 6), _restore_raw(ref_dir, 6)
     assert jax.tree.structure(saved) == jax.tree.structure(want)
     jax.tree.map(np.testing.assert_array_equal, saved, want)
-    train = {r["step"]: r for r in map(json.loads, open(out / "log.jsonl")) if r["kind"] == "train"}
+    train = {r["step"]: r for r in read_jsonl(out / "log.jsonl") if r["kind"] == "train"}
     assert sorted(train) == list(range(1, 9))
     assert [train[s]["nonfinite_steps"] for s in (6, 7, 8)] == [0, 1, 2]
     assert np.isnan(train[7]["loss"]) and np.isfinite(train[6]["loss"])
 
     monkeypatch.undo()
     result = fit(config_from_argv(argv))
-    assert [json.loads(x)["step"] for x in open(out / "log.jsonl") if '"resume"' in x] == [6]
+    assert [r["step"] for r in read_jsonl(out / "log.jsonl") if r["kind"] == "resume"] == [6]
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=0, atol=1e-6), result.params, ref.params)

@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 import train_worker
 import transformers
+from conftest import read_json, read_jsonl
 from jax.experimental import multihost_utils
 
 from isojax.data.batching import batches, tokenize
@@ -320,19 +321,15 @@ def test_two_processes_killed_and_resumed_end_with_the_single_process_parameters
             np.testing.assert_allclose(got[key], want[key], rtol=0, atol=1e-6, err_msg=f"process {process} {key}")
 
     for process in (0, 1):
-        calls = [json.loads(line) for line in open(records / f"tokenised_{process}.jsonl")]
+        calls = read_jsonl(records / f"tokenised_{process}.jsonl")
         expected = [[texts[split][i] for i in np.concatenate(blocks)] for split, blocks in _expected_calls(process)]
         assert calls == expected, f"process {process}"
 
-    records_written = [json.loads(line) for line in open(out / "log.jsonl")]  # by process 0 only: no duplicates
+    records_written = read_jsonl(out / "log.jsonl")  # by process 0 only: no duplicates
     train_steps = [r["step"] for r in records_written if r["kind"] == "train"]
     assert train_steps == list(range(1, STEPS + 1))
     assert [r["step"] for r in records_written if r["kind"] == "resume"] == [STALL]
     assert [r["step"] for r in records_written if r["kind"] == "eval"] == [0, STEPS]
-    single = {
-        r["step"]: r["loss"]
-        for line in open(tmp_path / "single" / "log.jsonl")
-        if (r := json.loads(line))["kind"] == "train"
-    }
+    single = {r["step"]: r["loss"] for r in read_jsonl(tmp_path / "single" / "log.jsonl") if r["kind"] == "train"}
     assert {r["step"]: r["loss"] for r in records_written if r["kind"] == "train"} == pytest.approx(single, rel=1e-5)
-    assert json.load(open(out / "results.json"))["step"] == STEPS
+    assert read_json(out / "results.json")["step"] == STEPS

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from conftest import require, save_tiny_encoder
+from conftest import read_json, read_jsonl, require, save_tiny_encoder
 
 from isojax import losses
 from isojax.models import TransformerConfig, build_encoder
@@ -503,7 +503,7 @@ def test_cli_weight_schedule_runs_compiled_once_and_logs_the_weight(default_mode
             ]
         )
     )
-    train = [r for r in map(json.loads, open(out / "log.jsonl")) if r["kind"] == "train"]
+    train = [r for r in read_jsonl(out / "log.jsonl") if r["kind"] == "train"]
     assert [r["step"] for r in train] == [1, 2, 3, 4, 5, 6]
     weights = np.array([r["istar@cls/weight"] for r in train])
     np.testing.assert_allclose(weights, np.clip((np.arange(6) - 1) / 4, 0, 1), atol=1e-7)
@@ -511,7 +511,7 @@ def test_cli_weight_schedule_runs_compiled_once_and_logs_the_weight(default_mode
         [r["loss"] for r in train], [r["task"] + w * r["istar@cls"] for r, w in zip(train, weights)], rtol=1e-6
     )
     assert traces == ["linear:0.0:1.0:4:1"]
-    saved = json.load(open(out / "results.json"))["config"]["method"]["regularizers"]
+    saved = read_json(out / "results.json")["config"]["method"]["regularizers"]
     assert saved == [
         {
             "name": "istar",

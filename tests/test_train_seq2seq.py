@@ -4,8 +4,6 @@ digit-reversal task in local files), the flow method on a GLUE task, and the err
 References: the untrained model (BLEU of its greedy decoding of the same dev sources, from sacrebleu), the
 fitted flow of :mod:`isojax.calibrate.flow` (the GLUE flow's log-likelihood term)."""
 
-import json
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,7 +11,7 @@ import pytest
 import seq2seq_helpers
 import torch
 import transformers
-from conftest import require
+from conftest import read_json, read_jsonl, require
 
 from isojax.calibrate import FlowState, apply_flow
 from isojax.models import TransformerConfig, build_encoder, save_pretrained
@@ -96,7 +94,7 @@ def _argv(model, data, out, method, *extra):
 def test_finetune_reverses_digit_strings_with_each_calibration_method(bart, reversal, tmp_path, method, term):
     extra = ("--log-gradients",) if method == "cosine" else ()  # main's gradient statistics work here too
     assert main(_argv(bart, reversal, tmp_path, method, *extra)) == 0
-    records = [json.loads(line) for line in open(tmp_path / "log.jsonl")]
+    records = read_jsonl(tmp_path / "log.jsonl")
     evals = [r for r in records if r["kind"] == "eval"]
     assert [r["step"] for r in evals] == [0, 150, 300]
     assert evals[0]["bleu"] < 5 and evals[-1]["bleu"] > 60, [r["bleu"] for r in evals]
@@ -109,7 +107,7 @@ def test_finetune_reverses_digit_strings_with_each_calibration_method(bart, reve
         groups = {k for k in train[0] if k.startswith("grad_norm/")}  # encoder and decoder blocks kept apart
         assert {"grad_norm/layer_0", "grad_norm/decoder_layer_0", "grad_norm/embeddings"} <= groups, groups
         assert all(r["grad_norm/final_logits_bias"] == 0 for r in train)  # a frozen buffer
-    results = json.load(open(tmp_path / "results.json"))
+    results = read_json(tmp_path / "results.json")
     assert results["stages"]["finetune"]["bleu"] == evals[-1]["bleu"]
     assert results["timing"]["finetune"]["seconds_per_epoch"] > 0
 
@@ -182,7 +180,7 @@ def test_glue_flow_finetune_runs_end_to_end(tmp_path, default_model_path):
         flow=FlowConfig(levels=2, depth=2),
     )
     result = fit(config)
-    flow = [json.loads(x)["flow"] for x in open(tmp_path / "run" / "log.jsonl") if '"train"' in x]
+    flow = [r["flow"] for r in read_jsonl(tmp_path / "run" / "log.jsonl") if r["kind"] == "train"]
     assert len(flow) == 10 and np.all(np.isfinite(flow))
     assert np.mean(flow[5:]) < np.mean(flow[:5]) - 0.1, flow  # maximum likelihood: the same 5 batches fit better
     assert np.isfinite(result.metrics["spearman"])

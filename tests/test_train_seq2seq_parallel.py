@@ -6,7 +6,6 @@ the parameters of an uninterrupted one.
 References: the single-device run; the uninterrupted run (as tests/test_train_loop.py does for classification).
 """
 
-import json
 import subprocess
 
 import chex
@@ -15,7 +14,7 @@ import numpy as np
 import pytest
 import seq2seq_helpers
 import train_worker
-from conftest import require
+from conftest import read_jsonl, require
 from test_train_parallel import _run, assert_same_training
 
 from isojax.calibrate import Flow
@@ -160,6 +159,6 @@ def test_killed_flow_run_resumes_to_the_uninterrupted_parameters(tmp_path):
     assert len(got.files) == len(want.files)
     for name in want.files:
         np.testing.assert_allclose(got[name], want[name], rtol=0, atol=1e-6)
-    records = [json.loads(x) for x in open(tmp_path / "run" / "log.jsonl")]
+    records = read_jsonl(tmp_path / "run" / "log.jsonl")
     assert [r["step"] for r in records if r["kind"] == "resume"] == [8]
     assert sorted({r["step"] for r in records if r["kind"] == "train"}) == list(range(1, 13))

@@ -44,7 +44,7 @@ def launch(stall: int, records, argv, *, stdout, **env) -> subprocess.Popen:
 
 def kill_when_stalled(child: subprocess.Popen, timeout: float = 300) -> None:
     """Read a worker's output until it prints ``STALLED`` (AssertionError with its output if it does not within
-    ``timeout`` seconds), then SIGKILL it and wait for it."""
+    ``timeout`` seconds), then SIGKILL it, wait for it and close its output pipe."""
     import signal
 
     lines, deadline = [], time.time() + timeout
@@ -55,7 +55,7 @@ def kill_when_stalled(child: subprocess.Popen, timeout: float = 300) -> None:
             break
     assert "STALLED" in lines[-1], "".join(lines)[-3000:]
     os.kill(child.pid, signal.SIGKILL)
-    child.wait()
+    child.communicate()
 
 
 def _main(stall: int, records: str, argv: list[str]) -> int:

@@ -44,7 +44,10 @@ def collect(run_dirs: dict) -> tuple[dict, dict, set]:
             evals = {r["step"]: r for r in map(json.loads, f) if r["kind"] == "eval"}
         curves[method].append([evals[s] for s in sorted(evals)])
         timing = os.path.join(path, "seconds.json")
-        run = json.load(open(timing)) if os.path.exists(timing) else {"seconds": None, "commit": "unknown"}
+        run = {"seconds": None, "commit": "unknown"}
+        if os.path.exists(timing):
+            with open(timing) as f:
+                run = json.load(f)
         commits.add(run["commit"])
         if method == "baseline":
             rows["pretrained (step 0)"].append(dict(evals[0], seconds=None))
@@ -191,7 +194,8 @@ def main(argv=None) -> int:
         prov=prov,
         directory=args.out,
     )
-    print(open(path).read())
+    with open(path) as f:
+        print(f.read())
     return 0
 
 

@@ -415,7 +415,10 @@ def collect(runs: list[Run], runs_dir: str, *records_dirs: str) -> dict:
         with open(os.path.join(directory, "results.json")) as f:
             results = json.load(f)
         campaign = os.path.join(directory, "campaign.json")
-        pair = pair_key(json.load(open(campaign))) if os.path.exists(campaign) else None
+        pair = None
+        if os.path.exists(campaign):
+            with open(campaign) as f:
+                pair = pair_key(json.load(f))
         trace = term_trace(os.path.join(directory, "log.jsonl"))
         for line, (stage, evaluation, timing) in _stage_rows(run.method, results).items():
             table[run.task, run.protocol][line].append(
@@ -1040,23 +1043,21 @@ def main(argv=None) -> int:
             + f"\n\nCPU campaign: {config.get('cpu_campaign', {}).get('note', '–')} Runs made at commit(s) "
             f"{', '.join(commits) or '–'}. " + remaining_cost(runs, selected, cost, args.runs_dir, *records_dirs)
         )
-        print(
-            open(
-                report(
-                    config,
-                    runs,
-                    args.runs_dir,
-                    args.out,
-                    name,
-                    prov,
-                    header,
-                    selected=selected,
-                    cost=cost,
-                    records_dirs=records_dirs,
-                    summarise=name != sweep_name,
-                )
-            ).read()
+        path = report(
+            config,
+            runs,
+            args.runs_dir,
+            args.out,
+            name,
+            prov,
+            header,
+            selected=selected,
+            cost=cost,
+            records_dirs=records_dirs,
+            summarise=name != sweep_name,
         )
+        with open(path) as f:
+            print(f.read())
     return 0
 
 

@@ -126,9 +126,10 @@ def main(argv=None) -> int:
     if args.summary:
         path = os.path.join(args.out, name, "summary.md")
         os.makedirs(os.path.dirname(path), exist_ok=True)
+        text = summary(runs, f"{name}: {config.get('paper', '')}")
         with open(path, "w") as f:
-            f.write(summary(runs, f"{name}: {config.get('paper', '')}"))
-        print(open(path).read() + f"written: {path}")
+            f.write(text)
+        print(text + f"written: {path}")
         return 0
     from isojax.train.loop import fit
 
