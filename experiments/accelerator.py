@@ -207,7 +207,15 @@ def goals(payload: dict) -> list[dict]:
         else tests["counts"].get("failed", 0) + tests["counts"].get("errors", 0)
     )
     rows.append(
-        row("test suite on this backend", "no failure or error", bad, bad == 0, "" if tests else "tests not run")
+        row(
+            "test suite on this backend",
+            "no failure or error",
+            bad,
+            bad == 0,
+            "tests not run"
+            if not tests
+            else ("stopped at its time limit: of the tests that ran by then" if tests.get("timed_out") else ""),
+        )
     )
     return rows
 
@@ -336,7 +344,11 @@ def test_section(tests: dict) -> str:
     if tests.get("bundle"):
         text.append("Brought in: " + "; ".join(tests["bundle"]) + ".")
     if tests.get("timed_out"):
-        text.append(f"Stopped after {tests['timeout_s']} s; the output's end:\n\n```\n{tests['output_tail']}\n```")
+        stopped = f"Stopped after {tests['timeout_s']} s (interrupted as Ctrl-C would); "
+        if "output_tail" in tests:
+            text.append(stopped + f"no JUnit XML was written; the output's end:\n\n```\n{tests['output_tail']}\n```")
+        else:
+            text.append(stopped + "the counts are of the tests that ran by then.")
     if tests.get("failures"):
         text.append(
             "### Failures\n\n"

@@ -91,10 +91,28 @@ def canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+# Tools whose tests ask nothing of the backend (lint, type check, the documentation site, executing notebooks):
+# 45 MiB of wheels that a 64 MiB transfer cannot spare beside the model; their tests skip there, naming them.
+TOOLS = frozenset({"ruff", "mypy", "sphinx", "myst-nb", "furo", "ipykernel", "nbclient", "nbformat"})
+
+
 def project_requirements(pyproject: Path = ROOT / "pyproject.toml") -> list[str]:
-    """Names of the project's runtime dependencies and of its ``test`` extra."""
+    """Names of the project's runtime dependencies and of its ``test`` extra (its own extras, ``isojax[docs]``,
+    expanded), less the :data:`TOOLS`."""
     project = tomllib.loads(pyproject.read_text())["project"]
-    return [Requirement(r).name for r in project["dependencies"] + project["optional-dependencies"]["test"]]
+    names, todo = [], project["dependencies"] + extras_of(project, "test")
+    for text in todo:
+        req = Requirement(text)
+        if canonical(req.name) == canonical(project["name"]):  # the project's own extra, e.g. isojax[docs]
+            todo += [r for extra in sorted(req.extras) for r in extras_of(project, extra)]
+        elif canonical(req.name) not in TOOLS:
+            names.append(req.name)
+    return names
+
+
+def extras_of(project: dict, extra: str) -> list[str]:
+    """The requirement strings of ``pyproject.toml``'s optional-dependency group ``extra``."""
+    return list(project["optional-dependencies"][extra])
 
 
 def missing_closure(roots, image=IMAGE_PACKAGES) -> dict[str, str]:
@@ -123,28 +141,23 @@ def missing_closure(roots, image=IMAGE_PACKAGES) -> dict[str, str]:
 
 
 def pip_download(requirements: list[str], directory: Path) -> None:
-    """``pip download --no-deps --only-binary=:all:`` of ``requirements`` for :data:`TARGET` into ``directory``."""
+    """``pip download --no-deps --only-binary=:all:`` of ``requirements`` for :data:`TARGET` into ``directory``;
+    a requirement published as a source distribution only (rouge-score) is built here into a wheel instead
+    (``pip wheel --no-deps``), which is right for pure-Python packages alone, so others raise."""
     platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "-q",
-            "--no-deps",
-            "--only-binary=:all:",
-            "--python-version",
-            "3.12",
-            "--implementation",
-            "cp",
-            *platforms,
-            "-d",
-            str(directory),
-            *requirements,
-        ],
-        check=True,
-    )
+    target = ["--python-version", "3.12", "--implementation", "cp", *platforms]
+    pip = [sys.executable, "-m", "pip"]
+    binary = pip + ["download", "-q", "--no-deps", "--only-binary=:all:", *target, "-d", str(directory)]
+    if subprocess.run(binary + requirements, capture_output=True).returncode == 0:
+        return
+    for requirement in requirements:
+        if subprocess.run(binary + [requirement], capture_output=True).returncode == 0:
+            continue
+        name = Requirement(requirement).name
+        wheel_info = importlib.metadata.distribution(name).read_text("WHEEL") or ""
+        if "Root-Is-Purelib: true" not in wheel_info:
+            raise RuntimeError(f"{requirement}: no wheel for CPython 3.12 on manylinux x86-64, and not pure Python")
+        subprocess.run(pip + ["wheel", "-q", "--no-deps", "-w", str(directory), requirement], check=True)
 
 
 def tree_bytes(root: Path = ROOT) -> int:

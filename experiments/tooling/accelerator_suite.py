@@ -4,6 +4,8 @@
 ``tests/conftest.py`` then gives 8 virtual CPU devices; ``cuda``, ``rocm``, ``tpu``: the real devices) and
 ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` (the tests' own subprocesses share the card). The results are read from
 its JUnit XML: every failed or erroring test with the first line of its message, and the skips grouped by reason.
+A run stopped at its time limit is interrupted as Ctrl-C would (SIGINT to pytest and its workers), so the tests that
+ran before the limit are still counted (``timed_out`` marks it).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -78,7 +81,7 @@ def run_suite(
 ) -> dict:
     """Run ``pytest <args>`` (a shell-quoted string) on ``platform`` (``cpu``, ``cuda``, ``rocm``, ``tpu``) with
     the extra environment ``env``; return the command, summary line, counts, failures, skips, return code and
-    seconds (``timed_out`` with the output's tail when it ran past ``timeout`` seconds)."""
+    seconds (``timed_out`` when it ran past ``timeout`` seconds: then the tests that ran by then)."""
     with tempfile.TemporaryDirectory() as tmp:
         junit = os.path.join(tmp, "junit.xml")
         command = [
@@ -95,27 +98,40 @@ def run_suite(
         full_env = {**os.environ, **(env or {}), "JAX_PLATFORMS": platform, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
         log(f"tests: JAX_PLATFORMS={platform} pytest {args}")
         start = time.perf_counter()
+        # A new session, so that at the limit SIGINT reaches pytest and its xdist workers at once, as Ctrl-C would:
+        # pytest then stops, prints its summary and writes the JUnit XML of the tests that ran.
+        proc = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=full_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        timed_out = False
         try:
-            done = subprocess.run(command, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired as e:
-            output = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-            return {
-                "command": f"JAX_PLATFORMS={platform} pytest {args}",
-                "timed_out": True,
-                "timeout_s": timeout,
-                "output_tail": output[-4000:],
-                "seconds": time.perf_counter() - start,
-            }
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                stdout, stderr = proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                stdout, stderr = proc.communicate()
         result = {
             "command": f"JAX_PLATFORMS={platform} pytest {args}",
-            "returncode": done.returncode,
+            "returncode": proc.returncode,
             "seconds": time.perf_counter() - start,
-            "summary": summary_line(done.stdout),
+            "summary": summary_line(stdout),
             "extra_env": dict(env or {}),
         }
+        if timed_out:
+            result.update(timed_out=True, timeout_s=timeout)
         if os.path.exists(junit):
             result.update(parse_junit(junit))
-        else:  # pytest stopped before it ran anything (a usage error, say)
-            result["output_tail"] = (done.stdout + done.stderr)[-4000:]
-        log(f"tests: {result['summary'] or 'no summary'} (exit {done.returncode})")
+        else:  # pytest stopped before it ran anything (a usage error, say), or before it could write the XML
+            result["output_tail"] = (stdout + stderr)[-4000:]
+        log(f"tests: {result['summary'] or 'no summary'} (exit {proc.returncode})")
         return result
