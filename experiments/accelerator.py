@@ -119,8 +119,11 @@ def run_tests(args, platform: str, log=print) -> dict:
     return {**result, "bundle": notes}
 
 
-def run_benchmarks(args, platform: str, log=print) -> dict:
-    """Part (b): train step (bf16, float32), forward (both), SoftDecay's share of the bf16 step per strategy."""
+def run_benchmarks(args, platform: str, log=print, save=lambda bench: None) -> dict:
+    """Part (b): train step and forward in bf16, SoftDecay's share of the bf16 step per strategy (``auto``'s pick
+    first), then train step and forward in float32: the goals' figures first. ``save(bench)`` is called after each
+    figure with what was measured so far (``"complete": False`` until the last), so a run stopped at a time limit
+    keeps its figures."""
     cfg = TransformerConfig.bert_base(
         num_hidden_layers=args.layers,
         hidden_size=args.hidden,
@@ -129,6 +132,7 @@ def run_benchmarks(args, platform: str, log=print) -> dict:
     )
     batch = throughput.random_batch(cfg, args.batch, args.length)
     shape = (args.batch, args.length, args.hidden)
+    auto = select_method("auto", shape, platform)
     out = {
         "config": {
             "layers": args.layers,
@@ -143,29 +147,33 @@ def run_benchmarks(args, platform: str, log=print) -> dict:
         },
         "train_step": {},
         "forward": {},
+        "softdecay": {"auto": auto, "dtype": "bfloat16", "methods": {}},
+        "complete": False,
     }
-    steps = {}
-    for name, dtype in (("bfloat16", jnp.bfloat16), ("float32", jnp.float32)):
-        out["train_step"][name], steps[name] = throughput.train_step(cfg, dtype, batch, args.repeats)
+
+    def measure(name, dtype):
+        out["train_step"][name], step = throughput.train_step(cfg, dtype, batch, args.repeats)
         log(
-            f"train step {name}: {out['train_step'][name]['ms']:.1f} ms, "
-            f"{out['train_step'][name]['tokens_per_s']:,.0f} tokens/s"
+            f"train step {name}: {out['train_step'][name]['ms']:.1f} ms, {out['train_step'][name]['tokens_per_s']:,.0f} tokens/s"
         )
+        save(out)
         out["forward"][name] = throughput.forward(cfg, dtype, batch, args.repeats)
         log(f"forward {name}: {out['forward'][name]['ms']:.1f} ms")
-    del steps["float32"]  # its state is large; the bf16 step is the baseline of SoftDecay's share
-    methods = list(dict.fromkeys(select_method(m, shape, platform) for m in args.methods))
-    out["softdecay"] = {
-        "auto": select_method("auto", shape, platform),
-        "dtype": "bfloat16",
-        "methods": throughput.softdecay_share(
-            cfg, jnp.bfloat16, batch, methods, args.repeats, steps["bfloat16"], log=log
-        ),
-    }
+        save(out)
+        return step
+
+    base = measure("bfloat16", jnp.bfloat16)  # the baseline of SoftDecay's share
+    for m in dict.fromkeys([auto, *(select_method(m, shape, platform) for m in args.methods)]):
+        out["softdecay"]["methods"].update(
+            throughput.softdecay_share(cfg, jnp.bfloat16, batch, [m], args.repeats, base, log=log)
+        )
+        save(out)
+    del base  # BERT-base states are large
+    measure("float32", jnp.float32)
+    out["complete"] = True
     return out
 
 
-# ------------------------------------------------------------------------------------------------------ report
 def goals(payload: dict) -> list[dict]:
     """The issue's goals against what ``payload`` measured: ``status`` met / not met / not measured."""
 
@@ -266,6 +274,8 @@ def bench_sections(bench: dict, peak: dict | None) -> list[str]:
             else "MFU omitted: no bf16 peak is known for this device (give `--peak-tflops`)."
         )
     )
+    if not bench.get("complete", True):
+        head += " **Partial**: the run stopped (a time limit) before every figure below was measured."
     rows = []
     for part, label in (("train_step", "train step"), ("forward", "forward")):
         for dtype, r in bench[part].items():
@@ -544,10 +554,15 @@ def main(argv=None) -> dict | None:
     if args.skip_bench:
         payload["benchmarks"] = _kept(previous.get("benchmarks"))
     else:
-        bench = run_benchmarks(args, platform)
-        add_mfu(bench, bf16_peak(dev["kind"], args.peak_tflops))
-        keep_earlier_strategies(bench, previous.get("benchmarks"))
-        payload["benchmarks"] = {**bench, "provenance": prov}
+        peak = bf16_peak(dev["kind"], args.peak_tflops)
+
+        def save(bench):
+            add_mfu(bench, peak)
+            keep_earlier_strategies(bench, previous.get("benchmarks"))
+            payload["benchmarks"] = {**bench, "provenance": prov}
+            report({**payload, "goals": goals(payload)}, args.out)
+
+        save(run_benchmarks(args, platform, save=save))
     if args.lowering if args.lowering is not None else platform != "cpu":
         payload["lowering"] = run_lowering(args.out, dev["slug"], platform, prov)
     if args.scale if args.scale is not None else platform != "cpu":

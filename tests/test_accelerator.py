@@ -22,7 +22,7 @@ from conftest import require, skip_unless_ci
 
 from experiments import accelerator
 from experiments.benchmarks import throughput
-from experiments.tooling import accelerator_bundle
+from experiments.tooling import accelerator_bundle, accelerator_suite
 from isojax.models import TransformerConfig
 from isojax.spectral import DECOMPOSITIONS, available_methods, current_platform, select_method
 
@@ -60,6 +60,12 @@ def test_runs_on_the_backend_asked_for():
 
 def test_fails():
     assert 1 == 2, "planted failure"
+
+
+def test_fails_numpy_style():
+    import numpy as np
+
+    np.testing.assert_allclose(1.0, 1.5, rtol=0, atol=1e-5)
 
 
 def test_skips():
@@ -135,10 +141,16 @@ def test_throughput_figures_are_finite_positive_and_counted_right(tiny_run):
 def test_suite_summary_failures_and_skips(tiny_run):
     tests = tiny_run[1]["tests"]
     assert tests["command"].startswith(f"JAX_PLATFORMS={PLATFORM} pytest")
-    assert tests["summary"].startswith("1 failed, 1 passed, 2 skipped")
-    assert tests["counts"] == {"passed": 1, "failed": 1, "skipped": 2}
+    assert tests["summary"].startswith("2 failed, 1 passed, 2 skipped")
+    assert tests["counts"] == {"passed": 1, "failed": 2, "skipped": 2}
     assert tests["failures"] == [
-        {"test": "test_planted.py::test_fails", "kind": "failed", "message": "AssertionError: planted failure"}
+        {"test": "test_planted.py::test_fails", "kind": "failed", "message": "AssertionError: planted failure"},
+        # numpy's message begins on the line after the exception's name: both are kept
+        {
+            "test": "test_planted.py::test_fails_numpy_style",
+            "kind": "failed",
+            "message": "AssertionError: Not equal to tolerance rtol=0, atol=1e-05",
+        },
     ]
     assert sorted(tests["skips"], key=lambda s: s["reason"]) == [
         {"reason": "planted skip", "count": 1, "tests": ["test_planted.py::test_skips"]},
@@ -153,11 +165,12 @@ def test_goals_marked(tiny_run):
         assert goals["MFU"]["status"] == "not measured" and "--peak-tflops" in goals["MFU"]["note"]
     else:
         assert goals["MFU"]["value"] == payload["benchmarks"]["train_step"]["bfloat16"]["mfu"]
+    assert payload["benchmarks"]["complete"] is True
     sd = payload["benchmarks"]["softdecay"]
     share = sd["methods"][sd["auto"]]["share"]
     assert goals["SoftDecay's"]["value"] == share
     assert goals["SoftDecay's"]["status"] == ("met" if share < 0.15 else "not met")
-    assert goals["test"]["value"] == 1 and goals["test"]["status"] == "not met"
+    assert goals["test"]["value"] == 2 and goals["test"]["status"] == "not met"
     # with a peak, MFU = achieved / peak, and the goal is judged on it
     bench = json.loads(json.dumps(payload["benchmarks"]))
     tflops = bench["train_step"]["bfloat16"]["analytic_tflops_per_s"]
@@ -203,6 +216,36 @@ def test_strategies_timed_in_a_later_call_join_the_earlier_ones(tiny_run, tmp_pa
     later["config"]["batch"] += 1
     accelerator.keep_earlier_strategies(later, earlier)
     assert set(later["softdecay"]["methods"]) == {other}
+
+
+def test_a_suite_stopped_at_its_limit_counts_the_tests_that_ran(tmp_path):
+    (tmp_path / "test_slow.py").write_text(
+        "import time\n\n\ndef test_a_quick_one():\n    pass\n\n\ndef test_z_slow():\n    time.sleep(120)\n"
+    )
+    result = accelerator_suite.run_suite(PLATFORM, f"--rootdir={tmp_path} {tmp_path}", timeout=20, log=lambda *_: None)
+    assert result["timed_out"] and result["timeout_s"] == 20 and result["seconds"] < 80
+    assert result["counts"] == {"passed": 1, "interrupted": 1} and "output_tail" not in result
+    goal = accelerator.goals({"tests": result})[2]
+    assert goal["status"] == "met" and "stopped at its time limit" in goal["note"]
+
+
+def test_a_benchmark_stopped_midway_keeps_what_it_measured(tmp_path, monkeypatch):
+    """The goals' figures come first and are written as they come: stopped in SoftDecay's phase, the JSON holds
+    the bf16 step and forward, marked incomplete."""
+
+    class Stopped(Exception):
+        pass
+
+    def stop(*args, **kwargs):
+        raise Stopped
+
+    monkeypatch.setattr(throughput, "softdecay_share", stop)
+    with pytest.raises(Stopped):
+        accelerator.main([*TINY, "--skip-tests", "--no-lowering", "--no-scale", "--out", str(tmp_path)])
+    saved = json.loads((tmp_path / f"{DEVICE['slug']}.json").read_text())["benchmarks"]
+    assert saved["complete"] is False and list(saved["train_step"]) == list(saved["forward"]) == ["bfloat16"]
+    assert saved["train_step"]["bfloat16"]["ms"] > 0 and saved["softdecay"]["methods"] == {}
+    assert "**Partial**" in (tmp_path / f"{DEVICE['slug']}.md").read_text()
 
 
 def test_a_strategy_that_fails_is_recorded_and_marked():

@@ -46,16 +46,23 @@ def _message(outcome: ET.Element) -> str:
     if message == "collection failure":
         errors = [line[1:].strip() for line in text.splitlines() if line.startswith("E ")]
         return errors[-1] if errors else message
-    return message.strip().splitlines()[0] if message.strip() else ""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].endswith(":"):  # "AssertionError:" and numpy's message on the next line
+        return f"{lines[0]} {lines[1]}"
+    return lines[0] if lines else ""
 
 
 def parse_junit(path: str) -> dict:
-    """Counts, failures (``[{"test", "kind", "message"}]``) and skips (``[{"reason", "count", "tests"}]``, most
+    """Counts (``interrupted``: tests cut short by a stop at the time limit, which pytest writes without a name),
+    failures (``[{"test", "kind", "message"}]``) and skips (``[{"reason", "count", "tests"}]``, most
     frequent first, up to 3 test ids each) of a pytest JUnit XML file."""
     root = ET.parse(path).getroot()
     counts = Counter()
     failures, skipped = [], {}
     for case in root.iter("testcase"):
+        if not case.get("name"):  # a test that a stop at the time limit interrupted: no outcome
+            counts["interrupted"] += 1
+            continue
         outcome = next((child for child in case if child.tag in ("failure", "error", "skipped")), None)
         kind = "passed" if outcome is None else {"failure": "failed", "error": "errors"}.get(outcome.tag, "skipped")
         counts[kind] += 1
