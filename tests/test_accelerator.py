@@ -282,6 +282,12 @@ def test_bad_options_are_usage_errors(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("part", ["--lowering", "--scale"])
+def test_lowering_or_scale_alone_is_something_to_run(part):
+    args = accelerator.parse_args(["--skip-tests", "--skip-bench", part])
+    assert args.skip_tests and args.skip_bench and getattr(args, part[2:])
+
+
 # ------------------------------------------------------------------------------------------------------ bundle
 def test_model_parts_join_only_when_all_are_there_and_intact(tmp_path):
     data = bytes(range(256)) * 1000 + b"tail"
