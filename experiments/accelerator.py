@@ -155,9 +155,8 @@ def run_benchmarks(args, platform: str, log=print, save=lambda bench: None) -> d
 
     def measure(name, dtype):
         out["train_step"][name], step = throughput.train_step(cfg, dtype, batch, args.repeats)
-        log(
-            f"train step {name}: {out['train_step'][name]['ms']:.1f} ms, {out['train_step'][name]['tokens_per_s']:,.0f} tokens/s"
-        )
+        r = out["train_step"][name]
+        log(f"train step {name}: {r['ms']:.1f} ms, {r['tokens_per_s']:,.0f} tokens/s")
         save(out)
         out["forward"][name] = throughput.forward(cfg, dtype, batch, args.repeats)
         log(f"forward {name}: {out['forward'][name]['ms']:.1f} ms")
@@ -176,6 +175,7 @@ def run_benchmarks(args, platform: str, log=print, save=lambda bench: None) -> d
     return out
 
 
+# ------------------------------------------------------------------------------------------------------ report
 def goals(payload: dict) -> list[dict]:
     """The issue's goals against what ``payload`` measured: ``status`` met / not met / not measured."""
 

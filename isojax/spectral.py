@@ -89,13 +89,14 @@ experiments.benchmarks.lowering`` shows every platform's cells).
   Its QR's orgqr step also loops over the batch in jaxlib. ``python -m experiments.accelerator`` times every
   strategy of :data:`DECOMPOSITIONS` on the device; this rule is to be replaced by what it measures.
 
-**On a GPU** (one NVIDIA H200, jax 0.11.2, 2026-11-28: ``experiments/results/accelerator/nvidia-h200.md``: the
-suite stopped at its 290 s limit after 1811 tests, 1756 passed, 10 failed, 45 skipped). ``svd_polar`` (cuSOLVER gesvdp) failed seven
-tests: orthonormality and ``U diag(s) Vᵀ = X`` at 100·eps in float32 and float64, masked rows, rank-deficient
-input and the degenerate derivative; do not use it on GPUs for masked or rank-deficient input until those misses
-are measured. ``svd``, ``svd_jacobi`` and ``qr_svd`` (cuSOLVER gesvdj) each missed Algorithm 1 at 1e-5 absolute
-with the rescaling in one test and passed the rest; ``gram_eigh_f64`` passed every test it ran in. The sizes of
-the misses were not recorded, and the timings that are to replace the provisional rule were not reached.
+**On a GPU** (one NVIDIA H200, jax 0.11.2, 2026-11-28, ``experiments/results/accelerator/nvidia-h200.md``; the
+suite stopped at its 290 s limit after 1811 tests: 1756 passed, 10 failed, 45 skipped). ``svd_polar`` (cuSOLVER
+gesvdp) failed seven tests: the SVD identities at 100·eps (orthonormal ``U`` and ``V``, ``s``, ``U diag(s) Vᵀ =
+X``) in float32 and float64, masked rows, rank-deficient input and the degenerate derivative; do not use it on GPUs
+for masked or rank-deficient input until those misses are measured. ``svd``, ``svd_jacobi`` and ``qr_svd``
+(cuSOLVER gesvdj) each missed Algorithm 1 at 1e-5 absolute with the rescaling in one test and passed the others
+that ran; ``gram_eigh_f64`` failed none. The sizes of the misses were not recorded, and the timings that are to
+replace the provisional rule were not reached.
 """
 
 from __future__ import annotations
