@@ -652,16 +652,35 @@ def test_a_regulariser_run_draws_the_baselines_dropout_masks(campaign):
     assert abs(plain["task"] - base["task"]) > 1e-4
 
 
-def test_dropout_stream_fingerprints_the_masks_and_nothing_else(monkeypatch):
-    stream = glue_pairing.dropout_stream()
-    assert stream == glue_pairing.dropout_stream()  # deterministic
+def test_mask_fingerprint_follows_the_masks_not_the_arithmetic(monkeypatch):
+    """Other weights change every activation (as another device's arithmetic changes them a little): the older
+    stream changes, the mask fingerprint does not; another mask generator at the same rate changes both."""
+    stream, masks = glue_pairing.dropout_stream(), glue_pairing.dropout_masks()
+    assert (stream, masks) == (glue_pairing.dropout_stream(), glue_pairing.dropout_masks())  # deterministic
+    assert glue_pairing.dropout_masks(weights_seed=1) == masks and glue_pairing.dropout_stream(weights_seed=1) != stream
     from isojax.models import dropout
 
     original = dropout.bernoulli_mask
     monkeypatch.setattr(
         dropout, "bernoulli_mask", lambda key, keep, shape: original(jax.random.fold_in(key, 1), keep, shape)
     )  # other masks, same rate
-    assert glue_pairing.dropout_stream() != stream
+    assert glue_pairing.dropout_stream() != stream and glue_pairing.dropout_masks() != masks
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="the older stream of this code was recorded on CPU")
+def test_the_current_code_draws_the_masks_its_cpu_stream_is_mapped_to():
+    assert glue_pairing.STREAM_OF_MASKS.get(glue_pairing.dropout_masks()) == glue_pairing.dropout_stream(), (
+        "the encoder now draws other masks than the code STREAM_OF_MASKS maps: runs of this code no longer pair "
+        "with the records of that stream"
+    )
+
+
+def test_pair_key_prefers_the_masks_and_maps_them_to_the_older_stream():
+    (masks, stream), key = next(iter(glue_pairing.STREAM_OF_MASKS.items())), glue_pairing.pair_key
+    assert key({"pairing": {"dropout_stream": "d7ee28911d1c", "dropout_masks": masks}}) == stream  # a GPU run
+    assert key({"pairing": {"dropout_stream": stream}}) == stream  # a CPU record made before mask fingerprints
+    assert key({"pairing": {"dropout_stream": stream, "dropout_masks": "0123456789ab"}}) == "masks 0123456789ab"
+    assert key({"commit": "4f6c0e6"}) == "commit 4f6c0e6"
 
 
 def test_cost_measure_and_estimate_from_a_written_log(tmp_path):
@@ -807,7 +826,14 @@ def test_a_run_that_diverges_is_recorded_reported_and_not_run_again(campaign, mo
     assert glue_methods.main([*argv, "method=cosine"]) == 0
     assert glue_methods.main([*argv, "method=cosine"]) == 0  # recorded: not run again
     assert len(calls) == 1
-    assert read_json(runs / "p" / "rte" / "cosine" / "seed0" / "campaign.json")["diverged"] == error
+    record = read_json(runs / "p" / "rte" / "cosine" / "seed0" / "campaign.json")
+    assert record["diverged"] == error
+    pairing = record["pairing"]  # both fingerprints of this code, the masks' first (glue_pairing.pair_key)
+    assert pairing["dropout_masks"] == glue_pairing.dropout_masks() and glue_pairing.pair_key(record) in (
+        glue_pairing.STREAM_OF_MASKS.get(pairing["dropout_masks"]),
+        f"masks {pairing['dropout_masks']}",
+    )
+    assert pairing["dropout_stream"] == glue_pairing.dropout_stream()
     assert (
         read_json(out / "glue_methods_runs" / "p" / "rte" / "cosine" / "seed0" / "campaign.json")["diverged"] == error
     )

@@ -5,12 +5,13 @@
 
 A run is ``<protocol>/<task>/<method>/seed<seed>`` under each directory (the campaign's run records:
 :mod:`experiments.reproductions.glue_methods`); one that both hold had the same configuration, data order and
-dropout keys, so its metrics differ only by the devices' arithmetic (and by the masks, where the two dropout-stream
-fingerprints differ: the fingerprint rounds a small encoder's output, so it also changes with arithmetic alone).
-For each run the table gives the task's metrics (:func:`isojax.data.glue.glue_task`'s ``metrics``) and the dev
-IsoScore on both devices with their difference, the steps, the seconds per epoch and their ratio, and the
-fingerprints; per task and method, the largest ``|b − a|`` of the first metric beside the sample standard deviation
-(n − 1) of ``a``'s seeds of that method (all of ``a``'s records of it), the scale of what the campaign compares.
+dropout keys, so its metrics differ only by the devices' arithmetic, and by the masks where the two records' pair
+keys differ (:func:`experiments.reproductions.glue_pairing.pair_key`; records made before mask fingerprints carry
+a stream that the arithmetic alone can change, so two such keys that differ do not prove other masks). For each
+run the table gives the task's metrics (:func:`isojax.data.glue.glue_task`'s ``metrics``) and the dev IsoScore on
+both devices with their difference, the steps, the seconds per epoch and their ratio, and the pair keys; per task
+and method, the largest ``|b − a|`` of the first metric beside the sample standard deviation (n − 1) of ``a``'s
+seeds of that method (all of ``a``'s records of it), the scale of what the campaign compares.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import os
 import statistics
 from pathlib import Path
 
+from experiments.reproductions.glue_pairing import pair_key
 from experiments.tooling.report import RESULTS, markdown_table, provenance, write_result
 
 
@@ -61,7 +63,7 @@ def compare(a: dict[str, dict], b: dict[str, dict]) -> dict:
                 "steps": [ra["results"]["step"], rb["results"]["step"]],
                 "seconds_per_epoch": [sa, sb],
                 "speedup": sa / sb,
-                "streams": [ra["campaign"]["pairing"]["dropout_stream"], rb["campaign"]["pairing"]["dropout_stream"]],
+                "streams": [pair_key(ra["campaign"]), pair_key(rb["campaign"])],
                 "machines": [ra["campaign"]["machine"], rb["campaign"]["machine"]],
             }
         )
@@ -112,11 +114,11 @@ def sections(result: dict, a: str, b: str) -> list[str]:
     ]
     return [
         f"Runs recorded in both `{a}` (a) and `{b}` (b): same configuration, data order and dropout keys "
-        "(the masks are the same only where the dropout-stream fingerprints agree, or differ by arithmetic alone). "
+        "(the masks are the same where the pair keys agree; older stream fingerprints can differ by arithmetic alone). "
         f"Machines: {'; '.join(f'`{m}`' for m in machines)}.",
         "## Per run\n\n"
         + markdown_table(
-            ["run", "dev metrics, a / b (b − a)", "IsoScore a / b", "steps", "s / epoch a / b", "dropout stream a / b"],
+            ["run", "dev metrics, a / b (b − a)", "IsoScore a / b", "steps", "s / epoch a / b", "pair key a / b"],
             rows,
         ),
         "## Against the seed-to-seed spread\n\n"

@@ -68,6 +68,7 @@ import scipy.stats
 
 from experiments.reproductions.glue_pairing import (
     MODEL_CHANGES,
+    dropout_masks,
     dropout_stream,
     pair_key,
     paired_ttest,
@@ -978,7 +979,7 @@ def main(argv=None) -> int:
         from isojax.data.glue import load_glue
 
         sizes = {task: len(load_glue(task, "train", data_dir=args.data_dir).labels) for task in {r.task for r in todo}}
-        stream = None if args.dry_run else dropout_stream()
+        stream, masks = (None, None) if args.dry_run else (dropout_stream(), dropout_masks())
         started, listed = time.monotonic(), 0.0  # listed: the estimated minutes of the runs --dry-run printed
         took, estimated = 0.0, 0.0  # this sitting's finished runs: their wall minutes and their estimates' sum
         while todo:  # the cost table is read again before each run: a timing that finishes later reorders the rest
@@ -1009,7 +1010,7 @@ def main(argv=None) -> int:
                 "wall_seconds": seconds,
                 "commit": prov["commit"],
                 "machine": prov["machine"],
-                "pairing": pairing_record(run.config(), prov["commit"], stream),
+                "pairing": pairing_record(run.config(), prov["commit"], stream, masks),
             }
             with open(os.path.join(run.directory(args.runs_dir), "campaign.json"), "w") as f:
                 json.dump({**record, "diverged": diverged} if diverged else record, f, indent=1)

@@ -15,14 +15,18 @@ Within one protocol and seed, every ``isojax finetune`` run
   weaker (the report marks them).
 
 Pairing also needs the same dropout implementation: the campaign's code changed its mask generator once (commit
-4f6c0e6), so runs made before and after draw different masks for the same key. Each run records its
-:func:`dropout_stream`, a fingerprint of the masks the encoder draws for a fixed key; runs pair only when their
-fingerprints agree (records made before fingerprints existed carry their commit instead, and pair only with runs
-of the same commit).
+4f6c0e6), so runs made before and after draw different masks for the same key. Each run records
+:func:`dropout_masks`, a fingerprint of the masks a small encoder draws for a fixed key, which the device's
+arithmetic does not change, so that runs on a CPU and on a GPU can pair; runs pair only when their fingerprints
+agree (:func:`pair_key`). Records made before it carry :func:`dropout_stream`, which the arithmetic can change (an
+H200 gave another stream than the CPU for the same code), and records made before that their commit; such
+records pair with runs of the same stream or commit, and through :data:`STREAM_OF_MASKS` with the runs whose masks
+that stream's code draws.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 
 import numpy as np
@@ -38,11 +42,10 @@ MODEL_CHANGES = {
 }
 
 
-def dropout_stream() -> str:
-    """Fingerprint of the dropout masks the importable encoder code draws: a 2-layer, 16-wide BERT (weights from
-    ``key(0)``) run in training mode with the dropout key ``fold_in(key(0), 1)``; the hash of its output
-    rounded to 3 decimals, so that floating-point noise does not change it and any change of which entries are
-    dropped does (as would a change of the encoder's initialisation or arithmetic: then runs do not pair)."""
+def _small_encoder_in_training(weights_seed: int, interceptor=None):
+    """A 2-layer, 16-wide BERT (weights from ``key(weights_seed)``) run in training mode with the dropout key
+    ``fold_in(key(0), 1)``, under a Flax method ``interceptor``; its last hidden state as float64."""
+    import flax.linen as nn
     import jax
     import jax.numpy as jnp
 
@@ -58,15 +61,49 @@ def dropout_stream() -> str:
     )
     module = build_encoder(config, add_pooling_layer=False)
     ids = jnp.arange(12, dtype=jnp.int32).reshape(2, 6) % 8
-    params = module.init(jax.random.key(0), ids)["params"]
-    out = module.apply(
-        {"params": params}, ids, deterministic=False, rngs={"dropout": jax.random.fold_in(jax.random.key(0), 1)}
-    )
-    hidden = np.asarray(out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0], np.float64)
+    params = module.init(jax.random.key(weights_seed), ids)["params"]
+    with nn.intercept_methods(interceptor) if interceptor else contextlib.nullcontext():
+        out = module.apply(
+            {"params": params}, ids, deterministic=False, rngs={"dropout": jax.random.fold_in(jax.random.key(0), 1)}
+        )
+    return np.asarray(out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0], np.float64)
+
+
+def dropout_stream(weights_seed: int = 0) -> str:
+    """Fingerprint of the dropout masks the importable encoder code draws, as recorded before
+    :func:`dropout_masks`: the hash of a small encoder's training-mode output (:func:`_small_encoder_in_training`)
+    rounded to 3 decimals, so that floating-point noise does not change it and any change of which entries are
+    dropped does. A change of the encoder's initialisation or arithmetic changes it too, beyond the rounding: on an
+    H200 the current code gives another stream than on the CPU. ``weights_seed`` changes it (tests)."""
+    hidden = _small_encoder_in_training(weights_seed)
     return hashlib.sha256(np.round(hidden, 3).tobytes()).hexdigest()[:12]
 
 
-def pairing_record(config: TrainConfig, commit: str, stream: str) -> dict:
+def dropout_masks(weights_seed: int = 0) -> str:
+    """Fingerprint of the dropout masks themselves: the same small encoder in training mode, every dropout site's
+    pattern of dropped entries (output 0 where the input was not), in call order, packed into bits and hashed.
+    The device's arithmetic and the weights (``weights_seed``) do not change it; which entries are dropped
+    (the mask generator, the per-site keys, the sites) does."""
+    from isojax.models.dropout import Dropout
+
+    patterns = []
+
+    def record(next_fun, args, kwargs, context):
+        out = next_fun(*args, **kwargs)
+        if isinstance(context.module, Dropout) and context.method_name == "__call__":
+            patterns.append(np.asarray((out == 0) & (args[0] != 0)).ravel())
+        return out
+
+    _small_encoder_in_training(weights_seed, record)
+    return hashlib.sha256(np.packbits(np.concatenate(patterns)).tobytes()).hexdigest()[:12]
+
+
+# dropout_masks of the code that recorded these dropout_streams on the CPU (both computed with that code, commit
+# acb21b8 on 2026-11-28): a record with those masks pairs with the records of that stream.
+STREAM_OF_MASKS = {"cab567a4d479": "82be2a160ca3"}
+
+
+def pairing_record(config: TrainConfig, commit: str, stream: str | None, masks: str | None) -> dict:
     """What pairs a run (its configuration) with the other runs of its protocol, task and seed (module docstring),
     for its record."""
     change = MODEL_CHANGES.get(config.method.name)
@@ -76,14 +113,19 @@ def pairing_record(config: TrainConfig, commit: str, stream: str) -> dict:
         "last partial batch dropped",
         "dropout_key": f"fold_in(key({seed}), step), per site by Flax module path",
         "dropout_stream": stream,
+        "dropout_masks": masks,
         "commit": commit,
         "model_change": change,  # None: the baseline's model and dropout sites
     }
 
 
 def pair_key(record: dict) -> str:
-    """The stream a run's masks come from: its recorded fingerprint, else its commit."""
+    """The stream a run's masks come from: its mask fingerprint (named by the older stream that draws the same masks,
+    :data:`STREAM_OF_MASKS`, where there is one), else its recorded stream, else its commit."""
     pairing = record.get("pairing") or {}
+    masks = pairing.get("dropout_masks")
+    if masks:
+        return STREAM_OF_MASKS.get(masks, f"masks {masks}")
     return pairing.get("dropout_stream") or f"commit {record.get('commit')}"
 
 
