@@ -63,7 +63,7 @@ def compare(a: dict[str, dict], b: dict[str, dict]) -> dict:
                 "steps": [ra["results"]["step"], rb["results"]["step"]],
                 "seconds_per_epoch": [sa, sb],
                 "speedup": sa / sb,
-                "streams": [pair_key(ra["campaign"]), pair_key(rb["campaign"])],
+                "pair_keys": [pair_key(ra["campaign"]), pair_key(rb["campaign"])],
                 "machines": [ra["campaign"]["machine"], rb["campaign"]["machine"]],
             }
         )
@@ -98,7 +98,7 @@ def sections(result: dict, a: str, b: str) -> list[str]:
             f"{r['metrics']['isoscore']['a']:.4f} / {r['metrics']['isoscore']['b']:.4f}",
             " / ".join(map(str, r["steps"])),
             f"{r['seconds_per_epoch'][0]:.1f} / {r['seconds_per_epoch'][1]:.1f} ({r['speedup']:.0f}×)",
-            " / ".join(r["streams"]),
+            " / ".join(r["pair_keys"]),
         ]
         for r in result["rows"]
     ]
