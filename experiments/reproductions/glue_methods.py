@@ -27,7 +27,11 @@ finetune --config`` process (a killed campaign loses at most the steps since tha
 compilation cache is shared by the runs. A run that non-finite numbers stop (``isojax finetune`` exits with status 3
 after ``max_nonfinite_steps`` skipped steps in a row) is a result, not a crash: its ``campaign.json`` records the
 error (``"diverged"``), the campaign goes on and does not run it again (delete that file to retry it), and the
-report lists it; any other failure stops the campaign.
+report lists it; any other failure stops the campaign. ``--rerun-older-masks [KEY=V1,V2 ...]`` runs again the
+finished runs so chosen whose records drew other dropout masks than the current code
+(:func:`experiments.reproductions.glue_pairing.pair_key`; the code that draws them changed during the campaign), so
+that they pair with the runs recorded since: the new record replaces the earlier one and names it (its
+``campaign.json``'s ``replaces``: the earlier commit, pair key and dev metrics; the earlier files stay in git).
 
 The report (``<out>/glue_methods.md``, ``.json``, ``glue_methods_curves.png``) has, per task and protocol, one line
 per method: the task metrics as mean ± std over seeds with the two-sample t-test against the protocol's baseline
@@ -216,11 +220,12 @@ def expand(config: dict, *, sweep: bool = False) -> list[Run]:
     return runs
 
 
-def select(runs: list[Run], only: dict) -> list[Run]:
-    """The runs whose protocol/method/task/seed are among ``only``'s values (all runs for an empty ``only``)."""
+def select(runs: list[Run], only: dict, flag: str = "--only") -> list[Run]:
+    """The runs whose protocol/method/task/seed are among ``only``'s values (all runs for an empty ``only``);
+    ``flag`` names the option ``only`` came from in the error for an unknown key."""
     unknown = sorted(set(only) - {"protocol", "method", "task", "seed"})
     if unknown:
-        raise SystemExit(f"--only: unknown key(s) {unknown}; use protocol, method, task, seed")
+        raise SystemExit(f"{flag}: unknown key(s) {unknown}; use protocol, method, task, seed")
     return [r for r in runs if all(str(getattr(r, k)) in [str(v) for v in vals] for k, vals in only.items())]
 
 
@@ -366,6 +371,22 @@ def pending(run: Run, runs_dir: str, *records_dirs: str) -> bool:
     return (
         finished_record(run, runs_dir, *records_dirs) is None and diverged_record(run, runs_dir, *records_dirs) is None
     )
+
+
+def older_masks(run: Run, current: str, runs_dir: str, *records_dirs: str) -> dict | None:
+    """For a finished ``run`` whose dropout masks are not the current code's (its record's
+    :func:`~experiments.reproductions.glue_pairing.pair_key` is not ``current``, the key of
+    :func:`~experiments.reproductions.glue_pairing.dropout_masks`), what its rerun's record says it replaces:
+    ``{"commit", "pair_key", "stages"}`` (the earlier record's dev metrics); None where the run is not finished
+    (also where it diverged) or draws the current masks."""
+    directory = finished_record(run, runs_dir, *records_dirs)
+    if directory is None:
+        return None
+    record = campaign_record(run, runs_dir, *records_dirs) or {}
+    if (key := pair_key(record)) == current:
+        return None
+    with open(os.path.join(directory, "results.json")) as f:
+        return {"commit": record.get("commit"), "pair_key": key, "stages": json.load(f)["stages"]}
 
 
 def ttest(a, b) -> float | None:
@@ -732,7 +753,8 @@ def curves(runs: list[Run], runs_dir: str, records_dirs: tuple, path: str, title
 
 def copy_records(runs: list[Run], runs_dir: str, records_dir: str) -> None:
     """Copy the ``results.json``, ``log.jsonl`` and ``campaign.json`` of each run of ``runs_dir`` that finished or
-    diverged (:func:`diverged_record`) to ``records_dir`` (same layout)."""
+    diverged (:func:`diverged_record`) to ``records_dir`` (same layout), removing there those the run directory
+    lacks (a rerun that diverged leaves no earlier ``results.json`` behind)."""
     for run in runs:
         source, target = run.directory(runs_dir), run.directory(records_dir)
         if not any(os.path.exists(os.path.join(source, name)) for name in ("results.json", "campaign.json")):
@@ -741,6 +763,8 @@ def copy_records(runs: list[Run], runs_dir: str, records_dir: str) -> None:
         for name in ("results.json", "log.jsonl", "campaign.json"):
             if os.path.exists(os.path.join(source, name)):
                 shutil.copyfile(os.path.join(source, name), os.path.join(target, name))
+            elif os.path.exists(os.path.join(target, name)):
+                os.remove(os.path.join(target, name))
 
 
 def not_run_reason(run: Run, selected: set, cost: dict | None, config: dict | None = None) -> str:
@@ -885,12 +909,12 @@ def report(
     )
 
 
-def _pairs(items: list[str]) -> dict:
+def _pairs(items: list[str], flag: str = "--only") -> dict:
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep:
-            raise SystemExit(f"--only: expected KEY=V1,V2, got {item!r}")
+            raise SystemExit(f"{flag}: expected KEY=V1,V2, got {item!r}")
         out[key] = value.split(",")
     return out
 
@@ -940,6 +964,14 @@ def main(argv=None) -> int:
         "started (with --dry-run: what the estimates of the runs listed before it leave), each estimate scaled by how much "
         "longer than theirs this sitting's runs took; stop when none does",
     )
+    ap.add_argument(
+        "--rerun-older-masks",
+        nargs="*",
+        metavar="KEY=V1,V2",
+        help="run again the finished runs so chosen (protocol, method, task or seed; all of the selection without "
+        "any) whose records drew other dropout masks than the current code, so that they pair with the runs "
+        "recorded since; the new record replaces the earlier one and names it (campaign.json: replaces)",
+    )
     args = ap.parse_args(argv)
     if args.time_limit is not None and not args.time_limit > 0:
         ap.error(f"--time-limit must be a positive number of minutes, got {args.time_limit}")
@@ -971,15 +1003,23 @@ def main(argv=None) -> int:
     records_dirs = tuple(os.path.join(args.out, f"{name}_runs") for name in (args.name, sweep_name))
     prov = provenance("glue_methods")  # of the code that runs, taken before it runs
     runs = list({r.key: r for part in parts.values() for r in part}.values())  # a sweep's table value: one run
-    todo = [r for r in runs if pending(r, args.runs_dir, *records_dirs)]
-    print(f"{len(runs)} runs selected, {len(runs) - len(todo)} done, {len(todo)} to run", flush=True)
+    masks, replaced = None, {}  # replaced: {run key: what its rerun replaces}
+    if args.rerun_older_masks is not None:
+        masks = dropout_masks()
+        current = pair_key({"pairing": {"dropout_masks": masks}})
+        for run in select(runs, _pairs(args.rerun_older_masks, "--rerun-older-masks"), "--rerun-older-masks"):
+            if earlier := older_masks(run, current, args.runs_dir, *records_dirs):
+                replaced[run.key] = earlier
+    todo = [r for r in runs if pending(r, args.runs_dir, *records_dirs) or r.key in replaced]
+    again = f" ({len(replaced)} of them again, on the current dropout masks)" if replaced else ""
+    print(f"{len(runs)} runs selected, {len(runs) - len(todo)} done, {len(todo)} to run{again}", flush=True)
     env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=os.path.abspath(os.path.join(args.runs_dir, "jax_cache")))
     if not args.report_only and todo:
         from experiments.benchmarks.glue_cost import run_minutes
         from isojax.data.glue import load_glue
 
         sizes = {task: len(load_glue(task, "train", data_dir=args.data_dir).labels) for task in {r.task for r in todo}}
-        stream, masks = (None, None) if args.dry_run else (dropout_stream(), dropout_masks())
+        stream, masks = (None, None) if args.dry_run else (dropout_stream(), masks or dropout_masks())
         started, listed = time.monotonic(), 0.0  # listed: the estimated minutes of the runs --dry-run printed
         took, estimated = 0.0, 0.0  # this sitting's finished runs: their wall minutes and their estimates' sum
         while todo:  # the cost table is read again before each run: a timing that finishes later reorders the rest
@@ -1004,6 +1044,13 @@ def main(argv=None) -> int:
             print(f"== {run.key}: python -m isojax.cli finetune --config {path}\n   {json.dumps(changed)}", flush=True)
             if args.dry_run:
                 continue
+            replaces = os.path.join(run.directory(args.runs_dir), "replaces.json")  # kept across a resumed rerun
+            if run.key in replaced:
+                if os.path.exists(os.path.join(run.directory(args.runs_dir), "results.json")):
+                    shutil.rmtree(run.directory(args.runs_dir))  # the earlier run finished here: start over
+                os.makedirs(run.directory(args.runs_dir), exist_ok=True)
+                with open(replaces, "w") as f:
+                    json.dump(replaced[run.key], f, indent=1)
             seconds, diverged = run_one(run, args.runs_dir, args.data_dir, every, env)
             took, estimated = took + seconds / 60, estimated + estimate
             record = {
@@ -1012,6 +1059,9 @@ def main(argv=None) -> int:
                 "machine": prov["machine"],
                 "pairing": pairing_record(run.config(), prov["commit"], stream, masks),
             }
+            if os.path.exists(replaces):
+                with open(replaces) as f:
+                    record["replaces"] = json.load(f)
             with open(os.path.join(run.directory(args.runs_dir), "campaign.json"), "w") as f:
                 json.dump({**record, "diverged": diverged} if diverged else record, f, indent=1)
             for name, part in parts.items():  # kept as soon as it is done
