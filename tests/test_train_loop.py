@@ -165,6 +165,12 @@ def test_log_every_zero_logs_each_stages_last_step_only(tiny, reference, tmp_pat
     assert result.step == ref.step == 16
 
 
+# Restoring the truncated step fails while other reads of it are still in flight; when one finishes after orbax has
+# closed its event loop, its callback raises "Event loop is closed", which Python reports as unraisable (harmless; seen
+# only when other runs precede this one in the process).
+@pytest.mark.filterwarnings(
+    r"ignore:Exception ignored in[\s\S]*Event loop is closed:pytest.PytestUnraisableExceptionWarning"
+)
 def test_unreadable_latest_checkpoints_fall_back_with_a_warning(tiny, reference, tmp_path):
     """Also: the run resumes on 8 devices with a model axis (data 4 x model 2) from checkpoints written on one."""
     if jax.device_count() < 8:

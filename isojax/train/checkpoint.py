@@ -127,7 +127,8 @@ class Checkpoints:
         ``check(meta)`` may refuse the checkpoints (its exception propagates: a checkpoint of another run is
         not "unreadable"); ``target(meta)`` gives the abstract state to restore into (its structure can depend
         on the stage recorded in ``meta``). Unreadable steps are skipped with a ``UserWarning`` naming the step
-        and error, and moved aside to ``<step>.unreadable.<time>``.
+        and error, and moved aside to ``<step>.unreadable.<time>``. Python may then also print "Event loop is
+        closed": a read of the failed step that finished after orbax closed its event loop (harmless).
         """
         unreadable = []
         for step in reversed(self.steps()):
