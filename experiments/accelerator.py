@@ -356,11 +356,16 @@ def test_section(tests: dict) -> str:
     if tests.get("bundle"):
         text.append("Brought in: " + "; ".join(tests["bundle"]) + ".")
     if tests.get("timed_out"):
-        stopped = f"Stopped after {tests['timeout_s']} s (interrupted as Ctrl-C would); "
-        if "output_tail" in tests:
+        stopped = f"Stopped after {tests['timeout_s']} s (interrupted as Ctrl-C would"
+        if tests.get("stopped_by") == "SIGKILL":
+            stopped += f", then killed: pytest had not ended {tests['grace_s']} s later"
+        stopped += "); "
+        if "counts" not in tests:
             text.append(stopped + f"no JUnit XML was written; the output's end:\n\n```\n{tests['output_tail']}\n```")
         else:
             text.append(stopped + "the counts are of the tests that ran by then.")
+            if "output_tail" in tests:
+                text.append(f"The output's end:\n\n```\n{tests['output_tail']}\n```")
     if tests.get("failures"):
         text.append(
             "### Failures\n\n"

@@ -9,6 +9,7 @@ say about it); the closed-form FLOP count of a BERT train step; tokens / time; a
 import hashlib
 import json
 import math
+import signal
 import statistics
 import subprocess
 import sys
@@ -223,10 +224,26 @@ def test_a_suite_stopped_at_its_limit_counts_the_tests_that_ran(tmp_path):
         "import time\n\n\ndef test_a_quick_one():\n    pass\n\n\ndef test_z_slow():\n    time.sleep(120)\n"
     )
     result = accelerator_suite.run_suite(PLATFORM, f"--rootdir={tmp_path} {tmp_path}", timeout=20, log=lambda *_: None)
-    assert result["timed_out"] and result["timeout_s"] == 20 and result["seconds"] < 80
+    assert result["timed_out"] and result["timeout_s"] == 20 and result["stopped_by"] == "SIGINT", result
     assert result["counts"] == {"passed": 1, "interrupted": 1} and "output_tail" not in result
     goal = accelerator.goals({"tests": result})[2]
     assert goal["status"] == "met" and "stopped at its time limit" in goal["note"]
+
+
+def test_a_suite_that_ignores_the_interrupt_is_killed_and_its_output_kept(tmp_path, monkeypatch):
+    """A pytest that SIGINT does not end (here one born with SIGINT ignored) is killed after the grace period; the
+    report says so and quotes the end of its output, since no JUnit XML was written."""
+    (tmp_path / "test_stuck.py").write_text("import time\n\n\ndef test_stuck():\n    time.sleep(120)\n")
+    monkeypatch.setattr(accelerator_suite, "INTERRUPT_GRACE_S", 1)
+    ignored = signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited by the child, so Python installs no handler
+    try:
+        result = accelerator_suite.run_suite(PLATFORM, f"--rootdir={tmp_path} {tmp_path}", timeout=3, log=print)
+    finally:
+        signal.signal(signal.SIGINT, ignored)
+    assert result["stopped_by"] == "SIGKILL" and result["returncode"] == -signal.SIGKILL, result
+    assert "counts" not in result and "output_tail" in result
+    section = accelerator.test_section(result)
+    assert "then killed: pytest had not ended 1 s later" in section and "no JUnit XML was written" in section
 
 
 def test_a_benchmark_stopped_midway_keeps_what_it_measured(tmp_path, monkeypatch):

@@ -5,7 +5,8 @@
 ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` (the tests' own subprocesses share the card). The results are read from
 its JUnit XML: every failed or erroring test with the first line of its message, and the skips grouped by reason.
 A run stopped at its time limit is interrupted as Ctrl-C would (SIGINT to pytest and its workers), so the tests that
-ran before the limit are still counted (``timed_out`` marks it).
+ran before the limit are still counted (``timed_out`` marks it); only if pytest has not ended ``INTERRUPT_GRACE_S``
+seconds later is it killed (``stopped_by`` says which signal ended it, and a killed run keeps its output's tail).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 
 from experiments.tooling.report import ROOT
+
+INTERRUPT_GRACE_S = 120  # pytest's summary and JUnit XML after SIGINT take about a second; a loaded host, far more
 
 _SUMMARY = re.compile(r"\b\d+ (passed|failed|skipped|errors?|deselected|xfailed|xpassed)\b")
 
@@ -88,7 +91,8 @@ def run_suite(
 ) -> dict:
     """Run ``pytest <args>`` (a shell-quoted string) on ``platform`` (``cpu``, ``cuda``, ``rocm``, ``tpu``) with
     the extra environment ``env``; return the command, summary line, counts, failures, skips, return code and
-    seconds (``timed_out`` when it ran past ``timeout`` seconds: then the tests that ran by then)."""
+    seconds (``timed_out`` when it ran past ``timeout`` seconds: then the tests that ran by then, and ``stopped_by``,
+    ``SIGINT`` or, if that did not end it within ``grace_s`` = ``INTERRUPT_GRACE_S`` seconds, ``SIGKILL``)."""
     with tempfile.TemporaryDirectory() as tmp:
         junit = os.path.join(tmp, "junit.xml")
         command = [
@@ -116,15 +120,16 @@ def run_suite(
             text=True,
             start_new_session=True,
         )
-        timed_out = False
+        stopped_by = None
         try:
             stdout, stderr = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            timed_out = True
+            stopped_by = "SIGINT"
             os.killpg(proc.pid, signal.SIGINT)
             try:
-                stdout, stderr = proc.communicate(timeout=60)
+                stdout, stderr = proc.communicate(timeout=INTERRUPT_GRACE_S)
             except subprocess.TimeoutExpired:
+                stopped_by = "SIGKILL"
                 os.killpg(proc.pid, signal.SIGKILL)
                 stdout, stderr = proc.communicate()
         result = {
@@ -134,11 +139,12 @@ def run_suite(
             "summary": summary_line(stdout),
             "extra_env": dict(env or {}),
         }
-        if timed_out:
-            result.update(timed_out=True, timeout_s=timeout)
+        if stopped_by:
+            result.update(timed_out=True, timeout_s=timeout, stopped_by=stopped_by, grace_s=INTERRUPT_GRACE_S)
         if os.path.exists(junit):
             result.update(parse_junit(junit))
-        else:  # pytest stopped before it ran anything (a usage error, say), or before it could write the XML
+        if not os.path.exists(junit) or stopped_by == "SIGKILL":
+            # pytest stopped before it ran anything (a usage error, say) or before it could write the XML, or hung
             result["output_tail"] = (stdout + stderr)[-4000:]
         log(f"tests: {result['summary'] or 'no summary'} (exit {proc.returncode})")
         return result
