@@ -230,16 +230,34 @@ def test_a_suite_stopped_at_its_limit_counts_the_tests_that_ran(tmp_path):
     assert goal["status"] == "met" and "stopped at its time limit" in goal["note"]
 
 
-def test_a_suite_that_ignores_the_interrupt_is_killed_and_its_output_kept(tmp_path, monkeypatch):
-    """A pytest that SIGINT does not end (here one born with SIGINT ignored) is killed after the grace period; the
-    report says so and quotes the end of its output, since no JUnit XML was written."""
-    (tmp_path / "test_stuck.py").write_text("import time\n\n\ndef test_stuck():\n    time.sleep(120)\n")
-    monkeypatch.setattr(accelerator_suite, "INTERRUPT_GRACE_S", 1)
-    ignored = signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited by the child, so Python installs no handler
+@pytest.mark.parametrize("caller", ["ignores", "blocks"])
+def test_a_suite_is_interrupted_whatever_the_caller_does_with_sigint(tmp_path, caller):
+    """A caller started in the background by a shell has SIGINT ignored, and a thread may have it blocked; both are
+    inherited by a child process, yet the suite's pytest must still stop at its limit with the counts so far."""
+    (tmp_path / "test_slow.py").write_text("import time\n\n\ndef test_slow():\n    time.sleep(120)\n")
+    if caller == "ignores":
+        before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    else:
+        before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        result = accelerator_suite.run_suite(PLATFORM, f"--rootdir={tmp_path} {tmp_path}", timeout=3, log=print)
+        result = accelerator_suite.run_suite(PLATFORM, f"--rootdir={tmp_path} {tmp_path}", timeout=5, log=print)
     finally:
-        signal.signal(signal.SIGINT, ignored)
+        if caller == "ignores":
+            signal.signal(signal.SIGINT, before)
+        else:
+            signal.pthread_sigmask(signal.SIG_SETMASK, before)
+    assert result["stopped_by"] == "SIGINT" and result["counts"] == {"interrupted": 1}, result
+
+
+def test_a_suite_that_ignores_the_interrupt_is_killed_and_its_output_kept(tmp_path, monkeypatch):
+    """A pytest that SIGINT does not end (here its test ignores SIGINT) is killed after the grace period; the
+    report says so and quotes the end of its output, since no JUnit XML was written."""
+    (tmp_path / "test_stuck.py").write_text(
+        "import signal\nimport time\n\n\ndef test_stuck():\n    signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "    time.sleep(120)\n"
+    )
+    monkeypatch.setattr(accelerator_suite, "INTERRUPT_GRACE_S", 1)
+    result = accelerator_suite.run_suite(PLATFORM, f"--rootdir={tmp_path} {tmp_path}", timeout=5, log=print)
     assert result["stopped_by"] == "SIGKILL" and result["returncode"] == -signal.SIGKILL, result
     assert "counts" not in result and "output_tail" in result
     section = accelerator.test_section(result)

@@ -26,6 +26,14 @@ from experiments.tooling.report import ROOT
 
 INTERRUPT_GRACE_S = 120  # pytest's summary and JUnit XML after SIGINT take about a second; a loaded host, far more
 
+# pytest, with SIGINT unblocked and raising KeyboardInterrupt whatever the caller left: a process started in the
+# background by a non-interactive shell inherits SIGINT ignored, a thread may have it blocked, and either would make
+# the stop at the time limit wait for the tests to end (seen in CI: the sleeping test "passed" after the SIGINT)
+_PYTEST_WITH_SIGINT = (
+    "import signal, sys; signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT}); "
+    "signal.signal(signal.SIGINT, signal.default_int_handler); import pytest; sys.exit(pytest.main(sys.argv[1:]))"
+)
+
 _SUMMARY = re.compile(r"\b\d+ (passed|failed|skipped|errors?|deselected|xfailed|xpassed)\b")
 
 
@@ -97,8 +105,8 @@ def run_suite(
         junit = os.path.join(tmp, "junit.xml")
         command = [
             sys.executable,
-            "-m",
-            "pytest",
+            "-c",
+            _PYTEST_WITH_SIGINT,
             "-q",
             "-p",
             "no:cacheprovider",
