@@ -264,6 +264,23 @@ def test_a_suite_that_ignores_the_interrupt_is_killed_and_its_output_kept(tmp_pa
     assert "then killed: pytest had not ended 1 s later" in section and "no JUnit XML was written" in section
 
 
+def test_a_suite_that_hangs_after_writing_its_xml_keeps_counts_and_output(tmp_path, monkeypatch):
+    """A pytest that wrote its JUnit XML and then hangs on the way out (here a plugin's unconfigure hook) is killed;
+    the report keeps the counts from the XML and also quotes the end of the output."""
+    (tmp_path / "conftest.py").write_text(
+        "import signal\nimport time\n\n\ndef pytest_unconfigure(config):\n"
+        "    signal.signal(signal.SIGINT, signal.SIG_IGN)\n    time.sleep(120)\n"
+    )
+    (tmp_path / "test_quick.py").write_text("def test_quick():\n    pass\n")
+    monkeypatch.setattr(accelerator_suite, "INTERRUPT_GRACE_S", 1)
+    result = accelerator_suite.run_suite(PLATFORM, f"--rootdir={tmp_path} {tmp_path}", timeout=5, log=print)
+    assert result["stopped_by"] == "SIGKILL" and result["counts"] == {"passed": 1}, result
+    assert "1 passed" in result["output_tail"]
+    section = accelerator.test_section(result)
+    assert "then killed: pytest had not ended 1 s later" in section
+    assert "the counts are of the tests that ran by then" in section and "The output's end:" in section
+
+
 def test_a_benchmark_stopped_midway_keeps_what_it_measured(tmp_path, monkeypatch):
     """The goals' figures come first and are written as they come: stopped in SoftDecay's phase, the JSON holds
     the bf16 step and forward, marked incomplete."""
