@@ -354,6 +354,32 @@ def test_analyze_on_gpt2_equals_the_pytorch_hidden_states(gpt2_with_tokenizer, t
     assert "input_embeddings" in result and result["input_embeddings"]["I1"] > 0
 
 
+def test_analyze_leaves_one_token_texts_out_of_the_sentence_columns(gpt2_with_tokenizer):
+    """A one-token text (GPT-2's tokenizer gives them) has no pair of tokens, so no TokenUni: the sentence columns
+    average the other texts, whose TokenUni equals the mean pairwise cosine of transformers' hidden states."""
+    from isojax.eval import analyze_layers
+    from isojax.models import from_pretrained
+
+    path, model, tokenizer = gpt2_with_tokenizer
+    texts = ["cat", "A man is playing a flute.", "dog", "A woman is slicing an onion."]
+    lengths = [len(tokenizer(t)["input_ids"]) for t in texts]
+    assert lengths[0] == lengths[2] == 1 and min(lengths[1::2]) >= 2, lengths
+    module, params, padded = from_pretrained(str(path))  # its tokenizer pads with the end-of-text token
+    result = analyze_layers(module, params, padded, texts)
+    assert result["num_texts"] == 4 and result["num_sentence_texts"] == 2
+    per_layer = []
+    for text in texts[1::2]:
+        with torch.no_grad():
+            hidden = model(**tokenizer(text, return_tensors="pt"), output_hidden_states=True).hidden_states
+        unit = [torch.nn.functional.normalize(h[0], dim=-1) for h in hidden]
+        n = len(unit[0])
+        per_layer.append([((u @ u.T).sum() - n).item() / (n * (n - 1)) for u in unit])
+    np.testing.assert_allclose(result["token_uni"], np.mean(per_layer, axis=0), atol=1e-4)
+    assert np.isfinite(result["rbf_dis"]).all() and np.isfinite(result["ev1"]).all()
+    with pytest.raises(ValueError, match="every text has fewer than 2 tokens"):
+        analyze_layers(module, params, padded, ["cat", "dog"])
+
+
 def test_wordsim_on_gpt2_equals_a_numpy_computation(gpt2_with_tokenizer, tmp_path):
     """``isojax wordsim`` reads GPT-2's token embedding matrix: its cosine correlations equal scipy's on the rows
     of transformers' ``wte`` for the same pairs."""

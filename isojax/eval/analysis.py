@@ -8,7 +8,8 @@ token states and ``σ̃ = σ / σ_1`` its normalised singular values:
     EV_1..EV_3   Σ_{i<=k} σ_i^2 / Σ σ_i^2                           (metrics.explained_variance, uncentered)
     median σ̃, skewness of σ̃                                       (metrics.singular_value_stats)
 
-These are averaged over sentences; the CDF of Figure 1 pools the σ̃ of all sentences. Corpus-level measures use
+These are averaged over the sentences with at least 2 tokens (a pair of distinct tokens; a one-token text, which
+GPT-2's tokenizer can give, has no TokenUni or RBF_dis and is left out of every sentence column); the CDF of Figure 1 pools the σ̃ of all sentences. Corpus-level measures use
 the token states of up to ``tokens_per_text`` content tokens (positions 1, 2, ...; [CLS]/[SEP] excluded) of every
 sentence, pooled into one ``[T, d]`` matrix per layer:
 
@@ -53,6 +54,7 @@ def _per_sentence(output, mask, tokens_per_text: int):
         sv_skewness=stats.skewness,
         cdf_counts=below.sum(-1),  # [B, layers, grid]
         n_valid=stats.valid.sum(-1),  # [B, layers]
+        n_tokens=mask.sum(-1),  # [B]
         samples=samples,
         sample_valid=content,
     )
@@ -84,7 +86,8 @@ def analyze_layers(
     Returns:
       A JSON-ready dict: ``layers`` (0 = the embedding output, then one per block), one list per column of
       ``SENTENCE_COLUMNS`` and ``CORPUS_COLUMNS`` (one value per layer), ``cdf_grid``, ``cdf`` (one list per layer),
-      ``num_texts``, ``num_tokens``. ``ValueError`` when the texts hold fewer than 2 content tokens.
+      ``num_texts``, ``num_sentence_texts`` (the texts of 2 or more tokens, which the sentence columns average),
+      ``num_tokens``. ``ValueError`` when no text has 2 tokens or the texts hold fewer than 2 content tokens.
 
     Examples:
       all-MiniLM-L6-v2 has 6 blocks, so 7 layers; the variance the top 1, 2, 3 directions explain grows with k:
@@ -110,9 +113,12 @@ def analyze_layers(
         desc="analyzing layers",
     )
     layers = per["ev1"].shape[1]
-    result = {"num_texts": len(texts), "layers": list(range(layers))}
+    paired = per["n_tokens"] >= 2  # the sentence measures need a pair of distinct tokens
+    if not paired.any():
+        raise ValueError("every text has fewer than 2 tokens; the per-sentence measures need a pair of tokens")
+    result = {"num_texts": len(texts), "num_sentence_texts": int(paired.sum()), "layers": list(range(layers))}
     for name in SENTENCE_COLUMNS:
-        result[name] = per[name].astype(np.float64).mean(0).tolist()
+        result[name] = per[name][paired].astype(np.float64).mean(0).tolist()
     tokens = np.swapaxes(per["samples"], 1, 2)[per["sample_valid"]]  # [T, layers, H]
     if len(tokens) < 2:
         raise ValueError(f"only {len(tokens)} content tokens in the texts; corpus measures need at least 2")
