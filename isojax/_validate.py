@@ -8,7 +8,9 @@ turns into NaN (:func:`nan_unless`), and :func:`check_labels` checks label range
 **The bad-input rule for point clouds** (:func:`check_cloud`): rows where the mask is false never influence a
 result or its gradient, whatever they hold (the statistics select rows with ``jnp.where`` before any
 arithmetic); a NaN or inf in a counted row is a ``ValueError`` naming the argument and the row for concrete
-input and makes the result NaN when traced (never a finite number); integer masks hold only 0 and 1.
+input and makes the result NaN when traced (never a finite number); integer masks hold only 0 and 1; a mask
+that selects fewer rows than the result is defined for (an empty cloud, or one point where a covariance or a
+pair is needed) is a ``ValueError`` for a concrete mask and NaN for a traced one, never a stand-in value.
 """
 
 from __future__ import annotations
@@ -117,14 +119,27 @@ def check_finite_rows(x, mask, name: str = "x"):
     return True
 
 
-def check_cloud(x, mask=None, name: str = "x", *, min_n: int = 1, min_d: int = 1, mask_name: str = "mask"):
+def check_cloud(
+    x,
+    mask=None,
+    name: str = "x",
+    *,
+    min_n: int = 1,
+    min_d: int = 1,
+    mask_name: str = "mask",
+    count_real: bool = True,
+):
     """Check a point cloud ``x [..., n, d]`` and its optional mask by the bad-input rule (module docstring).
+
+    ``min_n`` is the fewest points the result is defined for: ``x`` needs that many rows along axis -2 and, with
+    ``count_real`` (the default), the mask that many real rows per cloud (:func:`check_real_rows`). Transforms
+    and barcodes, whose answer for an empty cloud is empty rather than undefined, pass ``count_real=False``.
 
     Returns ``(x, mask, ok)``: ``x`` as an array (:func:`check_points`), the mask as bool or None
     (:func:`check_mask`) and ``ok`` -- ``True`` for concrete input (which raises instead) or a traced ``[...]``
-    flag that is false where a counted row is not finite or a traced integer mask holds a value other than 0/1.
-    The caller returns ``nan_unless(ok, result)`` and selects rows with ``jnp.where`` (the :mod:`isojax._stats`
-    helpers do) so that masked rows never reach any arithmetic.
+    flag that is false where a counted row is not finite, a traced integer mask holds a value other than 0/1, or
+    a traced mask selects fewer than ``min_n`` rows. The caller returns ``nan_unless(ok, result)`` and selects
+    rows with ``jnp.where`` (the :mod:`isojax._stats` helpers do) so that masked rows never reach any arithmetic.
     """
     x = check_points(x, name, min_n=min_n, min_d=min_d)
     raw = mask
@@ -132,6 +147,8 @@ def check_cloud(x, mask=None, name: str = "x", *, min_n: int = 1, min_d: int = 1
     ok = check_finite_rows(x, mask, name)
     if mask is not None and _traced(raw) and raw.dtype != jnp.bool_:
         ok = ok & jnp.all((raw == 0) | (raw == 1), axis=-1)
+    if count_real:
+        ok = ok & check_real_rows(mask, min_n, mask_name)
     return x, mask, ok
 
 
@@ -149,7 +166,10 @@ def check_real_rows(mask, minimum: int, name: str = "mask"):
     if (counts < minimum).any():
         index = tuple(int(i) for i in np.argwhere(counts < minimum)[0]) if counts.ndim else ()
         where = f" (cloud {index})" if index else ""
-        raise ValueError(f"{name} must select at least {minimum} row(s) per cloud, got {int(counts[index])}{where}")
+        raise ValueError(
+            f"{name} must select at least {minimum} row(s) per cloud (the result is not defined for fewer), "
+            f"got {int(counts[index])}{where}"
+        )
     return True
 
 

@@ -550,7 +550,7 @@ def common_enemies_alignment(w, grad, *, mask=None) -> CommonEnemiesAlignment:
     grad = check_float(grad, "grad")
     if grad.shape != w.shape:
         raise ValueError(f"grad must have the shape of w {w.shape}, got {grad.shape}")
-    w, mask, ok = check_cloud(w, mask, "w")
+    w, mask, ok = check_cloud(w, mask, "w", min_n=2)  # the principal direction needs a covariance
     ok = ok & check_finite_rows(grad, mask, "grad")
     w = jax.lax.stop_gradient(promote_float32(w))
     grad, _, _ = masked_rows(grad.astype(w.dtype), mask)

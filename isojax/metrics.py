@@ -22,7 +22,8 @@ n = 2, rank deficiency) gives finite values and finite gradients.
 **Bad input** (the rule of :func:`isojax._validate.check_cloud`): padding rows never influence a result or
 its gradient, whatever they hold; a NaN or inf in a counted row is a ``ValueError`` naming the argument and
 the row for concrete input and gives NaN under tracing; integer masks hold only 0 and 1 (a traced integer mask
-with another value gives NaN). The scale-invariant measures (:func:`explained_variance`, :func:`anisotropy`,
+with another value gives NaN); a mask selecting fewer real rows than a measure is defined for (one; two where it
+needs a covariance or a pair) is a ``ValueError`` for a concrete mask and NaN for a traced one. The scale-invariant measures (:func:`explained_variance`, :func:`anisotropy`,
 :func:`isoscore`, :func:`token_uniformity`, :func:`rbf_uniformity`, :func:`singular_value_stats`) divide the
 cloud by a power of two near its largest entry first, so they are exact for any finite float32 scale (1e±20
 included); the others say what range they handle. Spectral work (Gram/covariance matrices,
@@ -70,7 +71,6 @@ from isojax._validate import (
     check_hyperparameter,
     check_points,
     check_positive_int,
-    check_real_rows,
     check_square,
     nan_unless,
 )
@@ -118,7 +118,7 @@ def explained_variance(x, k: int = 1, *, mask=None, center: bool = False):
       >>> round(float(metrics.explained_variance(np.array([[3.0, 0.0], [0.0, 4.0]], np.float32), 1)), 4)
       0.64
     """
-    x, mask, ok = check_cloud(x, mask)
+    x, mask, ok = check_cloud(x, mask, min_n=2 if center else 1)
     check_positive_int(k, "k", upper=min(x.shape[-2:]))
     return nan_unless(ok, jnp.sum(_variance_shares(x, mask, center)[..., :k], axis=-1))
 
@@ -147,7 +147,7 @@ def anisotropy(x, *, k: int = 1, mask=None, center: bool = False):
       >>> round(float(metrics.anisotropy(np.array([[3.0, 0.0], [0.0, 4.0]], np.float32), k=2)), 4)
       0.36
     """
-    x, mask, ok = check_cloud(x, mask)
+    x, mask, ok = check_cloud(x, mask, min_n=2 if center else 1)
     check_positive_int(k, "k", upper=min(x.shape[-2:]))
     return nan_unless(ok, _variance_shares(x, mask, center)[..., k - 1])
 
@@ -290,8 +290,7 @@ def partition_isotropy(w, *, mask=None, center: bool = False):
       >>> round(float(i1), 4), round(float(np.exp(-1)), 4)
       (0.3679, 0.3679)
     """
-    w, mask, ok = check_cloud(w, mask, "w")
-    ok = ok & check_real_rows(mask, 1)  # Z of an empty cloud is 0 in every direction: I1, I2 undefined
+    w, mask, ok = check_cloud(w, mask, "w")  # Z of an empty cloud is 0 in every direction: I1, I2 undefined
     w, weights, _ = masked_rows(promote_float32(w), mask)
     if center:
         w = centered_rows(w, mask)[0]

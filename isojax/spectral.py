@@ -442,7 +442,7 @@ def _prepare(x, fn, params, mask, rtol, method):
     rows zeroed, mask, params, rtol, method)``."""
     if not callable(fn):
         raise TypeError(f"fn must be callable as fn(s, *params), got {type(fn).__name__}")
-    x, mask, ok = check_cloud(x, mask)
+    x, mask, ok = check_cloud(x, mask, count_real=False)  # an empty cloud maps to an empty cloud
     n, d = x.shape[-2:]
     work = working_dtype(x.dtype)
     if rtol is None:

@@ -153,7 +153,7 @@ def barcode_edges(x, *, mask=None):
       >>> [sorted(edge) for edge in edges.tolist()], np.round(np.asarray(bars), 4).tolist()
       ([[1, 2], [0, 1]], [2.0, 1.0])
     """
-    x, mask, ok = check_cloud(x, mask, min_n=2)
+    x, mask, ok = check_cloud(x, mask, min_n=2, count_real=False)  # fewer real points: an empty barcode
     return nan_unless(ok, _edges(promote_float32(x), _real(x, mask)))
 
 
@@ -308,7 +308,7 @@ def _loss_inputs(x, labels, mask, num_classes, bars, in_cluster_weight):
     """Validate the arguments of :func:`persistent_entropy_loss`; return ``(clouds [..., (C,) n, d],
     real [..., (C,) n], in_cluster_weight, ok)`` with one cloud per class when ``labels`` is given (``ok``: the
     points are finite and ``in_cluster_weight`` in range, see :func:`isojax._validate.check_cloud`)."""
-    x, mask, ok = check_cloud(x, mask, min_n=2)
+    x, mask, ok = check_cloud(x, mask, min_n=2, count_real=False)  # fewer real points: an empty barcode
     check_choice(bars, "bars", ("selected", "all"))
     weight, in_range = check_hyperparameter(in_cluster_weight, "in_cluster_weight", low=0.0)
     if bars == "all":

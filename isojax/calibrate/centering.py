@@ -23,7 +23,7 @@ from flax import struct
 
 from isojax._numeric import HIGHEST, nan_unless, promote_float32, safe_norm
 from isojax._stats import covariance, masked_mean, rowwise, select_rows, unit_scale
-from isojax._validate import check_cloud, check_float
+from isojax._validate import check_cloud, check_float, check_points
 from isojax.calibrate.whitening import eigh_descending
 
 
@@ -175,6 +175,13 @@ def _default_D(d: int, D):
     return D
 
 
+def _check_top(x, mask, D):
+    """``check_cloud`` for all-but-the-top, with ``D`` resolved: a direction needs a covariance, so two real rows
+    (one without directions, D = 0). Returns ``(x, mask, ok, D)``."""
+    D = _default_D(check_points(x).shape[-1], D)
+    return (*check_cloud(x, mask, min_n=2 if D else 1), D)
+
+
 def _check_mode(mode: str) -> None:
     if mode not in ("centered", "raw"):
         raise ValueError(f"mode must be 'centered' or 'raw', got {mode!r}")
@@ -205,8 +212,7 @@ def fit_all_but_the_top(x, *, D: int | None = None, mask=None) -> AllButTheTopSt
       >>> np.allclose(state.directions, [[1.0], [0.0]], atol=1e-5)
       True
     """
-    x, mask, ok = check_cloud(x, mask)
-    D = _default_D(x.shape[-1], D)
+    x, mask, ok, D = _check_top(x, mask, D)
     x, scale = unit_scale(promote_float32(x), mask)  # the directions are scale-invariant, the mean scales back
     mu, cov = covariance(x, mask, ddof=1)
     _, u = eigh_descending(cov)
@@ -288,6 +294,6 @@ def all_but_the_top(x, *, D: int | None = None, mode: str = "centered", mask=Non
       >>> np.allclose(y, [[0, 0.1], [0, 0.1], [0, -0.1], [0, -0.1]], atol=1e-5)
       True
     """
-    x, _, ok = check_cloud(x, mask)
+    x, _, ok, D = _check_top(x, mask, D)
     _check_mode(mode)
     return nan_unless(ok, _remove_top(fit_all_but_the_top(x, D=D, mask=mask), x, mode))

@@ -98,7 +98,7 @@ class IsoBN(nn.Module):
             raise ValueError(f"stats_init must be 'identity' or 'zeros', got {self.stats_init!r}")
         if not 0 < self.momentum <= 1:
             raise ValueError(f"momentum must be in (0, 1], got {self.momentum!r}")
-        x, mask, ok = check_cloud(x, mask)
+        x, mask, ok = check_cloud(x, mask, count_real=False)  # no real row: the statistics are not updated
         d = x.shape[-1]
         start = 1.0 if self.stats_init == "identity" else 0.0
         cov = self.variable("batch_stats", "cov", lambda: start * jnp.eye(d, dtype=jnp.float32))
