@@ -80,7 +80,8 @@ def cmd_analyze(args) -> int:
     )
     result.update(model=args.model, data=args.data, split=args.split)
     print(
-        f"{args.model} on {args.data} {args.split}: {len(texts)} sentences; per-sentence measures averaged, "
+        f"{args.model} on {args.data} {args.split}: {len(texts)} sentences; per-sentence measures averaged over "
+        f"the {result['num_sentence_texts']} with 2 or more tokens, "
         f"IsoScore/anisotropy on {result['num_tokens']} pooled content tokens; layer 0 = embedding output"
     )
     print(analysis.format_table(result))
