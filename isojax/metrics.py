@@ -71,6 +71,7 @@ from isojax._validate import (
     check_hyperparameter,
     check_points,
     check_positive_int,
+    check_real_rows,
     check_square,
     nan_unless,
 )
@@ -557,10 +558,12 @@ def empirical_cdf(values, grid, *, valid=None):
     Args:
       values: ``[..., m]`` float array.
       grid: ``[g]`` float array of evaluation points.
-      valid: optional ``[..., m]`` bool, true = value counts.
+      valid: optional ``[..., m]`` bool, true = value counts; at least one per row (the CDF of no value is
+        undefined: ``ValueError`` for a concrete ``valid``, NaN for a traced one).
 
     Returns:
-      ``[..., g]`` CDF values in [0, 1] (0 where no value is valid), in ``values``' dtype.
+      ``[..., g]`` CDF values in [0, 1], in ``values``' dtype. A NaN or inf among the counted values is a
+      ``ValueError`` (NaN when traced), as for point clouds.
 
     Examples:
       >>> import numpy as np
@@ -575,11 +578,11 @@ def empirical_cdf(values, grid, *, valid=None):
         raise ValueError("values must have shape [..., m], got a scalar")
     if grid.ndim != 1:
         raise ValueError(f"grid must have shape [g], got {grid.shape}")
-    if valid is None:
-        valid = jnp.ones(values.shape, bool)
-    else:
+    if valid is not None:
         valid = jnp.asarray(valid)
         if valid.shape != values.shape or valid.dtype != jnp.bool_:
             raise ValueError(f"valid must be a bool array of shape {values.shape}, got {valid.dtype}{valid.shape}")
+    ok = check_finite_rows(values[..., None], valid, "values") & check_real_rows(valid, 1, "valid")
+    valid = jnp.ones(values.shape, bool) if valid is None else valid
     below = (values[..., None, :] <= grid[:, None]) & valid[..., None, :]
-    return safe_div(jnp.sum(below, axis=-1), jnp.sum(valid, axis=-1)[..., None]).astype(values.dtype)
+    return nan_unless(ok, safe_div(jnp.sum(below, axis=-1), jnp.sum(valid, axis=-1)[..., None]).astype(values.dtype))

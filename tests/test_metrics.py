@@ -307,6 +307,27 @@ def test_empirical_cdf_matches_scipy():
         np.testing.assert_allclose(cdf[row], expected, atol=1e-6)
 
 
+def test_empirical_cdf_of_no_value_or_a_non_finite_value_is_refused():
+    """The CDF of no valid value is undefined and a NaN counted value would silently drop out of every count:
+    ValueError for concrete input, NaN under jit; a NaN among the invalid values changes nothing."""
+    values = np.array([[0.2, 0.6, 0.9], [0.1, 0.4, 0.8]], np.float32)
+    grid = np.linspace(0, 1, 5, dtype=np.float32)
+    none = np.array([[True, True, False], [False, False, False]])
+    with pytest.raises(ValueError, match=r"valid must select at least 1 row\(s\) per cloud .*got 0 \(cloud \(1,\)\)"):
+        metrics.empirical_cdf(values, grid, valid=none)
+    traced = np.asarray(jax.jit(metrics.empirical_cdf)(values, grid, valid=none))
+    assert np.isnan(traced[1]).all()  # one flag per row: the first row keeps its CDF
+    np.testing.assert_allclose(traced[0], scipy.stats.ecdf(values[0, :2]).cdf.evaluate(grid), atol=1e-6)
+    bad = values.copy()
+    bad[0, 1] = np.nan
+    with pytest.raises(ValueError, match=r"values has a non-finite value \(NaN or inf\) in row 1 of cloud \(0,\)"):
+        metrics.empirical_cdf(bad, grid)
+    bad[0, 1], valid = np.nan, np.array([[True, False, True], [True, True, True]])
+    np.testing.assert_array_equal(
+        metrics.empirical_cdf(bad, grid, valid=valid), metrics.empirical_cdf(values, grid, valid=valid)
+    )
+
+
 # ---------------------------------------------------------------------------------------------- transforms
 METRICS = {
     "explained_variance": lambda x, mask=None: metrics.explained_variance(x, 2, mask=mask, center=True),
