@@ -23,10 +23,11 @@ n = 2, rank deficiency) gives finite values and finite gradients.
 its gradient, whatever they hold; a NaN or inf in a counted row is a ``ValueError`` naming the argument and
 the row for concrete input and gives NaN under tracing; integer masks hold only 0 and 1 (a traced integer mask
 with another value gives NaN); a mask selecting fewer real rows than a measure is defined for (one; two where it
-needs a covariance or a pair) is a ``ValueError`` for a concrete mask and NaN for a traced one. The scale-invariant measures (:func:`explained_variance`, :func:`anisotropy`,
-:func:`isoscore`, :func:`token_uniformity`, :func:`rbf_uniformity`, :func:`singular_value_stats`) divide the
-cloud by a power of two near its largest entry first, so they are exact for any finite float32 scale (1e±20
-included); the others say what range they handle. Spectral work (Gram/covariance matrices,
+needs a covariance or a pair) is a ``ValueError`` for a concrete mask and NaN for a traced one. The
+scale-invariant measures (:func:`explained_variance`, :func:`anisotropy`, :func:`isoscore`,
+:func:`token_uniformity`, :func:`rbf_uniformity`, :func:`singular_value_stats`) divide the cloud by a power of two
+near its largest entry first, so they are exact for any finite float32 scale (1e±20 included); the others say
+what range they handle. Spectral work (Gram/covariance matrices,
 eigenvalues, singular values) is done in at least float32 with full-precision matmuls, whatever the input
 dtype.
 

@@ -9,9 +9,10 @@ token states and ``σ̃ = σ / σ_1`` its normalised singular values:
     median σ̃, skewness of σ̃                                       (metrics.singular_value_stats)
 
 These are averaged over the sentences with at least 2 tokens (a pair of distinct tokens; a one-token text, which
-GPT-2's tokenizer can give, has no TokenUni or RBF_dis and is left out of every sentence column); the CDF of Figure 1 pools the σ̃ of all sentences. Corpus-level measures use
-the token states of up to ``tokens_per_text`` content tokens (positions 1, 2, ...; [CLS]/[SEP] excluded) of every
-sentence, pooled into one ``[T, d]`` matrix per layer:
+GPT-2's tokenizer can give, has no TokenUni or RBF_dis and is left out of every sentence column); the CDF of
+Figure 1 pools the σ̃ of all sentences. Corpus-level measures use the token states of up to ``tokens_per_text``
+content tokens (positions 1, 2, ...; [CLS]/[SEP] excluded) of every sentence, pooled into one ``[T, d]`` matrix
+per layer:
 
     IsoScore                                                     (metrics.isoscore)
     anisotropy   σ_1^2 / Σ σ_i^2 of the pooled matrix, raw and centered   (metrics.anisotropy)
