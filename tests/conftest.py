@@ -177,9 +177,9 @@ def shared_data_dir() -> Path:
     return SHARED_DATA
 
 
-def save_tiny_encoder(path, tokenizer, *, pooler: bool = True, layers: int = 1) -> str:
-    """A random ``layers``-layer, 16-wide BERT with ``tokenizer``'s vocabulary, saved (with the tokenizer) to
-    ``path``."""
+def save_tiny_encoder(path, tokenizer, *, pooler: bool = True, layers: int = 1, positions: int = 128) -> str:
+    """A random ``layers``-layer, 16-wide BERT with ``tokenizer``'s vocabulary and ``positions`` position embeddings
+    (the fine-tuning default ``max_length``), saved (with the tokenizer) to ``path``."""
     import jax.numpy as jnp
 
     from isojax.models import TransformerConfig, build_encoder, save_pretrained
@@ -190,7 +190,7 @@ def save_tiny_encoder(path, tokenizer, *, pooler: bool = True, layers: int = 1) 
         num_hidden_layers=layers,
         num_attention_heads=2,
         intermediate_size=32,
-        max_position_embeddings=64,
+        max_position_embeddings=positions,
     )
     module = build_encoder(cfg, add_pooling_layer=pooler)
     params = module.init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))["params"]

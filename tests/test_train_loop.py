@@ -284,6 +284,7 @@ def test_bad_configuration_raises_on_construction(tiny, tmp_path, make, message)
             "optim.batch_size=6 does not divide over the 4 data-parallel",
         ),
         ({"placement.devices": 6, "placement.model_parallel": 4}, "model_parallel=4 must divide"),
+        ({"task.max_length": 129}, "max_length=129 is longer than the 128 positions of this bert model"),
     ],
 )
 def test_bad_setup_fails_before_training(tiny, tokenizer, tmp_path, kwargs, message):

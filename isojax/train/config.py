@@ -299,7 +299,9 @@ class TaskConfig(Section):
         f"{', '.join(SEQ2SEQ_TASKS)}",
         flat="task",
     )
-    max_length: int = setting(128, "--max-length", "tokens per example (sequence-to-sequence: of the source)")
+    max_length: int = setting(
+        128, "--max-length", "tokens per example, at most the model's positions (sequence-to-sequence: of the source)"
+    )
     train_limit: int = setting(0, "--train-limit", "use the first N training rows (0 = all)")
     eval_limit: int = setting(0, "--eval-limit", "evaluate on the first N dev rows (0 = all)", resumable=True)
     data_source: Any = setting(

@@ -29,6 +29,7 @@ import flax.linen as nn
 import jax
 import numpy as np
 
+from isojax.models.config import TransformerConfig
 from isojax.train.config import Stage
 from isojax.train.feed import Rows
 from isojax.train.objective import Objective
@@ -40,6 +41,20 @@ Runner: TypeAlias = MeshRunner | PmapRunner
 
 PredictStep: TypeAlias = Callable[[TrainState, dict], dict]
 """``predict(state, batch) -> {name: [B, ...]}``: one evaluation batch on the devices."""
+
+
+def check_length(name: str, length: int, config: TransformerConfig, part: str = "") -> None:
+    """``ValueError`` when a configured length (``max_length`` tokens per row) exceeds the positions of ``config``.
+
+    Checked before any data is read: otherwise the first batch wide enough to need the missing positions fails
+    only when its bucket is first traced, possibly hours into training.
+    """
+    if length > config.max_sequence_length:
+        raise ValueError(
+            f"{name}={length} is longer than the {config.max_sequence_length} positions of this "
+            f"{config.model_type} model{part}"
+        )
+
 
 M = TypeVar("M", bound=nn.Module)
 D = TypeVar("D", bound=Rows)

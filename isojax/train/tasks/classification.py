@@ -26,7 +26,7 @@ from isojax.train.model import TaskModel, init_variables
 from isojax.train.objective import Objective, data_references, resolve_auto_options
 from isojax.train.state import TrainState
 from isojax.train.step import make_predict_step
-from isojax.train.tasks.base import PredictStep, Runner
+from isojax.train.tasks.base import PredictStep, Runner, check_length
 
 
 def build_task_model(config: TrainConfig) -> tuple[TaskModel, dict, Any]:
@@ -202,6 +202,7 @@ class ClassificationRecipe:
 
     def check(self, model: TaskModel) -> None:
         check_pooler(self.config, model)
+        check_length("max_length", self.config.task.max_length, model.encoder.config)
 
     def load(self, split: str, tokenizer: Any, limit: int) -> Split:
         return load_split(self.config, split, tokenizer, limit)

@@ -61,7 +61,7 @@ from isojax.train.feed import TokenGroup
 from isojax.train.model import HEAD_PARTITION_RULES, word_embeddings
 from isojax.train.objective import ModelOutput, Objective, Regularizer, resolve_auto_options
 from isojax.train.state import TrainState
-from isojax.train.tasks.base import PredictStep, Runner
+from isojax.train.tasks.base import PredictStep, Runner, check_length
 
 IGNORE_INDEX = -100
 """Label value of a padding position, left out of the loss (transformers' and PyTorch's ``ignore_index``)."""
@@ -513,11 +513,7 @@ class Seq2SeqRecipe:
             ("max_length", c.task.max_length, cfg, "encoder"),
             ("max_target_length", self.settings.max_target_length, cfg.decoder_config(), "decoder"),
         ):
-            if length > stack.max_sequence_length:
-                raise ValueError(
-                    f"{name}={length} is longer than the {stack.max_sequence_length} positions of this "
-                    f"{cfg.model_type} model's {which}"
-                )
+            check_length(name, length, stack, f"'s {which}")
         generation_config(cfg, **self.generation)
 
     def load(self, split: str, tokenizer: Any, limit: int) -> Seq2SeqSplit:
