@@ -1,7 +1,8 @@
 """Run an encoder over a list of texts in length-sorted, jit-compiled batches.
 
-Texts are sorted by token count, batched, padded to a multiple of ``pad_to_multiple_of`` (so only a few shapes
-are compiled), run through ``reduce(output, mask)`` under ``jit``, and returned in the original order.
+Texts are tokenised once (truncated to ``max_length``), sorted by token count, batched, padded to a multiple of
+``pad_to_multiple_of`` (so only a few shapes are compiled; never wider than ``max_length`` or the model's
+positions), run through ``reduce(output, mask)`` under ``jit``, and returned in the original order.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from isojax._validate import check_texts
+from isojax.data.batching import tokenize
 from isojax.models import require_kind, token_types
 from isojax.models.heads import pool
 
@@ -43,14 +45,19 @@ def encode(
       pooling: the default ``reduce``'s pooling (``"mean"``, ``"cls"``, ``"pooler"``, ``"first_last_avg"``,
         ``"last2avg"``).
       batch_size: texts per batch (batches of texts sorted by token count).
-      max_length: texts are truncated to this many tokens.
-      pad_to_multiple_of: batches are padded to a multiple of it, so only a few shapes are compiled.
+      max_length: texts are truncated to this many tokens (an integer ``>= 2``; truncation is logged).
+      pad_to_multiple_of: batches are padded to a multiple of it (capped at ``max_length`` and the model's
+        positions), so only a few shapes are compiled.
       progress: show a ``tqdm`` progress bar.
       desc: the progress bar's description.
 
     Returns:
       ``reduce``'s pytree with numpy leaves ``[N, ...]`` in the order of ``texts``; by default the ``[N, H]``
       float32 sentence embeddings.
+
+    Raises:
+      ValueError: ``texts`` is empty, ``max_length`` is not an integer ``>= 2``, ``pad_to_multiple_of`` is not a
+        positive integer, or a text still holds more tokens after truncation than the model has positions.
 
     Examples:
       The default embedding is the mean of the last layer over a text's real tokens, whatever the padding of its batch:
@@ -72,22 +79,24 @@ def encode(
         raise ValueError("texts is empty")
     if reduce is None:
         reduce = lambda out, mask: pool(out, mask, pooling)  # noqa: E731
+    if not isinstance(pad_to_multiple_of, int) or isinstance(pad_to_multiple_of, bool) or pad_to_multiple_of < 1:
+        raise ValueError(f"pad_to_multiple_of must be a positive integer, got {pad_to_multiple_of!r}")
+    enc = tokenize(tokenizer, list(texts), max_length=max_length)
+    lengths = enc["attention_mask"].sum(1)
+    positions, widest = module.config.max_sequence_length, enc["input_ids"].shape[1]
+    if widest > positions:
+        raise ValueError(
+            f"texts: the longest holds {widest} tokens after truncation to max_length={max_length}, more than the "
+            f"{positions} positions of this {module.config.model_type} model; pass max_length <= {positions}"
+        )
     fn = jax.jit(lambda p, ids, mask, types: reduce(module.apply({"params": p}, ids, mask, types), mask))
-    lengths = [len(ids) for ids in tokenizer(list(texts), truncation=True, max_length=max_length)["input_ids"]]
     order = np.argsort(lengths, kind="stable")
     chunks = []
     for start in tqdm(range(0, len(texts), batch_size), desc=desc, disable=not progress):
         idx = order[start : start + batch_size]
-        enc = tokenizer(
-            [texts[i] for i in idx],
-            padding=True,
-            truncation=True,
-            max_length=max_length,
-            pad_to_multiple_of=pad_to_multiple_of,
-            return_tensors="np",
-        )
-        types = token_types(module.config, enc.get("token_type_ids"))
-        chunks.append(jax.device_get(fn(params, enc["input_ids"], enc["attention_mask"].astype(bool), types)))
+        width = min(-(-int(lengths[idx].max()) // pad_to_multiple_of) * pad_to_multiple_of, widest)
+        ids, mask, types = (enc[k][idx, :width] for k in ("input_ids", "attention_mask", "token_type_ids"))
+        chunks.append(jax.device_get(fn(params, ids, mask.astype(bool), token_types(module.config, types))))
     stacked = jax.tree.map(lambda *xs: np.concatenate(xs), *chunks)
     inverse = np.argsort(order)
     return jax.tree.map(lambda x: x[inverse], stacked)
