@@ -16,6 +16,27 @@ def test_cosine_scores_match_numpy_and_zero_rows():
     np.testing.assert_allclose(sts.cosine_scores(a, b), ref, atol=1e-12)
 
 
+def test_correlations_match_scipy_and_refuse_fewer_than_two_pairs():
+    """Two pairs are the fewest with a correlation (scipy's own error named neither array: "`x` and `y` must
+    have length at least 2", which `isojax sts --limit 1` printed)."""
+    rng = np.random.default_rng(2)
+    predicted, gold = rng.normal(size=30), rng.uniform(0, 5, 30)
+    got = sts.correlations(predicted, gold)
+    assert got["spearman"] == pytest.approx(100 * scipy.stats.spearmanr(predicted, gold).statistic, abs=1e-10)
+    assert got["pearson"] == pytest.approx(100 * np.corrcoef(predicted, gold)[0, 1], abs=1e-10)
+    assert sts.correlations([1.0, 2.0], [3.0, 1.0]) == pytest.approx({"spearman": -100.0, "pearson": -100.0})
+    for p, g in (([0.5], [1.0]), (predicted, gold[:-1]), (predicted[:, None], gold[:, None])):
+        with pytest.raises(ValueError, match=r"correlations: predicted and gold must be \[N\] scores with N >= 2"):
+            sts.correlations(p, g)
+
+
+def test_sentence_isotropy_needs_more_embeddings_than_lsds_neighbours():
+    x = np.random.default_rng(3).normal(size=(10, 4))
+    with pytest.raises(ValueError, match=r"lsds_k=12 neighbours per embedding need at least 13 embeddings, got 10"):
+        sts.sentence_isotropy(x, x)
+    assert np.isfinite(list(sts.sentence_isotropy(x, x, lsds_k=9).values())).all()
+
+
 def test_evaluate_pairs_each_method_against_reference_transform():
     """Spearman of every method equals scipy on cosines of the numpy-transformed embeddings."""
     rng = np.random.default_rng(1)

@@ -150,7 +150,17 @@ def cosine_scores(a, b) -> np.ndarray:
 
 
 def correlations(predicted, gold) -> dict[str, float]:
-    """Spearman and Pearson correlation ×100."""
+    """Spearman and Pearson correlation ×100 of ``[N]`` predicted and gold scores, ``N >= 2``.
+
+    ``ValueError`` for other shapes (scipy's own message names neither array). A constant side has no correlation:
+    NaN, with scipy's ``ConstantInputWarning``.
+    """
+    predicted, gold = np.asarray(predicted, np.float64), np.asarray(gold, np.float64)
+    if predicted.ndim != 1 or predicted.shape != gold.shape or len(gold) < 2:
+        raise ValueError(
+            f"correlations: predicted and gold must be [N] scores with N >= 2 pairs, got {predicted.shape} and "
+            f"{gold.shape}"
+        )
     return {
         "spearman": 100 * float(scipy.stats.spearmanr(predicted, gold).statistic),
         "pearson": 100 * float(scipy.stats.pearsonr(predicted, gold).statistic),
@@ -159,7 +169,14 @@ def correlations(predicted, gold) -> dict[str, float]:
 
 def sentence_isotropy(raw: np.ndarray, transformed: np.ndarray, *, lsds_k: int = 12) -> dict[str, float]:
     """Figure-4 metrics of the SoftDecay paper on sentence embeddings ``[M, d]``: TokenUni (mean cosine of
-    distinct pairs), log RBF_dis (t=2), EV_1, IsoScore, and LSDS of ``raw -> transformed`` (k neighbours)."""
+    distinct pairs), log RBF_dis (t=2), EV_1, IsoScore, and LSDS of ``raw -> transformed`` (k neighbours).
+
+    ``ValueError`` when there are no more embeddings than ``lsds_k`` (LSDS needs ``lsds_k`` neighbours per point)."""
+    if len(raw) <= lsds_k:
+        raise ValueError(
+            f"sentence_isotropy: LSDS's lsds_k={lsds_k} neighbours per embedding need at least {lsds_k + 1} "
+            f"embeddings, got {len(raw)}; evaluate more pairs or skip the isotropy columns (isojax sts --no-isotropy)"
+        )
     measures = jax.jit(_sentence_isotropy, static_argnums=2)(
         jnp.asarray(raw, jnp.float32), jnp.asarray(transformed, jnp.float32), lsds_k
     )
