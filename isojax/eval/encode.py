@@ -91,11 +91,15 @@ def encode(
         )
     fn = jax.jit(lambda p, ids, mask, types: reduce(module.apply({"params": p}, ids, mask, types), mask))
     order = np.argsort(lengths, kind="stable")
+    pad_id = 0 if tokenizer.pad_token_id is None else tokenizer.pad_token_id  # masked out either way
     chunks = []
     for start in tqdm(range(0, len(texts), batch_size), desc=desc, disable=not progress):
         idx = order[start : start + batch_size]
-        width = min(-(-int(lengths[idx].max()) // pad_to_multiple_of) * pad_to_multiple_of, widest)
-        ids, mask, types = (enc[k][idx, :width] for k in ("input_ids", "attention_mask", "token_type_ids"))
+        width = min(-(-int(lengths[idx].max()) // pad_to_multiple_of) * pad_to_multiple_of, max_length, positions)
+        ids, mask, types = (
+            np.pad(enc[k][idx], ((0, 0), (0, max(width - widest, 0))), constant_values=fill)[:, :width]
+            for k, fill in (("input_ids", pad_id), ("attention_mask", 0), ("token_type_ids", 0))
+        )
         chunks.append(jax.device_get(fn(params, ids, mask.astype(bool), token_types(module.config, types))))
     stacked = jax.tree.map(lambda *xs: np.concatenate(xs), *chunks)
     inverse = np.argsort(order)
