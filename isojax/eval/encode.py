@@ -90,16 +90,19 @@ def encode(
             f"{positions} positions of this {module.config.model_type} model; pass max_length <= {positions}"
         )
     fn = jax.jit(lambda p, ids, mask, types: reduce(module.apply({"params": p}, ids, mask, types), mask))
-    order = np.argsort(lengths, kind="stable")
+
+    def round_up(n: int) -> int:  # to the multiple of pad_to_multiple_of, within max_length and the positions
+        return min(-(-n // pad_to_multiple_of) * pad_to_multiple_of, max_length, positions)
+
     pad_id = 0 if tokenizer.pad_token_id is None else tokenizer.pad_token_id  # masked out either way
+    fills = {"input_ids": pad_id, "attention_mask": 0, "token_type_ids": 0}
+    enc = {k: np.pad(v, ((0, 0), (0, round_up(widest) - widest)), constant_values=fills[k]) for k, v in enc.items()}
+    order = np.argsort(lengths, kind="stable")
     chunks = []
     for start in tqdm(range(0, len(texts), batch_size), desc=desc, disable=not progress):
         idx = order[start : start + batch_size]
-        width = min(-(-int(lengths[idx].max()) // pad_to_multiple_of) * pad_to_multiple_of, max_length, positions)
-        ids, mask, types = (
-            np.pad(enc[k][idx], ((0, 0), (0, max(width - widest, 0))), constant_values=fill)[:, :width]
-            for k, fill in (("input_ids", pad_id), ("attention_mask", 0), ("token_type_ids", 0))
-        )
+        width = round_up(int(lengths[idx].max()))
+        ids, mask, types = (enc[k][idx, :width] for k in ("input_ids", "attention_mask", "token_type_ids"))
         chunks.append(jax.device_get(fn(params, ids, mask.astype(bool), token_types(module.config, types))))
     stacked = jax.tree.map(lambda *xs: np.concatenate(xs), *chunks)
     inverse = np.argsort(order)
