@@ -35,8 +35,10 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
         default="default",
         help="local Hugging Face model directory, Hub id, or 'default' (all-MiniLM-L6-v2, bundled)",
     )
-    p.add_argument("--batch-size", type=int, default=64, help="sentences per forward pass (default 64)")
-    p.add_argument("--max-length", type=int, default=128, help="truncate sentences to this many tokens (128)")
+    p.add_argument("--batch-size", type=_positive, default=64, help="sentences per forward pass (default 64)")
+    p.add_argument(
+        "--max-length", type=_int_at_least(2), default=128, help="truncate sentences to this many tokens (128)"
+    )
     p.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON to PATH")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
@@ -45,6 +47,25 @@ def _add_data_dir(p: argparse.ArgumentParser) -> None:
     from isojax.data.datadir import DATA_DIR_HELP
 
     p.add_argument("--data-dir", default=None, metavar="DIR", help=DATA_DIR_HELP)
+
+
+def _int_at_least(low: int):
+    """An argparse ``type`` for integers ``>= low``: ``--flow-steps 0`` is refused by name, as a usage error."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < low:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text!r}")
+        return value
+
+    return parse
+
+
+_positive = _int_at_least(1)
+_count = _int_at_least(0)  # a limit or a number of directions, 0 meaning "all" or "none"
 
 
 def _csv(text: str) -> list[str]:
@@ -256,10 +277,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", default="stsb", help=f"STS set whose sentences are analysed: {STS_SETS_HELP}")
     p.add_argument("--split", default="test", help="split of --data (default test)")
     _add_data_dir(p)
-    p.add_argument("--limit", type=int, default=0, help="analyse only the first N unique sentences (0 = all)")
+    p.add_argument("--limit", type=_count, default=0, help="analyse only the first N unique sentences (0 = all)")
     p.add_argument(
         "--tokens-per-text",
-        type=int,
+        type=_positive,
         default=8,
         help="content tokens per sentence pooled for IsoScore/anisotropy (default 8)",
     )
@@ -286,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--split", default="test", help="split of the --data sets that name none (default test)")
     _add_data_dir(p)
-    p.add_argument("--limit", type=int, default=0, help="use only the first N pairs of each set (0 = all)")
+    p.add_argument("--limit", type=_count, default=0, help="use only the first N pairs of each set (0 = all)")
     p.add_argument(
         "--pooling",
         default="mean",
@@ -309,15 +330,15 @@ def build_parser() -> argparse.ArgumentParser:
         default="stsb:validation",
         help="NAME:SPLIT of the set on which alpha is searched (default stsb:validation, as the paper)",
     )
-    p.add_argument("--whiten-k", type=int, default=None, help="whitening: keep k dimensions (default all)")
-    p.add_argument("--abtt-d", type=int, default=None, help="all-but-the-top: D directions (default ceil(d/100))")
+    p.add_argument("--whiten-k", type=_positive, default=None, help="whitening: keep k dimensions (default all)")
+    p.add_argument("--abtt-d", type=_count, default=None, help="all-but-the-top: D directions (default ceil(d/100))")
     p.add_argument(
         "--abtt-mode",
         default="centered",
         choices=("centered", "raw"),
         help="all-but-the-top: project the centered (eq. 11) or the raw vectors (Mu & Viswanath)",
     )
-    p.add_argument("--flow-steps", type=int, default=300, help="flow: maximum-likelihood steps (default 300)")
+    p.add_argument("--flow-steps", type=_positive, default=300, help="flow: maximum-likelihood steps (default 300)")
     p.add_argument("--seed", type=int, default=0, help="flow initialisation and batch seed")
     p.add_argument("--no-isotropy", action="store_true", help="skip the isotropy columns")
     p.set_defaults(func=cmd_sts)

@@ -64,6 +64,34 @@ def test_sts_rejects_unknown_method(tmp_path, capsys):
     assert capsys.readouterr().err.startswith("isojax sts: error: unknown STS method")
 
 
+@pytest.mark.parametrize(
+    "argv, flag, value",
+    [
+        (["sts", "--flow-steps", "0"], "--flow-steps", "0"),
+        (["sts", "--limit", "-1"], "--limit", "-1"),  # was head(-1): every pair but the last, silently
+        (["sts", "--batch-size", "0"], "--batch-size", "0"),  # was "range() arg 3 must not be zero"
+        (["sts", "--whiten-k", "0"], "--whiten-k", "0"),
+        (["sts", "--abtt-d", "-2"], "--abtt-d", "-2"),
+        (["analyze", "--tokens-per-text", "0"], "--tokens-per-text", "0"),
+        (["analyze", "--max-length", "1"], "--max-length", "1"),
+        (["analyze", "--limit", "ten"], "--limit", "ten"),
+    ],
+)
+def test_a_bad_count_is_a_usage_error_that_names_its_flag(argv, flag, value, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"isojax {argv[0]}: error: argument {flag}: expected an integer >= ") and repr(value) in err
+
+
+def test_abtt_label_names_zero_directions():
+    from isojax.eval.sts import Transform
+
+    assert Transform("abtt", abtt_D=0).label == "abtt (D=0, centered)"  # was "D=d/100": 0 read as unset
+    assert Transform("abtt").label == "abtt (D=d/100, centered)"
+
+
 def test_help_explains_every_command(capsys):
     with pytest.raises(SystemExit):
         main(["sts", "--help"])

@@ -54,7 +54,7 @@ class Transform:
     def label(self) -> str:
         extra = {
             "whiten": f"k={self.whiten_k}" if self.whiten_k else "",
-            "abtt": f"D={self.abtt_D or 'd/100'}, {self.abtt_mode}",
+            "abtt": f"D={'d/100' if self.abtt_D is None else self.abtt_D}, {self.abtt_mode}",
             "softdecay": f"alpha={self.alpha:g}",
         }.get(self.method, "")
         return f"{self.method} ({extra})" if extra else self.method
