@@ -303,7 +303,7 @@ class TaskConfig(Section):
         128, "--max-length", "tokens per example, at most the model's positions (sequence-to-sequence: of the source)"
     )
     train_limit: int = setting(0, "--train-limit", "use the first N training rows (0 = all)")
-    eval_limit: int = setting(0, "--eval-limit", "evaluate on the first N dev rows (0 = all)", resumable=True)
+    eval_limit: int = setting(0, "--eval-limit", "evaluate on the first N >= 2 dev rows (0 = all)", resumable=True)
     data_source: Any = setting(
         "auto",
         "--data-source",
@@ -328,6 +328,11 @@ class TaskConfig(Section):
             )
         self._positive(("max_length",), integer=True)
         self._positive(("train_limit", "eval_limit"), integer=True, allow_zero=True)
+        if self.eval_limit == 1:  # else the first evaluation, after training, fails in IsoScore / the correlations
+            raise ValueError(
+                f"{self.label('eval_limit')} must be 0 (all rows) or at least 2: the dev isotropy measures and "
+                "correlations need two rows, got 1"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
