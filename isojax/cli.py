@@ -151,15 +151,18 @@ def cmd_sts(args) -> int:
         for method in args.methods
     ]  # a bad method fails before model work
 
-    def load(spec):
-        data = load_sts(*_sts_spec(spec, args.split), data_dir=args.data_dir)
+    def load(spec, flag):
+        try:
+            data = load_sts(*_sts_spec(spec, args.split), data_dir=args.data_dir)
+        except ValueError as e:  # say which option named the set
+            raise ValueError(f"{flag} {spec!r}: {e}") from e
         return data.head(args.limit) if args.limit else data
 
     sets = {}
     for spec in args.data:
-        data = load(spec)
+        data = load(spec, "--data")
         sets[data.name if data.split == "test" else f"{data.name}:{data.split}"] = data
-    dev = load(args.alpha_data) if search and "softdecay" in args.methods else None
+    dev = load(args.alpha_data, "--alpha-data") if search and "softdecay" in args.methods else None
     module, params, tokenizer = isojax.from_pretrained(args.model)
     require_kind(module.config, ("encoder",), "isojax sts (sentence embeddings)")
     embedded = sts.embed_sets(

@@ -85,6 +85,18 @@ def test_a_bad_count_is_a_usage_error_that_names_its_flag(argv, flag, value, cap
     assert err.startswith(f"isojax {argv[0]}: error: argument {flag}: expected an integer >= ") and repr(value) in err
 
 
+@pytest.mark.parametrize(
+    "argv, start",
+    [
+        (["--data", "nosuch"], "--data 'nosuch': name: unknown STS data set 'nosuch'"),
+        (["--alpha-data", "stsb:dev"], "--alpha-data 'stsb:dev': split: stsb has splits ['train', 'validation', 'test']"),
+    ],
+)
+def test_sts_names_the_option_of_a_bad_set(argv, start, capsys):
+    assert main(["sts", *argv, "--methods", "raw,softdecay", "--quiet"]) == 2
+    assert capsys.readouterr().err.startswith(f"isojax sts: error: {start}")
+
+
 def test_abtt_label_names_zero_directions():
     from isojax.eval.sts import Transform
 
