@@ -89,7 +89,10 @@ def test_a_bad_count_is_a_usage_error_that_names_its_flag(argv, flag, value, cap
     "argv, start",
     [
         (["--data", "nosuch"], "--data 'nosuch': name: unknown STS data set 'nosuch'"),
-        (["--alpha-data", "stsb:tset"], "--alpha-data 'stsb:tset': split: stsb has splits ['train', 'validation', 'test']"),
+        (
+            ["--alpha-data", "stsb:tset"],
+            "--alpha-data 'stsb:tset': split: stsb has splits ['train', 'validation', 'test']",
+        ),
     ],
 )
 def test_sts_names_the_option_of_a_bad_set(argv, start, capsys):
