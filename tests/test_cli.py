@@ -111,6 +111,11 @@ def test_help_explains_every_command(capsys):
     with pytest.raises(SystemExit):
         main(["sts", "--help"])
     assert "--alpha" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["finetune", "--help"])
+    out = capsys.readouterr().out
+    # the multi-host example keeps its shell line continuations (a plain docstring swallowed them into one line)
+    assert "--task stsb \\\n        --coordinator localhost:1234" in out
 
 
 # Hides an installed PyTorch from transformers' availability check, as on a machine without it (isojax needs none).

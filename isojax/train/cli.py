@@ -1,4 +1,4 @@
-"""``isojax finetune``: fine-tune an encoder on a GLUE task, or an encoder-decoder on a sequence-to-sequence task,
+r"""``isojax finetune``: fine-tune an encoder on a GLUE task, or an encoder-decoder on a sequence-to-sequence task,
 with an isotropy method.
 
     isojax finetune --task stsb --model default --method softdecay --epochs 3 --out runs/stsb-softdecay
