@@ -125,6 +125,7 @@ def test_dotted_overrides_convert_text_to_each_fields_type():
         ({"optim.warmup_ratio": 1.0}, r"optim.warmup_ratio \(--warmup-ratio\) must be in \[0, 1\), got 1.0"),
         ({"model.pooling": "max"}, r"model.pooling \(--pooling\) must be one of \['cls', 'pooler'"),
         ({"task.eval_limit": 1}, r"task.eval_limit \(--eval-limit\) must be 0 \(all rows\) or at least 2"),
+        ({"seq2seq.length_penalty": "nan"}, r"seq2seq.length_penalty \(--length-penalty\) must be a finite number"),
     ],
 )
 def test_bad_overrides_name_the_setting_and_its_flag(overrides, message):

@@ -59,6 +59,11 @@ def test_tokenize_rejects_bad_input(tokenizer):
         tokenize(tokenizer, ["a", "b"], ["c"], max_length=8)
     with pytest.raises(ValueError, match="max_length must be an integer >= 2"):
         tokenize(tokenizer, ["a"], max_length=0)
+    # a pair needs room for [CLS] a [SEP] b [SEP]: below it the Hugging Face tokenizer returns rows of 5 > 2 tokens
+    assert tokenizer("x", "y", truncation=True, max_length=2)["input_ids"].__len__() == 5
+    with pytest.raises(ValueError, match=r"max_length must be an integer >= 3, got 2 \(this tokenizer adds 3 special"):
+        tokenize(tokenizer, ["x"], ["y"], max_length=2)
+    assert tokenize(tokenizer, ["a b"], ["c d"], max_length=3)["input_ids"].shape == (1, 3)
 
 
 def _smallest_bucket(longest, buckets, max_length):

@@ -285,6 +285,10 @@ def test_bad_configuration_raises_on_construction(tiny, tmp_path, make, message)
         ),
         ({"placement.devices": 6, "placement.model_parallel": 4}, "model_parallel=4 must divide"),
         ({"task.max_length": 129}, "max_length=129 is longer than the 128 positions of this bert model"),
+        (  # else the tokenizer returns STS-B pairs wider than 2 tokens, untruncated
+            {"task.max_length": 2},
+            r"task.max_length \(--max-length\) must be at least 3: the tokenizer adds 3 special tokens to a pair",
+        ),
     ],
 )
 def test_bad_setup_fails_before_training(tiny, tokenizer, tmp_path, kwargs, message):

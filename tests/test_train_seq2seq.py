@@ -225,6 +225,11 @@ def test_a_model_without_a_decoder_and_encoder_is_refused(kind, reversal, tmp_pa
             {"seq2seq.num_beams": 2, "seq2seq.generation_max_length": 40},
             r"max_length=40 must lie in \[2, 24\], the positions of this bart",
         ),
+        ({"task.max_length": 1}, r"task.max_length \(--max-length\) must be at least 2: the tokenizer adds 2 special"),
+        (
+            {"seq2seq.max_target_length": 1},
+            r"seq2seq.max_target_length \(--max-target-length\) must be at least 2: the tokenizer adds 2 special",
+        ),
     ],
 )
 def test_lengths_beyond_the_positions_are_refused(bart, reversal, tmp_path, kwargs, message):

@@ -14,7 +14,7 @@ count. :func:`tokenize` truncates to ``max_length`` and logs how many rows it cu
 sequence of texts is expected is a ``TypeError``.
 """
 
-from isojax.data.batching import DEFAULT_BUCKETS, batches, bucket_length, num_batches, tokenize
+from isojax.data.batching import DEFAULT_BUCKETS, batches, bucket_length, least_length, num_batches, tokenize
 from isojax.data.datadir import DATA_DIR_ENV
 from isojax.data.glue import GLUE_TASKS, GlueData, GlueTask, glue_task, load_glue
 from isojax.data.semeval import read_sick, read_sts_release
@@ -34,6 +34,7 @@ __all__ = [
     "WordSimData",
     "batches",
     "bucket_length",
+    "least_length",
     "glue_task",
     "load_glue",
     "load_sts",

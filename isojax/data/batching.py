@@ -25,10 +25,33 @@ import numpy as np
 
 from isojax._validate import check_texts
 
-__all__ = ["DEFAULT_BUCKETS", "batches", "bucket_length", "num_batches", "tokenize"]
+__all__ = ["DEFAULT_BUCKETS", "batches", "bucket_length", "least_length", "num_batches", "tokenize"]
 
 DEFAULT_BUCKETS = (32, 64, 128, 256, 512)
 log = logging.getLogger(__name__)
+
+
+def least_length(tokenizer, *, pair: bool = False) -> int:
+    """The smallest ``max_length`` :func:`tokenize` accepts: ``max(2, s)`` for the ``s`` special tokens the
+    tokenizer adds to a text (``pair``: to a pair). A Hugging Face tokenizer does not truncate below them: asked
+    for fewer tokens it returns rows longer than ``max_length``.
+
+    Args:
+      tokenizer: a Hugging Face tokenizer.
+      pair: whether the rows are text pairs.
+
+    Returns:
+      an ``int``.
+
+    Examples:
+      BERT: ``[CLS] a [SEP]`` and ``[CLS] a [SEP] b [SEP]``:
+
+      >>> from isojax.models.hub import bundled_model_path, load_tokenizer
+      >>> tokenizer = load_tokenizer(bundled_model_path())
+      >>> least_length(tokenizer), least_length(tokenizer, pair=True)
+      (2, 3)
+    """
+    return max(2, tokenizer.num_special_tokens_to_add(pair=pair))
 
 
 def tokenize(tokenizer, texts_a, texts_b=None, *, max_length: int) -> dict[str, np.ndarray]:
@@ -42,7 +65,7 @@ def tokenize(tokenizer, texts_a, texts_b=None, *, max_length: int) -> dict[str, 
       tokenizer: a Hugging Face tokenizer (e.g. the third value of :func:`isojax.from_pretrained`).
       texts_a: ``N`` texts (a sequence of ``str``; a single ``str`` is a ``TypeError``).
       texts_b: ``N`` second texts of pairs, or None.
-      max_length: the most tokens per row, ``>= 2``.
+      max_length: the most tokens per row, at least :func:`least_length` (2; BERT pairs 3, RoBERTa pairs 4).
 
     Returns:
       A dict of int32 arrays ``input_ids``, ``attention_mask`` (1 = real token) and ``token_type_ids`` (all zero when
@@ -69,8 +92,13 @@ def tokenize(tokenizer, texts_a, texts_b=None, *, max_length: int) -> dict[str, 
             raise ValueError(f"texts_b must have the same length as texts_a ({len(texts_a)}), got {len(texts_b)}")
     if not texts_a:
         raise ValueError("texts_a must hold at least one text")
-    if not isinstance(max_length, int) or isinstance(max_length, bool) or max_length < 2:
-        raise ValueError(f"max_length must be an integer >= 2, got {max_length!r}")
+    least = least_length(tokenizer, pair=texts_b is not None)
+    if not isinstance(max_length, int) or isinstance(max_length, bool) or max_length < least:
+        raise ValueError(
+            f"max_length must be an integer >= {least}, got {max_length!r} (this tokenizer adds "
+            f"{tokenizer.num_special_tokens_to_add(pair=texts_b is not None)} special tokens to a "
+            f"{'pair' if texts_b is not None else 'text'})"
+        )
     enc = tokenizer(
         texts_a,
         texts_b,

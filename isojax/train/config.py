@@ -279,6 +279,11 @@ class Section:
                 kind = f"{'non-negative' if allow_zero else 'positive'} {'integer' if integer else 'number'}"
                 raise ValueError(f"{self.label(name)} must be a {kind}, got {value!r}")
 
+    def _finite(self, name: str) -> None:
+        value = getattr(self, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"{self.label(name)} must be a finite number, got {value!r}")
+
     def _within(self, name: str, low: float, high: float, *, closed: str = "[)") -> None:
         value = getattr(self, name)
         low_ok = value >= low if closed[0] == "[" else value > low
@@ -543,6 +548,7 @@ class Seq2SeqConfig(Section):
     def __post_init__(self):
         self._positive(("max_target_length", "num_beams", "generation_max_length"), integer=True)
         self._within("label_smoothing", 0, 1)
+        self._finite("length_penalty")
 
 
 @dataclasses.dataclass(frozen=True)

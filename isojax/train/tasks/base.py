@@ -29,8 +29,9 @@ import flax.linen as nn
 import jax
 import numpy as np
 
+from isojax.data.batching import least_length
 from isojax.models.config import TransformerConfig
-from isojax.train.config import Stage
+from isojax.train.config import Section, Stage
 from isojax.train.feed import Rows
 from isojax.train.objective import Objective
 from isojax.train.parallel import MeshRunner, PmapRunner
@@ -53,6 +54,21 @@ def check_length(name: str, length: int, config: TransformerConfig, part: str = 
         raise ValueError(
             f"{name}={length} is longer than the {config.max_sequence_length} positions of this "
             f"{config.model_type} model{part}"
+        )
+
+
+def check_room(section: Section, name: str, tokenizer: Any, *, pair: bool = False) -> None:
+    """``ValueError`` naming the setting when a length ``section.<name>`` leaves no room for the special tokens
+    ``tokenizer`` adds to a text (``pair``: a pair); :func:`~isojax.data.batching.least_length`.
+
+    Checked when the data are read, before training: the tokenizer would return rows longer than the length.
+    """
+    least, length = least_length(tokenizer, pair=pair), getattr(section, name)
+    if length < least:
+        raise ValueError(
+            f"{section.label(name)} must be at least {least}: the tokenizer adds "
+            f"{tokenizer.num_special_tokens_to_add(pair=pair)} special tokens to a {'pair' if pair else 'text'}, "
+            f"got {length}"
         )
 
 

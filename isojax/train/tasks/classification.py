@@ -26,7 +26,7 @@ from isojax.train.model import TaskModel, init_variables
 from isojax.train.objective import Objective, data_references, resolve_auto_options
 from isojax.train.state import TrainState
 from isojax.train.step import make_predict_step
-from isojax.train.tasks.base import PredictStep, Runner, check_length
+from isojax.train.tasks.base import PredictStep, Runner, check_length, check_room
 
 
 def build_task_model(config: TrainConfig) -> tuple[TaskModel, dict, Any]:
@@ -205,7 +205,9 @@ class ClassificationRecipe:
         check_length("max_length", self.config.task.max_length, model.encoder.config)
 
     def load(self, split: str, tokenizer: Any, limit: int) -> Split:
-        return load_split(self.config, split, tokenizer, limit)
+        rows = load_split(self.config, split, tokenizer, limit)
+        check_room(self.config.task, "max_length", tokenizer, pair=rows.data.texts_b is not None)
+        return rows
 
     def init_variables(self, model: TaskModel, params: dict, key: jax.Array, flow_rows: np.ndarray | None) -> dict:
         return init_variables(model, params, key, flow_rows)

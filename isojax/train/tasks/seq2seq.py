@@ -61,7 +61,7 @@ from isojax.train.feed import TokenGroup
 from isojax.train.model import HEAD_PARTITION_RULES, word_embeddings
 from isojax.train.objective import ModelOutput, Objective, Regularizer, resolve_auto_options
 from isojax.train.state import TrainState
-from isojax.train.tasks.base import PredictStep, Runner, check_length
+from isojax.train.tasks.base import PredictStep, Runner, check_length, check_room
 
 IGNORE_INDEX = -100
 """Label value of a padding position, left out of the loss (transformers' and PyTorch's ``ignore_index``)."""
@@ -519,6 +519,8 @@ class Seq2SeqRecipe:
     def load(self, split: str, tokenizer: Any, limit: int) -> Seq2SeqSplit:
         """The first ``limit`` rows (0 = all) of a split, as read."""
         c = self.config
+        check_room(c.task, "max_length", tokenizer)
+        check_room(self.settings, "max_target_length", tokenizer)
         data = load_seq2seq(c.task.name, split, source=c.task.data_source)
         n = min(limit, len(data)) if limit else len(data)
         data = dataclasses.replace(data, sources=data.sources[:n], targets=data.targets[:n])
