@@ -18,6 +18,7 @@ import math
 import os
 import sys
 
+from isojax._argtypes import int_at_least
 from isojax.train.cli import add_finetune_parser
 
 EXIT_NONFINITE = 3  # exit status of a run stopped by non-finite numbers (module docstring)
@@ -37,7 +38,7 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--batch-size", type=_positive, default=64, help="sentences per forward pass (default 64)")
     p.add_argument(
-        "--max-length", type=_int_at_least(2), default=128, help="truncate sentences to this many tokens (128)"
+        "--max-length", type=int_at_least(2), default=128, help="truncate sentences to this many tokens (128)"
     )
     p.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON to PATH")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -49,23 +50,8 @@ def _add_data_dir(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", default=None, metavar="DIR", help=DATA_DIR_HELP)
 
 
-def _int_at_least(low: int):
-    """An argparse ``type`` for integers ``>= low``: ``--flow-steps 0`` is refused by name, as a usage error."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = None
-        if value is None or value < low:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text!r}")
-        return value
-
-    return parse
-
-
-_positive = _int_at_least(1)
-_count = _int_at_least(0)  # a limit or a number of directions, 0 meaning "all" or "none"
+_positive = int_at_least(1)
+_count = int_at_least(0)  # a limit or a number of directions, 0 meaning "all" or "none"
 
 
 def _csv(text: str) -> list[str]:

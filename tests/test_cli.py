@@ -75,6 +75,8 @@ def test_sts_rejects_unknown_method(tmp_path, capsys):
         (["analyze", "--tokens-per-text", "0"], "--tokens-per-text", "0"),
         (["analyze", "--max-length", "1"], "--max-length", "1"),
         (["analyze", "--limit", "ten"], "--limit", "ten"),
+        (["finetune", "--num-processes", "0", "--process-id", "0"], "--num-processes", "0"),
+        (["finetune", "--num-processes", "2", "--process-id", "-1"], "--process-id", "-1"),
     ],
 )
 def test_a_bad_count_is_a_usage_error_that_names_its_flag(argv, flag, value, capsys):
@@ -83,6 +85,18 @@ def test_a_bad_count_is_a_usage_error_that_names_its_flag(argv, flag, value, cap
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith(f"isojax {argv[0]}: error: argument {flag}: expected an integer >= ") and repr(value) in err
+
+
+def test_finetune_refuses_bad_settings_before_a_multi_process_job_starts(monkeypatch, capsys):
+    import isojax.train.parallel
+
+    def started(*args, **kwargs):  # process 1 of 2 would wait here for the coordinator (minutes, then time out)
+        raise AssertionError("jax.distributed started before the settings were checked")
+
+    monkeypatch.setattr(isojax.train.parallel, "initialize_distributed", started)
+    argv = ["finetune", "--epochs", "0", "--coordinator", "localhost:1", "--num-processes", "2", "--process-id", "1"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.startswith("isojax finetune: error: optim.epochs (--epochs) must be a positive")
 
 
 @pytest.mark.parametrize(

@@ -31,6 +31,7 @@ import json
 import sys
 from typing import Any
 
+from isojax._argtypes import int_at_least
 from isojax.train.config import METHOD_ALIASES, METHODS, SETTINGS, Setting, TrainConfig
 from isojax.train.model import REPRESENTATIONS
 from isojax.train.objective import REGULARIZERS
@@ -112,8 +113,10 @@ def add_finetune_parser(subparsers) -> argparse.ArgumentParser:
         help="multi-process: address of process 0's coordinator (default: JAX_COORDINATOR_ADDRESS or the "
         "cluster environment)",
     )
-    r.add_argument("--num-processes", type=int, default=None, help="multi-process: number of processes")
-    r.add_argument("--process-id", type=int, default=None, help="multi-process: this process's index, 0 .. N-1")
+    r.add_argument("--num-processes", type=int_at_least(1), default=None, help="multi-process: number of processes")
+    r.add_argument(
+        "--process-id", type=int_at_least(0), default=None, help="multi-process: this process's index, 0 .. N-1"
+    )
     p.set_defaults(func=cmd_finetune)
     return p
 
@@ -158,13 +161,14 @@ def cmd_finetune(args) -> int:
     from isojax.train.loop import fit
     from isojax.train.parallel import initialize_distributed
 
+    # bad settings fail here, before a multi-process job waits for its other processes or loads the model or data
+    config = config_from_args(args)
     initialize_distributed(
         args.distributed,
         coordinator_address=args.coordinator,
         num_processes=args.num_processes,
         process_id=args.process_id,
-    )  # before any JAX work
-    config = config_from_args(args)  # bad settings fail here, before the model or data are loaded
+    )  # before any JAX computation (reading the configuration does none)
     result = fit(config)
     for stage, metrics in result.stages.items():
         print(f"{stage}: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
