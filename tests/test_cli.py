@@ -77,14 +77,28 @@ def test_sts_rejects_unknown_method(tmp_path, capsys):
         (["analyze", "--limit", "ten"], "--limit", "ten"),
         (["finetune", "--num-processes", "0", "--process-id", "0"], "--num-processes", "0"),
         (["finetune", "--num-processes", "2", "--process-id", "-1"], "--process-id", "-1"),
+        (["finetune", "--coordinator", "nohost"], "--coordinator", "nohost"),
+        (["finetune", "--coordinator", "host:http"], "--coordinator", "host:http"),
+        (["finetune", "--coordinator", ":1234"], "--coordinator", ":1234"),
     ],
 )
-def test_a_bad_count_is_a_usage_error_that_names_its_flag(argv, flag, value, capsys):
+def test_a_bad_count_or_address_is_a_usage_error_that_names_its_flag(argv, flag, value, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(argv)
     assert exit_.value.code == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"isojax {argv[0]}: error: argument {flag}: expected an integer >= ") and repr(value) in err
+    expected = "HOST:PORT" if flag == "--coordinator" else "an integer >= "
+    assert err.startswith(f"isojax {argv[0]}: error: argument {flag}: expected {expected}") and repr(value) in err
+
+
+def test_a_coordinator_address_keeps_its_host():
+    from isojax._argtypes import host_port
+
+    assert [host_port(a) for a in ("localhost:1234", "[::1]:8476", "10.0.0.2:1")] == [
+        "localhost:1234",
+        "[::1]:8476",
+        "10.0.0.2:1",
+    ]
 
 
 def test_finetune_refuses_bad_settings_before_a_multi_process_job_starts(monkeypatch, capsys):

@@ -31,7 +31,7 @@ import json
 import sys
 from typing import Any
 
-from isojax._argtypes import int_at_least
+from isojax._argtypes import host_port, int_at_least
 from isojax.train.config import METHOD_ALIASES, METHODS, SETTINGS, Setting, TrainConfig
 from isojax.train.model import REPRESENTATIONS
 from isojax.train.objective import REGULARIZERS
@@ -108,6 +108,7 @@ def add_finetune_parser(subparsers) -> argparse.ArgumentParser:
     )
     r.add_argument(
         "--coordinator",
+        type=host_port,
         default=None,
         metavar="HOST:PORT",
         help="multi-process: address of process 0's coordinator (default: JAX_COORDINATOR_ADDRESS or the "
