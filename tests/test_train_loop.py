@@ -267,6 +267,16 @@ def test_bad_configuration_raises_on_construction(tiny, tmp_path, make, message)
         make(tiny, str(tmp_path))
 
 
+def test_an_output_path_that_is_a_file_fails_before_the_model_loads(tmp_path, monkeypatch):
+    import isojax.train.loop
+
+    monkeypatch.setattr(isojax.train.loop, "prepare", lambda config: pytest.fail("the model and data were loaded"))
+    (tmp_path / "run").write_text("")
+    config = TrainConfig().override({"task.name": "rte", "logging.output_dir": str(tmp_path / "run")})
+    with pytest.raises(ValueError, match=r"logging.output_dir \(--out\) '.*run' is a file; expected a run directory"):
+        fit(config)
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [

@@ -50,7 +50,7 @@ from tqdm.auto import tqdm
 
 from isojax._stats import real_rows
 from isojax.train.checkpoint import Checkpoints
-from isojax.train.config import RESUMABLE, Stage, TrainConfig
+from isojax.train.config import RESUMABLE, LoggingConfig, Stage, TrainConfig
 from isojax.train.feed import Rows, batch_indices, process_batches
 from isojax.train.logs import JsonLog, plot_curves
 from isojax.train.optim import make_optimizer, schedule
@@ -305,13 +305,16 @@ def fit(config: TrainConfig) -> FitResult:
       a :class:`FitResult`. A configuration the devices or the model cannot serve is a ``ValueError`` before any data
       is read; ``max_nonfinite_steps`` skipped steps in a row stop the run with :class:`NonFiniteTrainingError`.
     """
+    out = config.logging.output_dir
+    if os.path.exists(out) and not os.path.isdir(out):  # checked before the model and data are loaded
+        raise ValueError(f"{LoggingConfig.label('output_dir')} {out!r} is a file; expected a run directory")
     prepared = prepare(config)
     plans, recipe = prepared.plans, prepared.recipe
     main_process = jax.process_index() == 0
-    os.makedirs(config.logging.output_dir, exist_ok=True)
-    run_log = JsonLog(os.path.join(config.logging.output_dir, "log.jsonl"))
+    os.makedirs(out, exist_ok=True)
+    run_log = JsonLog(os.path.join(out, "log.jsonl"))
     with Checkpoints(
-        os.path.join(config.logging.output_dir, "checkpoints"),
+        os.path.join(out, "checkpoints"),
         save_every=config.logging.save_every,
         keep=config.logging.keep_checkpoints,
     ) as checkpoints:  # closed (pending saves written) on errors too
@@ -363,17 +366,17 @@ def fit(config: TrainConfig) -> FitResult:
         records = run_log.read()
         plot_curves(
             records,
-            os.path.join(config.logging.output_dir, "curves.png"),
+            os.path.join(out, "curves.png"),
             metrics=recipe.metrics,
             isotropy=recipe.curves,
             title=f"{config.model.name} on {config.task.name}: {config.method.name}",
         )
         timing = {plan.stage.name: epoch_seconds(records, plan.stage.name, prepared.per_epoch) for plan in plans}
-        with open(os.path.join(config.logging.output_dir, "results.json"), "w") as f:
+        with open(os.path.join(out, "results.json"), "w") as f:
             json.dump(
                 {"config": config.to_json(), "step": step, "stages": stage_results, "timing": timing}, f, indent=1
             )
-    return FitResult(config.logging.output_dir, step, last, stage_results, params)
+    return FitResult(out, step, last, stage_results, params)
 
 
 def epoch_seconds(records: list[dict], stage: str, per_epoch: int) -> dict:
