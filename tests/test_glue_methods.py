@@ -11,6 +11,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -947,3 +948,21 @@ def test_a_time_limit_starts_only_the_runs_whose_estimate_fits_in_what_is_left(c
     with pytest.raises(SystemExit):
         glue_methods.main([*argv, "--time-limit", "0"])
     assert "--time-limit must be a positive number of minutes, got 0.0" in capsys.readouterr().err
+
+
+def test_a_selection_no_run_has_or_a_missing_file_is_refused_by_its_option(campaign, tmp_path, capsys):
+    """A typo in ``--only`` or ``--rerun-older-masks`` selected nothing (or less than asked) without a word; a
+    missing ``--config`` was a traceback and a missing ``--cost`` ran unordered and unfiltered."""
+    root, path = campaign
+    argv = _argv(root, path, "--dry-run")
+    for extra, message in (
+        (["--only", "task=mprc"], "--only: no run has task 'mprc'; the tasks are ['rte', 'mrpc']"),
+        (["--only", "task=rte", "seed=1,2"], "--only: no run has seed '2'; the seeds are ['0', '1']"),
+        (["--rerun-older-masks", "method=cosin"], "--rerun-older-masks: no run has method 'cosin'; the methods are"),
+        (["--cost", str(tmp_path / "nosuch.json")], f"--cost {tmp_path / 'nosuch.json'}: no such file"),
+    ):
+        with pytest.raises(SystemExit, match=re.escape(message)):
+            glue_methods.main([*argv, *extra])
+    with pytest.raises(SystemExit):
+        glue_methods.main([*argv, "--config", str(tmp_path / "nosuch.json")])
+    assert f"error: --config {tmp_path / 'nosuch.json'}: [Errno 2] No such file" in capsys.readouterr().err

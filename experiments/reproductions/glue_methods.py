@@ -229,6 +229,16 @@ def select(runs: list[Run], only: dict, flag: str = "--only") -> list[Run]:
     return [r for r in runs if all(str(getattr(r, k)) in [str(v) for v in vals] for k, vals in only.items())]
 
 
+def check_only(runs: list[Run], only: dict, flag: str = "--only") -> None:
+    """``SystemExit`` naming ``flag`` for a value of ``only`` that no run of ``runs`` has (``task=mprc``): a typo would
+    otherwise select nothing, or less than asked, without a word."""
+    select(runs, only, flag)  # the keys
+    for key, values in only.items():
+        present = sorted({str(getattr(r, key)) for r in runs}, key=lambda v: (len(v), v))
+        if missing := [v for v in values if v not in present]:
+            raise SystemExit(f"{flag}: no run has {key} {', '.join(map(repr, missing))}; the {key}s are {present}")
+
+
 def too_long(run: Run, config: dict, cost: dict | None) -> float | None:
     """The run's estimated minutes (:func:`experiments.benchmarks.glue_cost.run_minutes`) where they exceed the CPU
     campaign's ``max_run_minutes`` (a run longer than one sitting: its checkpoints live on the machine that ran it),
@@ -919,9 +929,12 @@ def _pairs(items: list[str], flag: str = "--only") -> dict:
     return out
 
 
-def read_cost(path: str) -> dict | None:
-    """The cost table (``glue_cost.json``, :mod:`experiments.benchmarks.glue_cost`), or None where there is none yet."""
+def read_cost(path: str, *, required: bool = False) -> dict | None:
+    """The cost table (``glue_cost.json``, :mod:`experiments.benchmarks.glue_cost`), or None where there is none yet
+    (``required``: a table the user named, whose absence is a ``SystemExit``)."""
     if not os.path.exists(path):
+        if required:
+            raise SystemExit(f"--cost {path}: no such file (python -m experiments.benchmarks.glue_cost writes it)")
         return None
     with open(path) as f:
         return json.load(f)
@@ -949,8 +962,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=RESULTS, help="where the report goes (default experiments/results)")
     ap.add_argument(
         "--cost",
-        default=os.path.join(RESULTS, "glue_cost.json"),
-        help="the cost table that orders the runs (python -m experiments.benchmarks.glue_cost)",
+        help="the cost table that orders the runs (python -m experiments.benchmarks.glue_cost; default "
+        "experiments/results/glue_cost.json, where there is one)",
     )
     ap.add_argument("--name", default="glue_methods", help="name of the table report (default glue_methods)")
     mode = ap.add_mutually_exclusive_group()
@@ -978,10 +991,14 @@ def main(argv=None) -> int:
     # the runs are processes started in the repository root: the paths they are given must not depend on the cwd
     args.runs_dir = os.path.abspath(args.runs_dir)
     args.data_dir = args.data_dir and os.path.abspath(args.data_dir)
-    with open(args.config) as f:
-        config = json.load(f)
+    try:
+        with open(args.config) as f:
+            config = json.load(f)
+    except (OSError, ValueError) as e:
+        ap.error(f"--config {args.config}: {e}")
     only = _pairs(args.only)
-    cost = read_cost(args.cost)
+    cost_required, args.cost = args.cost is not None, args.cost or os.path.join(RESULTS, "glue_cost.json")
+    cost = read_cost(args.cost, required=cost_required)
     table_runs, sweep_runs = expand(config), expand(config, sweep=True)
     campaign: dict[str, list[Run]] = {}  # the CPU campaign's table runs and sweep runs
     sweep_name = "glue_methods_sweep"
@@ -999,6 +1016,7 @@ def main(argv=None) -> int:
         parts = campaign
     else:
         parts = {args.name: table_runs}
+    check_only([r for part in parts.values() for r in part], only)
     parts = {name: select(runs, only) for name, runs in parts.items()}
     records_dirs = tuple(os.path.join(args.out, f"{name}_runs") for name in (args.name, sweep_name))
     prov = provenance("glue_methods")  # of the code that runs, taken before it runs
@@ -1007,7 +1025,9 @@ def main(argv=None) -> int:
     if args.rerun_older_masks is not None:
         masks = dropout_masks()
         current = pair_key({"pairing": {"dropout_masks": masks}})
-        for run in select(runs, _pairs(args.rerun_older_masks, "--rerun-older-masks"), "--rerun-older-masks"):
+        rerun = _pairs(args.rerun_older_masks, "--rerun-older-masks")
+        check_only(runs, rerun, "--rerun-older-masks")
+        for run in select(runs, rerun, "--rerun-older-masks"):
             if earlier := older_masks(run, current, args.runs_dir, *records_dirs):
                 replaced[run.key] = earlier
     todo = [r for r in runs if pending(r, args.runs_dir, *records_dirs) or r.key in replaced]
