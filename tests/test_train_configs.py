@@ -160,3 +160,13 @@ def test_summary_of_a_seq2seq_task_has_its_generation_metrics_isotropy_and_time(
     assert header.split(" | ")[2:] == ["bleu", "I1(W)", "I2(W)", "s / epoch |"]
     row = next(line for line in text.splitlines() if line.startswith("| flow")).split(" | ")
     assert row[2:] == ["21.00 ± 1.00", "0.90 ± 0.00", "0.50 ± 0.00", "95 ± 5 |"]
+
+
+def test_only_refuses_a_value_no_run_has(capsys):
+    """``--only task.name=mprc`` selected no run and printed "0 runs"; now it names the value and the ones there are."""
+    config = str(CONFIG_DIR / "softdecay_glue.json")
+    with pytest.raises(SystemExit, match=r"--only: no run has task.name 'mprc'; the values are \[.*'mrpc'"):
+        _run.main([config, "--only", "task.name=mprc", "--dry-run"])
+    with pytest.raises(SystemExit):
+        _run.main(["nosuch.json", "--dry-run"])
+    assert "error: config nosuch.json: [Errno 2] No such file" in capsys.readouterr().err

@@ -112,8 +112,11 @@ def main(argv=None) -> int:
     mode.add_argument("--dry-run", action="store_true", help="print the runs' settings only")
     mode.add_argument("--summary", action="store_true", help="tabulate the finished runs (module docstring)")
     args = ap.parse_args(argv)
-    with open(args.config) as f:
-        config = json.load(f)
+    try:
+        with open(args.config) as f:
+            config = json.load(f)
+    except (OSError, ValueError) as e:
+        ap.error(f"config {args.config}: {e}")
     name = os.path.splitext(os.path.basename(args.config))[0]
     config["overrides"] = config.get("overrides", []) + [{"when": {}, "set": _pairs(args.set)}]
     only = {k: [str(x) for x in (v if isinstance(v, list) else [v])] for k, v in _pairs(args.only).items()}
@@ -121,6 +124,10 @@ def main(argv=None) -> int:
     unknown = sorted(k for k in only if k not in runs[0].flat_json())
     if unknown:
         raise SystemExit(f"--only: {', '.join(unknown)} is not a setting ({', '.join(runs[0].flat_json())})")
+    for key, values in only.items():  # a typo would select nothing, or less than asked, without a word
+        present = sorted({str(r.flat_json()[key]) for r in runs})
+        if missing := [v for v in values if v not in present]:
+            raise SystemExit(f"--only: no run has {key} {', '.join(map(repr, missing))}; the values are {present}")
     runs = [r for r in runs if all(str(r.flat_json()[k]) in v for k, v in only.items())]
     print(f"{name}: {len(runs)} runs ({config.get('paper', '')})")
     if args.summary:
