@@ -966,3 +966,19 @@ def test_a_selection_no_run_has_or_a_missing_file_is_refused_by_its_option(campa
     with pytest.raises(SystemExit):
         glue_methods.main([*argv, "--config", str(tmp_path / "nosuch.json")])
     assert f"error: --config {tmp_path / 'nosuch.json'}: [Errno 2] No such file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--protocol", "appb"], "--protocol 'appb' is not in"),  # was a KeyError traceback
+        (["--task", "mprc"], "--task 'mprc' is not in"),  # was an empty selection, then a traceback
+        (["--repeats", "0"], "argument --repeats: expected an integer >= 1, got '0'"),
+    ],
+)
+def test_the_methods_benchmark_refuses_what_the_campaign_does_not_have(argv, message, capsys):
+    from experiments.benchmarks import methods
+
+    with pytest.raises(SystemExit) as exit_:
+        methods.main(argv)
+    assert exit_.value.code == 2 and message in capsys.readouterr().err

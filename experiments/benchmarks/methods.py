@@ -27,6 +27,7 @@ import numpy as np
 from experiments.benchmarks.common import interleaved_ms, machine
 from experiments.benchmarks.train_step import step_runner
 from experiments.reproductions.glue_methods import DEFAULT_CONFIG, DEFAULT_DATA, campaign_selection, expand, select
+from isojax._argtypes import int_at_least
 from isojax.train.feed import batch_indices, process_batches
 from isojax.train.loop import prepare
 from isojax.train.state import create_state
@@ -55,11 +56,17 @@ def main(argv=None) -> int:
     ap.add_argument("--task", default="rte")
     ap.add_argument("--protocol", default="appB")
     ap.add_argument("--methods", default="cpu", help="cpu (the cpu_campaign's), all, or names joined by commas")
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int_at_least(1), default=5)
     args = ap.parse_args(argv)
 
     with open(args.config) as f:
         config = json.load(f)
+    for flag, value, known in (
+        ("--protocol", args.protocol, config["protocols"]),
+        ("--task", args.task, config["tasks"]),
+    ):
+        if value not in known:
+            ap.error(f"{flag} {value!r} is not in {args.config}: {sorted(known)}")
     protocol = config["protocols"][args.protocol]
     if args.methods == "cpu":
         chosen = campaign_selection(expand(config), config)
