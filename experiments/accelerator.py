@@ -58,6 +58,7 @@ import jax.numpy as jnp  # noqa: E402
 from experiments.benchmarks import throughput  # noqa: E402
 from experiments.benchmarks.softdecay import methods as parse_methods  # noqa: E402
 from experiments.tooling.report import RESULTS, markdown_table, provenance, write_result  # noqa: E402
+from isojax._argtypes import int_at_least  # noqa: E402
 from isojax.models import TransformerConfig  # noqa: E402
 from isojax.spectral import DECOMPOSITIONS, available_methods, current_platform, select_method  # noqa: E402
 
@@ -468,13 +469,16 @@ def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=OUT, help="results directory (default experiments/results/accelerator)")
     ap.add_argument(
-        "--batch", type=int, default=None, help="sequences per step (default by platform: cpu 32, gpu/tpu 256)"
+        "--batch",
+        type=int_at_least(1),
+        default=None,
+        help="sequences per step (default by platform: cpu 32, gpu/tpu 256)",
     )
-    ap.add_argument("--length", type=int, default=None, help="tokens per sequence (default 128)")
-    ap.add_argument("--layers", type=int, default=12)
-    ap.add_argument("--hidden", type=int, default=768)
-    ap.add_argument("--heads", type=int, default=12)
-    ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--length", type=int_at_least(1), default=None, help="tokens per sequence (default 128)")
+    ap.add_argument("--layers", type=int_at_least(1), default=12)
+    ap.add_argument("--hidden", type=int_at_least(1), default=768)
+    ap.add_argument("--heads", type=int_at_least(1), default=12)
+    ap.add_argument("--repeats", type=int_at_least(1), default=10)
     ap.add_argument(
         "--methods",
         type=parse_methods,

@@ -328,7 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="all-but-the-top: project the centered (eq. 11) or the raw vectors (Mu & Viswanath)",
     )
     p.add_argument("--flow-steps", type=_positive, default=300, help="flow: maximum-likelihood steps (default 300)")
-    p.add_argument("--seed", type=int, default=0, help="flow initialisation and batch seed")
+    p.add_argument("--seed", type=_count, default=0, help="flow initialisation and batch seed")
     p.add_argument("--no-isotropy", action="store_true", help="skip the isotropy columns")
     p.set_defaults(func=cmd_sts)
 

@@ -75,6 +75,7 @@ def test_sts_rejects_unknown_method(tmp_path, capsys):
         (["analyze", "--tokens-per-text", "0"], "--tokens-per-text", "0"),
         (["analyze", "--max-length", "1"], "--max-length", "1"),
         (["analyze", "--limit", "ten"], "--limit", "ten"),
+        (["sts", "--seed", "-1"], "--seed", "-1"),
         (["finetune", "--num-processes", "0", "--process-id", "0"], "--num-processes", "0"),
         (["finetune", "--num-processes", "2", "--process-id", "-1"], "--process-id", "-1"),
         (["finetune", "--coordinator", "nohost"], "--coordinator", "nohost"),

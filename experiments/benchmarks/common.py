@@ -11,6 +11,7 @@ from collections.abc import Callable
 import jax
 import numpy as np
 
+from isojax._argtypes import int_at_least
 from isojax.models import TransformerConfig
 
 
@@ -63,12 +64,12 @@ def report(rows: list[tuple[str, float, float]], left: str = "isojax", right: st
 def add_model_arguments(ap, *, repeats: int) -> None:
     """``--layers --hidden --heads --batch --length --repeats`` (defaults: the bundled model's shape, 6 x 384 with
     12 heads, batch 32 x 128)."""
-    ap.add_argument("--layers", type=int, default=6)
-    ap.add_argument("--hidden", type=int, default=384)
-    ap.add_argument("--heads", type=int, default=12)
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--length", type=int, default=128)
-    ap.add_argument("--repeats", type=int, default=repeats)
+    ap.add_argument("--layers", type=int_at_least(1), default=6)
+    ap.add_argument("--hidden", type=int_at_least(1), default=384)
+    ap.add_argument("--heads", type=int_at_least(1), default=12)
+    ap.add_argument("--batch", type=int_at_least(1), default=32)
+    ap.add_argument("--length", type=int_at_least(1), default=128)
+    ap.add_argument("--repeats", type=int_at_least(1), default=repeats)
 
 
 def bert_config(args) -> TransformerConfig:

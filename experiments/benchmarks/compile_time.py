@@ -24,6 +24,7 @@ import jax.numpy as jnp
 from experiments.benchmarks.throughput import random_batch
 from experiments.benchmarks.train_step import isojax_step
 from experiments.tooling.report import markdown_table, provenance, write_result
+from isojax._argtypes import int_at_least
 from isojax.models import TransformerConfig, build_encoder, to_scanned
 
 VARIANTS = ("unrolled", "unrolled+full", "scan", "scan+full", "scan+dots")
@@ -71,11 +72,11 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layers", default="6,12,24", help="comma-separated depths")
     ap.add_argument("--variants", default=",".join(VARIANTS))
-    ap.add_argument("--hidden", type=int, default=384)
-    ap.add_argument("--heads", type=int, default=12)
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--length", type=int, default=128)
-    ap.add_argument("--repeats", type=int, default=3, help="timed steps after compiling (0: none)")
+    ap.add_argument("--hidden", type=int_at_least(1), default=384)
+    ap.add_argument("--heads", type=int_at_least(1), default=12)
+    ap.add_argument("--batch", type=int_at_least(1), default=32)
+    ap.add_argument("--length", type=int_at_least(1), default=128)
+    ap.add_argument("--repeats", type=int_at_least(0), default=3, help="timed steps after compiling (0: none)")
     ap.add_argument("--out", default=None, help="results directory (default experiments/results)")
     args = ap.parse_args(argv)
     depths = [int(n) for n in args.layers.split(",")]

@@ -20,6 +20,7 @@ import numpy as np
 
 import isojax
 from experiments.benchmarks.common import machine, median_ms, report
+from isojax._argtypes import int_at_least
 from isojax.models.generate import generate, left_align
 
 
@@ -45,14 +46,14 @@ def uncached_greedy(module, max_length: int):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--layers", type=int, default=6)
-    ap.add_argument("--width", type=int, default=512)
-    ap.add_argument("--vocab", type=int, default=8192)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--prompt", type=int, default=32)
-    ap.add_argument("--new", type=int, default=64, help="tokens generated after the prompt")
-    ap.add_argument("--beams", type=int, default=4)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--layers", type=int_at_least(1), default=6)
+    ap.add_argument("--width", type=int_at_least(1), default=512)
+    ap.add_argument("--vocab", type=int_at_least(1), default=8192)
+    ap.add_argument("--batch", type=int_at_least(1), default=8)
+    ap.add_argument("--prompt", type=int_at_least(1), default=32)
+    ap.add_argument("--new", type=int_at_least(1), default=64, help="tokens generated after the prompt")
+    ap.add_argument("--beams", type=int_at_least(1), default=4)
+    ap.add_argument("--repeats", type=int_at_least(1), default=5)
     ap.add_argument("--quick", action="store_true", help="2 layers, 128 wide, batch 2, 8 + 16 tokens, 3 repeats")
     args = ap.parse_args(argv)
     if args.quick:

@@ -35,6 +35,7 @@ import numpy as np  # noqa: E402
 
 from experiments.benchmarks.common import median_ms  # noqa: E402
 from experiments.tooling.report import markdown_table, provenance, write_result  # noqa: E402
+from isojax._argtypes import int_at_least  # noqa: E402
 from isojax.softdecay import decay_curve, soft_decay  # noqa: E402
 from isojax.spectral import (
     DECOMPOSITIONS,
@@ -300,7 +301,7 @@ def main(argv=None):
         help="comma-separated names of isojax.spectral.DECOMPOSITIONS (default: all this backend lowers)",
     )
     ap.add_argument("--alpha", type=float, default=-0.6, help="SoftDecay alpha (the authors' STS value)")
-    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--repeats", type=int_at_least(1), default=7)
     ap.add_argument("--skip-speed", action="store_true")
     ap.add_argument("--skip-real", action="store_true", help="leave out the default model's matrices")
     ap.add_argument("--out", default=None, help="results directory (default experiments/results)")

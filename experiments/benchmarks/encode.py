@@ -24,6 +24,7 @@ import time
 import numpy as np
 
 from experiments.benchmarks.common import machine
+from isojax._argtypes import int_at_least
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -62,10 +63,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="default,all-mpnet-base-v2")
     ap.add_argument("--data-dir", default=os.path.join(os.path.dirname(ROOT), "shared", "data"))
-    ap.add_argument("--limit", type=int, default=0, help="the first N sentences only (0 = all)")
-    ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--max-length", type=int, default=128)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--limit", type=int_at_least(0), default=0, help="the first N sentences only (0 = all)")
+    ap.add_argument("--batch-size", type=int_at_least(1), default=64)
+    ap.add_argument("--max-length", type=int_at_least(2), default=128)
+    ap.add_argument("--repeats", type=int_at_least(1), default=3)
     args = ap.parse_args(argv)
 
     import torch

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments.benchmarks.common import interleaved_medians, machine, median_ms, report
+from isojax._argtypes import int_at_least
 from isojax.models import TransformerConfig, build_encoder, config_to_hf
 from isojax.models.bert import BERT_HF_NAMES
 from isojax.models.checkpoint import params_from_state_dict
@@ -32,10 +33,10 @@ def forward_flops(cfg: TransformerConfig, batch: int, length: int) -> float:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--length", type=int, default=128)
-    ap.add_argument("--repeats", type=int, default=10)
-    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--batch", type=int_at_least(1), default=32)
+    ap.add_argument("--length", type=int_at_least(1), default=128)
+    ap.add_argument("--repeats", type=int_at_least(1), default=10)
+    ap.add_argument("--layers", type=int_at_least(1), default=12)
     ap.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak of the GPU (H100 SXM: 989)")
     ap.add_argument("--quick", action="store_true", help="2 layers, batch 4 x 32, 3 repeats")
     args = ap.parse_args(argv)

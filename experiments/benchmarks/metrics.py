@@ -24,6 +24,7 @@ import jax
 import numpy as np
 
 from experiments.benchmarks.common import machine, median_ms, report
+from isojax._argtypes import int_at_least
 from isojax.metrics import isoscore
 from isojax.topology import zero_dim_barcode
 
@@ -78,16 +79,18 @@ def bench_barcode(args) -> None:
     report(rows, "isojax", "reference")
 
 
-def main() -> None:
+def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--points", type=int, default=20000, help="rows of the IsoScore cloud")
-    parser.add_argument("--dim", type=int, default=768, help="feature dimension of both benchmarks")
-    parser.add_argument("--sizes", type=int, nargs="+", default=[64, 256, 1024], help="barcode point counts")
-    parser.add_argument("--repeats", type=int, default=5, help="timed runs per case (median reported)")
+    parser.add_argument("--points", type=int_at_least(2), default=20000, help="rows of the IsoScore cloud")
+    parser.add_argument("--dim", type=int_at_least(1), default=768, help="feature dimension of both benchmarks")
+    parser.add_argument(
+        "--sizes", type=int_at_least(2), nargs="+", default=[64, 256, 1024], help="barcode point counts"
+    )
+    parser.add_argument("--repeats", type=int_at_least(1), default=5, help="timed runs per case (median reported)")
     parser.add_argument("--quick", action="store_true", help="smoke run: 2000 points, sizes 64 256, 2 repeats")
     parser.add_argument("--skip-isoscore", action="store_true")
     parser.add_argument("--skip-barcode", action="store_true")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.quick:
         args.points, args.sizes, args.repeats = 2000, [64, 256], 2
     print(machine())

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 from experiments.benchmarks.common import add_model_arguments, bert_config, machine, median_ms
 from experiments.benchmarks.throughput import random_batch
 from experiments.benchmarks.train_step import isojax_step, step_runner
+from isojax._argtypes import int_at_least
 from isojax.models import build_encoder
 
 _RUNTIME_EVENTS = ("ThunkExecutor", "$", "PjitFunction", "end:", "SlinkyThreadPool", "CommonPjRt")
@@ -77,7 +78,7 @@ def per_module_ms(trace_dir: str, names: dict[str, str], steps: int, depth: int)
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_arguments(ap, repeats=3)
-    ap.add_argument("--top", type=int, default=30, help="rows to print")
+    ap.add_argument("--top", type=int_at_least(1), default=30, help="rows to print")
     ap.add_argument("--by", choices=("module", "op"), default="module")
     args = ap.parse_args(argv)
     cfg = bert_config(args)

@@ -70,6 +70,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from experiments.tooling.report import RESULTS, markdown_table, provenance, write_result  # noqa: E402
+from isojax._argtypes import int_at_least  # noqa: E402
 
 GIB = 2**30
 DEVICES_GIB = {"TPU v5e (16 GiB)": 16, "TPU v4 (32 GiB)": 32, "H100 (80 GiB)": 80}
@@ -695,7 +696,7 @@ def main(argv=None):
     ap.add_argument("--dtypes", default="float32,bfloat16", help="--grid full: the compute dtypes")
     ap.add_argument("--remat", default="none,full", help="--grid full: the remat policies")
     ap.add_argument("--batches", default="16,32", help="two global batch sizes (the fit extrapolates from them)")
-    ap.add_argument("--length", type=int, default=128)
+    ap.add_argument("--length", type=int_at_least(1), default=128)
     ap.add_argument("--out", default=RESULTS)
     ap.add_argument("--keep", action="store_true", help="keep the cells of OUT/scale.json, compile the others")
     ap.add_argument(

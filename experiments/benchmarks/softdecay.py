@@ -32,6 +32,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from experiments.benchmarks.common import interleaved_ms, machine, report  # noqa: E402
+from isojax._argtypes import int_at_least  # noqa: E402
 from isojax.softdecay import SoftDecay, soft_decay  # noqa: E402
 from isojax.spectral import available_methods, select_method  # noqa: E402
 
@@ -156,13 +157,13 @@ def methods(text: str) -> list[str]:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--length", type=int, default=128)
-    ap.add_argument("--hidden", type=int, default=768, help="hidden size for (a); (b) uses BERT-base's 768")
-    ap.add_argument("--layers", type=int, default=12, help="encoder layers for (b)")
+    ap.add_argument("--batch", type=int_at_least(1), default=32)
+    ap.add_argument("--length", type=int_at_least(1), default=128)
+    ap.add_argument("--hidden", type=int_at_least(1), default=768, help="hidden size for (a); (b) uses BERT-base's 768")
+    ap.add_argument("--layers", type=int_at_least(1), default=12, help="encoder layers for (b)")
     ap.add_argument("--alpha", type=float, default=-0.2)
-    ap.add_argument("--repeats", type=int, default=10)
-    ap.add_argument("--torch-threads", type=int, default=os.cpu_count())
+    ap.add_argument("--repeats", type=int_at_least(1), default=10)
+    ap.add_argument("--torch-threads", type=int_at_least(1), default=os.cpu_count())
     ap.add_argument(
         "--method",
         type=methods,

@@ -29,6 +29,7 @@ from collections import defaultdict
 import numpy as np
 
 from experiments.tooling.report import ISOTROPY_COLUMNS, RESULTS, provenance, seeds_table, write_result
+from isojax._argtypes import int_at_least
 
 COLUMNS = (("spearman", "Spearman", 2), ("pearson", "Pearson", 2), *ISOTROPY_COLUMNS, ("seconds", "run time (s)", 0))
 
@@ -115,7 +116,7 @@ def main(argv=None) -> int:
     ap.add_argument("--max-length", type=int, default=64)
     ap.add_argument("--lr", type=float, default=5e-5)
     ap.add_argument("--pooling", default="cls")
-    ap.add_argument("--eval-points", type=int, default=4, help="evaluations per stage (curve points)")
+    ap.add_argument("--eval-points", type=int_at_least(1), default=4, help="evaluations per stage (curve points)")
     ap.add_argument("--devices", type=int, default=1)
     ap.add_argument("--runs-dir", default="runs/finetune_methods")
     ap.add_argument("--out", default=RESULTS, help="where the table and curves go")

@@ -19,6 +19,7 @@ import argparse
 
 import isojax
 from experiments.tooling.report import SHARED_DATA, display_name, markdown_table, write_result
+from isojax._argtypes import int_at_least
 from isojax.data.sts import load_sts
 from isojax.eval import sts
 
@@ -109,8 +110,8 @@ def main(argv=None):
     )
     ap.add_argument("--sets", type=_csv, default=list(SETS))
     ap.add_argument("--data-dir", default=SHARED_DATA, help="original data releases (default ../shared/data)")
-    ap.add_argument("--max-length", type=int, default=128)
-    ap.add_argument("--flow-steps", type=int, default=300)
+    ap.add_argument("--max-length", type=int_at_least(2), default=128)
+    ap.add_argument("--flow-steps", type=int_at_least(1), default=300)
     args = ap.parse_args(argv)
     runs = [
         r
