@@ -516,10 +516,6 @@ def parse_args(argv=None):
         help="only write DIR, DIR/data and DIR-model-part* for an offline machine (needs PyPI)",
     )
     args = ap.parse_args(argv)
-    for name in ("batch", "length", "layers", "hidden", "heads", "repeats"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            ap.error(f"--{name} must be a positive integer, got {value}")
     if args.hidden % args.heads:
         ap.error(f"--hidden ({args.hidden}) must be a multiple of --heads ({args.heads})")
     if args.skip_tests and args.skip_bench and not (args.lowering or args.scale):

@@ -325,7 +325,8 @@ def test_device_names_and_peaks():
     [
         (["--skip-tests", "--skip-bench"], "leave nothing to run"),
         (["--hidden", "30", "--heads", "4"], "multiple of --heads"),
-        (["--batch", "0"], "--batch must be a positive integer"),
+        (["--batch", "0"], "argument --batch: expected an integer >= 1, got '0'"),
+        (["--repeats", "-1"], "argument --repeats: expected an integer >= 1, got '-1'"),
     ],
 )
 def test_bad_options_are_usage_errors(argv, message, capsys):

@@ -31,11 +31,3 @@ def test_a_bad_count_is_a_usage_error_naming_its_option(module, argv, low, capsy
     assert exit_.value.code == 2
     flag = [a for a in argv if a.startswith("--")][0]
     assert f"error: argument {flag}: expected an integer >= {low}, got '{argv[-1]}'" in capsys.readouterr().err
-
-
-def test_the_accelerator_run_refuses_an_empty_batch(capsys):
-    from experiments import accelerator
-
-    with pytest.raises(SystemExit):
-        accelerator.parse_args(["--batch", "0"])
-    assert "error: argument --batch: expected an integer >= 1, got '0'" in capsys.readouterr().err
