@@ -22,7 +22,7 @@ def int_at_least(low: int):
 
 def host_port(text: str) -> str:
     """An argparse ``type`` for a ``HOST:PORT`` address (``localhost:1234``, ``[::1]:1234``): a missing or
-    non-numeric port is refused as a usage error, not left to a connection that waits for minutes."""
+    non-numeric port is refused as a usage error before ``jax.distributed`` is started with it."""
     host, _, port = text.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise argparse.ArgumentTypeError(f"expected HOST:PORT with a port in 1..65535, got {text!r}")
