@@ -1,7 +1,8 @@
 """Multi-host fine-tuning simulated with two processes on this machine (a localhost coordinator, four CPU devices
 each, Gloo collectives): trained, checkpointed from both processes, killed, resumed, it ends with the parameters
 of the same run in one process on eight devices; each process tokenised only its own rows of every batch. Also,
-in one process: the rows that two processes feed make up the single-process batches; bad multi-process options.
+in one process: the rows that two processes feed make up the single-process batches; bad multi-process options;
+a process that reaches no coordinator (a closed localhost port) or reaches it late.
 
 References: the single-process run of the same command (``--devices 8``); the batch order written out here from
 its documented rule (``numpy.random.default_rng([seed, epoch]).permutation``, row blocks of the batch sharding)
@@ -17,6 +18,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -34,7 +36,7 @@ from isojax.data.glue import GlueData, glue_task
 from isojax.models import TransformerConfig, build_encoder, save_pretrained
 from isojax.train.cli import main
 from isojax.train.feed import Split, batch_indices, process_batches
-from isojax.train.parallel import select_devices
+from isojax.train.parallel import initialize_distributed, select_devices
 
 DEADLINE_S = 420  # for the whole run: 1.5 min on two quiet cores, 3.5 min when other jobs load them (load 8)
 SEED, BATCH, STEPS, STALL, N_TRAIN, N_DEV = 3, 8, 6, 4, 24, 12
@@ -134,6 +136,7 @@ def test_two_processes_rows_make_up_the_single_process_batches(tokenizer, monkey
         (["--num-processes", "2"], "num_processes and process_id go together"),
         (["--num-processes", "2", "--process-id", "2"], r"process_id must be in [0, num_processes=2), got 2"),
         (["--distributed", "maybe"], "invalid choice: 'maybe'"),
+        (["--coordinator-timeout", "0"], "argument --coordinator-timeout: expected an integer >= 1, got '0'"),
     ],
 )
 def test_bad_multi_process_options_fail_before_jax_starts(extra, message, capsys):
@@ -142,6 +145,67 @@ def test_bad_multi_process_options_fail_before_jax_starts(extra, message, capsys
     except SystemExit as e:  # argparse's own errors
         assert e.code == 2
     assert message in capsys.readouterr().err
+
+
+def _closed_port() -> int:
+    """A localhost port that nothing listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def jax_initialize(monkeypatch):
+    """``jax.distributed.initialize`` replaced by a recorder of its calls (a real one cannot be undone in-process)."""
+    calls = []
+    monkeypatch.setattr(jax.distributed, "initialize", lambda *a, **kw: calls.append((a, kw)))
+    return calls
+
+
+def test_a_process_that_reaches_no_coordinator_stops_with_an_error_naming_it(jax_initialize, capsys):
+    address = f"127.0.0.1:{_closed_port()}"
+    argv = ["finetune", "--coordinator", address, "--num-processes", "2", "--process-id", "1"]
+    start = time.monotonic()
+    assert main([*argv, "--coordinator-timeout", "2"]) == 2
+    waited = time.monotonic() - start
+    err = capsys.readouterr().err
+    assert err.startswith(f"isojax finetune: error: coordinator {address}: no connection within 2 s (last: ")
+    assert "Connection refused" in err and 2 <= waited < 10, (err, waited)
+    assert jax_initialize == []  # JAX would have ended the process (DEADLINE_EXCEEDED) without naming the address
+
+
+def test_a_late_coordinator_is_waited_for_and_jax_gets_the_rest_of_the_timeout(jax_initialize):
+    port = _closed_port()
+    server = []
+    timer = threading.Timer(1.5, lambda: server.append(socket.create_server(("127.0.0.1", port))))
+    timer.start()
+    try:
+        assert initialize_distributed(
+            "auto", coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=1, initialization_timeout=20
+        )
+    finally:
+        timer.join()
+        for s in server:
+            s.close()
+    [(args, kwargs)] = jax_initialize
+    assert args == (f"127.0.0.1:{port}", 2, 1) and 16 <= kwargs["initialization_timeout"] <= 19, kwargs
+
+
+def test_process_0_starts_the_coordinator_without_waiting_for_one(jax_initialize):
+    start = time.monotonic()
+    assert initialize_distributed(
+        "on", coordinator_address=f"127.0.0.1:{_closed_port()}", num_processes=2, process_id=0, initialization_timeout=7
+    )
+    assert time.monotonic() - start < 1 and jax_initialize[0][1] == {"initialization_timeout": 7}
+
+
+@pytest.mark.parametrize("timeout", [0, 2.5, True])
+def test_initialization_timeout_is_whole_seconds_of_at_least_one(timeout, jax_initialize):
+    with pytest.raises(
+        ValueError, match=rf"initialization_timeout must be a whole number of seconds >= 1, got {timeout}"
+    ):
+        initialize_distributed("on", initialization_timeout=timeout)
+    assert jax_initialize == []
 
 
 def test_a_multi_process_run_uses_every_device(monkeypatch):

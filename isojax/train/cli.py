@@ -15,7 +15,8 @@ Multi-host (one process per host; the mesh spans every process's devices, each p
 its rows of each batch, process 0 writes the logs and results, every process writes its shards of the
 checkpoints): run the same command on every host with ``--coordinator HOST:PORT --num-processes N --process-id I``
 (I = 0 .. N-1; HOST:PORT is process 0's address), or let JAX read them from the environment (Cloud TPU, SLURM,
-Open MPI; ``JAX_COORDINATOR_ADDRESS``). On CPU the processes talk through Gloo. For example two processes on one
+Open MPI; ``JAX_COORDINATOR_ADDRESS``). ``--coordinator-timeout`` (default 300 s) bounds the wait for the
+coordinator and the other processes. On CPU the processes talk through Gloo. For example two processes on one
 machine, four CPU devices each::
 
     XLA_FLAGS=--xla_force_host_platform_device_count=4 python -m isojax.train.cli finetune --task stsb \
@@ -118,6 +119,14 @@ def add_finetune_parser(subparsers) -> argparse.ArgumentParser:
     r.add_argument(
         "--process-id", type=int_at_least(0), default=None, help="multi-process: this process's index, 0 .. N-1"
     )
+    r.add_argument(
+        "--coordinator-timeout",
+        type=int_at_least(1),
+        default=300,
+        metavar="SECONDS",
+        help="multi-process: how long to wait for the coordinator and every process to connect (default 300); a "
+        "process other than 0 that reaches no coordinator in time stops with an error naming the address",
+    )
     p.set_defaults(func=cmd_finetune)
     return p
 
@@ -169,6 +178,7 @@ def cmd_finetune(args) -> int:
         coordinator_address=args.coordinator,
         num_processes=args.num_processes,
         process_id=args.process_id,
+        initialization_timeout=args.coordinator_timeout,
     )  # before any JAX computation (reading the configuration does none)
     result = fit(config)
     for stage, metrics in result.stages.items():

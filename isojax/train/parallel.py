@@ -42,7 +42,10 @@ differ by the masks drawn; without dropout they agree.
 
 **Multi-host** (mesh path): one process per host, each driving its local devices. :func:`initialize_distributed`
 starts JAX's multi-process runtime (a coordinator address, the number of processes and this process's id, or a
-SLURM / Open MPI / Cloud TPU environment that JAX reads them from); it must run before any JAX computation. On CPU
+SLURM / Open MPI / Cloud TPU environment that JAX reads them from); it must run before any JAX computation. A
+process other than 0 given the coordinator's address first waits for something to accept a connection there
+(:func:`wait_for_coordinator`), so a wrong address is a ``TimeoutError`` that names it, where JAX would end the
+process with ``DEADLINE_EXCEEDED``. On CPU
 the processes' collectives go through Gloo (JAX's default ``jax_cpu_collectives_implementation``). The mesh then
 spans every process's devices (a multi-process run uses all of them), and the runner's ``train`` / ``predict``
 take only *this process's rows* of each global batch: :meth:`MeshRunner.process_rows` says which, read off the
@@ -57,6 +60,8 @@ import dataclasses
 import logging
 import os
 import re
+import socket
+import time
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -89,6 +94,7 @@ def initialize_distributed(
     coordinator_address: str | None = None,
     num_processes: int | None = None,
     process_id: int | None = None,
+    initialization_timeout: int = 300,
 ) -> bool:
     """Start JAX's multi-process runtime (``jax.distributed.initialize``) when a multi-process job is described.
 
@@ -102,10 +108,15 @@ def initialize_distributed(
         cluster environment (SLURM, Open MPI, Cloud TPU).
       num_processes: the number of processes (given together with ``process_id``), or ``None`` as above.
       process_id: this process's index in ``[0, num_processes)``, or ``None`` as above.
+      initialization_timeout: seconds to wait for the coordinator and every process to connect (JAX's default,
+        300); a process other than 0 given ``coordinator_address`` spends the first part of them in
+        :func:`wait_for_coordinator`.
 
     Returns:
-      whether it initialised (``bool``). A bad ``mode``, only one of ``num_processes`` / ``process_id``, or a
-      ``process_id`` out of range is a ``ValueError`` (raised before anything starts).
+      whether it initialised (``bool``). A bad ``mode``, only one of ``num_processes`` / ``process_id``, a
+      ``process_id`` out of range or a timeout below 1 s is a ``ValueError`` (raised before anything starts); no
+      coordinator at ``coordinator_address`` within the timeout is a ``TimeoutError``. (A coordinator that is
+      reached but whose other processes do not all connect in time ends the process inside JAX.)
 
     Examples:
       A single-process job (no coordinator, no cluster task count) starts nothing under ``"auto"``:
@@ -127,6 +138,14 @@ def initialize_distributed(
         )
     if num_processes is not None and process_id is not None and not 0 <= process_id < num_processes:
         raise ValueError(f"process_id must be in [0, num_processes={num_processes}), got {process_id!r}")
+    if (
+        isinstance(initialization_timeout, bool)
+        or not isinstance(initialization_timeout, int)
+        or initialization_timeout < 1
+    ):
+        raise ValueError(
+            f"initialization_timeout must be a whole number of seconds >= 1, got {initialization_timeout!r}"
+        )
     multi = (
         coordinator_address is not None
         or num_processes is not None
@@ -134,10 +153,54 @@ def initialize_distributed(
         or any(os.environ.get(v, "1").isdigit() and int(os.environ.get(v, "1")) > 1 for v in _TASK_COUNT_ENV)
     )
     if mode == "on" or (mode == "auto" and multi):
-        jax.distributed.initialize(coordinator_address, num_processes, process_id)
+        deadline = time.monotonic() + initialization_timeout
+        if coordinator_address is not None and process_id not in (None, 0):  # process 0 starts the coordinator
+            wait_for_coordinator(coordinator_address, initialization_timeout)
+        left = max(1, round(deadline - time.monotonic()))
+        jax.distributed.initialize(coordinator_address, num_processes, process_id, initialization_timeout=left)
         log.info("jax.distributed: process %d of %d", jax.process_index(), jax.process_count())
         return True
     return False
+
+
+def wait_for_coordinator(address: str, timeout: float) -> None:
+    """Wait until something accepts a TCP connection at ``address`` (``HOST:PORT``, ``[IPv6]:PORT``), trying every
+    quarter second until ``timeout`` seconds have passed; the connection is closed at once.
+
+    Args:
+      address: the coordinator's ``HOST:PORT``.
+      timeout: seconds to keep trying.
+
+    Returns:
+      ``None``, once a connection was accepted.
+
+    Raises:
+      TimeoutError: nothing accepted a connection within ``timeout`` seconds; the message names the address and
+        the last error (refused, unknown host, ...).
+
+    Examples:
+      >>> with socket.create_server(("127.0.0.1", 0)) as server:
+      ...     wait_for_coordinator(f"127.0.0.1:{server.getsockname()[1]}", 5)
+      >>> wait_for_coordinator("127.0.0.1:1", 0.5)
+      Traceback (most recent call last):
+      TimeoutError: coordinator 127.0.0.1:1: no connection within 0.5 s (last: ...); is process 0 running with this address?
+    """
+    host, _, port = address.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection((host, int(port)), timeout=max(0.1, min(2.0, deadline - time.monotonic()))).close()
+            return
+        except OSError as e:
+            last = e
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(
+                f"coordinator {address}: no connection within {timeout:g} s (last: {last}); "
+                "is process 0 running with this address?"
+            )
+        time.sleep(min(0.25, left))
 
 
 def select_devices(num_devices: int | None) -> list:
@@ -648,4 +711,5 @@ __all__ = [
     "partition_spec",
     "select_devices",
     "state_shardings",
+    "wait_for_coordinator",
 ]
