@@ -4,6 +4,7 @@ Reference: transformers' PyTorch classes (float32, eager attention), outputs com
 """
 
 import json
+import re
 
 import jax
 import jax.numpy as jnp
@@ -270,6 +271,53 @@ def test_missing_unexpected_and_misshapen_keys(bert_tiny, tmp_path):
         r"expects \(32, 37\)",
     ):
         isojax.from_pretrained(str(tmp_path))
+
+
+def _copy_with(path, tmp_path, edit_config=None, weights=None):
+    """A copy of the model directory ``path`` in ``tmp_path`` with its config.json edited and/or weights replaced."""
+    config = json.loads((path / "config.json").read_text())
+    if edit_config:
+        config.update(edit_config)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "model.safetensors").write_bytes(
+        (path / "model.safetensors").read_bytes() if weights is None else weights
+    )
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [  # each loaded before, and ran: 0 heads divided by zero, a rate of 1.5 dropped everything, eps < 0 gave NaN
+        ({"num_attention_heads": 0}, "num_attention_heads must be an integer >= 1, got 0"),
+        ({"hidden_size": -32, "num_attention_heads": -4}, "hidden_size must be an integer >= 1, got -32"),
+        ({"vocab_size": "99"}, "vocab_size must be an integer >= 1, got '99'"),
+        ({"hidden_dropout_prob": 1.5}, r"hidden_dropout_prob must be a dropout rate in \[0, 1\), got 1.5"),
+        ({"attention_probs_dropout_prob": -0.1}, r"attention_probs_dropout_prob must be a dropout rate in \[0, 1\)"),
+        ({"layer_norm_eps": -1.0}, "layer_norm_eps must be a finite number > 0, got -1.0"),
+    ],
+)
+def test_a_config_json_outside_its_ranges_is_refused_naming_the_file_and_field(bert_tiny, tmp_path, edit, message):
+    _, _, path = bert_tiny
+    model = _copy_with(path, tmp_path, edit)
+    with pytest.raises(ValueError, match=f"^{re.escape(str(model / 'config.json'))}: {message}"):
+        isojax.from_pretrained(str(model))
+
+
+@pytest.mark.parametrize(
+    "config, message", [("{", r"not JSON \(Expecting property name"), ("[1]", "expected a JSON object, got list")]
+)
+def test_a_config_json_that_is_no_object_is_refused_naming_the_file(tmp_path, config, message):
+    (tmp_path / "config.json").write_text(config)
+    with pytest.raises(ValueError, match=f"^{re.escape(str(tmp_path / 'config.json'))}: {message}"):
+        isojax.from_pretrained(str(tmp_path))
+
+
+@pytest.mark.parametrize("cut", [0, 1000])
+def test_a_truncated_safetensors_file_is_refused_naming_it(bert_tiny, tmp_path, cut):
+    _, _, path = bert_tiny
+    model = _copy_with(path, tmp_path, weights=(path / "model.safetensors").read_bytes()[:cut])
+    with pytest.raises(ValueError, match=f"^{re.escape(str(model / 'model.safetensors'))}: not a readable safetensors"):
+        isojax.from_pretrained(str(model))
 
 
 def test_bad_inputs_raise(bert_tiny):

@@ -129,21 +129,23 @@ def read_state_dict(directory: str | os.PathLike) -> dict[str, np.ndarray]:
     """Read the weights of a Hugging Face model directory as numpy arrays.
 
     Tries ``model.safetensors``, a sharded ``model.safetensors.index.json``, then ``pytorch_model.bin``
-    (that one needs PyTorch). Raises ``FileNotFoundError`` naming the directory and the files looked for.
+    (that one needs PyTorch). Raises ``FileNotFoundError`` naming the directory and the files looked for, and a
+    ``ValueError`` naming the file that is not a readable safetensors file (truncated, empty) or index.
     """
-    from safetensors.numpy import load_file
-
     directory = os.fspath(directory)
     single = os.path.join(directory, WEIGHTS_NAME)
     if os.path.exists(single):
-        return load_file(single)
+        return _load_safetensors(single)
     index = os.path.join(directory, WEIGHTS_INDEX_NAME)
     if os.path.exists(index):
         with open(index) as f:
-            shards = sorted(set(json.load(f)["weight_map"].values()))
+            try:
+                shards = sorted(set(json.load(f)["weight_map"].values()))
+            except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+                raise ValueError(f"{index}: not a safetensors index with a 'weight_map' object ({e!r})") from None
         state: dict[str, np.ndarray] = {}
         for shard in shards:
-            state.update(load_file(os.path.join(directory, shard)))
+            state.update(_load_safetensors(os.path.join(directory, shard)))
         return state
     binary = os.path.join(directory, TORCH_WEIGHTS_NAME)
     if os.path.exists(binary):
@@ -156,6 +158,17 @@ def read_state_dict(directory: str | os.PathLike) -> dict[str, np.ndarray]:
     raise FileNotFoundError(
         f"no weights in {directory}: looked for {WEIGHTS_NAME}, {WEIGHTS_INDEX_NAME}, {TORCH_WEIGHTS_NAME}"
     )
+
+
+def _load_safetensors(path: str) -> dict[str, np.ndarray]:
+    """``safetensors.numpy.load_file(path)``, its errors (a truncated or empty file) as ``ValueError`` naming ``path``."""
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    try:
+        return load_file(path)
+    except SafetensorError as e:
+        raise ValueError(f"{path}: not a readable safetensors file ({e})") from None
 
 
 def _normalise_keys(state: Mapping[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:

@@ -15,6 +15,27 @@ from typing import Any
 
 from isojax.models.activations import ACTIVATIONS
 
+_LEAST = {
+    "vocab_size": 1,
+    "hidden_size": 1,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 1,
+    "intermediate_size": 1,
+    "max_position_embeddings": 1,
+    "type_vocab_size": 0,
+    "num_hidden_groups": 1,
+    "inner_group_num": 1,
+    "position_offset": 0,
+    "relative_attention_num_buckets": 0,
+    "decoder_layers": 0,
+    "decoder_attention_heads": 0,
+    "decoder_ffn_dim": 0,
+}
+"""The integer fields of :class:`TransformerConfig` and the least value each may take."""
+
+_RATES = ("hidden_dropout_prob", "attention_probs_dropout_prob", "activation_dropout")
+"""The dropout-rate fields: each in ``[0, 1)``."""
+
 REQUIRED = object()
 """Marks a ``config.json`` key without a default: a file that lacks it is rejected."""
 
@@ -70,7 +91,9 @@ class TransformerConfig:
         ``config.json`` gives them to transformers' ``generate``.
       hf_config: the original ``config.json`` dictionary, written back by ``save_pretrained``.
     The other attributes are those of Hugging Face's ``BertConfig`` (BERT-base defaults); ``__post_init__`` raises
-    ``ValueError`` naming the fields of an inconsistent config.
+    ``ValueError`` naming the field of a size that is not a positive integer (counts that may be 0, such as
+    ``type_vocab_size``, non-negative), a dropout rate outside ``[0, 1)``, a ``layer_norm_eps`` that is not a
+    finite positive number, or the fields of an inconsistent config.
 
     Examples:
       RoBERTa counts positions after the padding index, so 514 position embeddings hold 512 tokens; an unset
@@ -83,6 +106,10 @@ class TransformerConfig:
       Traceback (most recent call last):
       ...
       ValueError: hidden_size (100) must be divisible by num_attention_heads (12)
+      >>> TransformerConfig(attention_probs_dropout_prob=1.0)
+      Traceback (most recent call last):
+      ...
+      ValueError: attention_probs_dropout_prob must be a dropout rate in [0, 1), got 1.0
     """
 
     model_type: str = "bert"
@@ -123,6 +150,17 @@ class TransformerConfig:
     hf_config: Mapping[str, Any] | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
+        for name, least in _LEAST.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
+        if self.embedding_size is not None and (not isinstance(self.embedding_size, int) or self.embedding_size < 1):
+            raise ValueError(f"embedding_size must be None or an integer >= 1, got {self.embedding_size!r}")
+        for name in _RATES:
+            if not (isinstance(getattr(self, name), (int, float)) and 0 <= getattr(self, name) < 1):
+                raise ValueError(f"{name} must be a dropout rate in [0, 1), got {getattr(self, name)!r}")
+        if not (isinstance(self.layer_norm_eps, (int, float)) and 0 < self.layer_norm_eps < float("inf")):
+            raise ValueError(f"layer_norm_eps must be a finite number > 0, got {self.layer_norm_eps!r}")
         for heads in ("num_attention_heads", "decoder_attention_heads"):
             if getattr(self, heads) and self.hidden_size % getattr(self, heads):
                 raise ValueError(

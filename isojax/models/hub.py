@@ -115,7 +115,8 @@ def read_config(directory: str) -> TransformerConfig:
       directory: a Hugging Face model directory.
 
     Returns:
-      Its :class:`~isojax.models.config.TransformerConfig`; ``FileNotFoundError`` when the file is missing.
+      Its :class:`~isojax.models.config.TransformerConfig`; ``FileNotFoundError`` when the file is missing, and a
+      ``ValueError`` that starts with the file's path when it is not JSON or describes no model isojax can build.
 
     Examples:
       >>> import json, tempfile
@@ -130,7 +131,16 @@ def read_config(directory: str) -> TransformerConfig:
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path} does not exist; a Hugging Face model directory needs config.json")
     with open(path) as f:
-        return config_from_hf(json.load(f))
+        try:
+            hf = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: not JSON ({e})") from None
+    if not isinstance(hf, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(hf).__name__}")
+    try:
+        return config_from_hf(hf)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
 
 
 def load_tokenizer(directory: str):
