@@ -70,8 +70,10 @@ def cmd_analyze(args) -> int:
     import isojax
     from isojax.data.sts import load_sts
     from isojax.eval import analysis, wordsim
+    from isojax.models import require_tokenizer
 
     module, params, tokenizer = isojax.from_pretrained(args.model)
+    require_tokenizer(tokenizer, args.model, "isojax analyze")
     data = load_sts(args.data, args.split, data_dir=args.data_dir)
     texts = list(dict.fromkeys(data.sentences1 + data.sentences2))  # unique, first-seen order
     texts = texts[: args.limit] if args.limit else texts
@@ -115,7 +117,7 @@ def cmd_sts(args) -> int:
     import isojax
     from isojax.data.sts import load_sts
     from isojax.eval import sts
-    from isojax.models import require_kind
+    from isojax.models import require_kind, require_tokenizer
 
     search = args.alpha == "search"
     try:
@@ -151,6 +153,7 @@ def cmd_sts(args) -> int:
     dev = load(args.alpha_data, "--alpha-data") if search and "softdecay" in args.methods else None
     module, params, tokenizer = isojax.from_pretrained(args.model)
     require_kind(module.config, ("encoder",), "isojax sts (sentence embeddings)")
+    require_tokenizer(tokenizer, args.model, "isojax sts")
     embedded = sts.embed_sets(
         module,
         params,
@@ -222,8 +225,10 @@ def cmd_wordsim(args) -> int:
     import isojax
     from isojax.data.wordsim import load_wordsim
     from isojax.eval import wordsim
+    from isojax.models import require_tokenizer
 
     _, params, tokenizer = isojax.from_pretrained(args.model)
+    require_tokenizer(tokenizer, args.model, "isojax wordsim")
     sets = [load_wordsim(name) for name in args.data] + [load_wordsim(path) for path in args.file]
     w = wordsim.input_embeddings(params)
     rows = []

@@ -235,3 +235,35 @@ def test_sts_rejects_unknown_sets_before_loading_the_model(capsys):
     require("datasets")  # STS-B is read (through datasets) before the unknown name is reached
     assert main(["sts", "--data", "stsb,sts17", "--quiet"]) == 2
     assert "unknown STS data set 'sts17'" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def untokenized_model(tmp_path_factory):
+    """A tiny random BERT saved without tokenizer files (what ``save_pretrained`` writes when given none)."""
+    import jax
+    import jax.numpy as jnp
+
+    from isojax.models import TransformerConfig, build_encoder, save_pretrained
+
+    cfg = TransformerConfig(
+        vocab_size=30, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16
+    )
+    module = build_encoder(cfg)
+    params = module.init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))["params"]
+    return save_pretrained(module, params, str(tmp_path_factory.mktemp("untokenized") / "model"))
+
+
+@pytest.mark.parametrize(
+    "argv, purpose",
+    [  # each was an AttributeError traceback ('NoneType' object has no attribute ...) once the model had loaded
+        (["analyze", "--limit", "5"], "isojax analyze"),
+        (["sts", "--limit", "5", "--methods", "raw", "--quiet", "--no-isotropy"], "isojax sts"),
+        (["wordsim", "--data", "ws353"], "isojax wordsim"),
+    ],
+)
+def test_a_model_without_tokenizer_files_is_named(untokenized_model, argv, purpose, capsys):
+    assert main([*argv, "--model", untokenized_model]) == 2
+    assert capsys.readouterr().err == (
+        f"isojax {argv[0]}: error: model {untokenized_model!r} has no tokenizer files (tokenizer.json, vocab.txt, "
+        f"...); {purpose} needs one\n"
+    )

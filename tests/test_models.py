@@ -320,6 +320,16 @@ def test_a_truncated_safetensors_file_is_refused_naming_it(bert_tiny, tmp_path, 
         isojax.from_pretrained(str(model))
 
 
+def test_unreadable_tokenizer_files_are_refused_naming_the_directory(default_model_path, tmp_path):
+    from isojax.models.hub import load_tokenizer
+
+    for name in ("tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        (tmp_path / name).write_bytes((default_model_path / name).read_bytes())
+    (tmp_path / "tokenizer.json").write_text("{")  # was transformers' bare JSONDecodeError, naming no file
+    with pytest.raises(ValueError, match=f"^{re.escape(str(tmp_path))}: its tokenizer files cannot be read"):
+        load_tokenizer(str(tmp_path))
+
+
 def test_bad_inputs_raise(bert_tiny):
     module, params, _ = bert_tiny
     apply = lambda *a, **k: module.apply({"params": params}, *a, **k)  # noqa: E731

@@ -11,7 +11,7 @@ from isojax.models.distilbert import DistilBertModel
 from isojax.models.encoder import EncoderModel
 from isojax.models.gpt2 import GPT2Model
 from isojax.models.heads import MaskedLMHead
-from isojax.models.hub import DEFAULT_MODEL, from_pretrained, load_mlm_head, resolve, save_pretrained
+from isojax.models.hub import DEFAULT_MODEL, from_pretrained, load_mlm_head, require_tokenizer, resolve, save_pretrained
 from isojax.models.mpnet import MPNetModel
 from isojax.models.outputs import DecoderOutput, EncoderOutput, Seq2SeqOutput
 from isojax.models.registry import (
@@ -67,6 +67,7 @@ __all__ = [
     "model_kind",
     "partition_rules",
     "require_kind",
+    "require_tokenizer",
     "resolve",
     "save_pretrained",
     "to_scanned",

@@ -135,7 +135,7 @@ def read_state_dict(directory: str | os.PathLike) -> dict[str, np.ndarray]:
     directory = os.fspath(directory)
     single = os.path.join(directory, WEIGHTS_NAME)
     if os.path.exists(single):
-        return _load_safetensors(single)
+        return load_safetensors(single)
     index = os.path.join(directory, WEIGHTS_INDEX_NAME)
     if os.path.exists(index):
         with open(index) as f:
@@ -145,7 +145,7 @@ def read_state_dict(directory: str | os.PathLike) -> dict[str, np.ndarray]:
                 raise ValueError(f"{index}: not a safetensors index with a 'weight_map' object ({e!r})") from None
         state: dict[str, np.ndarray] = {}
         for shard in shards:
-            state.update(_load_safetensors(os.path.join(directory, shard)))
+            state.update(load_safetensors(os.path.join(directory, shard)))
         return state
     binary = os.path.join(directory, TORCH_WEIGHTS_NAME)
     if os.path.exists(binary):
@@ -160,7 +160,7 @@ def read_state_dict(directory: str | os.PathLike) -> dict[str, np.ndarray]:
     )
 
 
-def _load_safetensors(path: str) -> dict[str, np.ndarray]:
+def load_safetensors(path: str) -> dict[str, np.ndarray]:
     """``safetensors.numpy.load_file(path)``, its errors (a truncated or empty file) as ``ValueError`` naming ``path``."""
     from safetensors import SafetensorError
     from safetensors.numpy import load_file

@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 _HUB_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model"]
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "spiece.model", "vocab.json")
+"""The files of which a model directory holds at least one when it has a tokenizer (:func:`load_tokenizer`)."""
 
 
 def bundled_model_path() -> str | None:
@@ -153,7 +155,8 @@ def load_tokenizer(directory: str):
       directory: a Hugging Face model directory.
 
     Returns:
-      A ``transformers`` tokenizer, or None.
+      A ``transformers`` tokenizer, or None. Tokenizer files that transformers cannot read (a broken
+      ``tokenizer.json``) are a ``ValueError`` naming the directory and transformers' error.
 
     Examples:
       >>> import tempfile
@@ -164,15 +167,40 @@ def load_tokenizer(directory: str):
     """
     from transformers import AutoTokenizer
 
-    if not any(
-        os.path.exists(os.path.join(directory, f))
-        for f in ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "spiece.model", "vocab.json")
-    ):
+    if not any(os.path.exists(os.path.join(directory, f)) for f in TOKENIZER_FILES):
         log.info("no tokenizer files in %s; returning tokenizer=None", directory)
         return None
-    tokenizer = AutoTokenizer.from_pretrained(directory)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(directory)
+    except Exception as e:  # transformers and tokenizers raise many types (JSON, Rust, OSError) for a bad file
+        raise ValueError(f"{directory}: its tokenizer files cannot be read ({type(e).__name__}: {e})") from e
     if tokenizer.pad_token is None and tokenizer.eos_token is not None:
         tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def require_tokenizer(tokenizer, model: str, purpose: str):
+    """``tokenizer``, or a ``ValueError`` naming ``model`` and ``purpose`` when it is None (a model directory without
+    tokenizer files, :func:`load_tokenizer`).
+
+    Args:
+      tokenizer: what :func:`from_pretrained` returned as the tokenizer.
+      model: the model's name or path, named in the error.
+      purpose: what needs the tokenizer, e.g. ``"isojax sts"``.
+
+    Returns:
+      ``tokenizer``.
+
+    Examples:
+      >>> require_tokenizer(None, "runs/x/model", "isojax analyze")
+      Traceback (most recent call last):
+      ...
+      ValueError: model 'runs/x/model' has no tokenizer files (tokenizer.json, vocab.txt, ...); isojax analyze needs one
+    """
+    if tokenizer is None:
+        raise ValueError(
+            f"model {model!r} has no tokenizer files ({', '.join(TOKENIZER_FILES[:2])}, ...); {purpose} needs one"
+        )
     return tokenizer
 
 
@@ -257,9 +285,7 @@ def from_pretrained(
     extra = {}
     extra_path = os.path.join(directory, checkpoint.EXTRA_WEIGHTS_NAME)
     if os.path.exists(extra_path):
-        from safetensors.numpy import load_file
-
-        extra = load_file(extra_path)
+        extra = checkpoint.load_safetensors(extra_path)
     needs_init = any(names.hf_key(p) is None and "/".join(p) not in extra for p in traverse_util.flatten_dict(template))
     if needs_init:  # parameters without a checkpoint value (a new last-layer transform) start from their init
         template = init_params(unscanned, jax.random.key(0))
@@ -376,6 +402,7 @@ __all__ = [
     "load_mlm_head",
     "load_tokenizer",
     "read_config",
+    "require_tokenizer",
     "resolve",
     "save_pretrained",
 ]

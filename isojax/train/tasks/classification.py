@@ -17,7 +17,7 @@ import numpy as np
 from isojax._stats import real_rows, streamed_covariance
 from isojax.data.batching import batches
 from isojax.data.glue import glue_task, load_glue
-from isojax.models import build_encoder, from_pretrained, require_kind
+from isojax.models import build_encoder, from_pretrained, require_kind, require_tokenizer
 from isojax.softdecay import SoftDecay
 from isojax.train import evaluation
 from isojax.train.config import Stage, TrainConfig
@@ -55,8 +55,7 @@ def build_task_model(config: TrainConfig) -> tuple[TaskModel, dict, Any]:
         config.model.name, dtype=dtype, last_layer_transform=transform, **layout
     )
     require_kind(encoder.config, ("encoder",), "fine-tuning a classifier (isojax finetune)")
-    if tokenizer is None:
-        raise ValueError(f"model {config.model.name!r} has no tokenizer files; fine-tuning needs one")
+    require_tokenizer(tokenizer, config.model.name, "fine-tuning (isojax finetune)")
     dropout = encoder.config.hidden_dropout_prob if config.model.dropout else 0.0
     if not config.model.dropout:
         encoder = build_encoder(

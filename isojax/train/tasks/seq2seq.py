@@ -52,7 +52,7 @@ from isojax import metrics
 from isojax.calibrate import Flow
 from isojax.data.seq2seq import Seq2SeqData, Seq2SeqTask, load_seq2seq, seq2seq_task
 from isojax.eval.generation_metrics import generation_metrics
-from isojax.models import from_pretrained, registry, require_kind
+from isojax.models import from_pretrained, registry, require_kind, require_tokenizer
 from isojax.models.generate import generate, generation_config
 from isojax.train.collectives import Collectives
 from isojax.train.config import Seq2SeqConfig, Stage, TrainConfig
@@ -475,8 +475,7 @@ class Seq2SeqRecipe:
         dtype = jnp.bfloat16 if c.model.dtype == "bfloat16" else jnp.float32
         network, params, tokenizer = from_pretrained(c.model.name, dtype=dtype)
         require_kind(network.config, ("encoder_decoder",), f"sequence-to-sequence fine-tuning ({c.task.name})")
-        if tokenizer is None:
-            raise ValueError(f"model {c.model.name!r} has no tokenizer files; fine-tuning needs one")
+        require_tokenizer(tokenizer, c.model.name, "fine-tuning (isojax finetune)")
         if not c.model.dropout:
             network = registry.build_model(
                 dataclasses.replace(
