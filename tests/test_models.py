@@ -303,6 +303,13 @@ def test_a_config_json_outside_its_ranges_is_refused_naming_the_file_and_field(b
         isojax.from_pretrained(str(model))
 
 
+def test_a_config_takes_numpy_scalars_for_its_sizes_and_rates():
+    from isojax.models import TransformerConfig
+
+    config = TransformerConfig(hidden_size=np.int64(32), num_attention_heads=4, hidden_dropout_prob=np.float32(0.1))
+    assert (config.hidden_size, config.embedding_size, float(config.hidden_dropout_prob)) == (32, 32, np.float32(0.1))
+
+
 @pytest.mark.parametrize(
     "config, message", [("{", r"not JSON \(Expecting property name"), ("[1]", "expected a JSON object, got list")]
 )

@@ -10,6 +10,7 @@ that say where the architectures really differ.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from collections.abc import Mapping
 from typing import Any
 
@@ -152,14 +153,16 @@ class TransformerConfig:
     def __post_init__(self):
         for name, least in _LEAST.items():
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
                 raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
-        if self.embedding_size is not None and (not isinstance(self.embedding_size, int) or self.embedding_size < 1):
+        if self.embedding_size is not None and (
+            not isinstance(self.embedding_size, numbers.Integral) or self.embedding_size < 1
+        ):
             raise ValueError(f"embedding_size must be None or an integer >= 1, got {self.embedding_size!r}")
         for name in _RATES:
-            if not (isinstance(getattr(self, name), (int, float)) and 0 <= getattr(self, name) < 1):
+            if not (isinstance(getattr(self, name), numbers.Real) and 0 <= getattr(self, name) < 1):
                 raise ValueError(f"{name} must be a dropout rate in [0, 1), got {getattr(self, name)!r}")
-        if not (isinstance(self.layer_norm_eps, (int, float)) and 0 < self.layer_norm_eps < float("inf")):
+        if not (isinstance(self.layer_norm_eps, numbers.Real) and 0 < self.layer_norm_eps < float("inf")):
             raise ValueError(f"layer_norm_eps must be a finite number > 0, got {self.layer_norm_eps!r}")
         for heads in ("num_attention_heads", "decoder_attention_heads"):
             if getattr(self, heads) and self.hidden_size % getattr(self, heads):
