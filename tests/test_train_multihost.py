@@ -199,11 +199,16 @@ def test_process_0_starts_the_coordinator_without_waiting_for_one(jax_initialize
     assert time.monotonic() - start < 1 and jax_initialize[0][1] == {"initialization_timeout": 7}
 
 
-@pytest.mark.parametrize("timeout", [0, 2.5, True])
-def test_initialization_timeout_is_whole_seconds_of_at_least_one(timeout, jax_initialize):
-    with pytest.raises(
-        ValueError, match=rf"initialization_timeout must be a whole number of seconds >= 1, got {timeout}"
-    ):
+@pytest.mark.parametrize(
+    "timeout, error, message",
+    [
+        (0, ValueError, "initialization_timeout must be >= 1, got 0"),
+        (2.5, TypeError, "initialization_timeout must be a Python int, got float 2.5"),
+        (True, TypeError, "initialization_timeout must be a Python int, got bool True"),
+    ],
+)
+def test_initialization_timeout_is_whole_seconds_of_at_least_one(timeout, error, message, jax_initialize):
+    with pytest.raises(error, match=message):
         initialize_distributed("on", initialization_timeout=timeout)
     assert jax_initialize == []
 

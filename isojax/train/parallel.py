@@ -72,6 +72,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from isojax._validate import check_positive_int
 from isojax.models.partitioning import FSDP_AXIS, fsdp_spec
 from isojax.train.collectives import GLOBAL, AxisCollectives, Collectives
 
@@ -114,7 +115,8 @@ def initialize_distributed(
 
     Returns:
       whether it initialised (``bool``). A bad ``mode``, only one of ``num_processes`` / ``process_id``, a
-      ``process_id`` out of range or a timeout below 1 s is a ``ValueError`` (raised before anything starts); no
+      ``process_id`` out of range or a timeout below 1 s is a ``ValueError`` and a timeout that is not a Python int
+      a ``TypeError`` (raised before anything starts); no
       coordinator at ``coordinator_address`` within the timeout is a ``TimeoutError``. (A coordinator that is
       reached but whose other processes do not all connect in time ends the process inside JAX.)
 
@@ -138,14 +140,7 @@ def initialize_distributed(
         )
     if num_processes is not None and process_id is not None and not 0 <= process_id < num_processes:
         raise ValueError(f"process_id must be in [0, num_processes={num_processes}), got {process_id!r}")
-    if (
-        isinstance(initialization_timeout, bool)
-        or not isinstance(initialization_timeout, int)
-        or initialization_timeout < 1
-    ):
-        raise ValueError(
-            f"initialization_timeout must be a whole number of seconds >= 1, got {initialization_timeout!r}"
-        )
+    check_positive_int(initialization_timeout, "initialization_timeout")
     multi = (
         coordinator_address is not None
         or num_processes is not None
