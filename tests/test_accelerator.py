@@ -32,6 +32,10 @@ PLATFORM = current_platform()
 DEVICE = accelerator.device_info()
 PEAK = accelerator.bf16_peak(DEVICE["kind"], None)
 
+# The time limit of the small suites below: the stop must come after pytest has started and run its quick tests, also
+# on a loaded CI host (at 5 s it once fell while pytest was printing its summary, which the killed run then lacked)
+SUITE_LIMIT_S = 20
+
 TINY = [
     "--layers",
     "1",
@@ -223,8 +227,10 @@ def test_a_suite_stopped_at_its_limit_counts_the_tests_that_ran(tmp_path):
     (tmp_path / "test_slow.py").write_text(
         "import time\n\n\ndef test_a_quick_one():\n    pass\n\n\ndef test_z_slow():\n    time.sleep(120)\n"
     )
-    result = accelerator_suite.run_suite(PLATFORM, f"--rootdir={tmp_path} {tmp_path}", timeout=20, log=lambda *_: None)
-    assert result["timed_out"] and result["timeout_s"] == 20 and result["stopped_by"] == "SIGINT", result
+    result = accelerator_suite.run_suite(
+        PLATFORM, f"--rootdir={tmp_path} {tmp_path}", timeout=SUITE_LIMIT_S, log=lambda *_: None
+    )
+    assert result["timed_out"] and result["timeout_s"] == SUITE_LIMIT_S and result["stopped_by"] == "SIGINT", result
     assert result["counts"] == {"passed": 1, "interrupted": 1} and "output_tail" not in result
     goal = accelerator.goals({"tests": result})[2]
     assert goal["status"] == "met" and "stopped at its time limit" in goal["note"]
@@ -240,7 +246,9 @@ def test_a_suite_is_interrupted_whatever_the_caller_does_with_sigint(tmp_path, c
     else:
         before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        result = accelerator_suite.run_suite(PLATFORM, f"--rootdir={tmp_path} {tmp_path}", timeout=5, log=print)
+        result = accelerator_suite.run_suite(
+            PLATFORM, f"--rootdir={tmp_path} {tmp_path}", timeout=SUITE_LIMIT_S, log=print
+        )
     finally:
         if caller == "ignores":
             signal.signal(signal.SIGINT, before)
@@ -257,7 +265,7 @@ def test_a_suite_that_ignores_the_interrupt_is_killed_and_its_output_kept(tmp_pa
         "    time.sleep(120)\n"
     )
     monkeypatch.setattr(accelerator_suite, "INTERRUPT_GRACE_S", 1)
-    result = accelerator_suite.run_suite(PLATFORM, f"--rootdir={tmp_path} {tmp_path}", timeout=5, log=print)
+    result = accelerator_suite.run_suite(PLATFORM, f"--rootdir={tmp_path} {tmp_path}", timeout=SUITE_LIMIT_S, log=print)
     assert result["stopped_by"] == "SIGKILL" and result["returncode"] == -signal.SIGKILL, result
     assert "counts" not in result and "output_tail" in result
     section = accelerator.test_section(result)
@@ -273,7 +281,7 @@ def test_a_suite_that_hangs_after_writing_its_xml_keeps_counts_and_output(tmp_pa
     )
     (tmp_path / "test_quick.py").write_text("def test_quick():\n    pass\n")
     monkeypatch.setattr(accelerator_suite, "INTERRUPT_GRACE_S", 1)
-    result = accelerator_suite.run_suite(PLATFORM, f"--rootdir={tmp_path} {tmp_path}", timeout=5, log=print)
+    result = accelerator_suite.run_suite(PLATFORM, f"--rootdir={tmp_path} {tmp_path}", timeout=SUITE_LIMIT_S, log=print)
     assert result["stopped_by"] == "SIGKILL" and result["counts"] == {"passed": 1}, result
     assert "1 passed" in result["output_tail"]
     section = accelerator.test_section(result)

@@ -2,7 +2,8 @@
 
 ``pytest`` runs in a subprocess from the repository root with ``JAX_PLATFORMS`` set to the backend (``cpu``:
 ``tests/conftest.py`` then gives 8 virtual CPU devices; ``cuda``, ``rocm``, ``tpu``: the real devices) and
-``XLA_PYTHON_CLIENT_PREALLOCATE=false`` (the tests' own subprocesses share the card). The results are read from
+``XLA_PYTHON_CLIENT_PREALLOCATE=false`` (the tests' own subprocesses share the card) and
+``PYTHONUNBUFFERED=1`` (a run killed while it hangs keeps all it printed). The results are read from
 its JUnit XML: every failed or erroring test with the first line of its message, and the skips grouped by reason.
 A run stopped at its time limit is interrupted as Ctrl-C would (SIGINT to pytest and its workers), so the tests that
 ran before the limit are still counted (``timed_out`` marks it); only if pytest has not ended ``INTERRUPT_GRACE_S``
@@ -114,7 +115,14 @@ def run_suite(
             f"--junitxml={junit}",
             *shlex.split(args),
         ]
-        full_env = {**os.environ, **(env or {}), "JAX_PLATFORMS": platform, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+        # unbuffered, so that a pytest killed while it hangs has written all it printed (its summary included)
+        full_env = {
+            **os.environ,
+            **(env or {}),
+            "JAX_PLATFORMS": platform,
+            "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+            "PYTHONUNBUFFERED": "1",
+        }
         log(f"tests: JAX_PLATFORMS={platform} pytest {args}")
         start = time.perf_counter()
         # A new session, so that at the limit SIGINT reaches pytest and its xdist workers at once, as Ctrl-C would:
