@@ -100,7 +100,7 @@ def test_config_translation_agrees_with_transformers(model_type):
 def test_unknown_model_type_names_the_supported_ones():
     with pytest.raises(ValueError, match=r"unknown model_type 'gpt5'; isojax supports bert, roberta, .*mpnet"):
         config_from_hf({"model_type": "gpt5"})
-    with pytest.raises(ValueError, match="has no 'hidden_size'"):
+    with pytest.raises(ValueError, match=r"no 'hidden_size' \(required for model_type 'bert'\)"):
         config_from_hf({"model_type": "bert", "vocab_size": 10})
 
 

@@ -222,7 +222,7 @@ def renamed_fields(hf: Mapping[str, Any], names: Mapping[str, str], defaults: Ma
     for key, field in names.items():
         value = hf.get(key, defaults.get(key, REQUIRED))
         if value is REQUIRED:
-            raise ValueError(f"config.json of model_type {hf.get('model_type')!r} has no {key!r}")
+            raise ValueError(f"no {key!r} (required for model_type {hf.get('model_type')!r})")
         out[field] = value
     return dict(out, model_type=hf["model_type"], hf_config=dict(hf))
 
