@@ -214,6 +214,22 @@ def test_a_run_that_fails_mid_stage_writes_its_pending_checkpoint_first(tiny, tm
     assert [r["step"] for r in read_jsonl(tmp_path / "log.jsonl") if r["kind"] == "resume"] == [3]
 
 
+def test_a_run_that_fails_while_writing_its_results_leaves_none_and_its_rerun_writes_them(tiny, tmp_path, monkeypatch):
+    """``results.json`` marks a finished run, so it is written whole or not at all: a failure while it is written
+    (here its timing cannot be serialised) leaves no ``results.json``, and the rerun resumes and writes it."""
+    import isojax.train.loop as loop
+
+    argv = _args(tiny, tmp_path)
+    monkeypatch.setattr(loop, "epoch_seconds", lambda *args: object())
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        fit(config_from_argv(argv))
+    assert sorted(p.name for p in tmp_path.iterdir() if "results" in p.name) == []
+    monkeypatch.undo()
+    step = fit(config_from_argv(argv)).step
+    assert read_json(tmp_path / "results.json")["step"] == step == 10 + 6
+    assert [r["step"] for r in read_jsonl(tmp_path / "log.jsonl") if r["kind"] == "resume"] == [step]
+
+
 def test_resume_with_a_different_training_configuration_is_refused(tiny, reference, tmp_path):
     shutil.copytree(reference[0] / "checkpoints", tmp_path / "checkpoints")
     with pytest.raises(ValueError, match=r"different configuration \(optim.learning_rate: 0.001 -> 0.002\)"):

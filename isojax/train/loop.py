@@ -28,7 +28,8 @@ sequence-to-sequence task, :mod:`isojax.train.tasks`); this module knows no task
 devices, checkpoints, resuming, logs, timing) is one loop.
 
 Outputs in ``output_dir``: ``checkpoints/``, ``log.jsonl`` (:mod:`isojax.train.logs`), ``curves.png`` (task
-metric and isotropy over training), ``results.json`` (configuration, final evaluation of every stage, timing).
+metric and isotropy over training), ``results.json`` (configuration, final evaluation of every stage, timing; written last and atomically, so it marks
+a finished run).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import math
 import os
 import time
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any, Generic
 
 import flax.linen as nn
@@ -49,6 +51,7 @@ import optax
 from tqdm.auto import tqdm
 
 from isojax._stats import real_rows
+from isojax.data.assets import write_atomic
 from isojax.train.checkpoint import Checkpoints
 from isojax.train.config import RESUMABLE, LoggingConfig, Stage, TrainConfig
 from isojax.train.feed import Rows, batch_indices, process_batches
@@ -372,10 +375,9 @@ def fit(config: TrainConfig) -> FitResult:
             title=f"{config.model.name} on {config.task.name}: {config.method.name}",
         )
         timing = {plan.stage.name: epoch_seconds(records, plan.stage.name, prepared.per_epoch) for plan in plans}
-        with open(os.path.join(out, "results.json"), "w") as f:
-            json.dump(
-                {"config": config.to_json(), "step": step, "stages": stage_results, "timing": timing}, f, indent=1
-            )
+        summary = {"config": config.to_json(), "step": step, "stages": stage_results, "timing": timing}
+        # whole or not at all: its presence marks a finished run (a rerun of one killed here resumes and rewrites it)
+        write_atomic(Path(out, "results.json"), json.dumps(summary, indent=1).encode())
     return FitResult(out, step, last, stage_results, params)
 
 
