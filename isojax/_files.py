@@ -1,0 +1,34 @@
+"""Files written whole or not at all: a fetched data asset, a finished run's ``results.json``.
+
+Their presence is what marks the work done (the asset fetched, the run finished), so a write that fails or is
+killed halfway must not leave a file behind.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def write_atomic(target: Path, data: bytes) -> None:
+    """Write ``data`` to ``target`` through a ``.part`` file, so that a half-written file never looks complete.
+
+    The parent directories are created; the ``.part`` file is renamed onto ``target`` (atomic on one file system).
+
+    Args:
+      target: the file to write (a ``Path``).
+      data: its content.
+
+    Returns:
+      ``None``.
+
+    Examples:
+      >>> import tempfile, pathlib
+      >>> target = pathlib.Path(tempfile.mkdtemp()) / "wordsim" / "men.txt"
+      >>> write_atomic(target, b"sun\\tsunlight\\t50\\n")
+      >>> target.read_bytes(), sorted(p.name for p in target.parent.iterdir())
+      (b'sun\\tsunlight\\t50\\n', ['men.txt'])
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    part = target.with_name(target.name + ".part")
+    part.write_bytes(data)
+    part.replace(target)
