@@ -115,7 +115,6 @@ def run_suite(
             f"--junitxml={junit}",
             *shlex.split(args),
         ]
-        # unbuffered, so that a pytest killed while it hangs has written all it printed (its summary included)
         full_env = {
             **os.environ,
             **(env or {}),

@@ -28,8 +28,8 @@ sequence-to-sequence task, :mod:`isojax.train.tasks`); this module knows no task
 devices, checkpoints, resuming, logs, timing) is one loop.
 
 Outputs in ``output_dir``: ``checkpoints/``, ``log.jsonl`` (:mod:`isojax.train.logs`), ``curves.png`` (task
-metric and isotropy over training), ``results.json`` (configuration, final evaluation of every stage, timing; written last and atomically, so it marks
-a finished run).
+metric and isotropy over training), ``results.json`` (configuration, final evaluation of every stage, timing;
+written last and atomically, so it marks a finished run).
 """
 
 from __future__ import annotations
