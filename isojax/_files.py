@@ -1,4 +1,4 @@
-"""Files written whole or not at all: a fetched data asset, a finished run's ``results.json``.
+"""Files written whole or not at all: a fetched data asset, a finished run's ``results.json``, a campaign's records.
 
 Their presence is what marks the work done (the asset fetched, the run finished), so a write that fails or is
 killed halfway must not leave a file behind.
@@ -6,7 +6,9 @@ killed halfway must not leave a file behind.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 
 def write_atomic(target: Path, data: bytes) -> None:
@@ -32,3 +34,31 @@ def write_atomic(target: Path, data: bytes) -> None:
     part = target.with_name(target.name + ".part")
     part.write_bytes(data)
     part.replace(target)
+
+
+def write_json(target: Path, payload: Any) -> None:
+    """Write ``payload`` as JSON (``indent=1``) through :func:`write_atomic`.
+
+    It is serialised before anything is written, so a payload ``json`` cannot encode raises ``TypeError`` and leaves
+    no file (neither ``target`` nor its ``.part``).
+
+    Args:
+      target: the file to write (a ``Path``).
+      payload: what ``json.dumps`` takes.
+
+    Returns:
+      ``None``.
+
+    Examples:
+      >>> import tempfile, pathlib
+      >>> target = pathlib.Path(tempfile.mkdtemp()) / "run" / "campaign.json"
+      >>> write_json(target, {"wall_seconds": 1.5})
+      >>> target.read_text()
+      '{\\n "wall_seconds": 1.5\\n}'
+      >>> write_json(target.with_name("bad.json"), {"x": object()})
+      Traceback (most recent call last):
+      TypeError: Object of type object is not JSON serializable
+      >>> sorted(p.name for p in target.parent.iterdir())
+      ['campaign.json']
+    """
+    write_atomic(target, json.dumps(payload, indent=1).encode())

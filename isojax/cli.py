@@ -12,13 +12,14 @@ steps in a row, :class:`isojax.train.loop.NonFiniteTrainingError`) prints the sa
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import os
 import sys
+from pathlib import Path
 
 from isojax._argtypes import int_at_least
+from isojax._files import write_json
 from isojax.train.cli import add_finetune_parser
 
 EXIT_NONFINITE = 3  # exit status of a run stopped by non-finite numbers (module docstring)
@@ -60,9 +61,7 @@ def _csv(text: str) -> list[str]:
 
 def _write_json(path: str | None, payload) -> None:
     if path:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(path, "w") as f:
-            json.dump(payload, f, indent=1)
+        write_json(Path(path), payload)
         print(f"json: {path}")
 
 

@@ -66,6 +66,7 @@ import sys
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 import scipy.stats
@@ -90,6 +91,7 @@ from experiments.tooling.report import (
     provenance,
     write_result,
 )
+from isojax._files import write_json
 from isojax.cli import EXIT_NONFINITE
 from isojax.train.config import TrainConfig
 
@@ -1069,8 +1071,7 @@ def main(argv=None) -> int:
                 if os.path.exists(os.path.join(run.directory(args.runs_dir), "results.json")):
                     shutil.rmtree(run.directory(args.runs_dir))  # the earlier run finished here: start over
                 os.makedirs(run.directory(args.runs_dir), exist_ok=True)
-                with open(replaces, "w") as f:
-                    json.dump(replaced[run.key], f, indent=1)
+                write_json(Path(replaces), replaced[run.key])
             seconds, diverged = run_one(run, args.runs_dir, args.data_dir, every, env)
             took, estimated = took + seconds / 60, estimated + estimate
             record = {
@@ -1082,8 +1083,8 @@ def main(argv=None) -> int:
             if os.path.exists(replaces):
                 with open(replaces) as f:
                     record["replaces"] = json.load(f)
-            with open(os.path.join(run.directory(args.runs_dir), "campaign.json"), "w") as f:
-                json.dump({**record, "diverged": diverged} if diverged else record, f, indent=1)
+            campaign = Path(run.directory(args.runs_dir), "campaign.json")  # a diverged run's only record
+            write_json(campaign, {**record, "diverged": diverged} if diverged else record)
             for name, part in parts.items():  # kept as soon as it is done
                 if run.key in {r.key for r in part}:
                     copy_records([run], args.runs_dir, os.path.join(args.out, f"{name}_runs"))

@@ -50,7 +50,7 @@ import numpy as np
 import optax
 from tqdm.auto import tqdm
 
-from isojax._files import write_atomic
+from isojax._files import write_json
 from isojax._stats import real_rows
 from isojax.train.checkpoint import Checkpoints
 from isojax.train.config import RESUMABLE, LoggingConfig, Stage, TrainConfig
@@ -377,7 +377,7 @@ def fit(config: TrainConfig) -> FitResult:
         timing = {plan.stage.name: epoch_seconds(records, plan.stage.name, prepared.per_epoch) for plan in plans}
         summary = {"config": config.to_json(), "step": step, "stages": stage_results, "timing": timing}
         # whole or not at all: its presence marks a finished run (a rerun of one killed here resumes and rewrites it)
-        write_atomic(Path(out, "results.json"), json.dumps(summary, indent=1).encode())
+        write_json(Path(out, "results.json"), summary)
     return FitResult(out, step, last, stage_results, params)
 
 
