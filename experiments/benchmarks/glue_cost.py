@@ -38,11 +38,13 @@ import json
 import os
 import sys
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 
 from experiments.reproductions.glue_methods import DEFAULT_CONFIG, DEFAULT_DATA, Run, expand, run_one
 from experiments.tooling.report import RESULTS, markdown_table, provenance, write_result
+from isojax._files import write_json
 
 COST_FILE = os.path.join(RESULTS, "glue_cost.json")
 
@@ -177,8 +179,8 @@ def main(argv=None) -> int:
             seconds, diverged = run_one(run, args.runs_dir, args.data_dir, 0, env)
             if diverged:
                 raise SystemExit(f"the timing run of {task} was stopped by non-finite numbers: {diverged}")
-            with open(os.path.join(directory, "campaign.json"), "w") as f:
-                json.dump({"wall_seconds": seconds, "commit": prov["commit"], "machine": prov["machine"]}, f)
+            record = {"wall_seconds": seconds, "commit": prov["commit"], "machine": prov["machine"]}
+            write_json(Path(directory, "campaign.json"), record)
         row = measure(directory)
         widths = bucket_widths(run, args.data_dir)
         row["steps_per_epoch"] = len(widths)

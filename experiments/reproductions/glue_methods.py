@@ -325,9 +325,7 @@ def run_one(run: Run, runs_dir: str, data_dir: str | None, eval_every: int, env:
     (``isojax finetune``'s exit status 3), the error line it printed (else None); any other failure raises
     ``subprocess.CalledProcessError`` and stops the campaign."""
     path = run.config_path(runs_dir)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(run.config(runs_dir, data_dir, eval_every).to_json(), f, indent=1)
+    write_json(Path(path), run.config(runs_dir, data_dir, eval_every).to_json())
     started = time.perf_counter()
     argv = [sys.executable, "-m", "isojax.cli", "finetune", "--config", path]
     tail: deque[str] = deque(maxlen=100)  # the run's last stderr lines, for its error
@@ -1070,7 +1068,6 @@ def main(argv=None) -> int:
             if run.key in replaced:
                 if os.path.exists(os.path.join(run.directory(args.runs_dir), "results.json")):
                     shutil.rmtree(run.directory(args.runs_dir))  # the earlier run finished here: start over
-                os.makedirs(run.directory(args.runs_dir), exist_ok=True)
                 write_json(Path(replaces), replaced[run.key])
             seconds, diverged = run_one(run, args.runs_dir, args.data_dir, every, env)
             took, estimated = took + seconds / 60, estimated + estimate
@@ -1083,8 +1080,9 @@ def main(argv=None) -> int:
             if os.path.exists(replaces):
                 with open(replaces) as f:
                     record["replaces"] = json.load(f)
-            campaign = Path(run.directory(args.runs_dir), "campaign.json")  # a diverged run's only record
-            write_json(campaign, {**record, "diverged": diverged} if diverged else record)
+            if diverged:
+                record["diverged"] = diverged  # then this file is the run's only record
+            write_json(Path(run.directory(args.runs_dir), "campaign.json"), record)
             for name, part in parts.items():  # kept as soon as it is done
                 if run.key in {r.key for r in part}:
                     copy_records([run], args.runs_dir, os.path.join(args.out, f"{name}_runs"))
