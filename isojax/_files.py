@@ -1,7 +1,9 @@
 """Files written whole or not at all: a fetched data asset, a finished run's ``results.json``, a campaign's records.
 
 Their presence is what marks the work done (the asset fetched, the run finished), so a write that fails or is
-killed halfway must not leave a file behind.
+killed halfway must not leave a file behind. The other JSON the library and the experiments write (a saved model's
+``config.json``, an analysis, a result table's record) goes through :func:`write_json` too: whoever reads it next
+never finds half of it.
 """
 
 from __future__ import annotations

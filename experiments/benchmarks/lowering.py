@@ -33,6 +33,7 @@ import re
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 if __name__ == "__main__":  # the mesh cells need 8 devices; on CPU they are virtual (as tests/conftest.py does)
     os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
@@ -42,6 +43,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from experiments.tooling.report import RESULTS, markdown_table, provenance  # noqa: E402
+from isojax._files import write_json  # noqa: E402
 
 PLATFORMS = ("tpu", "cuda", "rocm", "cpu")
 HOST_CALLBACK = re.compile(r"callback", re.IGNORECASE)
@@ -597,8 +599,7 @@ def write(rows: list[dict], platforms, out_dir: str, meta: dict, stem: str = "lo
     }
     build_errors = [r for r in rows if "build_error" in r]
     payload = {"provenance": meta, "platforms": list(platforms), "counts": counts, "rows": rows}
-    with open(os.path.join(out_dir, f"{stem}.json"), "w") as f:
-        json.dump(payload, f, indent=1)
+    write_json(Path(out_dir, f"{stem}.json"), payload)
     table = [
         [
             r["group"],

@@ -25,11 +25,13 @@ import os
 import sys
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 
 from experiments.tooling.report import ISOTROPY_COLUMNS, RESULTS, provenance, seeds_table, write_result
 from isojax._argtypes import int_at_least
+from isojax._files import write_json
 
 COLUMNS = (("spearman", "Spearman", 2), ("pearson", "Pearson", 2), *ISOTROPY_COLUMNS, ("seconds", "run time (s)", 0))
 
@@ -167,8 +169,7 @@ def main(argv=None) -> int:
                     seed=seed,
                 )
             )
-            with open(os.path.join(path, "seconds.json"), "w") as f:
-                json.dump({"seconds": time.perf_counter() - started, "commit": prov["commit"]}, f)
+            write_json(Path(path, "seconds.json"), {"seconds": time.perf_counter() - started, "commit": prov["commit"]})
     rows, curves, commits = collect(run_dirs)
     protocol = (
         f"Protocol: STS-B (offline package), model {args.model}, first {args.train_limit or 5749} train "

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import platform
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import jax
 import numpy as np
+
+from isojax._files import write_atomic, write_json
 
 EXPERIMENTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.dirname(EXPERIMENTS)
@@ -106,16 +108,14 @@ def seeds_table(rows: dict[str, list[dict]], columns) -> str:
 def write_result(
     name: str, title: str, sections: list[str], payload: dict, prov: dict | None = None, directory: str = RESULTS
 ) -> str:
-    """Write ``<directory>/<name>.md`` (title, provenance, sections) and ``<name>.json``; return the .md path.
+    """Write ``<directory>/<name>.md`` (title, provenance, sections) and ``<name>.json``, each written whole
+    (through a ``.part`` file); return the .md path.
 
     ``name`` is also the experiment's module name (``python -m experiments.<name>``). ``prov``: the provenance
     to record (default: :func:`provenance` now; an experiment that runs long takes it before it runs)."""
-    os.makedirs(directory, exist_ok=True)
     prov = provenance(name) if prov is None else prov
     header = [f"# {title}", "", *(f"- {k}: `{v}`" for k, v in prov.items()), ""]
     path = os.path.join(directory, f"{name}.md")
-    with open(path, "w") as f:
-        f.write("\n".join(header + [s.rstrip() + "\n" for s in sections]))
-    with open(os.path.join(directory, f"{name}.json"), "w") as f:
-        json.dump({"provenance": prov, **payload}, f, indent=1)
+    write_atomic(Path(path), "\n".join(header + [s.rstrip() + "\n" for s in sections]).encode())
+    write_json(Path(directory, f"{name}.json"), {"provenance": prov, **payload})
     return path

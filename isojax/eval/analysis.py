@@ -20,13 +20,14 @@ per layer:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
+from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
 
 from isojax import metrics
+from isojax._files import write_json
 from isojax._validate import check_texts
 from isojax.eval.encode import encode
 
@@ -259,23 +260,22 @@ def plot_cdf(result: dict, path: str, *, title: str = "") -> str:
 
 
 def save_json(result: dict, path: str) -> str:
-    """Write ``result`` to ``path`` as indented JSON.
+    """Write ``result`` to ``path`` as indented JSON, whole or not at all (a ``.part`` file renamed onto it).
 
     Args:
       result: a JSON-serialisable dict, e.g. an :func:`analyze_layers` result.
-      path: the file to write (overwritten; its directory must exist).
+      path: the file to write (overwritten; missing directories are created).
 
     Returns:
       ``path``.
 
     Examples:
-      >>> import tempfile, os.path
+      >>> import json, os.path, tempfile
       >>> path = save_json({"layers": [0, 1], "ev1": [0.5, 0.25]}, os.path.join(tempfile.mkdtemp(), "t.json"))
       >>> json.load(open(path))
       {'layers': [0, 1], 'ev1': [0.5, 0.25]}
     """
-    with open(path, "w") as f:
-        json.dump(result, f, indent=1)
+    write_json(Path(path), result)
     return path
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from pathlib import Path
 from typing import Any, cast
 
 import flax.linen as nn
@@ -18,6 +19,7 @@ import jax
 import jax.numpy as jnp
 from flax import traverse_util
 
+from isojax._files import write_json
 from isojax.models import checkpoint
 from isojax.models.config import TransformerConfig
 from isojax.models.encoder import EncoderModel
@@ -385,8 +387,7 @@ def save_pretrained(module, params, path: str, *, tokenizer=None) -> str:
     if getattr(module, "scan_layers", False):
         params = to_unscanned(module, params)
     state, extra = checkpoint.state_dict_from_params(params, names)
-    with open(os.path.join(path, "config.json"), "w") as f:
-        json.dump(config_to_hf(module.config), f, indent=2)
+    write_json(Path(path, "config.json"), config_to_hf(module.config))
     save_file(state, os.path.join(path, checkpoint.WEIGHTS_NAME), metadata={"format": "pt"})
     if extra:
         save_file(extra, os.path.join(path, checkpoint.EXTRA_WEIGHTS_NAME))
