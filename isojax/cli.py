@@ -5,7 +5,9 @@ option value, a missing file, an invalid configuration: ``ValueError``, ``TypeEr
 ``isojax COMMAND: error: ...`` on stderr and exits with status 2, as argparse does for its own errors; a run whose
 numbers stopped being finite (``FloatingPointError``: ``finetune`` stops after ``max_nonfinite_steps`` non-finite
 steps in a row, :class:`isojax.train.loop.NonFiniteTrainingError`) prints the same one line and exits with status
-3 (``EXIT_NONFINITE``), so that a script tells a diverged run from a mistake or a crash (status 1); ``isojax
+3 (``EXIT_NONFINITE``), so that a script tells a diverged run from a mistake or a crash (status 1); a run stopped by
+``SIGTERM`` (:mod:`isojax.train.preemption`: checkpointed, resumed by the same command) prints where it stopped and
+exits with status 143 (``EXIT_STOPPED``, 128 + SIGTERM, as a shell reports a process the signal ended); ``isojax
 -v`` shows the traceback instead.
 """
 
@@ -21,8 +23,10 @@ from pathlib import Path
 from isojax._argtypes import int_at_least
 from isojax._files import write_json
 from isojax.train.cli import add_finetune_parser
+from isojax.train.preemption import TrainingStopped
 
 EXIT_NONFINITE = 3  # exit status of a run stopped by non-finite numbers (module docstring)
+EXIT_STOPPED = 128 + 15  # exit status of a run stopped by SIGTERM at a checkpoint (module docstring)
 
 STS_SETS_HELP = (
     "stsb, sts12, sts13, sts14, sts15, sts16, sickr, or a SemEval sub-corpus such as sts12/MSRpar; "
@@ -385,6 +389,9 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     try:
         return args.func(args)
+    except TrainingStopped as e:
+        print(f"{parser.prog} {args.command}: {e}", file=sys.stderr)
+        return EXIT_STOPPED
     except (ValueError, TypeError, OSError, FloatingPointError) as e:
         if args.verbose:
             raise

@@ -1,9 +1,9 @@
-"""The fine-tuning loop end to end: resume after SIGKILL, checkpoint fall-back, the two-stage Isotropy Layer
+"""The fine-tuning loop end to end: resume after SIGKILL, a stop on SIGTERM and its resume, checkpoint fall-back, the two-stage Isotropy Layer
 protocol, configuration errors, a run stopped by non-finite steps, and a short offline STS-B fine-tune of the
 default model.
 
-References: an uninterrupted run (the killed-and-resumed run must end with the same parameters, the run stopped by
-non-finite steps must have left its state after the last clean step on disk); the
+References: an uninterrupted run (the killed-and-resumed and the stopped-and-resumed runs must end with the same
+parameters, the run stopped by non-finite steps must have left its state after the last clean step on disk); the
 checkpoint written at the end of stage 1 (stage 2 must leave the encoder and head as they were there); the
 untrained model (Spearman of its regression head on the same dev pairs).
 """
@@ -22,6 +22,7 @@ import train_worker
 import transformers
 from conftest import read_json, read_jsonl, save_tiny_encoder
 
+from isojax.cli import EXIT_STOPPED
 from isojax.train import (
     LoggingConfig,
     MethodConfig,
@@ -122,6 +123,43 @@ def test_sigkill_mid_run_then_resume_ends_with_the_same_parameters(tiny, referen
     train_steps = [r["step"] for r in records if r["kind"] == "train"]
     assert sorted(set(train_steps)) == list(range(1, 17))  # steps 1-6 before the kill, 7-16 after
     assert train_steps.count(6) == 1
+
+
+def _saved_steps(out) -> list[int]:
+    return sorted(int(p.name) for p in (out / "checkpoints").iterdir() if p.name.isdigit())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("term_at", [4, 13])  # in the fine-tuning stage (steps 1-10), in the Isotropy Layer stage
+def test_sigterm_checkpoints_that_step_and_the_same_command_resumes_to_the_same_parameters(
+    tiny, reference, tmp_path, term_at
+):
+    _, ref = reference
+    out = tmp_path / "run"
+    argv = _args(tiny, out)
+    child = train_worker.launch(0, tmp_path, argv, stdout=subprocess.PIPE, TRAIN_WORKER_SIGTERM_AT=str(term_at))
+    output, _ = child.communicate(timeout=600)
+    assert child.returncode == EXIT_STOPPED, output[-3000:]
+    assert (
+        f"finetune: stopped on SIGTERM after step {term_at}; rerunning the same command resumes from checkpoint step "
+        f"{term_at} in {out / 'checkpoints'}"
+    ) in output
+    # every third step, the end of stage 1 (step 10), and the step it stopped after (no other: --save-every 3)
+    assert _saved_steps(out) == sorted({*range(3, term_at + 1, 3), *([10] if term_at > 10 else []), term_at})
+    assert not (out / "results.json").exists()  # not finished
+    records = read_jsonl(out / "log.jsonl")
+    assert [(r["step"], r["checkpoint"]) for r in records if r["kind"] == "stop"] == [(term_at, term_at)]
+    assert not [r for r in records if r["kind"] == "eval" and r["step"] == term_at]  # no evaluation on the way out
+    resumed = train_worker.launch(0, tmp_path, argv, stdout=subprocess.PIPE)
+    output, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, output[-3000:]
+    got, want = np.load(tmp_path / "final_0.npz"), jax.tree.leaves(ref.params)
+    assert len(got.files) == len(want)
+    for i, w in enumerate(want):
+        np.testing.assert_allclose(got[f"arr_{i}"], w, rtol=0, atol=1e-6)
+    records = read_jsonl(out / "log.jsonl")
+    assert [r["step"] for r in records if r["kind"] == "resume"] == [term_at]
+    assert [r["step"] for r in records if r["kind"] == "train"] == list(range(1, 17))
 
 
 def _restore_raw(out, step):

@@ -1,6 +1,7 @@
 """Multi-host fine-tuning simulated with two processes on this machine (a localhost coordinator, four CPU devices
 each, Gloo collectives): trained, checkpointed from both processes, killed, resumed, it ends with the parameters
-of the same run in one process on eight devices; each process tokenised only its own rows of every batch. Also,
+of the same run in one process on eight devices; each process tokenised only its own rows of every batch. SIGTERM to
+one process stops both at one step, checkpointed by both, and the resumed pair ends there too. Also,
 in one process: the rows that two processes feed make up the single-process batches; bad multi-process options;
 a process that reaches no coordinator (a closed localhost port) or reaches it late.
 
@@ -31,6 +32,7 @@ import transformers
 from conftest import read_json, read_jsonl
 from jax.experimental import multihost_utils
 
+from isojax.cli import EXIT_STOPPED
 from isojax.data.batching import batches, tokenize
 from isojax.data.glue import GlueData, glue_task
 from isojax.models import TransformerConfig, build_encoder, save_pretrained
@@ -274,7 +276,7 @@ class Job:
     def __init__(self, root: Path):
         self.root, self.procs = root, []
 
-    def start(self, name, argv, *, devices, stall=0, records):
+    def start(self, name, argv, *, devices, stall=0, records, **env):
         with open(self.root / f"{name}.log", "w") as log:
             self.procs.append(
                 (
@@ -287,6 +289,7 @@ class Job:
                         JAX_PLATFORMS="cpu",
                         XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
                         HF_DATASETS_CACHE=str(self.root / "hf-datasets"),
+                        **env,
                     ),
                 )
             )
@@ -305,14 +308,14 @@ class Job:
             time.sleep(0.2)
         pytest.fail(f"timed out waiting for {text!r}:\n" + "\n".join(self.output(n)[-2000:] for n in names))
 
-    def finish(self, deadline):
-        """Wait for the running workers to exit; each must succeed."""
+    def finish(self, deadline, status=0):
+        """Wait for the running workers to exit; each must exit with ``status``."""
         for name, p in self.procs:
             try:
                 p.wait(timeout=max(1.0, deadline - time.time()))
             except subprocess.TimeoutExpired:
                 pytest.fail(f"{name} timed out:\n{self.output(name)[-3000:]}")
-            assert p.returncode == 0, f"{name} exited with {p.returncode}:\n{self.output(name)[-3000:]}"
+            assert p.returncode == status, f"{name} exited with {p.returncode}:\n{self.output(name)[-3000:]}"
         self.procs = []
 
     def kill(self) -> list[int]:
@@ -327,7 +330,8 @@ class Job:
         return statuses
 
 
-def _two_processes(job, tag, argv, records, stall=0):
+def _two_processes(job, tag, argv, records, stall=0, env1=None):
+    """Processes 0 and 1 of one job; ``env1``: extra environment variables of process 1."""
     port = _free_port()
     for pid in (0, 1):
         job.start(
@@ -336,7 +340,32 @@ def _two_processes(job, tag, argv, records, stall=0):
             devices=4,
             stall=stall,
             records=records,
+            **((env1 or {}) if pid == 1 else {}),
         )
+
+
+@pytest.fixture(scope="module")
+def single(setup, tmp_path_factory):
+    """The reference: the same run in one process on eight devices (its directory, with ``final_0.npz`` under
+    ``records``)."""
+    root, model, _, _ = setup
+    out = tmp_path_factory.mktemp("single")
+    job = Job(out)
+    try:
+        job.start("single", _argv(root, model, out / "run"), devices=8, records=out / "records")
+        job.finish(time.time() + DEADLINE_S)
+    finally:
+        job.kill()
+    return out
+
+
+def _assert_single_parameters(records, single):
+    want = np.load(single / "records" / "final_0.npz")
+    for process in (0, 1):
+        got = np.load(records / f"final_{process}.npz")
+        assert got.files == want.files
+        for key in want.files:
+            np.testing.assert_allclose(got[key], want[key], rtol=0, atol=1e-6, err_msg=f"process {process} {key}")
 
 
 def _expected_calls(process):
@@ -356,7 +385,7 @@ def _expected_calls(process):
 
 
 @pytest.mark.slow
-def test_two_processes_killed_and_resumed_end_with_the_single_process_parameters(setup, tmp_path):
+def test_two_processes_killed_and_resumed_end_with_the_single_process_parameters(setup, single, tmp_path):
     root, model, texts, lengths = setup
     # the processes must agree on batch widths: in some batches one half alone would be cut to 32 columns
     halves = [
@@ -368,8 +397,6 @@ def test_two_processes_killed_and_resumed_end_with_the_single_process_parameters
     deadline = time.time() + DEADLINE_S
     job = Job(tmp_path)
     try:
-        job.start("single", _argv(root, model, tmp_path / "single"), devices=8, records=tmp_path / "single-records")
-        job.finish(deadline)
         records, out = tmp_path / "records", tmp_path / "run"
         _two_processes(job, "first", _argv(root, model, out), records, stall=STALL)
         job.wait_for(["first0", "first1"], "STALLED", deadline)
@@ -382,12 +409,7 @@ def test_two_processes_killed_and_resumed_end_with_the_single_process_parameters
     finally:
         job.kill()
 
-    want = np.load(tmp_path / "single-records" / "final_0.npz")
-    for process in (0, 1):
-        got = np.load(records / f"final_{process}.npz")
-        assert got.files == want.files
-        for key in want.files:
-            np.testing.assert_allclose(got[key], want[key], rtol=0, atol=1e-6, err_msg=f"process {process} {key}")
+    _assert_single_parameters(records, single)
 
     for process in (0, 1):
         calls = read_jsonl(records / f"tokenised_{process}.jsonl")
@@ -399,6 +421,37 @@ def test_two_processes_killed_and_resumed_end_with_the_single_process_parameters
     assert train_steps == list(range(1, STEPS + 1))
     assert [r["step"] for r in records_written if r["kind"] == "resume"] == [STALL]
     assert [r["step"] for r in records_written if r["kind"] == "eval"] == [0, STEPS]
-    single = {r["step"]: r["loss"] for r in read_jsonl(tmp_path / "single" / "log.jsonl") if r["kind"] == "train"}
-    assert {r["step"]: r["loss"] for r in records_written if r["kind"] == "train"} == pytest.approx(single, rel=1e-5)
+    losses = {r["step"]: r["loss"] for r in read_jsonl(single / "run" / "log.jsonl") if r["kind"] == "train"}
+    assert {r["step"]: r["loss"] for r in records_written if r["kind"] == "train"} == pytest.approx(losses, rel=1e-5)
     assert read_json(out / "results.json")["step"] == STEPS
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_process_stops_both_at_one_checkpointed_step_and_they_resume(setup, single, tmp_path):
+    """Process 1 gets SIGTERM after step 2 (as a preempted host would): JAX's preemption service picks one later step
+    for both (``reached_preemption_sync_point``), both write their shards of its checkpoint and exit with status 143;
+    the same commands resume there and end with the single-process parameters."""
+    root, model, _, _ = setup
+    deadline = time.time() + DEADLINE_S
+    job = Job(tmp_path)
+    records, out = tmp_path / "records", tmp_path / "run"
+    try:
+        _two_processes(job, "first", _argv(root, model, out), records, env1={"TRAIN_WORKER_SIGTERM_AT": "2"})
+        job.finish(deadline, status=EXIT_STOPPED)
+        (stop,) = [r for r in read_jsonl(out / "log.jsonl") if r["kind"] == "stop"]
+        assert 2 < stop["step"] < STEPS and stop["checkpoint"] == stop["step"], stop
+        for name in ("first0", "first1"):
+            assert f"stopped on SIGTERM after step {stop['step']}" in job.output(name)
+        saved = sorted(int(p.name) for p in (out / "checkpoints").iterdir() if p.name.isdigit())
+        assert saved == sorted({stop["step"], *([STALL] if stop["step"] >= STALL else [])})
+        shards = sorted(p.name for p in (out / "checkpoints" / str(stop["step"]) / "state").glob("ocdbt.process_*"))
+        assert shards == ["ocdbt.process_0", "ocdbt.process_1"]
+        assert not (out / "results.json").exists()
+        _two_processes(job, "resumed", _argv(root, model, out), records)
+        job.finish(deadline)
+    finally:
+        job.kill()
+    _assert_single_parameters(records, single)
+    written = read_jsonl(out / "log.jsonl")
+    assert [r["step"] for r in written if r["kind"] == "resume"] == [stop["step"]]
+    assert [r["step"] for r in written if r["kind"] == "train"] == list(range(1, STEPS + 1))

@@ -4,6 +4,8 @@
     python tests/train_worker.py STALL RECORDS finetune ...
 
 * ``STALL > 0``: once the checkpoint of step STALL is written, print ``STALLED`` and wait to be killed.
+* ``TRAIN_WORKER_SIGTERM_AT=N`` in the environment: right after its step N the process sends itself SIGTERM (as a
+  scheduler would), before the loop asks whether to stop (:mod:`isojax.train.preemption`).
 * ``RECORDS``: a directory where the process appends, for every tokenizer call of :mod:`isojax.train.feed`, one
   JSON line with the first texts of the rows it tokenised (``tokenised_<process>.jsonl``), and writes the final
   parameters of the run (``final_<process>.npz``, leaves in tree order).
@@ -11,6 +13,7 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -45,8 +48,6 @@ def launch(stall: int, records, argv, *, stdout, **env) -> subprocess.Popen:
 def kill_when_stalled(child: subprocess.Popen, timeout: float = 300) -> None:
     """Read a worker's output until it prints ``STALLED`` (AssertionError with its output if it does not within
     ``timeout`` seconds), then SIGKILL it, wait for it and close its output pipe."""
-    import signal
-
     lines, deadline = [], time.time() + timeout
     while time.time() < deadline:
         line = child.stdout.readline()
@@ -64,7 +65,7 @@ def _main(stall: int, records: str, argv: list[str]) -> int:
     jax.config.update("jax_default_matmul_precision", "highest")
     import numpy as np
 
-    from isojax.train import checkpoint, feed, loop
+    from isojax.train import checkpoint, feed, loop, preemption
     from isojax.train.cli import main
 
     tokenize = feed.tokenize
@@ -87,6 +88,15 @@ def _main(stall: int, records: str, argv: list[str]) -> int:
             return started
 
         checkpoint.Checkpoints.save = stalling_save
+    if term_at := int(os.environ.get("TRAIN_WORKER_SIGTERM_AT", "0")):
+        reached = preemption.StopRequest.reached
+
+        def terminated_reached(self, step):
+            if step == term_at:
+                os.kill(os.getpid(), signal.SIGTERM)
+            return reached(self, step)
+
+        preemption.StopRequest.reached = terminated_reached
     fit = loop.fit
 
     def fit_and_save(config):

@@ -8,6 +8,7 @@ numbers or schedules of the step), :mod:`~isojax.train.optim`, :mod:`~isojax.tra
 :mod:`~isojax.train.collectives` and :mod:`~isojax.train.parallel` (mesh and pmap),
 :mod:`~isojax.train.feed` (each process's rows of every batch), :mod:`~isojax.train.checkpoint`,
 :mod:`~isojax.train.evaluation`, :mod:`~isojax.train.logs`, :mod:`~isojax.train.loop` (one loop for every task),
+:mod:`~isojax.train.preemption` (stopping on ``SIGTERM`` at a checkpoint),
 :mod:`~isojax.train.tasks` (what each kind of task does its own way: a recipe behind one protocol),
 :mod:`~isojax.train.cli`.
 """
@@ -32,6 +33,7 @@ from isojax.train.model import REPRESENTATIONS, TaskModel, init_variables
 from isojax.train.objective import REGULARIZERS, Objective, Regularizer
 from isojax.train.optim import make_optimizer
 from isojax.train.parallel import make_mesh, make_runner
+from isojax.train.preemption import TrainingStopped
 from isojax.train.state import TrainState, create_state
 from isojax.train.step import make_predict_step, make_train_step
 
@@ -55,6 +57,7 @@ __all__ = [
     "TaskModel",
     "TrainConfig",
     "TrainState",
+    "TrainingStopped",
     "create_state",
     "fit",
     "init_variables",

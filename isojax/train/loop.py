@@ -18,6 +18,10 @@ counters live in the train state and are read where the loop waits for the devic
 checkpoint steps, the stage's end), so the steps are not synchronised one by one; a run stops at the first such
 step at or after the streak's limit.
 
+Stopping: on ``SIGTERM`` (a scheduler's time limit, a preempted VM) the run finishes the step in flight, checkpoints
+it, logs a ``stop`` record and raises :class:`~isojax.train.preemption.TrainingStopped`; rerunning the same command
+resumes there (:mod:`isojax.train.preemption`; in a multi-process run every process stops at the same step).
+
 In a multi-process run (:mod:`isojax.train.parallel`) every process runs this loop: each tokenises and feeds
 only its rows of every batch (:mod:`isojax.train.feed`), each writes its shards of the checkpoints, and process 0
 alone writes the logs, curves and results.
@@ -42,7 +46,7 @@ import os
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Generic
+from typing import Any, Generic, NoReturn
 
 import flax.linen as nn
 import jax
@@ -58,6 +62,7 @@ from isojax.train.feed import Rows, batch_indices, process_batches
 from isojax.train.logs import JsonLog, plot_curves
 from isojax.train.optim import make_optimizer, schedule
 from isojax.train.parallel import make_runner, select_devices
+from isojax.train.preemption import StopRequest, TrainingStopped
 from isojax.train.state import TrainState, create_state
 from isojax.train.step import make_train_step
 from isojax.train.tasks import recipe_for
@@ -288,13 +293,14 @@ def prepare(config: TrainConfig) -> Prepared[Any, Any]:
 @dataclasses.dataclass
 class _Run:
     """What every stage of one :func:`fit` call shares: the configuration, what :func:`prepare` built, the run's
-    log and checkpoints, and whether this is process 0 (which alone writes the log)."""
+    log and checkpoints, whether this is process 0 (which alone writes the log) and whether a stop was requested."""
 
     config: TrainConfig
     prepared: Prepared[Any, Any]
     log: JsonLog
     checkpoints: Checkpoints
     main_process: bool
+    stop: StopRequest
 
 
 def fit(config: TrainConfig) -> FitResult:
@@ -306,7 +312,8 @@ def fit(config: TrainConfig) -> FitResult:
 
     Returns:
       a :class:`FitResult`. A configuration the devices or the model cannot serve is a ``ValueError`` before any data
-      is read; ``max_nonfinite_steps`` skipped steps in a row stop the run with :class:`NonFiniteTrainingError`.
+      is read; ``max_nonfinite_steps`` skipped steps in a row stop the run with :class:`NonFiniteTrainingError`;
+      ``SIGTERM`` stops it at the next step with a checkpoint: :class:`~isojax.train.preemption.TrainingStopped`.
     """
     out = config.logging.output_dir
     if os.path.exists(out) and not os.path.isdir(out):  # checked before the model and data are loaded
@@ -316,12 +323,15 @@ def fit(config: TrainConfig) -> FitResult:
     main_process = jax.process_index() == 0
     os.makedirs(out, exist_ok=True)
     run_log = JsonLog(os.path.join(out, "log.jsonl"))
-    with Checkpoints(
-        os.path.join(out, "checkpoints"),
-        save_every=config.logging.save_every,
-        keep=config.logging.keep_checkpoints,
-    ) as checkpoints:  # closed (pending saves written) on errors too
-        run = _Run(config, prepared, run_log, checkpoints, main_process)
+    with (
+        Checkpoints(
+            os.path.join(out, "checkpoints"),
+            save_every=config.logging.save_every,
+            keep=config.logging.keep_checkpoints,
+        ) as checkpoints,  # closed (pending saves written) on errors too
+        StopRequest() as stop,
+    ):
+        run = _Run(config, prepared, run_log, checkpoints, main_process, stop)
         restored = checkpoints.restore_latest(
             lambda meta: plans[meta["stage"]].runner.restore_target(plans[meta["stage"]].abstract_state),
             check=lambda meta: _check_resumable(config, meta, checkpoints.directory),
@@ -435,7 +445,8 @@ def _run_stage(run: _Run, plan: Plan, placed: TrainState, done: int) -> tuple[Tr
         log_due = last or (every and (k + 1) % every == 0)  # and always the stage's last step
         evaluating = config.logging.eval_every and (k + 1) % config.logging.eval_every == 0 and not last
         saving = checkpoints.due(step)
-        if log_due or evaluating or saving:
+        stopping = run.stop.reached(step)  # asked after every step (the multi-process protocol needs it)
+        if log_due or evaluating or saving or stopping:
             # the skip counters are read where the loop waits for the device anyway, never after every step
             streak, skipped = (int(x) for x in runner.host((placed.nonfinite_streak, placed.nonfinite_steps)))
         if log_due and run.main_process:
@@ -460,12 +471,14 @@ def _run_stage(run: _Run, plan: Plan, placed: TrainState, done: int) -> tuple[Tr
         if skipped > previous:
             _nonfinite_steps(run, plan, step=step, streak=streak, new=skipped - previous)
             previous = skipped
-        if evaluating:
+        if evaluating and not stopping:  # a stop is wanted soon (a preempted VM's notice is short)
             _evaluate(run, plan, placed, step, stage_end=False)
             clock = time.perf_counter()
-        if saving and not streak:
+        if (saving or stopping) and not streak:
             checkpoints.save(step, runner.checkpoint_view(placed), plan.meta(step, per_epoch, config))
             clock = time.perf_counter()
+        if stopping:
+            _stopped(run, plan, step)
     bar.close()
     step = plan.start + plan.total
     result = _evaluate(run, plan, placed, step, stage_end=True)
@@ -473,6 +486,23 @@ def _run_stage(run: _Run, plan: Plan, placed: TrainState, done: int) -> tuple[Tr
         checkpoints.save(step, runner.checkpoint_view(placed), plan.meta(step, per_epoch, config))
     checkpoints.wait()
     return placed, result
+
+
+def _stopped(run: _Run, plan: Plan, step: int) -> NoReturn:
+    """Wait for the checkpoint of ``step`` (not written where the latest steps were skipped as non-finite), write the
+    ``stop`` record and raise :class:`~isojax.train.preemption.TrainingStopped` naming the checkpoint to resume from."""
+    checkpoints = run.checkpoints
+    checkpoints.wait()
+    saved = checkpoints.steps()
+    last = saved[-1] if saved else None
+    if run.main_process:
+        run.log.write({"kind": "stop", "step": step, "stage": plan.stage.name, "checkpoint": last})
+    resume = (
+        f"rerunning the same command resumes from checkpoint step {last} in {checkpoints.directory}"
+        if last is not None
+        else f"no checkpoint was written in {checkpoints.directory}: rerunning the same command starts over"
+    )
+    raise TrainingStopped(f"stopped on SIGTERM after step {step}; {resume}", step=step, checkpoint=last)
 
 
 def _nonfinite_steps(run: _Run, plan: Plan, *, step: int, streak: int, new: int) -> None:
