@@ -950,6 +950,60 @@ def test_a_time_limit_starts_only_the_runs_whose_estimate_fits_in_what_is_left(c
     assert "--time-limit must be a positive number of minutes, got 0.0" in capsys.readouterr().err
 
 
+# a stand-in for a run that the time limit stops: it waits, and exits as isojax finetune does on SIGTERM
+STOPPABLE = "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *_: sys.exit(143)); time.sleep(300)"
+
+
+@pytest.mark.slow
+def test_stop_at_limit_stops_the_run_in_progress_and_the_next_sitting_resumes_and_records_both(
+    campaign, monkeypatch, tmp_path, capsys
+):
+    """``--time-limit M --stop-at-limit``: the first run in the campaign's order starts although its estimate (2 min)
+    exceeds the limit, gets SIGTERM at the limit, and, exiting as a stopped run does (status 143), is recorded as a
+    sitting in its ``sittings.json`` and left unfinished; the campaign stops there. The next sitting runs it (a real
+    ``isojax finetune``, which would resume from a checkpoint; the stand-in left none) and its ``campaign.json`` counts
+    both sittings' wall time. The first sitting's finetune is a real process standing in (``STOPPABLE``)."""
+    root, path = campaign
+    cost = tmp_path / "cost.json"
+    cost.write_text(json.dumps({"tasks": {"rte": {"minutes_per_run": {"p": 2.0}}}}))
+    popen, launched = subprocess.Popen, []
+
+    def stoppable(argv, **kwargs):
+        if argv[1:4] == ["-m", "isojax.cli", "finetune"]:
+            launched.append(time.monotonic())
+            argv = [sys.executable, "-c", STOPPABLE]
+        return popen(argv, **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", stoppable)
+    monkeypatch.setattr(glue_methods, "STOP_MIN_MINUTES", 0.01)
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    argv = [*_argv(root, path)[:4], "--runs-dir", str(runs), "--out", str(out), "--cost", str(cost)]
+    argv += ["--only", "task=rte", "seed=0", "method=baseline"]
+    assert glue_methods.main([*argv, "--time-limit", "0.1", "--stop-at-limit"]) == 0
+    printed = capsys.readouterr().out
+    assert len(launched) == 1
+    assert "   (estimated 2 min: stopped at the limit, resumed by the next sitting)" in printed
+    directory = runs / "p" / "rte" / "baseline" / "seed0"
+    assert (
+        f"--stop-at-limit: ('p', 'baseline', 'rte', 0) stopped at the time limit after 0 min (sitting 1); its "
+        f"checkpoint is in {directory}, and running the campaign again resumes it" in printed
+    )
+    (first,) = read_json(directory / "sittings.json")
+    assert 0 < first["wall_seconds"] < 60 and first["commit"] and first["machine"]
+    assert not (directory / "results.json").exists() and not (directory / "campaign.json").exists()
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    assert glue_methods.main([*argv, "--time-limit", "60", "--stop-at-limit"]) == 0
+    for records in (directory, out / "glue_methods_runs" / "p" / "rte" / "baseline" / "seed0"):
+        record = read_json(records / "campaign.json")
+        assert record["earlier_sittings"] == [first]
+        assert record["wall_seconds"] > first["wall_seconds"]  # this sitting's seconds added
+        assert (records / "results.json").exists()
+    with pytest.raises(SystemExit):
+        glue_methods.main([*argv, "--stop-at-limit"])
+    assert "--stop-at-limit needs --time-limit (the limit to stop a run at)" in capsys.readouterr().err
+
+
 def test_a_selection_no_run_has_or_a_missing_file_is_refused_by_its_option(campaign, tmp_path, capsys):
     """A typo in ``--only`` or ``--rerun-older-masks`` selected nothing (or less than asked) without a word; a
     missing ``--config`` was a traceback and a missing ``--cost`` ran unordered and unfiltered."""

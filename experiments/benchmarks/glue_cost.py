@@ -176,10 +176,10 @@ def main(argv=None) -> int:
             print(
                 f"== timing {task}: python -m isojax.cli finetune --config {run.config_path(args.runs_dir)}", flush=True
             )
-            seconds, diverged = run_one(run, args.runs_dir, args.data_dir, 0, env)
-            if diverged:
-                raise SystemExit(f"the timing run of {task} was stopped by non-finite numbers: {diverged}")
-            record = {"wall_seconds": seconds, "commit": prov["commit"], "machine": prov["machine"]}
+            outcome = run_one(run, args.runs_dir, args.data_dir, 0, env)
+            if outcome.diverged:
+                raise SystemExit(f"the timing run of {task} was stopped by non-finite numbers: {outcome.diverged}")
+            record = {"wall_seconds": outcome.seconds, "commit": prov["commit"], "machine": prov["machine"]}
             write_json(Path(directory, "campaign.json"), record)
         row = measure(directory)
         widths = bucket_widths(run, args.data_dir)

@@ -4,7 +4,7 @@ evaluated on dev, in the papers' table shapes.
     python -m experiments.reproductions.glue_methods [--config experiments/reproductions/configs/glue_methods.json] [--data-dir ../shared/data]
         [--cpu-campaign | --only task=rte,mrpc method=baseline,cosine protocol=appB seed=0,1]
         [--sweep] [--runs-dir runs/glue_methods] [--out experiments/results]
-        [--cost experiments/results/glue_cost.json] [--time-limit MINUTES] [--report-only] [--dry-run]
+        [--cost experiments/results/glue_cost.json] [--time-limit MINUTES [--stop-at-limit]] [--report-only] [--dry-run]
 
 The configuration (committed) names the model, tasks, seeds and *protocols*: each protocol is one paper's
 hyperparameters (``defaults``, and ``overrides`` for the runs whose task or method match, both as dotted settings of
@@ -22,8 +22,12 @@ than its ``max_run_minutes`` (one sitting: a run's checkpoints live on the machi
 an accelerator, and the report says so). ``--time-limit MINUTES`` keeps that order but starts a run only where its
 estimate fits in what is left of the minutes since the campaign started, and stops where none does (a sitting, or a
 batch job's wall-time limit, then ends between runs instead of in the middle of one); where this sitting's runs took
-longer than their estimates (a loaded machine), the estimates are scaled by that ratio. Each run is a separate ``python -m isojax.cli
-finetune --config`` process (a killed campaign loses at most the steps since that run's last checkpoint); JAX's persistent
+longer than their estimates (a loaded machine), the estimates are scaled by that ratio. With ``--stop-at-limit`` it
+instead runs the runs in that order whatever their estimates, and at the limit sends the run in progress ``SIGTERM``:
+it checkpoints the step it is at and exits (:mod:`isojax.train.preemption`), its sitting is recorded in its
+``sittings.json``, and the next sitting resumes it, so a run longer than any one sitting still gets done (on the
+machine that holds its checkpoints); its ``campaign.json`` then counts the wall time of all its sittings. Each run is
+a separate ``python -m isojax.cli finetune --config`` process (a killed campaign loses at most the steps since that run's last checkpoint); JAX's persistent
 compilation cache is shared by the runs. A run that non-finite numbers stop (``isojax finetune`` exits with status 3
 after ``max_nonfinite_steps`` skipped steps in a row) is a result, not a crash: its ``campaign.json`` records the
 error (``"diverged"``), the campaign goes on and does not run it again (delete that file to retry it), and the
@@ -61,8 +65,10 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field, replace
@@ -92,7 +98,7 @@ from experiments.tooling.report import (
     write_result,
 )
 from isojax._files import write_json
-from isojax.cli import EXIT_NONFINITE
+from isojax.cli import EXIT_NONFINITE, EXIT_STOPPED
 from isojax.train.config import TrainConfig
 
 DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "glue_methods.json")
@@ -100,6 +106,8 @@ DEFAULT_DATA = SHARED_DATA
 DEFAULTS = TrainConfig().flat_json()  # what a run's printed settings leave out
 TIME_COLUMN = ("seconds_per_epoch", "s / epoch", 0)
 TERMS_COLUMN = "added loss term (unweighted), first → last logged step"
+STOP_MIN_MINUTES = 5.0  # --stop-at-limit starts no run in less (its start-up and compilation would be all it did)
+STOP_GRACE_S = 600  # after SIGTERM, the run's step, checkpoint and exit get this long before SIGKILL
 
 
 @dataclass(frozen=True)
@@ -259,13 +267,19 @@ def campaign_selection(runs: list[Run], config: dict, cost: dict | None = None) 
     return [r for r in runs if r.key in chosen and too_long(r, config, cost) is None]
 
 
-def next_run(ordered: list[Run], cost: dict | None, minutes_left: float | None, slowdown: float = 1.0) -> Run | None:
+def next_run(
+    ordered: list[Run], cost: dict | None, minutes_left: float | None, slowdown: float = 1.0, *, stop: bool = False
+) -> Run | None:
     """The first run of ``ordered`` whose estimated minutes times ``slowdown`` fit in ``minutes_left`` (the first run
-    where there is no time limit); None where none does. Under a limit a run without an estimate is never started."""
+    where there is no time limit); None where none does. Under a limit a run without an estimate is never started.
+    ``stop`` (``--stop-at-limit``: the run in progress is stopped at the limit and resumed later): the first run,
+    where at least ``STOP_MIN_MINUTES`` are left."""
     from experiments.benchmarks.glue_cost import run_minutes
 
     if minutes_left is None:
         return ordered[0]
+    if stop:
+        return ordered[0] if minutes_left >= STOP_MIN_MINUTES else None
     for run in ordered:
         minutes = run_minutes(cost, run)
         if minutes is not None and minutes * slowdown <= minutes_left:
@@ -319,27 +333,69 @@ def changed_settings(config: TrainConfig) -> dict:
     return {k: v for k, v in config.flat_json().items() if k not in DEFAULTS or v != DEFAULTS[k]}
 
 
-def run_one(run: Run, runs_dir: str, data_dir: str | None, eval_every: int, env: dict) -> tuple[float, str | None]:
+@dataclass(frozen=True)
+class Outcome:
+    """How one run's process ended (:func:`run_one`).
+
+    Attributes:
+        seconds: its wall seconds.
+        diverged: for a run that non-finite numbers stopped (``isojax finetune``'s exit status 3), the error line it
+            printed; else None.
+        stopped: whether it was stopped at the time limit (``SIGTERM``; resumed by the next sitting).
+    """
+
+    seconds: float
+    diverged: str | None = None
+    stopped: bool = False
+
+
+def run_one(
+    run: Run, runs_dir: str, data_dir: str | None, eval_every: int, env: dict, stop_after: float | None = None
+) -> Outcome:
     """Write the run's :class:`TrainConfig` (:meth:`Run.config`) to :meth:`Run.config_path`, then run (or resume)
-    it from there in its own process. Returns its wall seconds and, for a run that non-finite numbers stopped
-    (``isojax finetune``'s exit status 3), the error line it printed (else None); any other failure raises
+    it from there in its own process. ``stop_after``: seconds after which the process gets ``SIGTERM`` (it
+    checkpoints its step and exits with status 143; one still running ``STOP_GRACE_S`` later is killed). A run that
+    diverged or was stopped is an :class:`Outcome` that says so; any other failure raises
     ``subprocess.CalledProcessError`` and stops the campaign."""
     path = run.config_path(runs_dir)
     write_json(Path(path), run.config(runs_dir, data_dir, eval_every).to_json())
     started = time.perf_counter()
     argv = [sys.executable, "-m", "isojax.cli", "finetune", "--config", path]
     tail: deque[str] = deque(maxlen=100)  # the run's last stderr lines, for its error
+    stopping = threading.Event()  # set when the time limit came
     with subprocess.Popen(argv, env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True) as proc:
+
+        def stop():
+            stopping.set()
+            proc.send_signal(signal.SIGTERM)
+
+        timers = (
+            []
+            if stop_after is None
+            else [
+                threading.Timer(stop_after, stop),
+                threading.Timer(stop_after + STOP_GRACE_S, proc.kill),
+            ]
+        )
+        for timer in timers:
+            timer.daemon = True
+            timer.start()
         for line in proc.stderr or ():  # the run's warnings, in the campaign's own log as they come
             sys.stderr.write(line)
             sys.stderr.flush()
             tail.append(line)
+    for timer in timers:
+        timer.cancel()
     seconds = time.perf_counter() - started
     if proc.returncode == EXIT_NONFINITE:
-        return seconds, "".join(tail).strip().splitlines()[-1].partition("error: ")[2]
+        return Outcome(seconds, diverged="".join(tail).strip().splitlines()[-1].partition("error: ")[2])
+    # SIGTERM before the run installed its handler (while loading) ends it at once, and a run that did not stop in
+    # STOP_GRACE_S was killed: either keeps the checkpoints it had
+    if stopping.is_set() and proc.returncode in (EXIT_STOPPED, -signal.SIGTERM, -signal.SIGKILL):
+        return Outcome(seconds, stopped=True)
     if proc.returncode:
         raise subprocess.CalledProcessError(proc.returncode, argv, stderr="".join(tail))
-    return seconds, None
+    return Outcome(seconds)
 
 
 def finished_record(run: Run, runs_dir: str, *records_dirs: str) -> str | None:
@@ -985,9 +1041,18 @@ def main(argv=None) -> int:
         "any) whose records drew other dropout masks than the current code, so that they pair with the runs "
         "recorded since; the new record replaces the earlier one and names it (campaign.json: replaces)",
     )
+    ap.add_argument(
+        "--stop-at-limit",
+        action="store_true",
+        help="with --time-limit: run the runs in the campaign's order whatever their estimates, stop the one in "
+        "progress at the limit (SIGTERM: it checkpoints its step and exits) and leave it to the next sitting, "
+        f"which resumes it; no run starts with less than {STOP_MIN_MINUTES:g} min left",
+    )
     args = ap.parse_args(argv)
     if args.time_limit is not None and not args.time_limit > 0:
         ap.error(f"--time-limit must be a positive number of minutes, got {args.time_limit}")
+    if args.stop_at_limit and args.time_limit is None:
+        ap.error("--stop-at-limit needs --time-limit (the limit to stop a run at)")
     # the runs are processes started in the repository root: the paths they are given must not depend on the cwd
     args.runs_dir = os.path.abspath(args.runs_dir)
     args.data_dir = args.data_dir and os.path.abspath(args.data_dir)
@@ -1048,12 +1113,11 @@ def main(argv=None) -> int:
             left = None if args.time_limit is None else args.time_limit - spent
             # a loaded machine: this sitting's runs took longer than their estimates, so the next one will too
             slowdown = max(1.0, took / estimated) if estimated else 1.0
-            run = next_run(campaign_order(todo, config, cost, sizes), cost, left, slowdown)
+            run = next_run(campaign_order(todo, config, cost, sizes), cost, left, slowdown, stop=args.stop_at_limit)
             if run is None:
                 scaled = f" (estimates x {slowdown:.2f}, as this sitting's runs took)" if slowdown > 1 else ""
-                print(
-                    f"--time-limit: {len(todo)} run(s) left, none estimated to finish in the {left:.0f} min left{scaled}"
-                )
+                none = f"less than {STOP_MIN_MINUTES:g} min left" if args.stop_at_limit else "none estimated to finish"
+                print(f"--time-limit: {len(todo)} run(s) left, {none} in the {left:.0f} min left{scaled}")
                 break
             todo.remove(run)
             estimate = run_minutes(cost, run) or 0.0
@@ -1062,6 +1126,10 @@ def main(argv=None) -> int:
             changed = changed_settings(run.config(args.runs_dir, args.data_dir, every))
             path = run.config_path(args.runs_dir)
             print(f"== {run.key}: python -m isojax.cli finetune --config {path}\n   {json.dumps(changed)}", flush=True)
+            if left is not None and estimate * slowdown > left:  # only with --stop-at-limit
+                print(
+                    f"   (estimated {estimate * slowdown:.0f} min: stopped at the limit, resumed by the next sitting)"
+                )
             if args.dry_run:
                 continue
             replaces = os.path.join(run.directory(args.runs_dir), "replaces.json")  # kept across a resumed rerun
@@ -1069,19 +1137,34 @@ def main(argv=None) -> int:
                 if os.path.exists(os.path.join(run.directory(args.runs_dir), "results.json")):
                     shutil.rmtree(run.directory(args.runs_dir))  # the earlier run finished here: start over
                 write_json(Path(replaces), replaced[run.key])
-            seconds, diverged = run_one(run, args.runs_dir, args.data_dir, every, env)
-            took, estimated = took + seconds / 60, estimated + estimate
+            stop_after = None if not args.stop_at_limit else max(0.0, started + 60 * args.time_limit - time.monotonic())
+            outcome = run_one(run, args.runs_dir, args.data_dir, every, env, stop_after)
+            sitting = {"wall_seconds": outcome.seconds, "commit": prov["commit"], "machine": prov["machine"]}
+            sittings = Path(run.directory(args.runs_dir), "sittings.json")  # a stopped run's earlier sittings
+            earlier = json.loads(sittings.read_text()) if sittings.exists() else []
+            if outcome.stopped:
+                write_json(sittings, [*earlier, sitting])
+                print(
+                    f"--stop-at-limit: {run.key} stopped at the time limit after {outcome.seconds / 60:.0f} min (sitting "
+                    f"{len(earlier) + 1}); its checkpoint is in {run.directory(args.runs_dir)}, and running the "
+                    "campaign again resumes it",
+                    flush=True,
+                )
+                break
+            if not earlier:  # a run of one sitting: a measure of this sitting's speed
+                took, estimated = took + outcome.seconds / 60, estimated + estimate
             record = {
-                "wall_seconds": seconds,
-                "commit": prov["commit"],
-                "machine": prov["machine"],
+                **sitting,
+                "wall_seconds": outcome.seconds + sum(e["wall_seconds"] for e in earlier),
                 "pairing": pairing_record(run.config(), prov["commit"], stream, masks),
             }
+            if earlier:
+                record["earlier_sittings"] = earlier
             if os.path.exists(replaces):
                 with open(replaces) as f:
                     record["replaces"] = json.load(f)
-            if diverged:
-                record["diverged"] = diverged  # then this file is the run's only record
+            if outcome.diverged:
+                record["diverged"] = outcome.diverged  # then this file is the run's only record
             write_json(Path(run.directory(args.runs_dir), "campaign.json"), record)
             for name, part in parts.items():  # kept as soon as it is done
                 if run.key in {r.key for r in part}:
