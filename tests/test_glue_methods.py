@@ -719,7 +719,7 @@ def test_cost_measure_and_estimate_from_a_written_log(tmp_path):
 
 def test_cost_timing_records_the_runs_wall_seconds(campaign, monkeypatch, tmp_path):
     """``glue_cost`` times a task by the campaign's own ``run_one`` and measures the run's log: its
-    ``campaign.json`` holds the wall seconds (a number; ``run_one`` also returns whether the run diverged), and a
+    ``campaign.json`` holds the wall seconds (a number: ``run_one``'s ``Outcome.seconds``), and a
     timing run stopped by non-finite numbers stops the timing with its error. The finetune process is a stand-in
     that writes an every-step log (steps of 1 s; the final evaluation 3 s after the last step)."""
     from experiments.benchmarks import glue_cost
