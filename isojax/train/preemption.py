@@ -48,11 +48,12 @@ class StopRequest:
 
     Examples:
       >>> import os, signal
+      >>> handler = signal.getsignal(signal.SIGTERM)
       >>> with StopRequest() as stop:
       ...     before = stop.reached(1)
       ...     os.kill(os.getpid(), signal.SIGTERM)  # recorded, not fatal
       ...     after = stop.reached(2)
-      >>> before, after, signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+      >>> before, after, signal.getsignal(signal.SIGTERM) is handler  # the previous handler is back
       (False, True, True)
     """
 
