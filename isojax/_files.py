@@ -2,21 +2,60 @@
 
 Their presence is what marks the work done (the asset fetched, the run finished), so a write that fails or is
 killed halfway must not leave a file behind. The other JSON the library and the experiments write (a saved model's
-``config.json``, an analysis, a result table's record) goes through :func:`write_json` too: whoever reads it next
-never finds half of it.
+``config.json``, an analysis, a result table's record) goes through :func:`write_json` too, and a saved model's
+weights through :func:`atomic_target`: whoever reads them next never finds half of one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 
-def write_atomic(target: Path, data: bytes) -> None:
-    """Write ``data`` to ``target`` through a ``.part`` file, so that a half-written file never looks complete.
+@contextlib.contextmanager
+def atomic_target(target: Path) -> Iterator[Path]:
+    """The ``.part`` path to write ``target`` through, for writers that take a path (``safetensors``' ``save_file``).
 
-    The parent directories are created; the ``.part`` file is renamed onto ``target`` (atomic on one file system).
+    The parent directories are created; when the block ends the ``.part`` file is renamed onto ``target`` (atomic on
+    one file system); when it raises, the ``.part`` file is removed and ``target`` is left as it was.
+
+    Args:
+      target: the file to write (a ``Path``).
+
+    Yields:
+      ``target`` with ``.part`` appended to its name.
+
+    Examples:
+      >>> import tempfile, pathlib
+      >>> target = pathlib.Path(tempfile.mkdtemp()) / "model" / "model.safetensors"
+      >>> with atomic_target(target) as part:
+      ...     _ = part.write_bytes(b"weights")
+      ...     part.name, target.exists()
+      ('model.safetensors.part', False)
+      >>> with atomic_target(target) as part:
+      ...     _ = part.write_bytes(b"half of the new")
+      ...     raise OSError("No space left on device")
+      Traceback (most recent call last):
+      OSError: No space left on device
+      >>> target.read_bytes(), sorted(p.name for p in target.parent.iterdir())
+      (b'weights', ['model.safetensors'])
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    part = target.with_name(target.name + ".part")
+    try:
+        yield part
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
+    part.replace(target)
+
+
+def write_atomic(target: Path, data: bytes) -> None:
+    """Write ``data`` to ``target`` through a ``.part`` file (:func:`atomic_target`), so that a half-written file never
+    looks complete.
 
     Args:
       target: the file to write (a ``Path``).
@@ -32,10 +71,8 @@ def write_atomic(target: Path, data: bytes) -> None:
       >>> target.read_bytes(), sorted(p.name for p in target.parent.iterdir())
       (b'sun\\tsunlight\\t50\\n', ['men.txt'])
     """
-    target.parent.mkdir(parents=True, exist_ok=True)
-    part = target.with_name(target.name + ".part")
-    part.write_bytes(data)
-    part.replace(target)
+    with atomic_target(target) as part:
+        part.write_bytes(data)
 
 
 def write_json(target: Path, payload: Any) -> None:

@@ -327,6 +327,26 @@ def test_a_truncated_safetensors_file_is_refused_naming_it(bert_tiny, tmp_path, 
         isojax.from_pretrained(str(model))
 
 
+def test_a_save_that_fails_halfway_leaves_the_earlier_save_whole(bert_tiny, tmp_path, monkeypatch):
+    import safetensors.numpy
+
+    module, params, _ = bert_tiny
+    isojax.save_pretrained(module, params, str(tmp_path))
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+
+    def disk_full(tensors, filename, metadata=None):
+        with open(filename, "wb") as f:
+            f.write(b"half a safetensors header")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(safetensors.numpy, "save_file", disk_full)
+    with pytest.raises(OSError, match="No space left on device"):
+        isojax.save_pretrained(module, jax.tree.map(lambda p: p + 1, params), str(tmp_path))
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # no .part, nothing half-written
+    _, loaded, _ = isojax.from_pretrained(str(tmp_path), with_tokenizer=False)
+    assert all(jax.tree.leaves(jax.tree.map(np.array_equal, params, loaded)))
+
+
 def test_unreadable_tokenizer_files_are_refused_naming_the_directory(default_model_path, tmp_path):
     from isojax.models.hub import load_tokenizer
 

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 from flax import traverse_util
 
-from isojax._files import write_json
+from isojax._files import atomic_target, write_json
 from isojax.models import checkpoint
 from isojax.models.config import TransformerConfig
 from isojax.models.encoder import EncoderModel
@@ -352,7 +352,9 @@ def save_pretrained(module, params, path: str, *, tokenizer=None) -> str:
     Encoders and GPT-2 are written as base-model checkpoints (GPT-2's tied LM head needs no weights of its own), BART
     and mBART as ``...ForConditionalGeneration`` checkpoints (with ``final_logits_bias``). Parameters without a
     Hugging Face name (a last-layer transform) go to ``isojax_extra.safetensors``. A scanned encoder's params are
-    written per layer (:func:`~isojax.models.scan.to_unscanned`).
+    written per layer (:func:`~isojax.models.scan.to_unscanned`). Each weights file goes through a ``.part`` file
+    renamed when complete (:func:`isojax._files.atomic_target`) and ``config.json`` is written last, so a save that is
+    killed or fails halfway leaves no file that looks whole (and an earlier save in ``path`` as it was).
 
     Args:
       module: the Linen module (its ``config`` gives ``config.json``).
@@ -387,10 +389,12 @@ def save_pretrained(module, params, path: str, *, tokenizer=None) -> str:
     if getattr(module, "scan_layers", False):
         params = to_unscanned(module, params)
     state, extra = checkpoint.state_dict_from_params(params, names)
-    write_json(Path(path, "config.json"), config_to_hf(module.config))
-    save_file(state, os.path.join(path, checkpoint.WEIGHTS_NAME), metadata={"format": "pt"})
+    with atomic_target(Path(path, checkpoint.WEIGHTS_NAME)) as part:
+        save_file(state, str(part), metadata={"format": "pt"})
     if extra:
-        save_file(extra, os.path.join(path, checkpoint.EXTRA_WEIGHTS_NAME))
+        with atomic_target(Path(path, checkpoint.EXTRA_WEIGHTS_NAME)) as part:
+            save_file(extra, str(part))
+    write_json(Path(path, "config.json"), config_to_hf(module.config))  # last: a config.json means weights beside it
     if tokenizer is not None:
         tokenizer.save_pretrained(path)
     return path
