@@ -1137,7 +1137,7 @@ def main(argv=None) -> int:
                 if os.path.exists(os.path.join(run.directory(args.runs_dir), "results.json")):
                     shutil.rmtree(run.directory(args.runs_dir))  # the earlier run finished here: start over
                 write_json(Path(replaces), replaced[run.key])
-            stop_after = None if not args.stop_at_limit else max(0.0, started + 60 * args.time_limit - time.monotonic())
+            stop_after = max(0.0, started + 60 * args.time_limit - time.monotonic()) if args.stop_at_limit else None
             outcome = run_one(run, args.runs_dir, args.data_dir, every, env, stop_after)
             sitting = {"wall_seconds": outcome.seconds, "commit": prov["commit"], "machine": prov["machine"]}
             sittings = Path(run.directory(args.runs_dir), "sittings.json")  # a stopped run's earlier sittings
