@@ -985,7 +985,7 @@ def test_stop_at_limit_stops_the_run_in_progress_and_the_next_sitting_resumes_an
     assert "   (estimated 2 min: stopped at the limit, resumed by the next sitting)" in printed
     directory = runs / "p" / "rte" / "baseline" / "seed0"
     assert (
-        f"--stop-at-limit: ('p', 'baseline', 'rte', 0) stopped at the time limit after 0 min (sitting 1); its "
+        f"('p', 'baseline', 'rte', 0) stopped at the time limit after 0 min (sitting 1); its "
         f"checkpoint is in {directory}, and running the campaign again resumes it" in printed
     )
     (first,) = read_json(directory / "sittings.json")
@@ -1002,6 +1002,43 @@ def test_stop_at_limit_stops_the_run_in_progress_and_the_next_sitting_resumes_an
     with pytest.raises(SystemExit):
         glue_methods.main([*argv, "--stop-at-limit"])
     assert "--stop-at-limit needs --time-limit (the limit to stop a run at)" in capsys.readouterr().err
+
+
+# a stand-in for a run that a SIGTERM from outside the campaign stops (a scheduler, a kill of the finetune process)
+TERMINATED = (
+    "import os, signal, sys, time; signal.signal(signal.SIGTERM, lambda *_: sys.exit(143)); "
+    "os.kill(os.getpid(), signal.SIGTERM); time.sleep(300)"
+)
+
+
+def test_a_run_stopped_by_a_sigterm_from_outside_is_kept_as_a_sitting_and_the_campaign_stops(
+    campaign, monkeypatch, tmp_path, capsys
+):
+    """A run's ``isojax finetune`` that exits as a stopped run does (status 143) on a ``SIGTERM`` the campaign did not
+    send, without ``--time-limit``: its sitting is kept in ``sittings.json`` for the next sitting to resume, no record
+    says it finished, and the campaign stops there instead of failing (the next seed is not started)."""
+    root, path = campaign
+    popen, launched = subprocess.Popen, []
+
+    def terminated(argv, **kwargs):
+        if argv[1:4] == ["-m", "isojax.cli", "finetune"]:
+            launched.append(argv)
+            argv = [sys.executable, "-c", TERMINATED]
+        return popen(argv, **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", terminated)
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    argv = [*_argv(root, path)[:4], "--runs-dir", str(runs), "--out", str(out)]
+    assert glue_methods.main([*argv, "--only", "task=rte", "seed=0,1", "method=baseline"]) == 0
+    directory = runs / "p" / "rte" / "baseline" / "seed0"
+    assert (
+        f"('p', 'baseline', 'rte', 0) stopped by a SIGTERM from outside after 0 min (sitting 1); its checkpoint is in "
+        f"{directory}, and running the campaign again resumes it" in capsys.readouterr().out
+    )
+    assert len(launched) == 1
+    (sitting,) = read_json(directory / "sittings.json")
+    assert 0 < sitting["wall_seconds"] < 60
+    assert not (directory / "results.json").exists() and not (directory / "campaign.json").exists()
 
 
 def test_a_selection_no_run_has_or_a_missing_file_is_refused_by_its_option(campaign, tmp_path, capsys):

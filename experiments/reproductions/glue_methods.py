@@ -341,12 +341,14 @@ class Outcome:
         seconds: its wall seconds.
         diverged: for a run that non-finite numbers stopped (``isojax finetune``'s exit status 3), the error line it
             printed; else None.
-        stopped: whether it was stopped at the time limit (``SIGTERM``; resumed by the next sitting).
+        stopped: for a run that ``SIGTERM`` stopped (it checkpointed its step; the next sitting resumes it), by
+            whom: ``"at the time limit"`` (``stop_after``) or ``"by a SIGTERM from outside"`` (a scheduler, a
+            ``kill``); else None.
     """
 
     seconds: float
     diverged: str | None = None
-    stopped: bool = False
+    stopped: str | None = None
 
 
 def run_one(
@@ -355,8 +357,8 @@ def run_one(
     """Write the run's :class:`TrainConfig` (:meth:`Run.config`) to :meth:`Run.config_path`, then run (or resume)
     it from there in its own process. ``stop_after``: seconds after which the process gets ``SIGTERM`` (it
     checkpoints its step and exits with status 143; one still running ``STOP_GRACE_S`` later is killed). A run that
-    diverged or was stopped is an :class:`Outcome` that says so; any other failure raises
-    ``subprocess.CalledProcessError`` and stops the campaign."""
+    diverged or was stopped (at the limit, or by a ``SIGTERM`` someone else sent it) is an :class:`Outcome` that says
+    so; any other failure raises ``subprocess.CalledProcessError`` and stops the campaign."""
     path = run.config_path(runs_dir)
     write_json(Path(path), run.config(runs_dir, data_dir, eval_every).to_json())
     started = time.perf_counter()
@@ -392,7 +394,9 @@ def run_one(
     # SIGTERM before the run installed its handler (while loading) ends it at once, and a run that did not stop in
     # STOP_GRACE_S was killed: either keeps the checkpoints it had
     if stopping.is_set() and proc.returncode in (EXIT_STOPPED, -signal.SIGTERM, -signal.SIGKILL):
-        return Outcome(seconds, stopped=True)
+        return Outcome(seconds, stopped="at the time limit")
+    if proc.returncode == EXIT_STOPPED:
+        return Outcome(seconds, stopped="by a SIGTERM from outside")
     if proc.returncode:
         raise subprocess.CalledProcessError(proc.returncode, argv, stderr="".join(tail))
     return Outcome(seconds)
@@ -1145,7 +1149,7 @@ def main(argv=None) -> int:
             if outcome.stopped:
                 write_json(sittings, [*earlier, sitting])
                 print(
-                    f"--stop-at-limit: {run.key} stopped at the time limit after {outcome.seconds / 60:.0f} min (sitting "
+                    f"{run.key} stopped {outcome.stopped} after {outcome.seconds / 60:.0f} min (sitting "
                     f"{len(earlier) + 1}); its checkpoint is in {run.directory(args.runs_dir)}, and running the "
                     "campaign again resumes it",
                     flush=True,
