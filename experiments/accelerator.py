@@ -51,6 +51,8 @@ import json  # noqa: E402
 import math  # noqa: E402
 import re  # noqa: E402
 import tempfile  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -136,7 +138,7 @@ def run_benchmarks(args, platform: str, log=print, save=lambda bench: None) -> d
     batch = throughput.random_batch(cfg, args.batch, args.length)
     shape = (args.batch, args.length, args.hidden)
     auto = select_method("auto", shape, platform)
-    out = {
+    out: dict[str, Any] = {
         "config": {
             "layers": args.layers,
             "hidden": args.hidden,
@@ -146,7 +148,8 @@ def run_benchmarks(args, platform: str, log=print, save=lambda bench: None) -> d
             "batch": args.batch,
             "length": args.length,
             "repeats": args.repeats,
-            "matmul_precision": jax.config.jax_default_matmul_precision or "default",
+            # read as jax documents it (an attribute of jax.config), which jax's type stubs do not declare
+            "matmul_precision": jax.config.jax_default_matmul_precision or "default",  # type: ignore[attr-defined]
         },
         "train_step": {},
         "forward": {},
@@ -552,8 +555,8 @@ def main(argv=None) -> dict | None:
     dev = device_info()
     print(f"{dev['kind']} ({dev['platform']}, {dev['count']} devices), jax {dev['jax']}")
     previous_path = os.path.join(args.out, f"{dev['slug']}.json")
-    previous = json.load(open(previous_path)) if os.path.exists(previous_path) else {}
-    payload = {"provenance": prov, "device": dev}
+    previous = json.loads(Path(previous_path).read_text()) if os.path.exists(previous_path) else {}
+    payload: dict[str, Any] = {"provenance": prov, "device": dev}
     if args.skip_tests:
         payload["tests"] = _kept(previous.get("tests"))
     else:

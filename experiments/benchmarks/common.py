@@ -6,13 +6,19 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import jax
 import numpy as np
 
 from isojax._argtypes import int_at_least
 from isojax.models import TransformerConfig
+
+
+def cpu_count() -> int:
+    """The machine's CPU cores (``os.cpu_count()``, 1 where it cannot tell): the threads each side of a CPU
+    comparison gets."""
+    return os.cpu_count() or 1
 
 
 def median_ms(fn: Callable[[], object], *, warmup: int = 2, repeats: int = 10) -> float:
@@ -27,18 +33,18 @@ def median_ms(fn: Callable[[], object], *, warmup: int = 2, repeats: int = 10) -
     return statistics.median(times)
 
 
-def interleaved_medians(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+def interleaved_medians(fns: Mapping[str, Callable[[], object]], repeats: int) -> dict[str, float]:
     """Median milliseconds of each function of :func:`interleaved_ms` (one warm-up call each, then alternating
     run by run, so that a change in the machine's load reaches both sides alike)."""
     return {name: float(np.median(t)) for name, t in interleaved_ms(fns, repeats).items()}
 
 
-def interleaved_ms(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, np.ndarray]:
+def interleaved_ms(fns: Mapping[str, Callable[[], object]], repeats: int) -> dict[str, np.ndarray]:
     """Milliseconds ``[repeats]`` of each ``fn()`` (results waited for) in ``repeats`` rounds that run every function
     once, after one warm-up call each (so that load drifting on a shared machine hits all of them alike)."""
     for fn in fns.values():
         jax.block_until_ready(fn())
-    times = {name: [] for name in fns}
+    times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
             times[name].append(median_ms(fn, warmup=0, repeats=1))

@@ -11,7 +11,6 @@ milliseconds per call and the ratios.
 from __future__ import annotations
 
 import argparse
-import os
 import tempfile
 
 import jax
@@ -19,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import isojax
-from experiments.benchmarks.common import machine, median_ms, report
+from experiments.benchmarks.common import cpu_count, machine, median_ms, report
 from isojax._argtypes import int_at_least
 from isojax.models.generate import generate, left_align
 
@@ -62,7 +61,7 @@ def main(argv=None):
     import torch
     import transformers
 
-    torch.set_num_threads(os.cpu_count())
+    torch.set_num_threads(cpu_count())
     max_length = args.prompt + args.new
     torch.manual_seed(0)
     ref = transformers.GPT2LMHeadModel(

@@ -62,7 +62,7 @@ def _with_spectrum(rng, n, d, s):
 
 def synthetic_cases(rng) -> dict[str, tuple[str, np.ndarray, np.ndarray | None]]:
     """``name -> (group, x [b, n, d] float32, mask [b, n] or None)``."""
-    cases = {
+    cases: dict[str, tuple[str, np.ndarray, np.ndarray | None]] = {
         "gaussian 4×[128, 768]": ("random", rng.standard_normal((4, 128, 768)), None),
         "gaussian 4×[128, 384]": ("random", rng.standard_normal((4, 128, 384)), None),
         "gaussian [768, 128] (tall)": ("random", rng.standard_normal((1, 768, 128)), None),
@@ -238,7 +238,7 @@ def time_methods(methods, shapes=SPEED_SHAPES, alpha: float = -0.6, repeats: int
             )
             steps[m] = lambda fn=fn: fn(x, a, w)
             median_ms(steps[m], warmup=1, repeats=1)  # compile and warm up
-        times = {m: [] for m in methods}
+        times: dict[str, list[float]] = {m: [] for m in methods}
         for _ in range(repeats):
             for m, run in steps.items():
                 times[m].append(median_ms(run, warmup=0, repeats=1))

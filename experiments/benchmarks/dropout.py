@@ -13,13 +13,15 @@ Both sides alternate run by run after warm-up; prints medians, [min, max] and th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
-import statistics
 from collections.abc import Callable
+from unittest import mock
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from experiments.benchmarks.common import add_model_arguments, bert_config, interleaved_ms, machine
 from experiments.benchmarks.throughput import random_batch
@@ -30,18 +32,18 @@ CLASSES = {"flax.linen.Dropout": nn.Dropout, "isojax Dropout": dropout.Dropout}
 USERS = (embeddings, attention, block)  # the modules whose layers build a Dropout, looked up when traced
 
 
-def print_times(title: str, times: dict[str, list[float]]) -> None:
-    medians = {name: statistics.median(t) for name, t in times.items()}
+def print_times(title: str, times: dict[str, np.ndarray]) -> None:
+    medians = {name: float(np.median(t)) for name, t in times.items()}
     print(title)
     for name, t in times.items():
         print(f"  {name:<20} median {medians[name]:9.1f} ms  [{min(t):.1f}, {max(t):.1f}]")
     print(f"  ratio isojax / flax: {medians['isojax Dropout'] / medians['flax.linen.Dropout']:.3f}")
 
 
-def mask_fns(shape: tuple[int, ...]) -> dict[str, Callable[[], object]]:
+def mask_fns(shape: tuple[int, ...]) -> dict[str, Callable[..., object]]:
     x = jnp.ones(shape, jnp.float32)
     keys = iter(jax.random.split(jax.random.key(0), 10_000))
-    fns = {}
+    fns: dict[str, Callable[..., object]] = {}  # zero-argument calls; "..." lets mypy take lambdas with defaults
     for name, cls in CLASSES.items():
         grad = jax.jit(
             jax.grad(lambda x, k, cls=cls: cls(0.1).apply({}, x, deterministic=False, rngs={"dropout": k}).sum())
@@ -52,16 +54,13 @@ def mask_fns(shape: tuple[int, ...]) -> dict[str, Callable[[], object]]:
 
 def step_fns(cfg: TransformerConfig, batch: dict) -> dict[str, Callable[[], object]]:
     params = build_encoder(cfg).init(jax.random.key(0), jnp.zeros((1, 2), jnp.int32))["params"]
-    fns = {}
+    fns: dict[str, Callable[[], object]] = {}
     for name, cls in CLASSES.items():
-        for module in USERS:
-            module.Dropout = cls
-        try:
+        with contextlib.ExitStack() as patched:
+            for module in USERS:
+                patched.enter_context(mock.patch.object(module, "Dropout", cls))
             run = step_runner(*isojax_step(cfg, jax.tree.map(jnp.copy, params)), batch)  # the step donates its state
             jax.block_until_ready(run())  # traced now, with this class
-        finally:
-            for module in USERS:
-                module.Dropout = CLASSES["isojax Dropout"]
         fns[name] = run
     return fns
 

@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from experiments.benchmarks.common import machine
+from experiments.benchmarks.common import cpu_count, machine
 from isojax._argtypes import int_at_least
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -76,13 +76,13 @@ def main(argv=None) -> int:
     from isojax.eval.encode import encode
     from isojax.models import assets, resolve
 
-    torch.set_num_threads(os.cpu_count())
+    torch.set_num_threads(cpu_count())
     texts = sts_sentences(args.data_dir)
     texts = texts[: args.limit] if args.limit else texts
     print(machine())
     print(
         f"{len(texts)} distinct STS12-16 sentences, batch {args.batch_size}, max length {args.max_length}, "
-        f"{os.cpu_count()} threads per side, median of {args.repeats} repeats"
+        f"{cpu_count()} threads per side, median of {args.repeats} repeats"
     )
     print(f"{'model':<40} {'isojax sent/s':>14} {'torch sent/s':>13} {'ratio (time)':>13} {'max |diff|':>11}")
     for name in args.models.split(","):
@@ -100,7 +100,7 @@ def main(argv=None) -> int:
             return torch_encode(reference, tokenizer, texts, batch_size=args.batch_size, max_length=args.max_length)
 
         a, b = ours(), theirs()  # warm-up: compiles every padded shape once
-        times = {"isojax": [], "torch": []}
+        times: dict[str, list[float]] = {"isojax": [], "torch": []}
         for _ in range(args.repeats):
             for side, fn in (("isojax", ours), ("torch", theirs)):
                 start = time.perf_counter()

@@ -34,6 +34,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 if __name__ == "__main__":  # the mesh cells need 8 devices; on CPU they are virtual (as tests/conftest.py does)
     os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
@@ -57,7 +58,8 @@ class Entry:
 
     group: str
     name: str
-    build: Callable[[], tuple[Callable, tuple]]
+    build: Callable[..., tuple[Callable, tuple]]
+    """Called with no arguments (typed ``...``: the entries are lambdas that bind loop variables as defaults)."""
     round_trip: bool = True
     """Call the CPU export and compare with the direct call (False: arguments that need a device placement)."""
 
@@ -156,7 +158,7 @@ def run_entry(entry: Entry, platforms=PLATFORMS) -> dict:
         return {"group": entry.group, "name": entry.name, "build_error": f"{type(e).__name__}: {e}"[:300]}
     if not hasattr(f, "trace"):  # flat arguments and results: the export serialises without pytree registrations
         f, args = _flat(f, args)
-    row = {"group": entry.group, "name": entry.name, "cells": {}}
+    row: dict[str, Any] = {"group": entry.group, "name": entry.name, "cells": {}}
     for p in platforms:
         cell = lower_cell(f, args, p)
         exported = cell.pop("exported", None)
@@ -254,7 +256,7 @@ def _function_calls() -> dict[str, tuple[Callable, tuple, bool]]:
     flow_module = calibrate.Flow(levels=1, depth=1, hidden=8)
     flow_vars = flow_module.init(key, x, m)
     h, targets = _cloud(16, 4, seed=2), jnp.asarray(np.arange(16) % 10, jnp.int32)
-    calls = {
+    calls: dict[str, tuple[Callable, tuple, bool]] = {
         "metrics.explained_variance": (lambda x: metrics.explained_variance(x, 2, mask=m), (x,), True),
         "metrics.isoscore": (lambda x: metrics.isoscore(x, mask=m), (x,), True),
         "metrics.isoscore_star": (lambda x: metrics.isoscore_star(x, c0=cov, mask=m), (x,), True),
@@ -490,7 +492,7 @@ def generate_entries() -> list[Entry]:
     ]
 
 
-TRAIN_LAYOUTS = {
+TRAIN_LAYOUTS: dict[str, dict[str, Any]] = {
     "1 device": dict(parallel="mesh", devices=1),
     "mesh data 8": dict(parallel="mesh", devices=8),
     "mesh data 4 x model 2": dict(parallel="mesh", devices=8, model_parallel=2),

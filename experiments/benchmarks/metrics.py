@@ -17,13 +17,12 @@ compared before timing.
 from __future__ import annotations
 
 import argparse
-import os
 import warnings
 
 import jax
 import numpy as np
 
-from experiments.benchmarks.common import machine, median_ms, report
+from experiments.benchmarks.common import cpu_count, machine, median_ms, report
 from isojax._argtypes import int_at_least
 from isojax.metrics import isoscore
 from isojax.topology import zero_dim_barcode
@@ -53,7 +52,7 @@ def bench_isoscore(args) -> None:
     import torch
     from IsoScore import IsoScore as package
 
-    torch.set_num_threads(os.cpu_count())
+    torch.set_num_threads(cpu_count())
     x = np.random.default_rng(0).standard_normal((args.points, args.dim)).astype(np.float32)
     x *= np.linspace(0.1, 3.0, args.dim, dtype=np.float32)  # anisotropic
     xj = jax.device_put(x)

@@ -62,7 +62,7 @@ def per_module_ms(trace_dir: str, names: dict[str, str], steps: int, depth: int)
     [path] = glob.glob(f"{trace_dir}/**/*.trace.json.gz", recursive=True)
     with gzip.open(path) as f:
         events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
-    totals = collections.Counter()
+    totals: collections.Counter[str] = collections.Counter()
     for event in events:
         name = event["name"]
         if name.startswith(_RUNTIME_EVENTS):
@@ -85,7 +85,10 @@ def main(argv=None):
     params = build_encoder(cfg).init(jax.random.key(0), jnp.zeros((1, 2), jnp.int32))["params"]
     step, state = isojax_step(cfg, params)
     batch = random_batch(cfg, args.batch, args.length)
-    names = op_names(step.lower(state, batch).compile().as_text())
+    hlo = step.lower(state, batch).compile().as_text()
+    if hlo is None:
+        raise RuntimeError("this backend gives no text of the compiled step, where the per-op names come from")
+    names = op_names(hlo)
     run = step_runner(step, state, batch)
 
     wall = median_ms(run, repeats=args.repeats)

@@ -62,6 +62,8 @@ import math
 import os
 import re
 import time
+from collections.abc import Callable
+from typing import Any
 
 if __name__ == "__main__":  # the mesh cells need 8 devices; on CPU they are virtual (as tests/conftest.py does)
     os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
@@ -220,7 +222,10 @@ def collective_bytes(hlo_text: str, num_devices: int) -> dict[str, int]:
 def collectives_in_loops(hlo_text: str) -> int:
     """How many collectives lie in the body of a ``while`` loop (:func:`collective_bytes` counts each once, not once
     per iteration), directly or in a computation that the body calls."""
-    bodies, calls, ops, name = set(), {}, {}, None
+    bodies: set[str] = set()
+    calls: dict[str, set[str]] = {}
+    ops: dict[str, int] = {}
+    name = None
     for line in hlo_text.splitlines():
         head = re.match(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$", line)
         if head:
@@ -293,11 +298,18 @@ def build_step(name: str, layout: Layout, *, dtype: str, remat: str, batch: int,
     from isojax.models import build_encoder, build_model, init_params
     from isojax.train import loop
     from isojax.train.model import TaskModel, init_variables
+    from isojax.train.parallel import MeshRunner
     from isojax.train.tasks import classification, seq2seq
 
     config = train_config(name, layout, dtype=dtype, remat=remat, batch=batch, length=length)
     cfg = model_config(name)
     compute = jnp.dtype(dtype)
+    # each branch pairs a recipe with its own model type, the pairing plan_stages is generic over (a union of the
+    # two would not say which recipe goes with which model)
+    recipe: Any
+    model: Any
+    init: Callable[..., dict]
+    rows: dict[str, tuple[int, ...]]
     if config.is_seq2seq:
         recipe = seq2seq.Seq2SeqRecipe(config)
         recipe.model_config = cfg  # what Seq2SeqRecipe.build sets from the checkpoint it loads
@@ -315,6 +327,7 @@ def build_step(name: str, layout: Layout, *, dtype: str, remat: str, batch: int,
     variables = jax.eval_shape(lambda: init(model, init_params(network, jax.random.key(0)), jax.random.key(1)))
     plan = loop.plan_stages(config, recipe, model, variables, per_epoch=1, references={})[0]
     runner = plan.runner
+    assert isinstance(runner, MeshRunner)  # the layouts here are meshes (module docstring)
     state = runner.restore_target(plan.abstract_state)
     batch_args = {k: jax.ShapeDtypeStruct(s, jnp.int32, sharding=runner.batch_sharding) for k, s in rows.items()}
     return runner.train_step, state, batch_args, config

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 
 # jaxlib's CPU SVD calls scipy's OpenBLAS LAPACK from inside XLA's own thread pool; OpenBLAS threads on top of
 # that oversubscribe the cores (measured 10x slower SVDs on 2 busy cores). Must be set before numpy/jax load.
@@ -31,7 +32,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from experiments.benchmarks.common import interleaved_ms, machine, report  # noqa: E402
+from experiments.benchmarks.common import cpu_count, interleaved_ms, machine, report  # noqa: E402
 from isojax._argtypes import int_at_least  # noqa: E402
 from isojax.softdecay import SoftDecay, soft_decay  # noqa: E402
 from isojax.spectral import available_methods, select_method  # noqa: E402
@@ -72,7 +73,7 @@ def bench_reference(args) -> None:
     xt, wt, at = torch.from_numpy(x), torch.from_numpy(w), torch.tensor(alpha)
 
     t_value, t_gx, t_ga = torch_soft_decay_step(xt, wt, at, transpose=False)
-    steps = {}
+    steps: dict[str, Callable[..., object]] = {}  # zero-argument calls; "..." lets mypy take lambdas with defaults
     for m in args.method:
         step = jax.jit(jax.value_and_grad(lambda x, a, w, m=m: jnp.sum(soft_decay(x, a, method=m) * w), argnums=(0, 1)))
         (value, (gx, ga)) = step(xj, aj, wj)
@@ -104,7 +105,7 @@ def bench_encoder(args) -> None:
     lengths = rng.integers(args.length // 2, args.length + 1, (args.batch, 1))
     mask = jnp.asarray(np.arange(args.length)[None] < lengths)
 
-    steps = {}
+    steps: dict[str, Callable[..., object]] = {}  # zero-argument calls; "..." lets mypy take lambdas with defaults
     transforms = [("without SoftDecay", None)] + [(f"with SoftDecay ({m})", SoftDecay(method=m)) for m in args.method]
     for name, transform in transforms:
         model = build_encoder(cfg, last_layer_transform=transform)
@@ -124,12 +125,10 @@ def bench_encoder(args) -> None:
         m: jax.jit(jax.grad(lambda x, a, m=m: jnp.sum(soft_decay(x, a, mask=mask, method=m) ** 2), argnums=(0, 1)))
         for m in args.method
     }
-    alone_ms = {
-        m: np.median(t)
-        for m, t in interleaved_ms(
-            {m: lambda f=f: f(x, np.float32(args.alpha)) for m, f in alone.items()}, args.repeats
-        ).items()
+    alone_steps: dict[str, Callable[..., object]] = {
+        m: lambda f=f: f(x, np.float32(args.alpha)) for m, f in alone.items()
     }
+    alone_ms = {m: np.median(t) for m, t in interleaved_ms(alone_steps, args.repeats).items()}
     print(
         f"(b) BERT-base ({cfg.num_hidden_layers} layers) training step (forward + backward for all params), batch "
         f"{args.batch} x {args.length}, {args.repeats} interleaved repeats"
@@ -163,7 +162,7 @@ def main(argv=None):
     ap.add_argument("--layers", type=int_at_least(1), default=12, help="encoder layers for (b)")
     ap.add_argument("--alpha", type=float, default=-0.2)
     ap.add_argument("--repeats", type=int_at_least(1), default=10)
-    ap.add_argument("--torch-threads", type=int_at_least(1), default=os.cpu_count())
+    ap.add_argument("--torch-threads", type=int_at_least(1), default=cpu_count())
     ap.add_argument(
         "--method",
         type=methods,

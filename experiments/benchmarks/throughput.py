@@ -18,6 +18,7 @@ calls after warm-up (``block_until_ready``); compile time is that of ``jit(...).
 from __future__ import annotations
 
 import time
+from typing import cast
 
 import jax
 import numpy as np
@@ -25,7 +26,7 @@ import numpy as np
 from experiments.benchmarks.common import interleaved_ms, median_ms
 from experiments.benchmarks.encoder_forward import forward_flops
 from experiments.benchmarks.train_step import isojax_step, step_runner
-from isojax.models import TransformerConfig, build_encoder
+from isojax.models import EncoderOutput, TransformerConfig, build_encoder
 from isojax.softdecay import SoftDecay
 
 
@@ -94,7 +95,7 @@ def forward(cfg: TransformerConfig, dtype, batch: dict, repeats: int) -> dict:
     module = build_encoder(cfg, dtype=dtype)
     ids, mask = batch["input_ids"], batch["attention_mask"]
     params = jax.jit(module.init)(jax.random.key(0), ids[:1], mask[:1])["params"]
-    fwd = jax.jit(lambda p, i, m: module.apply({"params": p}, i, m).last_hidden_state)
+    fwd = jax.jit(lambda p, i, m: cast(EncoderOutput, module.apply({"params": p}, i, m)).last_hidden_state)
     compiled, seconds = _compile(fwd, params, ids, mask)
     ms = median_ms(lambda: compiled(params, ids, mask), repeats=repeats)
     return {**_rates(ms, b * n, forward_flops(cfg, b, n), xla_flops(compiled)), "compile_s": seconds}
@@ -105,7 +106,7 @@ def softdecay_share(cfg: TransformerConfig, dtype, batch: dict, methods, repeats
     ``base`` (the step without it, from :func:`train_step`), interleaved over ``repeats`` rounds (module
     docstring). One SoftDecay step is alive at a time (BERT-base states are large). A strategy that fails to
     compile or run on this backend is recorded as ``{"error": ...}`` and the others still run."""
-    out = {}
+    out: dict[str, dict] = {}
     for m in methods:
         try:
             with_sd, info = build_step(cfg, dtype, batch, SoftDecay(method=m))

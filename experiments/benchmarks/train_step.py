@@ -16,7 +16,6 @@ per step / time / ``--peak-tflops``; goal above 40%).
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Callable
 
 import jax
@@ -26,6 +25,7 @@ import numpy as np
 from experiments.benchmarks.common import (
     add_model_arguments,
     bert_config,
+    cpu_count,
     interleaved_medians,
     machine,
     median_ms,
@@ -38,7 +38,7 @@ from isojax.models.checkpoint import params_from_state_dict
 from isojax.train.model import TaskModel, init_variables
 from isojax.train.objective import Objective
 from isojax.train.optim import make_optimizer
-from isojax.train.state import create_state
+from isojax.train.state import TrainState, create_state
 from isojax.train.step import make_train_step
 
 LR, WD, CLIP = 2e-5, 0.01, 1.0
@@ -46,7 +46,7 @@ LR, WD, CLIP = 2e-5, 0.01, 1.0
 
 def isojax_step(
     cfg: TransformerConfig, encoder_params, dtype=jnp.float32, last_layer_transform=None, **encoder_options
-):
+) -> tuple[jax.stages.Wrapped, TrainState]:
     """``(jitted step, state)`` for a 2-class head on [CLS] with AdamW, clipping, dropout; ``encoder_params`` are
     those of ``build_encoder(cfg, last_layer_transform=last_layer_transform, **encoder_options)`` (e.g. a
     ``SoftDecay``; ``scan_layers=True``: params in the scanned layout)."""
@@ -94,7 +94,7 @@ def main(argv=None):
     import torch
     import transformers
 
-    torch.set_num_threads(os.cpu_count())
+    torch.set_num_threads(cpu_count())
     cfg = bert_config(args)
     torch.manual_seed(0)
     encoder = transformers.BertModel(transformers.BertConfig(**config_to_hf(cfg)))
@@ -149,12 +149,12 @@ def main(argv=None):
             *isojax_step(base, base_params, dtype=jnp.bfloat16), jax.device_put(dict(batch, input_ids=ids16))
         )
 
-        ms = median_ms(bf16_step, repeats=max(args.repeats, 10))
+        bf16_ms = median_ms(bf16_step, repeats=max(args.repeats, 10))
         flops = 3 * forward_flops(base, args.batch, args.length)
-        tflops = flops / (ms * 1e-3) / 1e12
+        tflops = flops / (bf16_ms * 1e-3) / 1e12
         print(
-            f"BERT-base bf16 train step, batch {args.batch} x {args.length}: {ms:.2f} ms, "
-            f"{args.batch * args.length / (ms * 1e-3):,.0f} tokens/s, {tflops:.1f} TFLOP/s = MFU "
+            f"BERT-base bf16 train step, batch {args.batch} x {args.length}: {bf16_ms:.2f} ms, "
+            f"{args.batch * args.length / (bf16_ms * 1e-3):,.0f} tokens/s, {tflops:.1f} TFLOP/s = MFU "
             f"{tflops / args.peak_tflops:.1%} of {args.peak_tflops} peak"
         )
 

@@ -71,13 +71,13 @@ def plot(curves: dict, path: str, title: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
-    colors = plt.get_cmap("tab20").colors
+    colors = plt.get_cmap("tab20")  # 20 listed colours; colors(i) is the i-th
     for i, (method, runs) in enumerate(curves.items()):
         steps = [r["step"] for r in runs[0]]
         style = dict(
             marker="os^Dv"[i % 5],
             markersize=3,
-            color=colors[(2 * i) % 20 + (2 * i) // 20],
+            color=colors((2 * i) % 20 + (2 * i) // 20),
             label=method,
             linestyle="-" if i % 2 == 0 else "--",
         )

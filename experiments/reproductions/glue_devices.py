@@ -48,7 +48,8 @@ def compare(a: dict[str, dict], b: dict[str, dict]) -> dict:
     of the task's first metric beside the std of ``a``'s seeds."""
     from isojax.data.glue import glue_task
 
-    rows, spread = [], {}
+    rows: list[dict] = []
+    spread: dict[str, dict] = {}
     for run in sorted(a.keys() & b.keys()):
         protocol, task, method, seed = run.split("/")
         metrics = [*glue_task(task).metrics, "isoscore"]

@@ -71,6 +71,7 @@ import sys
 import threading
 import time
 from collections import defaultdict, deque
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -300,7 +301,7 @@ def campaign_order(runs: list[Run], config: dict, cost: dict | None, sizes: dict
     its line, with its t-tests, is complete early)."""
     from experiments.benchmarks.glue_cost import run_minutes
 
-    ranks = {}
+    ranks: dict[str, int] = {}
     for method in [
         *config.get("cpu_campaign", {}).get("priority", []),
         *(m for p in config["protocols"].values() for m in p["methods"]),
@@ -499,7 +500,7 @@ def collect(runs: list[Run], runs_dir: str, *records_dirs: str) -> dict:
     """``{(task, protocol): {line: [per-seed record]}}`` of the finished runs; a record is the evaluation plus
     ``seconds_per_epoch``, ``seed``, ``pair`` (the run's dropout stream, :func:`pair_key`) and ``terms`` (the
     stage's regulariser terms at its first and last logged step, :func:`term_trace`)."""
-    table = defaultdict(lambda: defaultdict(list))
+    table: defaultdict[tuple, defaultdict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for run in runs:
         directory = finished_record(run, runs_dir, *records_dirs)
         if directory is None:
@@ -576,10 +577,11 @@ def task_table(
             protocol["methods"].get(base_method(method), {}).get("method.name") in MODEL_CHANGES and stage != "finetune"
         )  # a two-stage run's first stage is the baseline's model
         cells = [line + (" †" if changed else ""), len(records)]
-        entry = {"method": line, "seeds": [r["seed"] for r in records], "model_change": changed}
+        entry: dict[str, object] = {"method": line, "seeds": [r["seed"] for r in records], "model_change": changed}
         for metric in metrics:
             values = [r[metric] for r in records]
-            p, paired, seeds = None, None, []
+            p, paired = None, None
+            seeds: list[int] = []
             if line != baseline:
                 p = ttest(values, [r[metric] for r in base])
                 paired, seeds = paired_ttest(
@@ -594,12 +596,12 @@ def task_table(
                 "paired_seeds": seeds,
             }
         for key, _, digits in ISOTROPY_COLUMNS:
-            entry[key] = [r.get(key) for r in records]
-            cells.append(mean_std(entry[key], digits))
-        entry["terms"] = line_terms(records)
-        cells.append("; ".join(_terms_text(entry["terms"])) or "–")
-        entry[TIME_COLUMN[0]] = [r.get(TIME_COLUMN[0]) for r in records]
-        cells.append(mean_std(entry[TIME_COLUMN[0]], TIME_COLUMN[2]))
+            entry[key] = column = [r.get(key) for r in records]
+            cells.append(mean_std(column, digits))
+        entry["terms"] = terms = line_terms(records)
+        cells.append("; ".join(_terms_text(terms)) or "–")
+        entry[TIME_COLUMN[0]] = times = [r.get(TIME_COLUMN[0]) for r in records]
+        cells.append(mean_std(times, TIME_COLUMN[2]))
         rows.append(cells)
         payload.append(entry)
     for method, why in not_run.items():
@@ -743,7 +745,7 @@ def corrected(tests: dict[str, dict[str, float | None]]) -> str:
         "its baseline); * q < 0.05.",
     ]
     for family in dict.fromkeys(f for ps in tests.values() for f in ps):
-        named = {name: ps[family] for name, ps in tests.items() if ps.get(family) is not None}
+        named = {name: p for name, ps in tests.items() if (p := ps.get(family)) is not None}
         if not named:
             continue
         q = {
@@ -770,7 +772,7 @@ def curves(runs: list[Run], runs_dir: str, records_dirs: tuple, path: str, title
     from isojax.data.glue import glue_task
     from isojax.train.logs import JsonLog, latest_evaluations
 
-    series = defaultdict(lambda: defaultdict(list))
+    series: defaultdict[str, defaultdict[str, list[list[dict]]]] = defaultdict(lambda: defaultdict(list))
     for run in runs:
         directory = finished_record(run, runs_dir, *records_dirs)
         if directory is not None:
@@ -780,11 +782,11 @@ def curves(runs: list[Run], runs_dir: str, records_dirs: tuple, path: str, title
         return None
     tasks = sorted(series)
     labels = sorted({label for task in tasks for label in series[task]})
-    palette = plt.get_cmap("tab20").colors
+    palette = plt.get_cmap("tab20")  # 20 listed colours; palette(i) is the i-th
     methods = sorted({label.split(": ", 1)[1] for label in labels} - {"baseline"})
     style = {
         label: dict(
-            color="black" if method == "baseline" else palette[methods.index(method) % len(palette)],
+            color="black" if method == "baseline" else palette(methods.index(method) % palette.N),
             linewidth=2.2 if method == "baseline" else 1.2,
             zorder=3 if method == "baseline" else 2,
             marker="os^Dv<>p"[labels.index(label) % 8],
@@ -805,8 +807,8 @@ def curves(runs: list[Run], runs_dir: str, records_dirs: tuple, path: str, title
             steps = sorted(set.intersection(*[{r["step"] for r in s} for s in seeds]))
             values = [np.mean([next(r[metric] for r in s if r["step"] == step) for s in seeds]) for step in steps]
             (handles[label],) = ax.plot(steps, values, markersize=3, label=label, **style[label])
-        seeds = {len(s) for s in series[task].values()}
-        count = "-".join(map(str, sorted({min(seeds), max(seeds)})))
+        sizes = {len(s) for s in series[task].values()}
+        count = "-".join(map(str, sorted({min(sizes), max(sizes)})))
         ax.set(title=f"{task}: {metric} (dev; mean of {count} seeds)", xlabel="step")
         ax.title.set_fontsize(9)
         ax.grid(alpha=0.3)
@@ -837,7 +839,7 @@ def copy_records(runs: list[Run], runs_dir: str, records_dir: str) -> None:
                 os.remove(os.path.join(target, name))
 
 
-def not_run_reason(run: Run, selected: set, cost: dict | None, config: dict | None = None) -> str:
+def not_run_reason(run: Run, selected: Collection, cost: dict | None, config: dict | None = None) -> str:
     """Why a run has no record: not reached yet by the CPU campaign, or left out of it (by its selections, or as
     longer than its ``max_run_minutes``, :func:`too_long`); with its estimated minutes on this CPU from the cost
     table where the task was timed."""
@@ -879,13 +881,13 @@ def remaining_cost(runs: list[Run], selected: set, cost: dict | None, runs_dir: 
         ("in the CPU campaign", [r for r in left if r.key in selected]),
         ("left to an accelerator", [r for r in left if r.key not in selected]),
     ):
-        minutes = [run_minutes(cost, r) for r in group]
-        timed = [m for m in minutes if m is not None]
+        estimates = [run_minutes(cost, r) for r in group]
+        timed = [m for m in estimates if m is not None]
         text = f"{len(group)} {label}"
         if timed:
             text += f" (about {sum(timed) / 60:.0f} CPU-hours on this CPU by the glue_cost estimates"
             text += f", {median * sum(timed) / 60:.0f} at the finished runs' median ratio" if median else ""
-            text += f"; {len(minutes) - len(timed)} of an untimed task)" if len(timed) < len(minutes) else ")"
+            text += f"; {len(estimates) - len(timed)} of an untimed task)" if len(timed) < len(estimates) else ")"
         parts.append(text)
     finished = f"{len(runs) - len(unfinished)} of {len(runs)} runs finished" + (
         f", {stopped} stopped by non-finite numbers" if stopped else ""
@@ -908,7 +910,7 @@ def report(
     prov: dict,
     header: str,
     *,
-    selected: set = frozenset(),
+    selected: Collection = frozenset(),
     cost: dict | None = None,
     records_dirs: tuple = (),
     summarise: bool = True,
@@ -929,8 +931,7 @@ def report(
             if not cell:
                 continue
             unfinished = [r for r in cell if finished_record(r, runs_dir, *dirs) is None]
-            diverged = {r: diverged_record(r, runs_dir, *dirs) for r in unfinished}
-            diverged = {r: error for r, error in diverged.items() if error}
+            diverged = {r: error for r in unfinished if (error := diverged_record(r, runs_dir, *dirs))}
             lines = table.get((task, protocol), {})
             done = {base_method(line.split(": ")[0]) for line in lines}
             not_run = {}
@@ -1096,9 +1097,9 @@ def main(argv=None) -> int:
         current = pair_key({"pairing": {"dropout_masks": masks}})
         rerun = _pairs(args.rerun_older_masks, "--rerun-older-masks")
         check_only(runs, rerun, "--rerun-older-masks")
-        for run in select(runs, rerun, "--rerun-older-masks"):
-            if earlier := older_masks(run, current, args.runs_dir, *records_dirs):
-                replaced[run.key] = earlier
+        for candidate in select(runs, rerun, "--rerun-older-masks"):
+            if older := older_masks(candidate, current, args.runs_dir, *records_dirs):
+                replaced[candidate.key] = older
     todo = [r for r in runs if pending(r, args.runs_dir, *records_dirs) or r.key in replaced]
     again = f" ({len(replaced)} of them again, on the current dropout masks)" if replaced else ""
     print(f"{len(runs)} runs selected, {len(runs) - len(todo)} done, {len(todo)} to run{again}", flush=True)

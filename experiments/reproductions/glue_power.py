@@ -89,12 +89,14 @@ def detectable(tables: list[dict], baselines: dict[str, str], metrics: dict[str,
             continue
         n, s = len(base["seeds"]), float(np.std(base[metric]["values"], ddof=1))
         d = detectable_effect(n, paired=False, power=power)
+        assert d is not None  # n >= 2
         text = f"- {table['task']} ({table['protocol']}) {metric}: s {s:.2f} over {n} seeds, "
         text += f"two-sample {d * s:.2f} (d {d:.2f})"
         others = [row for row in lines.values() if row is not base]
         s_pair, used, pairs = pooled_paired_std(others, base, metric)
         if s_pair is not None:
             d_z = detectable_effect(n, paired=True, power=power)
+            assert d_z is not None  # n >= 2
             text += f"; s_Δ {s_pair:.2f} ({pairs} pairs of {used} methods), paired {d_z * s_pair:.2f} (d_z {d_z:.2f})"
         out.append(text + ".")
     return "\n".join(out) + "\n"

@@ -66,8 +66,9 @@ IMAGE_PACKAGES = frozenset(
 """.split()
 )
 # The machine: CPython 3.12 on x86-64 Linux (glibc 2.39); markers of requirements are evaluated for it.
-TARGET = {
-    **default_environment(),
+TARGET: dict[str, str] = {
+    # packaging types its Environment as a TypedDict of str values, which mypy will not unpack into a dict[str, str]
+    **default_environment(),  # type: ignore[dict-item]
     "python_version": "3.12",
     "python_full_version": "3.12.3",
     "implementation_name": "cpython",

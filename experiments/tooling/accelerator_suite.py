@@ -69,18 +69,22 @@ def parse_junit(path: str) -> dict:
     failures (``[{"test", "kind", "message"}]``) and skips (``[{"reason", "count", "tests"}]``, most
     frequent first, up to 3 test ids each) of a pytest JUnit XML file."""
     root = ET.parse(path).getroot()
-    counts = Counter()
-    failures, skipped = [], {}
+    counts: Counter[str] = Counter()
+    failures: list[dict] = []
+    skipped: dict[str, list[str]] = {}
     for case in root.iter("testcase"):
         if not case.get("name"):  # a test that a stop at the time limit interrupted: no outcome
             counts["interrupted"] += 1
             continue
         outcome = next((child for child in case if child.tag in ("failure", "error", "skipped")), None)
-        kind = "passed" if outcome is None else {"failure": "failed", "error": "errors"}.get(outcome.tag, "skipped")
+        if outcome is None:
+            counts["passed"] += 1
+            continue
+        kind = {"failure": "failed", "error": "errors"}.get(outcome.tag, "skipped")
         counts[kind] += 1
         if kind in ("failed", "errors"):
             failures.append({"test": _test_id(case), "kind": kind, "message": _message(outcome)})
-        elif kind == "skipped":
+        else:
             skipped.setdefault(_message(outcome), []).append(_test_id(case))
     skips = [
         {"reason": reason, "count": len(tests), "tests": tests[:3]}

@@ -59,7 +59,8 @@ def summary(runs: list[TrainConfig], title: str) -> str:
     from isojax.data.glue import glue_task
     from isojax.data.seq2seq import SEQ2SEQ_TASKS
 
-    groups, missing = defaultdict(lambda: defaultdict(list)), defaultdict(int)
+    groups: defaultdict[tuple[str, str], defaultdict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    missing: defaultdict[tuple[str, str], int] = defaultdict(int)
     for run in runs:
         key = (run.task.name, run.model.name)
         path = os.path.join(run.logging.output_dir, "results.json")
