@@ -342,8 +342,8 @@ class Outcome:
         seconds: its wall seconds.
         diverged: for a run that non-finite numbers stopped (``isojax finetune``'s exit status 3), the error line it
             printed; else None.
-        stopped: for a run that ``SIGTERM`` stopped (it checkpointed its step; the next sitting resumes it), by
-            whom: ``"at the time limit"`` (``stop_after``) or ``"by a SIGTERM from outside"`` (a scheduler, a
+        stopped: for a run that ``SIGTERM`` stopped (it checkpointed its step, or had not started training; the
+            next sitting resumes it), by whom: ``"at the time limit"`` (``stop_after``) or ``"by a SIGTERM from outside"`` (a scheduler, a
             ``kill``); else None.
     """
 
@@ -396,7 +396,7 @@ def run_one(
     # STOP_GRACE_S was killed: either keeps the checkpoints it had
     if stopping.is_set() and proc.returncode in (EXIT_STOPPED, -signal.SIGTERM, -signal.SIGKILL):
         return Outcome(seconds, stopped="at the time limit")
-    if proc.returncode == EXIT_STOPPED:
+    if proc.returncode in (EXIT_STOPPED, -signal.SIGTERM):
         return Outcome(seconds, stopped="by a SIGTERM from outside")
     if proc.returncode:
         raise subprocess.CalledProcessError(proc.returncode, argv, stderr="".join(tail))
