@@ -343,8 +343,8 @@ class Outcome:
         diverged: for a run that non-finite numbers stopped (``isojax finetune``'s exit status 3), the error line it
             printed; else None.
         stopped: for a run that ``SIGTERM`` stopped (it checkpointed its step, or had not started training; the
-            next sitting resumes it), by whom: ``"at the time limit"`` (``stop_after``) or ``"by a SIGTERM from outside"`` (a scheduler, a
-            ``kill``); else None.
+            next sitting resumes it), by whom: ``"at the time limit"`` (``stop_after``) or ``"by a SIGTERM from
+            outside"`` (a scheduler, a ``kill``); else None.
     """
 
     seconds: float
