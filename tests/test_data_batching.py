@@ -207,3 +207,28 @@ def test_stsb_end_to_end(tokenizer):
             assert batch[side]["attention_mask"][:, 0].all()  # [CLS] first, right padding
         seen += len(batch["scores"])
     assert seen == 1379
+
+
+@pytest.mark.parametrize("buckets", [DEFAULT_BUCKETS, "6,12,18"])
+def test_a_runs_configured_buckets_set_the_widths_it_feeds(tokenizer, tmp_path, buckets):
+    """``task.buckets`` (``--buckets``) reaches the batches the training loop feeds: each batch is as wide as the
+    smallest configured bucket that holds its longest row (brute force over the tokenizer's own lengths)."""
+    from isojax.train.config import TaskConfig, TrainConfig
+    from isojax.train.feed import batch_indices, process_batches
+    from isojax.train.tasks.classification import load_split
+
+    texts = [*TEXTS, *PAIRS]
+    (tmp_path / "glue" / "SST-2").mkdir(parents=True)
+    rows = "".join(f"{t}\t{i % 2}\n" for i, t in enumerate(texts))
+    (tmp_path / "glue" / "SST-2" / "train.tsv").write_text("sentence\tlabel\n" + rows)
+    config = TrainConfig(task=TaskConfig("sst2", max_length=20, data_dir=str(tmp_path))).override(
+        {"task.buckets": buckets}
+    )
+    split = load_split(config, "train", tokenizer, limit=0)
+    lengths = [len(tokenizer(t, truncation=True, max_length=20)["input_ids"]) for t in texts]
+    order = batch_indices(len(texts), 2)
+    allowed = (6, 12, 18) if isinstance(buckets, str) else DEFAULT_BUCKETS
+    for index, batch in zip(order, process_batches(split, order, rows=np.arange(2)), strict=True):
+        width = _smallest_bucket(max(lengths[i] for i in index), allowed, 20)
+        assert batch["input_ids"].shape == batch["attention_mask"].shape == (2, width)
+        np.testing.assert_array_equal(batch["attention_mask"].sum(1), [lengths[i] for i in index])

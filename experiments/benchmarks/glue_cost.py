@@ -77,7 +77,7 @@ def bucket_widths(run: Run, data_dir: str | None) -> list[int]:
     max_length = config.task.max_length
     lengths = tokenize(tokenizer, data.texts_a, data.texts_b, max_length=max_length)["attention_mask"].sum(axis=1)
     order = batch_indices(len(data), config.optim.batch_size, shuffle=True, seed=run.seed, epoch=0, drop_last=True)
-    return [bucket_length(lengths[rows], max_length=max_length) for rows in order]
+    return [bucket_length(lengths[rows], config.task.buckets, max_length=max_length) for rows in order]
 
 
 def measure(directory: str) -> dict:

@@ -137,7 +137,8 @@ def _add_setting(group, s: Setting) -> None:
     cannot). Given options are stored under their dotted paths; the others are left out."""
     field = s.field
     default = field.default_factory() if callable(field.default_factory) else field.default
-    shown = "" if default in (None, (), True, False) else f" (default {default})"
+    text = ",".join(map(str, default)) if isinstance(default, tuple) else default
+    shown = "" if default in (None, (), True, False) else f" (default {text})"
     kwargs: dict[str, Any] = {"dest": s.path, "default": argparse.SUPPRESS, "help": f"{field.metadata['help']}{shown}"}
     if s.kind is bool:
         group.add_argument(s.flag, action="store_const", const=not default, **kwargs)

@@ -36,6 +36,7 @@ import typing
 from typing import Any, ClassVar
 
 from isojax.calibrate import Flow
+from isojax.data.batching import DEFAULT_BUCKETS
 from isojax.data.datadir import DATA_DIR_HELP
 from isojax.data.glue import GLUE_TASKS, glue_task
 from isojax.data.seq2seq import SEQ2SEQ_TASKS, seq2seq_task
@@ -216,6 +217,14 @@ class Setting:
                 return tuple(_regularizer(item) for item in items)
             except (TypeError, ValueError) as e:
                 raise type(e)(f"{self.label}: {e}") from None
+        if self.kind == tuple[int, ...]:
+            widths = value.split(",") if isinstance(value, str) else value
+            if not isinstance(widths, (list, tuple)):
+                raise ValueError(f"{self.label} must be comma-separated integers or a list of them, got {value!r}")
+            try:
+                return tuple(int(v) if isinstance(v, str) else v for v in widths)
+            except ValueError:
+                raise ValueError(f"{self.label} must be comma-separated integers, got {value!r}") from None
         if self.kind is float and isinstance(value, int) and not isinstance(value, bool):
             return float(value)
         if not isinstance(value, str) or self.kind in (str, Any, Hyperparameter):
@@ -307,6 +316,13 @@ class TaskConfig(Section):
     max_length: int = setting(
         128, "--max-length", "tokens per example, at most the model's positions (sequence-to-sequence: of the source)"
     )
+    buckets: tuple[int, ...] = setting(
+        DEFAULT_BUCKETS,
+        "--buckets",
+        "batch widths in tokens, comma-separated: each batch is cut to the smallest that holds its longest row "
+        "(capped at --max-length); finer buckets pad short texts less and compile more batch shapes",
+        metavar="W,W,...",
+    )
     train_limit: int = setting(0, "--train-limit", "use the first N training rows (0 = all)")
     eval_limit: int = setting(0, "--eval-limit", "evaluate on the first N >= 2 dev rows (0 = all)", resumable=True)
     data_source: Any = setting(
@@ -332,6 +348,14 @@ class TaskConfig(Section):
                 f"{self.data_source!r}; pass one of the two"
             )
         self._positive(("max_length",), integer=True)
+        buckets = self.buckets
+        if (
+            not isinstance(buckets, (tuple, list))
+            or not buckets
+            or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in buckets)
+        ):
+            raise ValueError(f"{self.label('buckets')} must be one or more positive integers, got {buckets!r}")
+        object.__setattr__(self, "buckets", tuple(sorted(set(buckets))))
         self._positive(("train_limit", "eval_limit"), integer=True, allow_zero=True)
         if self.eval_limit == 1:  # else the first evaluation, after training, fails in IsoScore / the correlations
             raise ValueError(

@@ -111,7 +111,8 @@ def load_split(config: TrainConfig, split: str, tokenizer, limit: int) -> Split:
     Each process tokenises only the rows it feeds (:mod:`isojax.train.feed`).
 
     Args:
-      config: the run; its ``task`` section names the task, ``data_source`` / ``data_dir`` and ``max_length``.
+      config: the run; its ``task`` section names the task, ``data_source`` / ``data_dir``, ``max_length`` and
+        ``buckets``.
       split: ``"train"``, ``"validation"`` (``"dev"``), ``"test"``, ... as :func:`~isojax.data.glue.load_glue` reads it.
       tokenizer: the tokenizer that will tokenise the rows (stored, not called here).
       limit: how many rows to keep from the start; 0: all.
@@ -133,7 +134,7 @@ def load_split(config: TrainConfig, split: str, tokenizer, limit: int) -> Split:
     n = min(limit, len(data)) if limit else len(data)
     texts_b = data.texts_b[:n] if data.texts_b is not None else None
     data = dataclasses.replace(data, texts_a=data.texts_a[:n], texts_b=texts_b, labels=data.labels[:n])
-    return Split(data, tokenizer, config.task.max_length)
+    return Split(data, tokenizer, config.task.max_length, config.task.buckets)
 
 
 def representation_covariance(

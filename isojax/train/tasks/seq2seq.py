@@ -50,6 +50,7 @@ import numpy as np
 
 from isojax import metrics
 from isojax.calibrate import Flow
+from isojax.data.batching import DEFAULT_BUCKETS
 from isojax.data.seq2seq import Seq2SeqData, Seq2SeqTask, load_seq2seq, seq2seq_task
 from isojax.eval.generation_metrics import generation_metrics
 from isojax.models import from_pretrained, registry, require_kind, require_tokenizer
@@ -321,6 +322,7 @@ class Seq2SeqSplit:
       max_length: source tokens per row (longer sources are truncated).
       max_target_length: target tokens per row.
       decoder_start_token_id: BART's decoder start token; ``None``: mBART's shift (:func:`shift_tokens_right`).
+      buckets: the batch widths of the source and of the target tokens (:class:`~isojax.train.feed.TokenGroup`).
     """
 
     data: Seq2SeqData
@@ -328,6 +330,7 @@ class Seq2SeqSplit:
     max_length: int
     max_target_length: int
     decoder_start_token_id: int | None
+    buckets: tuple[int, ...] = DEFAULT_BUCKETS
 
     def __len__(self) -> int:
         return len(self.data)
@@ -369,12 +372,15 @@ class Seq2SeqSplit:
     def groups(self) -> tuple[TokenGroup, ...]:
         pad = self.tokenizer.pad_token_id
         return (
-            TokenGroup("attention_mask", ("input_ids", "attention_mask"), self.max_length, {"input_ids": pad}),
+            TokenGroup(
+                "attention_mask", ("input_ids", "attention_mask"), self.max_length, {"input_ids": pad}, self.buckets
+            ),
             TokenGroup(
                 "decoder_attention_mask",
                 ("decoder_input_ids", "decoder_attention_mask", "labels"),
                 self.max_target_length,
                 {"decoder_input_ids": pad, "labels": IGNORE_INDEX},
+                self.buckets,
             ),
         )
 
@@ -524,7 +530,7 @@ class Seq2SeqRecipe:
         n = min(limit, len(data)) if limit else len(data)
         data = dataclasses.replace(data, sources=data.sources[:n], targets=data.targets[:n])
         start = None if self.mbart else self.model_config.decoder_start_token_id
-        return Seq2SeqSplit(data, tokenizer, c.task.max_length, self.settings.max_target_length, start)
+        return Seq2SeqSplit(data, tokenizer, c.task.max_length, self.settings.max_target_length, start, c.task.buckets)
 
     def init_variables(self, model: Seq2SeqModel, params: dict, key: jax.Array, flow_rows: np.ndarray | None) -> dict:
         return init_variables(model, params, key, flow_rows)
