@@ -266,3 +266,37 @@ def test_lengths_beyond_the_positions_are_refused(bart, reversal, tmp_path, kwar
 def test_bad_seq2seq_configuration_raises_on_construction(kwargs, message):
     with pytest.raises(ValueError, match=message):
         TrainConfig().override({"task.name": "seq2seq", **kwargs})
+
+
+def test_the_configured_buckets_cut_sources_and_targets(bart, reversal):
+    """``task.buckets`` reaches both token groups of a sequence-to-sequence batch: the source and the target are
+    each cut to the smallest configured width (capped at its ``max_length``) that holds their longest row, as
+    counted by the tokenizer itself."""
+    from isojax.train.feed import batch_indices, process_batches
+    from isojax.train.tasks import recipe_for
+
+    config = TrainConfig().override(
+        {
+            "task.name": "seq2seq",
+            "task.data_source": reversal,
+            "model.name": bart,
+            "task.buckets": "6,8,10",
+            "task.max_length": 16,
+            "seq2seq.max_target_length": 12,
+        }
+    )
+    recipe = recipe_for(config)
+    _, _, tokenizer = recipe.build()
+    split = recipe.load("train", tokenizer, 64)
+    order = batch_indices(len(split), 2)
+    widths = set()
+    for index, batch in zip(order, process_batches(split, order, rows=np.arange(2)), strict=True):
+        for key, texts, cap in (
+            ("attention_mask", {"text": [split.data.sources[i] for i in index]}, 16),
+            ("decoder_attention_mask", {"text_target": [split.data.targets[i] for i in index]}, 12),
+        ):
+            longest = max(len(ids) for ids in tokenizer(**texts, truncation=True, max_length=cap)["input_ids"])
+            expected = min([b for b in (6, 8, 10) if b >= longest] or [cap])
+            assert batch[key].shape == (2, expected)
+            widths.add(expected)
+    assert len(widths) > 1  # the batches differ in width, so the check above tells buckets apart
