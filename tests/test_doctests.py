@@ -15,8 +15,10 @@ from __future__ import annotations
 import doctest
 import importlib
 import inspect
+import pathlib
 import pkgutil
 import re
+import tomllib
 import types
 import typing
 
@@ -24,7 +26,11 @@ import pytest
 
 import isojax
 
-OPTIONS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+# pyproject.toml's doctest_optionflags, so that `pytest --doctest-modules isojax` runs the examples as these tests do
+_PYPROJECT = pathlib.Path(__file__).resolve().parents[1] / "pyproject.toml"
+OPTIONS = 0
+for _flag in tomllib.loads(_PYPROJECT.read_text())["tool"]["pytest"]["ini_options"]["doctest_optionflags"]:
+    OPTIONS |= doctest.OPTIONFLAGS_BY_NAME[_flag]
 
 # Public functions without an example, and why none is possible. Every other public function (a name in the
 # ``__all__`` of a public module) carries Args/Returns and an example, and every public class a field list.
