@@ -1005,12 +1005,12 @@ def test_stop_at_limit_stops_the_run_in_progress_and_the_next_sitting_resumes_an
 
 
 # stand-ins for a run that a SIGTERM from outside the campaign stops (a scheduler, a kill of the finetune process):
-# while training (its handler checkpoints and exits with status 143) and while loading (no handler yet: the signal
-# ends the process at once)
+# while training or loading (its handler checkpoints, or not yet, and exits with status 143) and while Python imports
+# it (no handler yet: the signal ends the process at once)
 TERMINATED = {
     "training": "import os, signal, sys, time; signal.signal(signal.SIGTERM, lambda *_: sys.exit(143)); "
     "os.kill(os.getpid(), signal.SIGTERM); time.sleep(300)",
-    "loading": "import os, signal, time; os.kill(os.getpid(), signal.SIGTERM); time.sleep(300)",
+    "importing": "import os, signal, time; os.kill(os.getpid(), signal.SIGTERM); time.sleep(300)",
 }
 
 
@@ -1018,8 +1018,8 @@ TERMINATED = {
 def test_a_run_stopped_by_a_sigterm_from_outside_is_kept_as_a_sitting_and_the_campaign_stops(
     campaign, monkeypatch, tmp_path, capsys, when
 ):
-    """A run's ``isojax finetune`` that exits as a stopped run does (status 143), or that the signal ended while it
-    was loading, on a ``SIGTERM`` the campaign did not send, without ``--time-limit``: its sitting is kept in
+    """A run's ``isojax finetune`` that exits as a stopped run does (status 143), or that the signal ended while
+    Python imported it, on a ``SIGTERM`` the campaign did not send, without ``--time-limit``: its sitting is kept in
     ``sittings.json`` for the next sitting to resume, no record says it finished, and the campaign stops there instead
     of failing (the next seed is not started)."""
     root, path = campaign

@@ -1,6 +1,6 @@
-"""The fine-tuning loop end to end: resume after SIGKILL, a stop on SIGTERM and its resume, checkpoint fall-back, the two-stage Isotropy Layer
-protocol, configuration errors, a run stopped by non-finite steps, and a short offline STS-B fine-tune of the
-default model.
+"""The fine-tuning loop end to end: resume after SIGKILL, a stop on SIGTERM (while training, while loading) and its
+resume, checkpoint fall-back, the two-stage Isotropy Layer protocol, configuration errors, a run stopped by non-finite
+steps, and a short offline STS-B fine-tune of the default model.
 
 References: an uninterrupted run (the killed-and-resumed and the stopped-and-resumed runs must end with the same
 parameters, the run stopped by non-finite steps must have left its state after the last clean step on disk); the
@@ -150,6 +150,16 @@ def test_sigterm_checkpoints_that_step_and_the_same_command_resumes_to_the_same_
     records = read_jsonl(out / "log.jsonl")
     assert [(r["step"], r["checkpoint"]) for r in records if r["kind"] == "stop"] == [(term_at, term_at)]
     assert not [r for r in records if r["kind"] == "eval" and r["step"] == term_at]  # no evaluation on the way out
+    # a SIGTERM while the rerun loads: it stops at once, saying so, and leaves the checkpoints and the log as they were
+    loading = train_worker.launch(0, tmp_path, argv, stdout=subprocess.PIPE, TRAIN_WORKER_SIGTERM_LOADING="1")
+    output, _ = loading.communicate(timeout=600)
+    assert loading.returncode == EXIT_STOPPED, output[-3000:]
+    assert (
+        "finetune: stopped on SIGTERM while loading, before the first step; rerunning the same command resumes from "
+        f"the newest checkpoint in {out / 'checkpoints'}, or starts over where there is none"
+    ) in output
+    assert _saved_steps(out) == sorted({*range(3, term_at + 1, 3), *([10] if term_at > 10 else []), term_at})
+    assert read_jsonl(out / "log.jsonl") == records
     resumed = train_worker.launch(0, tmp_path, argv, stdout=subprocess.PIPE)
     output, _ = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, output[-3000:]

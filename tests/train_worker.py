@@ -6,6 +6,8 @@
 * ``STALL > 0``: once the checkpoint of step STALL is written, print ``STALLED`` and wait to be killed.
 * ``TRAIN_WORKER_SIGTERM_AT=N`` in the environment: right after its step N the process sends itself SIGTERM (as a
   scheduler would), before the loop asks whether to stop (:mod:`isojax.train.preemption`).
+* ``TRAIN_WORKER_SIGTERM_LOADING=1``: the process sends itself SIGTERM once the model and data are loaded, before
+  the checkpoint to resume from is looked for.
 * ``RECORDS``: a directory where the process appends, for every tokenizer call of :mod:`isojax.train.feed`, one
   JSON line with the first texts of the rows it tokenised (``tokenised_<process>.jsonl``), and writes the final
   parameters of the run (``final_<process>.npz``, leaves in tree order).
@@ -97,6 +99,15 @@ def _main(stall: int, records: str, argv: list[str]) -> int:
             return reached(self, step)
 
         preemption.StopRequest.reached = terminated_reached
+    if os.environ.get("TRAIN_WORKER_SIGTERM_LOADING"):
+        prepare = loop.prepare
+
+        def terminated_prepare(config):
+            prepared = prepare(config)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return prepared
+
+        loop.prepare = terminated_prepare
     fit = loop.fit
 
     def fit_and_save(config):

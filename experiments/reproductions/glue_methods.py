@@ -392,8 +392,8 @@ def run_one(
     seconds = time.perf_counter() - started
     if proc.returncode == EXIT_NONFINITE:
         return Outcome(seconds, diverged="".join(tail).strip().splitlines()[-1].partition("error: ")[2])
-    # SIGTERM before the run installed its handler (while loading) ends it at once, and a run that did not stop in
-    # STOP_GRACE_S was killed: either keeps the checkpoints it had
+    # SIGTERM before the run installed its handler (while Python imports it) ends it at once, and a run that did not
+    # stop in STOP_GRACE_S was killed: either keeps the checkpoints it had
     if stopping.is_set() and proc.returncode in (EXIT_STOPPED, -signal.SIGTERM, -signal.SIGKILL):
         return Outcome(seconds, stopped="at the time limit")
     if proc.returncode in (EXIT_STOPPED, -signal.SIGTERM):

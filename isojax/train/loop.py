@@ -20,7 +20,9 @@ step at or after the streak's limit.
 
 Stopping: on ``SIGTERM`` (a scheduler's time limit, a preempted VM) the run finishes the step in flight, checkpoints
 it, logs a ``stop`` record and raises :class:`~isojax.train.preemption.TrainingStopped`; rerunning the same command
-resumes there (:mod:`isojax.train.preemption`; in a multi-process run every process stops at the same step).
+resumes there (:mod:`isojax.train.preemption`; in a multi-process run every process stops at the same step). In one
+process, a ``SIGTERM`` while the run still loads (the model, the data, the checkpoint to resume from) raises
+``TrainingStopped`` at once.
 
 In a multi-process run (:mod:`isojax.train.parallel`) every process runs this loop: each tokenises and feeds
 only its rows of every batch (:mod:`isojax.train.feed`), each writes its shards of the checkpoints, and process 0
@@ -313,29 +315,35 @@ def fit(config: TrainConfig) -> FitResult:
     Returns:
       a :class:`FitResult`. A configuration the devices or the model cannot serve is a ``ValueError`` before any data
       is read; ``max_nonfinite_steps`` skipped steps in a row stop the run with :class:`NonFiniteTrainingError`;
-      ``SIGTERM`` stops it at the next step with a checkpoint: :class:`~isojax.train.preemption.TrainingStopped`.
+      ``SIGTERM`` stops it at the next step with a checkpoint, or at once while it loads:
+      :class:`~isojax.train.preemption.TrainingStopped`.
     """
     out = config.logging.output_dir
     if os.path.exists(out) and not os.path.isdir(out):  # checked before the model and data are loaded
         raise ValueError(f"{LoggingConfig.label('output_dir')} {out!r} is a file; expected a run directory")
+    with StopRequest(os.path.join(out, "checkpoints")) as stop:
+        return _fit(config, stop)
+
+
+def _fit(config: TrainConfig, stop: StopRequest) -> FitResult:
+    """:func:`fit` under its stop request (loading until the checkpoint to resume from is restored, then stepping)."""
+    out = config.logging.output_dir
     prepared = prepare(config)
     plans, recipe = prepared.plans, prepared.recipe
     main_process = jax.process_index() == 0
     os.makedirs(out, exist_ok=True)
     run_log = JsonLog(os.path.join(out, "log.jsonl"))
-    with (
-        Checkpoints(
-            os.path.join(out, "checkpoints"),
-            save_every=config.logging.save_every,
-            keep=config.logging.keep_checkpoints,
-        ) as checkpoints,  # closed (pending saves written) on errors too
-        StopRequest() as stop,
-    ):
+    with Checkpoints(
+        os.path.join(out, "checkpoints"),
+        save_every=config.logging.save_every,
+        keep=config.logging.keep_checkpoints,
+    ) as checkpoints:  # closed (pending saves written) on errors too
         run = _Run(config, prepared, run_log, checkpoints, main_process, stop)
         restored = checkpoints.restore_latest(
             lambda meta: plans[meta["stage"]].runner.restore_target(plans[meta["stage"]].abstract_state),
             check=lambda meta: _check_resumable(config, meta, checkpoints.directory),
         )
+        stop.stepping()
         if restored is None:
             index, step = 0, 0
             placed = plans[0].runner.place(create_state(prepared.variables, plans[0].optimizer, config.seed))

@@ -7,7 +7,10 @@ writes a ``stop`` record to the log and raises :class:`TrainingStopped` (``isoja
 again: the same command resumes from that checkpoint and sees exactly the batches that were left.
 
 One process: :class:`StopRequest` installs a ``SIGTERM`` handler for the time of the run (main thread only; the
-previous handler comes back afterwards) that only records the request. Several processes (``jax.distributed``):
+previous handler comes back afterwards). While the run loads (the model, the data, a checkpoint to resume from) the
+handler raises :class:`TrainingStopped` at once: there is no step to checkpoint yet, and a scheduler's grace period
+can be shorter than the loading; ``isojax finetune`` says so and exits with the same status 143. From the first step
+on it only records the request, and the loop stops at the next step boundary. Several processes (``jax.distributed``):
 JAX's preemption service catches the signal on whichever host gets it and agrees on one step at which every process
 stops (``jax.experimental.multihost_utils.reached_preemption_sync_point``, asked after every step, as it requires),
 so that all of them write the same checkpoint; no Python handler is installed there, since it would replace the
@@ -29,18 +32,22 @@ class TrainingStopped(RuntimeError):
     """The run stopped at a step on ``SIGTERM``; rerunning the same configuration resumes from its checkpoint.
 
     Attributes:
-      step: the global step the run stopped after.
-      checkpoint: the step of the newest checkpoint (``step`` unless the latest steps were skipped as non-finite).
+      step: the global step the run stopped after; None where it stopped while loading, before its first step.
+      checkpoint: the step of the newest checkpoint (``step`` unless the latest steps were skipped as non-finite);
+        None where none was written, or where the run stopped while loading (none was looked for).
     """
 
-    def __init__(self, message: str, *, step: int, checkpoint: int | None):
+    def __init__(self, message: str, *, step: int | None, checkpoint: int | None):
         super().__init__(message)
         self.step = step
         self.checkpoint = checkpoint
 
 
 class StopRequest:
-    """Whether a stop was requested, as a context manager around a run.
+    """Whether a stop was requested, as a context manager around a run: first its loading, then its steps.
+
+    Args:
+      checkpoints: the run's checkpoint directory, named in the message of a stop while loading.
 
     Attributes:
       requested: whether ``SIGTERM`` came while the context was open (one process; with several, :meth:`reached`
@@ -49,21 +56,39 @@ class StopRequest:
     Examples:
       >>> import os, signal
       >>> handler = signal.getsignal(signal.SIGTERM)
-      >>> with StopRequest() as stop:
+      >>> with StopRequest("run/checkpoints") as stop:
+      ...     stop.stepping()  # loaded: the first step comes next
       ...     before = stop.reached(1)
       ...     os.kill(os.getpid(), signal.SIGTERM)  # recorded, not fatal
       ...     after = stop.reached(2)
       >>> before, after, signal.getsignal(signal.SIGTERM) is handler  # the previous handler is back
       (False, True, True)
+      >>> with StopRequest("run/checkpoints") as stop:  # still loading
+      ...     os.kill(os.getpid(), signal.SIGTERM)
+      Traceback (most recent call last):
+      ...
+      isojax.train.preemption.TrainingStopped: stopped on SIGTERM while loading, before the first step; rerunning
+        the same command resumes from the newest checkpoint in run/checkpoints, or starts over where there is none
+      >>> signal.getsignal(signal.SIGTERM) is handler
+      True
     """
 
-    def __init__(self) -> None:
+    def __init__(self, checkpoints: str) -> None:
         self.requested = False
+        self._checkpoints = checkpoints
+        self._loading = True
         self._previous: Any = None
         self._installed = False
 
     def _record(self, signum: int, frame: FrameType | None) -> None:
         self.requested = True
+        if self._loading:
+            raise TrainingStopped(
+                "stopped on SIGTERM while loading, before the first step; rerunning the same command resumes from "
+                f"the newest checkpoint in {self._checkpoints}, or starts over where there is none",
+                step=None,
+                checkpoint=None,
+            )
 
     def __enter__(self) -> StopRequest:
         if jax.process_count() == 1 and threading.current_thread() is threading.main_thread():
@@ -75,6 +100,11 @@ class StopRequest:
         if self._installed:
             signal.signal(signal.SIGTERM, self._previous)
             self._installed = False
+
+    def stepping(self) -> None:
+        """The run has loaded and takes steps now: a ``SIGTERM`` from here on is only recorded, for :meth:`reached`
+        (a ``SIGTERM`` that came while loading has raised already)."""
+        self._loading = False
 
     def reached(self, step: int) -> bool:
         """Whether the run stops after global ``step``: asked once after every step, with increasing steps (the
