@@ -407,7 +407,8 @@ def test_short_stsb_finetune_of_the_default_model_beats_its_untrained_start(tmp_
 
 
 def test_representation_covariance_streams_the_numpy_covariance(tiny, tokenizer):
-    """The C0 of I-STAR with c0='data': batch-streamed covariance == numpy's over all rows (tokens: real ones)."""
+    """The C0 of I-STAR with c0='data': batch-streamed covariance == numpy's over all rows (tokens: real ones), with
+    the rows taken shortest first in batches of several bucket widths."""
     from isojax.data.batching import tokenize
     from isojax.data.glue import GlueData, glue_task
     from isojax.models import from_pretrained
@@ -426,7 +427,8 @@ def test_representation_covariance_streams_the_numpy_covariance(tiny, tokenizer)
         "rain",
         "a long sentence about nothing in particular at all",
     ]
-    split = Split(GlueData(texts, None, np.zeros(len(texts), np.int32), glue_task("sst2"), "train"), tokenizer, 16)
+    glue = GlueData(texts, None, np.zeros(len(texts), np.int32), glue_task("sst2"), "train")
+    split = Split(glue, tokenizer, 16, buckets=(4, 8, 16))
     covariance = representation_covariance(model, variables, split, batch_size=4)
     data = tokenize(tokenizer, texts, None, max_length=16)
     out = model.apply(variables, data["input_ids"], data["attention_mask"], data["token_type_ids"])

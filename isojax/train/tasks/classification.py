@@ -146,6 +146,10 @@ def representation_covariance(
     (in a multi-process run, every process does) and returns the covariance (ddof 1, float64 sums over the real rows:
     every token of ``tokens``) of the representation ``name`` of :data:`~isojax.train.model.REPRESENTATIONS`
     (``embedding`` excepted). I-STAR's ``c0="data"`` reads it (:func:`~isojax.train.objective.data_references`).
+    The sums do not depend on the order of the rows, so the batches take them shortest first, each cut to the
+    split's bucket width of its longest row (``data.buckets``): a batch pads to rows of about its own length rather
+    than to the longest of a random draw (on SST-2's training set, 7 words at the median and 26 at the 95th
+    percentile, that is most of the work).
 
     Args:
       model: the task model.
@@ -159,7 +163,10 @@ def representation_covariance(
     forward = jax.jit(lambda v, b: model.apply(v, b["input_ids"], b["attention_mask"], b["token_type_ids"]))
 
     def rows(name: str) -> Iterator[np.ndarray]:
-        for batch in batches(data.tokens(), batch_size):
+        tokens = data.tokens()
+        shortest_first = np.argsort(tokens["attention_mask"].sum(1), kind="stable")
+        tokens = {key: value[shortest_first] for key, value in tokens.items()}
+        for batch in batches(tokens, batch_size, buckets=data.buckets):
             out = forward(variables, batch)
             x = np.asarray(out.tokens if name == "tokens" else getattr(out, name), np.float64)
             yield real_rows(x, out.mask if name == "tokens" else None)

@@ -1,0 +1,103 @@
+"""Seconds of I-STAR's ``c0="data"`` reference pass: the covariance of the head input over a GLUE training split,
+as :func:`isojax.train.tasks.classification.representation_covariance` streams it (rows shortest first, each batch
+cut to the split's bucket width of its longest row), against the same stream in the rows' own order with the
+default buckets (32, 64, ...), as it ran before (the campaign's I-STAR runs up to session 54).
+
+    python -m experiments.benchmarks.reference_covariance [--config experiments/reproductions/configs/glue_methods.json]
+        [--data-dir ../shared/data] [--tasks sst2,cola] [--limit 4096] [--repeats 2]
+
+Each task's run is the campaign's App. B I-STAR (C0 from data) run of seed 0 (its model, ``max_length``, buckets and
+``eval_batch_size``); the model is the pretrained encoder with a fresh head, as at the start of training. Both sides
+stream the first ``--limit`` training rows (0: all) in one process; each side runs once to compile its widths, then
+``--repeats`` times alternating, and the median is reported with the padded tokens per row each side feeds, the
+ratio (sorted / data order, goal < 1) and the largest difference of the two covariances relative to their largest
+entry (the sums are the same up to rounding).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import jax
+import numpy as np
+
+from experiments.benchmarks.common import machine
+from experiments.reproductions.glue_methods import DEFAULT_CONFIG, DEFAULT_DATA, expand
+from isojax._argtypes import int_at_least
+from isojax._stats import real_rows, streamed_covariance
+from isojax.data.batching import DEFAULT_BUCKETS, batches, bucket_length
+from isojax.train.tasks.classification import ClassificationRecipe, representation_covariance
+
+
+def data_order_covariance(model, variables, split, batch_size: int) -> np.ndarray:
+    """The covariance of the head input ``cls`` streamed in the rows' own order, default buckets."""
+    forward = jax.jit(lambda v, b: model.apply(v, b["input_ids"], b["attention_mask"], b["token_type_ids"]))
+    rows = (
+        real_rows(np.asarray(forward(variables, b).cls, np.float64), None) for b in batches(split.tokens(), batch_size)
+    )
+    return streamed_covariance(rows, "'cls'")
+
+
+def padded_tokens_per_row(lengths: np.ndarray, batch_size: int, buckets, width: int) -> float:
+    """Tokens fed per row when rows of ``lengths`` (in that order) go in batches cut to their bucket width."""
+    fed = sum(
+        len(chunk) * bucket_length(chunk, buckets, max_length=width)
+        for chunk in (lengths[k : k + batch_size] for k in range(0, len(lengths), batch_size))
+    )
+    return fed / len(lengths)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", default=DEFAULT_CONFIG)
+    ap.add_argument("--data-dir", default=DEFAULT_DATA)
+    ap.add_argument("--tasks", default="sst2,cola")
+    ap.add_argument("--limit", type=int_at_least(0), default=4096, help="the first N training rows (0 = all)")
+    ap.add_argument("--repeats", type=int_at_least(1), default=2)
+    args = ap.parse_args(argv)
+
+    with open(args.config) as f:
+        campaign = expand(json.load(f))
+    runs = {r.task: r for r in campaign if (r.protocol, r.method, r.seed) == ("appB", "istar (C0 from data)", 0)}
+    print(machine())
+    print(
+        f"{'task':<6} {'rows':>6} {'tokens/row sorted':>18} {'data order':>11} {'s sorted':>9} {'s data order':>13} "
+        f"{'ratio':>6} {'max rel diff':>13}"
+    )
+    for task in args.tasks.split(","):
+        config = runs[task].config(data_dir=args.data_dir)
+        recipe = ClassificationRecipe(config)
+        model, params, tokenizer = recipe.build()
+        train = recipe.load("train", tokenizer, args.limit)
+        variables = recipe.init_variables(model, params, jax.random.key(0), None)
+        batch = config.optim.eval_batch_size
+        sides = {
+            "sorted": lambda: representation_covariance(model, variables, train, batch)("cls"),
+            "data order": lambda: data_order_covariance(model, variables, train, batch),
+        }
+        result = {name: fn() for name, fn in sides.items()}  # compiles every width once
+        seconds: dict[str, list[float]] = {name: [] for name in sides}
+        for _ in range(args.repeats):
+            for name, fn in sides.items():
+                start = time.perf_counter()
+                fn()
+                seconds[name].append(time.perf_counter() - start)
+        mask = train.tokens()["attention_mask"]
+        lengths, width = mask.sum(1), mask.shape[1]
+        fed_sorted = padded_tokens_per_row(np.sort(lengths, kind="stable"), batch, train.buckets, width)
+        fed_order = padded_tokens_per_row(lengths, batch, DEFAULT_BUCKETS, width)
+        t_sorted, t_order = (statistics.median(seconds[name]) for name in sides)
+        a, b = result["sorted"], result["data order"]
+        print(
+            f"{task:<6} {len(train):>6} {fed_sorted:>18.1f} {fed_order:>11.1f} {t_sorted:>9.1f} {t_order:>13.1f} "
+            f"{t_sorted / t_order:>6.3f} {np.abs(a - b).max() / np.abs(b).max():>13.2e}",
+            flush=True,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
