@@ -8,23 +8,23 @@ default buckets (32, 64, ...), as it ran before (the campaign's I-STAR runs up t
 
 Each task's run is the campaign's App. B I-STAR (C0 from data) run of seed 0 (its model, ``max_length``, buckets and
 ``eval_batch_size``); the model is the pretrained encoder with a fresh head, as at the start of training. Both sides
-stream the first ``--limit`` training rows (0: all) in one process; each side runs once to compile its widths, then
-``--repeats`` times alternating, and the median is reported with the padded tokens per row each side feeds, the
-ratio (sorted / data order, goal < 1) and the largest difference of the two covariances relative to their largest
-entry (the sums are the same up to rounding).
+stream the first ``--limit`` training rows (0: all) in one process, after one untimed call each, ``--repeats`` times
+alternating (:func:`~experiments.benchmarks.common.interleaved_medians`). Each call jits its forward afresh, as a run
+does once, so the times include compiling every width a side meets (the sorted side meets more: one per bucket up to
+its longest row); a few hundred rows measure mostly that. The median is reported with the padded tokens per row each
+side feeds, the ratio (sorted / data order, goal < 1) and the largest difference of the two covariances relative to
+their largest entry (the sums are the same up to rounding).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 
 import jax
 import numpy as np
 
-from experiments.benchmarks.common import machine
+from experiments.benchmarks.common import interleaved_medians, machine
 from experiments.reproductions.glue_methods import DEFAULT_CONFIG, DEFAULT_DATA, expand
 from isojax._argtypes import int_at_least
 from isojax._stats import real_rows, streamed_covariance
@@ -74,22 +74,16 @@ def main(argv=None) -> int:
         train = recipe.load("train", tokenizer, args.limit)
         variables = recipe.init_variables(model, params, jax.random.key(0), None)
         batch = config.optim.eval_batch_size
+        result: dict[str, np.ndarray] = {}
         sides = {
-            "sorted": lambda: representation_covariance(model, variables, train, batch)("cls"),
-            "data order": lambda: data_order_covariance(model, variables, train, batch),
+            "sorted": lambda: result.update(sorted=representation_covariance(model, variables, train, batch)("cls")),
+            "data order": lambda: result.update({"data order": data_order_covariance(model, variables, train, batch)}),
         }
-        result = {name: fn() for name, fn in sides.items()}  # compiles every width once
-        seconds: dict[str, list[float]] = {name: [] for name in sides}
-        for _ in range(args.repeats):
-            for name, fn in sides.items():
-                start = time.perf_counter()
-                fn()
-                seconds[name].append(time.perf_counter() - start)
+        t_sorted, t_order = (ms / 1e3 for ms in interleaved_medians(sides, args.repeats).values())
         mask = train.tokens()["attention_mask"]
         lengths, width = mask.sum(1), mask.shape[1]
         fed_sorted = padded_tokens_per_row(np.sort(lengths, kind="stable"), batch, train.buckets, width)
         fed_order = padded_tokens_per_row(lengths, batch, DEFAULT_BUCKETS, width)
-        t_sorted, t_order = (statistics.median(seconds[name]) for name in sides)
         a, b = result["sorted"], result["data order"]
         print(
             f"{task:<6} {len(train):>6} {fed_sorted:>18.1f} {fed_order:>11.1f} {t_sorted:>9.1f} {t_order:>13.1f} "
