@@ -148,8 +148,8 @@ def representation_covariance(
     (``embedding`` excepted). I-STAR's ``c0="data"`` reads it (:func:`~isojax.train.objective.data_references`).
     The sums do not depend on the order of the rows, so the batches take them shortest first, each cut to the
     split's bucket width of its longest row (``data.buckets``): a batch pads to rows of about its own length rather
-    than to the longest of a random draw (on SST-2's training set, 7 words at the median and 26 at the 95th
-    percentile, that is most of the work).
+    than to the longest of 64 rows in file order (on SST-2's training set, 7 words at the median and 26 at the 95th
+    percentile, that padding was most of the work).
 
     Args:
       model: the task model.
