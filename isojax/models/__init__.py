@@ -1,15 +1,15 @@
-"""Flax (Linen) transformers that load and save Hugging Face checkpoints: BERT-family encoders, GPT-2, BART and
-mBART; the model contract (:mod:`isojax.models.registry`) through which the rest of isojax uses them; greedy and beam
+"""Flax (Linen) transformers that load and save Hugging Face checkpoints: BERT-family encoders, GPT-2, Llama, Qwen2,
+Qwen3, Mistral, Gemma 3, BART and mBART; the model contract (:mod:`isojax.models.registry`) through which the rest of isojax uses them; greedy and beam
 decoding with a key/value cache (:mod:`isojax.models.generate`)."""
 
 from isojax.models.albert import AlbertModel
 from isojax.models.bart import BartModel
 from isojax.models.bert import BertModel
 from isojax.models.cache import Cache, init_cache
+from isojax.models.causal_lm import CausalLM
 from isojax.models.config import TransformerConfig
 from isojax.models.distilbert import DistilBertModel
 from isojax.models.encoder import EncoderModel
-from isojax.models.gpt2 import GPT2Model
 from isojax.models.heads import MaskedLMHead
 from isojax.models.hub import DEFAULT_MODEL, from_pretrained, load_mlm_head, require_tokenizer, resolve, save_pretrained
 from isojax.models.mpnet import MPNetModel
@@ -44,11 +44,11 @@ __all__ = [
     "BartModel",
     "BertModel",
     "Cache",
+    "CausalLM",
     "DecoderOutput",
     "DistilBertModel",
     "EncoderModel",
     "EncoderOutput",
-    "GPT2Model",
     "MPNetModel",
     "MaskedLMHead",
     "RobertaModel",

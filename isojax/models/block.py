@@ -6,10 +6,15 @@ pre-LayerNorm (GPT-2, mBART; ``config.pre_norm``)::
 
     post-LN:  x = LayerNorm(x + Dropout(f(x)))
     pre-LN:   x = x + Dropout(f(LayerNorm(x)))        (the stack then ends with a LayerNorm, "final_norm")
+    sandwich: x = x + norm'(f(norm(x)))               (Gemma; norm' is "<sublayer>_post_norm")
 
     self-attention   softmax(q kᵀ / sqrt(H/heads) + bias + mask) v, projected   "attention", "attention_norm"
     cross-attention  the same, keys and values from the encoder output         "cross_attention", "cross_attention_norm"
     feed-forward     W_out Dropout(act(W_in x))                                 "intermediate", "output", "output_norm"
+    gated            W_out (act(W_gate x) · W_in x)      (SwiGLU / GeGLU)       "gate", "intermediate", "output"
+
+The norm is a LayerNorm or an RMSNorm (``config.norm``); attention options (grouped-query heads, RoPE, q/k norms,
+sliding windows) are those of :class:`~isojax.models.attention.Attention` and the stack's masks.
 
 Parameter names are canonical across architectures; each architecture file maps them to its Hugging Face names.
 """
@@ -66,6 +71,8 @@ class TransformerBlock(nn.Module):
             """Post-LN ``norm(x + Dropout(f(x)))`` or pre-LN ``x + Dropout(f(norm(x)))``; ``f`` returns (h, extra)."""
             norm = layer_norm(cfg, self.dtype, norm_name)
             h, extra = f(norm(x) if cfg.pre_norm else x)
+            if cfg.sandwich_norm:
+                h = layer_norm(cfg, self.dtype, norm_name.replace("_norm", "_post_norm"))(h)
             if dropout:
                 h = drop(h, deterministic=deterministic)
             y = x + h
@@ -86,6 +93,7 @@ class TransformerBlock(nn.Module):
                 context.bias,
                 cache=None if cache is None else cache.attention,
                 write_index=context.write_index,
+                angles=context.angles,
             ),
         )
         cross_probs = cross_kv = None
@@ -109,9 +117,13 @@ class TransformerBlock(nn.Module):
             )
 
         def feed_forward(h):
-            h = ACTIVATIONS[cfg.hidden_act](dense(cfg.intermediate_size, cfg, self.dtype, "intermediate")(h))
+            def project(name):
+                return dense(cfg.intermediate_size, cfg, self.dtype, name, use_bias=cfg.mlp_bias)(h)
+
+            act = ACTIVATIONS[cfg.hidden_act]
+            h = act(project("gate")) * project("intermediate") if cfg.gated_mlp else act(project("intermediate"))
             h = Dropout(cfg.activation_dropout)(h, deterministic=deterministic)
-            return dense(cfg.hidden_size, cfg, self.dtype, "output")(h), None
+            return dense(cfg.hidden_size, cfg, self.dtype, "output", use_bias=cfg.mlp_bias)(h), None
 
         x, _ = sublayer(x, "output_norm", cfg.ffn_output_dropout, feed_forward, output_transform)
         return x, (probs, cross_probs), (None if cache is None else LayerCache(self_kv, cross_kv))

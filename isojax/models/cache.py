@@ -16,7 +16,7 @@ Array = jax.Array
 
 @flax.struct.dataclass
 class KVCache:
-    """Keys and values of one attention layer, each ``[B, T, heads, head_dim]``."""
+    """Keys and values of one attention layer, each ``[B, T, key_value_heads, head_dim]``."""
 
     key: Array
     value: Array
@@ -57,7 +57,7 @@ def init_cache(config: TransformerConfig, batch_size: int, length: int, dtype: A
       dtype: dtype of the keys/values, the compute dtype of the model that fills it.
 
     Returns:
-      A :class:`Cache` with ``num_hidden_layers`` layers of zero keys/values ``[B, T, heads, hidden_size // heads]``,
+      A :class:`Cache` with ``num_hidden_layers`` layers of zero keys/values ``[B, T, key_value_heads, head_dim]``,
       an all-False ``mask`` ``[B, T]`` and ``index`` 0.
 
     Examples:
@@ -68,7 +68,6 @@ def init_cache(config: TransformerConfig, batch_size: int, length: int, dtype: A
       >>> len(cache.layers), cache.layers[0].attention.key.shape, cache.mask.shape, int(cache.index)
       (2, (3, 7, 2, 4), (3, 7), 0)
     """
-    heads = config.num_attention_heads
-    shape = (batch_size, length, heads, config.hidden_size // heads)
+    shape = (batch_size, length, config.key_value_heads, config.attention_head_dim)
     layer = LayerCache(KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)))
     return Cache((layer,) * config.num_hidden_layers, jnp.zeros((batch_size, length), bool), jnp.zeros((), jnp.int32))

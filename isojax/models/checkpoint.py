@@ -240,7 +240,7 @@ def params_from_state_dict(state: Mapping[str, np.ndarray], names: HFNames, temp
     if extra:
         raise ValueError(f"extra params given for paths the model does not have: {sorted(extra)}")
     for key, source in names.tied.items():
-        if key in state and source in state:
+        if key in state and source in state and key not in used:  # an untied head's own weight is no repeat
             if state[key].shape != state[source].shape or not np.array_equal(state[key], state[source]):
                 raise ValueError(
                     f"checkpoint key {key!r} differs from {source!r}: isojax ties the output embedding "

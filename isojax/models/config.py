@@ -1,4 +1,5 @@
-"""One configuration for every isojax transformer (BERT-family encoders, GPT-2, BART, mBART), under BERT's names.
+"""One configuration for every isojax transformer (BERT-family encoders, GPT-2, BART, mBART, Llama, Qwen2, Qwen3,
+Mistral, Gemma 3), under BERT's names.
 
 Each architecture names the same quantities differently in its Hugging Face ``config.json`` (DistilBERT's
 ``dim``/``n_layers``, ALBERT's ``embedding_size``, GPT-2's ``n_embd``, BART's ``d_model``/``encoder_layers``); the
@@ -15,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from isojax.models.activations import ACTIVATIONS
+from isojax.models.rope import Rope
 
 _LEAST = {
     "vocab_size": 1,
@@ -31,10 +33,17 @@ _LEAST = {
     "decoder_layers": 0,
     "decoder_attention_heads": 0,
     "decoder_ffn_dim": 0,
+    "num_key_value_heads": 0,
+    "head_dim": 0,
+    "sliding_window": 0,
 }
 """The integer fields of :class:`TransformerConfig` and the least value each may take."""
 
 _RATES = ("hidden_dropout_prob", "attention_probs_dropout_prob", "activation_dropout")
+NORMS = ("layer_norm", "rms_norm")
+"""``TransformerConfig.norm``: LayerNorm (BERT, GPT-2, BART) or RMSNorm (Llama, Qwen, Mistral, Gemma)."""
+LAYER_TYPES = ("full_attention", "sliding_attention")
+"""``TransformerConfig.layer_types``: each layer attends to every earlier key, or to the last ``sliding_window``."""
 """The dropout-rate fields: each in ``[0, 1)``."""
 
 REQUIRED = object()
@@ -90,6 +99,26 @@ class TransformerConfig:
       forced_bos_token_id, forced_eos_token_id: tokens decoding forces as the first generated token (mBART's target
         language) and as the last one at ``max_length`` (BART's default ``forced_eos_token_id=2``), as
         ``config.json`` gives them to transformers' ``generate``.
+      norm: one of :data:`NORMS`: ``"layer_norm"`` (with bias) or ``"rms_norm"`` ``x / sqrt(mean x² + eps) · w``
+        (Llama and after; ``layer_norm_eps`` is its epsilon).
+      norm_weight_offset: the norms multiply by ``(norm_weight_offset + w)`` (Gemma's RMSNorm: 1, weights stored
+        around 0).
+      rope: the :class:`~isojax.models.rope.Rope` applied to queries and keys, or None: a learnt absolute position
+        table (BERT, GPT-2, BART).
+      local_rope: the RoPE of ``sliding_attention`` layers where it differs (Gemma 3's ``rope_local_base_freq``).
+      num_key_value_heads: heads of keys and values, each shared by ``num_attention_heads / num_key_value_heads``
+        query heads (grouped-query attention; 1: multi-query); 0: as many as query heads.
+      head_dim: width of a head (Gemma, Qwen3: may differ from ``hidden_size / num_attention_heads``); 0: that ratio.
+      attention_bias, attention_output_bias, mlp_bias: whether the query/key/value, attention output and feed-forward
+        projections have biases (BERT: all; Llama: none; Qwen2: query/key/value only).
+      gated_mlp: the feed-forward is ``down(act(gate(x)) · up(x))`` (SwiGLU with silu, GeGLU with a gelu).
+      qk_norm: each head's queries and keys go through an RMSNorm of ``head_dim`` before RoPE (Qwen3, Gemma 3).
+      sandwich_norm: each sublayer's output is normalised too, ``x + norm'(f(norm(x)))`` (Gemma 2 and 3).
+      sliding_window: a ``sliding_attention`` layer's query at slot ``i`` sees keys at slots ``j > i - sliding_window``.
+      layer_types: per layer one of :data:`LAYER_TYPES` (None: all full attention).
+      query_pre_attn_scalar: scores are scaled by ``query_pre_attn_scalar^(-1/2)`` (Gemma) instead of
+        ``head_dim^(-1/2)``; None: the latter.
+      tie_word_embeddings: a causal LM's output projection is the word-embedding matrix (else its own ``lm_head``).
       hf_config: the original ``config.json`` dictionary, written back by ``save_pretrained``.
     The other attributes are those of Hugging Face's ``BertConfig`` (BERT-base defaults); ``__post_init__`` raises
     ``ValueError`` naming the field of a size that is not a positive integer (counts that may be 0, such as
@@ -148,6 +177,22 @@ class TransformerConfig:
     decoder_start_token_id: int | None = None
     forced_bos_token_id: int | None = None
     forced_eos_token_id: int | None = None
+    norm: str = "layer_norm"
+    norm_weight_offset: float = 0.0
+    rope: Rope | None = None
+    local_rope: Rope | None = None
+    num_key_value_heads: int = 0
+    head_dim: int = 0
+    attention_bias: bool = True
+    attention_output_bias: bool = True
+    mlp_bias: bool = True
+    gated_mlp: bool = False
+    qk_norm: bool = False
+    sandwich_norm: bool = False
+    sliding_window: int = 0
+    layer_types: tuple[str, ...] | None = None
+    query_pre_attn_scalar: float | None = None
+    tie_word_embeddings: bool = True
     hf_config: Mapping[str, Any] | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
@@ -165,7 +210,7 @@ class TransformerConfig:
         if not (isinstance(self.layer_norm_eps, numbers.Real) and 0 < self.layer_norm_eps < float("inf")):
             raise ValueError(f"layer_norm_eps must be a finite number > 0, got {self.layer_norm_eps!r}")
         for heads in ("num_attention_heads", "decoder_attention_heads"):
-            if getattr(self, heads) and self.hidden_size % getattr(self, heads):
+            if not self.head_dim and getattr(self, heads) and self.hidden_size % getattr(self, heads):
                 raise ValueError(
                     f"hidden_size ({self.hidden_size}) must be divisible by {heads} ({getattr(self, heads)})"
                 )
@@ -186,8 +231,39 @@ class TransformerConfig:
                 f"position_offset ({self.position_offset}) must lie in [0, max_position_embeddings="
                 f"{self.max_position_embeddings})"
             )
+        if self.num_attention_heads % self.key_value_heads:
+            raise ValueError(
+                f"num_attention_heads ({self.num_attention_heads}) must be divisible by num_key_value_heads "
+                f"({self.num_key_value_heads})"
+            )
+        if self.norm not in NORMS:
+            raise ValueError(f"norm must be one of {NORMS}, got {self.norm!r}")
+        if self.layer_types is not None:
+            if len(self.layer_types) != self.num_hidden_layers or not set(self.layer_types) <= set(LAYER_TYPES):
+                raise ValueError(
+                    f"layer_types must name one of {LAYER_TYPES} for each of the {self.num_hidden_layers} layers, "
+                    f"got {self.layer_types!r}"
+                )
+            if "sliding_attention" in self.layer_types and not self.sliding_window:
+                raise ValueError("layer_types has sliding_attention layers but sliding_window is 0")
         if self.embedding_size is None:
             object.__setattr__(self, "embedding_size", self.hidden_size)
+
+    @property
+    def key_value_heads(self) -> int:
+        """Heads of keys and values (``num_key_value_heads``, or ``num_attention_heads`` when that is 0)."""
+        return self.num_key_value_heads or self.num_attention_heads
+
+    @property
+    def attention_head_dim(self) -> int:
+        """Width of one attention head (``head_dim``, or ``hidden_size // num_attention_heads`` when that is 0)."""
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    def layer_window(self, layer: int) -> int:
+        """The sliding window of layer ``layer`` (0: it attends to every earlier key)."""
+        if self.layer_types is None or self.layer_types[layer] == "full_attention":
+            return 0
+        return self.sliding_window
 
     @property
     def max_sequence_length(self) -> int:

@@ -98,7 +98,9 @@ class Embeddings(nn.Module):
     """Token + position (+ token-type) embeddings, LayerNorm, dropout: ``ids [B, L] -> [B, L, H]``.
 
     Tables are ``embedding_size`` wide; ALBERT (``config.embedding_projection``) then projects to ``hidden_size``.
-    GPT-2 (``config.embedding_norm`` False) has no LayerNorm here. Subclasses override :meth:`position_ids`
+    GPT-2 and the RoPE decoders (``config.embedding_norm`` False) have no LayerNorm here; RoPE models
+    (``config.rope``) no position table; Gemma (``config.scale_embedding``) scales the token embeddings by
+    ``sqrt(hidden_size)``. Subclasses override :meth:`position_ids`
     (RoBERTa counts positions after the padding index).
     """
 
@@ -125,11 +127,19 @@ class Embeddings(nn.Module):
         cfg = self.config
         assert cfg.embedding_size is not None  # TransformerConfig.__post_init__ sets it (hidden_size by default)
         table = functools.partial(Embed, features=cfg.embedding_size, init_std=cfg.initializer_range, dtype=self.dtype)
-        x = table(cfg.vocab_size, name="word_embeddings")(input_ids) if word_vectors is None else word_vectors
-        if position_ids is None:
-            position_ids = self.position_ids(input_ids)
-        positions = table(cfg.max_position_embeddings, sinusoidal=cfg.sinusoidal_pos_embds, name="position_embeddings")
-        x = x + positions(position_ids)
+        if word_vectors is None:
+            x = table(cfg.vocab_size, name="word_embeddings")(input_ids)
+            if cfg.scale_embedding:  # Gemma (BART scales in its shared WordEmbeddings)
+                x = x * jnp.asarray(np.sqrt(cfg.hidden_size), x.dtype)
+        else:
+            x = word_vectors
+        if cfg.rope is None:  # a learnt absolute position table (RoPE models rotate queries and keys instead)
+            if position_ids is None:
+                position_ids = self.position_ids(input_ids)
+            positions = table(
+                cfg.max_position_embeddings, sinusoidal=cfg.sinusoidal_pos_embds, name="position_embeddings"
+            )
+            x = x + positions(position_ids)
         if cfg.type_vocab_size:
             if token_type_ids is None:  # inputs.validate_inputs fills zeros for a model that reads token types
                 raise ValueError(

@@ -1,84 +1,19 @@
-"""GPT-2 (Radford et al. 2019): a causal language model of pre-LayerNorm blocks, and its Hugging Face names.
+"""GPT-2 (Radford et al. 2019): a :class:`~isojax.models.causal_lm.CausalLM` of pre-LayerNorm blocks, and its
+Hugging Face names.
 
     h_0    = wte[ids] + wpe[positions]                          (dropout; no LayerNorm)
     h_l    = x + MLP(ln_2(x)),  x = h_{l-1} + Attn(ln_1(h_{l-1}))   (causal self-attention; MLP with gelu_new)
     h_L    = ln_f(h_L)
     logits = h_L wteᵀ                                           (the LM head is tied to the token embeddings)
 
-Positions come from the attention mask, as transformers' ``generate`` makes them: ``cumsum(mask) - 1`` over the
-real tokens (0 on padding), so a left-padded prompt starts at position 0; with a cache they go on from the number of
-real tokens cached. (transformers' forward without ``position_ids`` counts ``0, 1, ...`` over padding too; the two
-agree on right-padded batches.) Hugging Face stores every projection as a ``Conv1D`` with weight ``[in, out]``, and
-the query, key and value projections side by side in one ``c_attn [H, 3H]``.
+Hugging Face stores every projection as a ``Conv1D`` with weight ``[in, out]``, and the query, key and value
+projections side by side in one ``c_attn [H, 3H]``.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-import flax.linen as nn
-import jax.numpy as jnp
-
-from isojax.models.cache import Cache
 from isojax.models.checkpoint import Fused, HFNames
 from isojax.models.config import REQUIRED, TransformerConfig, check_supported, renamed_fields, renamed_hf
-from isojax.models.embeddings import Embeddings, tied_logits
-from isojax.models.inputs import validate_inputs
-from isojax.models.outputs import DecoderOutput
-from isojax.models.stack import TransformerStack
-
-
-def positions_from_mask(mask, cache: Cache | None = None):
-    """Position ids ``[B, L]`` of the tokens of ``mask [B, L]``: real tokens count on from the real tokens already
-    in ``cache`` (0 without one); padding gets 0."""
-    before = 0 if cache is None else cache.mask.sum(-1, keepdims=True)
-    return jnp.where(mask, before + jnp.cumsum(mask, axis=-1) - 1, 0)
-
-
-class GPT2Model(nn.Module):
-    """GPT-2 with its tied LM head.
-
-    Attributes:
-      config: the model's :class:`~isojax.models.config.TransformerConfig` (``model_type="gpt2"``).
-      dtype: compute dtype (params are float32).
-
-    ``__call__`` takes input_ids ``[B, L]`` int; attention_mask ``[B, L]`` (true = real token, default all);
-    token_type_ids must be None; position_ids ``[B, L]`` (default :func:`positions_from_mask`); cache (a
-    :func:`~isojax.models.cache.init_cache` :class:`~isojax.models.cache.Cache` the tokens are appended to, for
-    decoding); deterministic (False turns on dropout: pass a ``"dropout"`` PRNG key); output_attentions.
-
-    It returns a :class:`~isojax.models.outputs.DecoderOutput`: ``logits [B, L, vocab_size]`` float32,
-    ``hidden_states`` (embedding output, then every block's, the last one after ``ln_f``), ``cache`` (updated, when
-    given).
-    """
-
-    config: TransformerConfig
-    dtype: Any = jnp.float32
-
-    @nn.compact
-    def __call__(
-        self,
-        input_ids,
-        attention_mask=None,
-        token_type_ids=None,
-        *,
-        position_ids=None,
-        cache=None,
-        deterministic: bool = True,
-        output_attentions: bool = False,
-    ) -> DecoderOutput:
-        ids, mask, _ = validate_inputs(self.config, input_ids, attention_mask, token_type_ids)
-        if position_ids is None:
-            position_ids = positions_from_mask(mask, cache)
-        x = Embeddings(self.config, self.dtype, name="embeddings")(ids, None, deterministic, position_ids=position_ids)
-        stack = TransformerStack(self.config, self.dtype, causal=True, name="decoder")(
-            x, mask, deterministic, output_attentions, cache=cache
-        )
-        h = stack.hidden_states[-1]
-        return DecoderOutput(
-            tied_logits(self.variables["params"], h), h, stack.hidden_states, stack.attentions, cache=stack.cache
-        )
-
 
 # GPT-2's config.json name -> TransformerConfig field, and transformers' GPT2Config defaults
 _NAMES = {

@@ -33,18 +33,19 @@ from isojax.models.encoder import TRANSFORM
 from isojax.models.scan import SCANNED_STACK
 
 # Megatron-style tensor parallelism over the mesh axis "model": query/key/value and the feed-forward input
-# projection split by output features (whole heads per device), the two output projections by input
+# projections (gate and up) split by output features (whole heads per device), the two output projections by input
 # features (each device adds its partial product; XLA inserts the reduction); everything else replicated.
 # (regex searched in the "/"-joined parameter path, PartitionSpec); every parameter of these modules matches.
 _BLOCK_RULES: tuple[tuple[str, P], ...] = (
     (r"attention/(query|key|value)/kernel", P(None, "model")),
     (r"attention/(query|key|value)/bias", P("model")),
     (r"attention/output/kernel", P("model", None)),
-    (r"intermediate/kernel", P(None, "model")),
-    (r"intermediate/bias", P("model")),
+    (r"attention/(query|key)_norm/scale", P()),
+    (r"(gate|intermediate)/kernel", P(None, "model")),
+    (r"(gate|intermediate)/bias", P("model")),
     (r"output/kernel", P("model", None)),
     (r"output/bias", P()),
-    (r"(attention_norm|output_norm)/(scale|bias)", P()),
+    (r"(attention|output)(_post)?_norm/(scale|bias)", P()),
 )
 PARTITION_RULES: tuple[tuple[str, P], ...] = (
     # a scanned stack's blocks: the same layout after the leading layer axis (these rules come first)

@@ -4,7 +4,8 @@ Every architecture is one :class:`Architecture` entry in :data:`ARCHITECTURES` (
 names, config translation and the partition rules of its own layers). Code outside ``models/`` reaches a
 model only through the functions below, never through parameter names::
 
-    model_kind(config)             "encoder" (BERT family), "causal_lm" (GPT-2) or "encoder_decoder" (BART, mBART)
+    model_kind(config)             "encoder" (BERT family), "causal_lm" (GPT-2, Llama, Qwen, Mistral, Gemma) or
+                                   "encoder_decoder" (BART, mBART)
     require_kind(config, kinds, …) ValueError naming the model's kind where a command needs another one
     word_embeddings(params)        W [vocab_size, embedding_size], the input (= tied output) embedding matrix
     uses_token_types(config)       whether the model takes token_type_ids (False: pass None)
@@ -31,7 +32,8 @@ import flax.linen as nn
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec
 
-from isojax.models import albert, bart, bert, distilbert, gpt2, mpnet, roberta
+from isojax.models import albert, bart, bert, distilbert, gemma, gpt2, llama, mistral, mpnet, qwen, roberta
+from isojax.models.causal_lm import CausalLM
 from isojax.models.checkpoint import HFNames
 from isojax.models.config import TransformerConfig
 from isojax.models.embeddings import word_embeddings
@@ -110,7 +112,47 @@ ARCHITECTURES: dict[str, Architecture] = {
         mpnet.MPNET_PARTITION_RULES,
         mlm_head=mpnet.MPNET_MLM_HEAD,
     ),
-    "gpt2": Architecture(gpt2.GPT2Model, gpt2.GPT2_HF_NAMES, gpt2.config_from_hf, gpt2.config_to_hf, kind="causal_lm"),
+    "gpt2": Architecture(CausalLM, gpt2.GPT2_HF_NAMES, gpt2.config_from_hf, gpt2.config_to_hf, kind="causal_lm"),
+    "llama": Architecture(
+        CausalLM,
+        llama.LLAMA_HF_NAMES,
+        llama.config_from_hf,
+        llama.config_to_hf,
+        llama.DECODER_PARTITION_RULES,
+        kind="causal_lm",
+    ),
+    "qwen2": Architecture(
+        CausalLM,
+        llama.LLAMA_HF_NAMES,
+        qwen.qwen2_config_from_hf,
+        qwen.qwen2_config_to_hf,
+        llama.DECODER_PARTITION_RULES,
+        kind="causal_lm",
+    ),
+    "qwen3": Architecture(
+        CausalLM,
+        llama.LLAMA_HF_NAMES,
+        qwen.qwen3_config_from_hf,
+        qwen.qwen3_config_to_hf,
+        llama.DECODER_PARTITION_RULES,
+        kind="causal_lm",
+    ),
+    "mistral": Architecture(
+        CausalLM,
+        llama.LLAMA_HF_NAMES,
+        mistral.config_from_hf,
+        mistral.config_to_hf,
+        llama.DECODER_PARTITION_RULES,
+        kind="causal_lm",
+    ),
+    "gemma3_text": Architecture(
+        CausalLM,
+        gemma.GEMMA3_HF_NAMES,
+        gemma.config_from_hf,
+        gemma.config_to_hf,
+        llama.DECODER_PARTITION_RULES,
+        kind="causal_lm",
+    ),
     "bart": Architecture(
         bart.BartModel,
         bart.BART_HF_NAMES,
@@ -150,7 +192,8 @@ def architecture(model_type: str | None) -> Architecture:
       >>> architecture("t5")
       Traceback (most recent call last):
       ...
-      ValueError: unknown model_type 't5'; isojax supports bert, roberta, albert, distilbert, mpnet, gpt2, bart, mbart
+      ValueError: unknown model_type 't5'; isojax supports bert, roberta, albert, distilbert, mpnet, gpt2, llama,
+      qwen2, qwen3, mistral, gemma3_text, bart, mbart
     """
     if model_type is None or model_type not in ARCHITECTURES:
         raise ValueError(f"unknown model_type {model_type!r}; isojax supports {', '.join(SUPPORTED_MODEL_TYPES)}")
@@ -261,7 +304,7 @@ def build_model(config: TransformerConfig, *, dtype: Any = jnp.float32) -> nn.Mo
       >>> config = TransformerConfig(model_type="gpt2", vocab_size=10, hidden_size=8, num_hidden_layers=1,
       ...                            num_attention_heads=2, intermediate_size=16, max_position_embeddings=16)
       >>> type(build_model(config)).__name__
-      'GPT2Model'
+      'CausalLM'
     """
     return architecture(config.model_type).module_cls(config, dtype=dtype)
 

@@ -20,6 +20,7 @@ from isojax.models.block import TransformerBlock
 from isojax.models.cache import Cache
 from isojax.models.config import TransformerConfig
 from isojax.models.primitives import layer_norm
+from isojax.models.rope import rotary_angles
 from isojax.models.scan import SCANNED_STACK, BlockSequence, ScanSegment
 
 Array = jax.Array
@@ -98,18 +99,21 @@ class TransformerStack(nn.Module):
         memory: Array | None = None,
         memory_mask: Array | None = None,
         cache: Cache | None = None,
+        positions: Array | None = None,
     ) -> StackOutput:
         """``x [B, L, H]``, ``mask [B, L]``; ``last_block_transform`` is passed to the last block that runs as its
         ``output_transform``; ``memory [B, S, H]`` / ``memory_mask [B, S]`` (default all real): what
         cross-attention reads; ``cache``: the decoding :class:`Cache`, to which the ``L`` tokens are appended (a
-        causal stack only)."""
+        causal stack only); ``positions [B, L]``: the RoPE positions (``config.rope``; default: the slots)."""
         if self.cross_attention != (memory is not None):
             raise ValueError("memory (the encoder output) must be given exactly when the stack has cross-attention")
         if cache is not None and not self.causal:
             raise ValueError("a key/value cache needs a causal stack")
         if self.remat != "none" and self.remat not in REMAT_POLICIES:
             raise ValueError(f"remat must be 'none' or one of {tuple(REMAT_POLICIES)}, got {self.remat!r}")
-        if self.scan_layers and (self.causal or self.cross_attention or last_block_transform is not None):
+        if self.scan_layers and (
+            self.causal or self.cross_attention or last_block_transform is not None or self.config.layer_types
+        ):
             raise ValueError(
                 "scan_layers supports encoder stacks only: not a causal or cross-attention stack "
                 "(decoders, key/value caches) nor a last-block transform (use transform_placement="
@@ -138,10 +142,11 @@ class TransformerStack(nn.Module):
             memory_allowed,
             None if cache is None else cache.index,
         )
+        contexts = self._layer_contexts(context, first, length, key_mask.shape[1], positions)
         hidden, attentions, cross_attentions, layer_caches = [x], [], [], []
         if self.scan_layers:
             for segment in self.scan_segments():
-                x, states, probs = self._scan(segment, x, context, deterministic, output_attentions)
+                x, states, probs = self._scan(segment, x, contexts[0], deterministic, output_attentions)
                 hidden += states
                 attentions += probs
         else:
@@ -156,7 +161,7 @@ class TransformerStack(nn.Module):
                 transform = last_block_transform if step == len(order) - 1 else None
                 x, (probs, cross_probs), layer_cache = blocks[index](
                     x,
-                    context,
+                    contexts[self.config.layer_window(index)],
                     deterministic,
                     output_attentions,
                     transform,
@@ -175,6 +180,31 @@ class TransformerStack(nn.Module):
             tuple(cross_attentions) if output_attentions and self.cross_attention else None,
             new_cache,
         )
+
+    def _layer_contexts(
+        self, context: AttentionContext, first, length: int, slots: int, positions: Array | None
+    ) -> dict[int, AttentionContext]:
+        """The context of each sliding window the layers use (0: full attention): RoPE angles at ``positions`` (the
+        sliding layers' own with ``config.local_rope``), and keys further back than the window masked out."""
+        cfg = self.config
+        windows = {cfg.layer_window(i) for i in range(cfg.num_hidden_layers)}
+        if cfg.rope is None and windows == {0}:
+            return {0: context}
+        if windows != {0} and not self.causal:
+            raise ValueError("sliding-window attention is implemented for causal stacks only")
+        query_slots = first + jnp.arange(length)
+        if positions is None:
+            positions = jnp.broadcast_to(query_slots, context.mask.shape)
+        head_dim = cfg.attention_head_dim
+        contexts = {}
+        for window in windows:
+            rope = cfg.local_rope if window and cfg.local_rope is not None else cfg.rope
+            allowed = context.allowed
+            if window:  # query at slot i sees slots j > i - window
+                allowed = allowed & (jnp.arange(slots)[None, :] > query_slots[:, None] - window)
+            angles = None if rope is None else rotary_angles(rope, positions, head_dim)
+            contexts[window] = context._replace(allowed=allowed, angles=angles)
+        return contexts
 
     def _scan(
         self, segment: ScanSegment, x: Array, context: AttentionContext, deterministic: bool, output_attentions: bool

@@ -1,0 +1,92 @@
+"""A decoder-only language model (GPT-2, Llama, Qwen2, Qwen3, Mistral, Gemma 3): embeddings, a causal stack, the LM
+head.
+
+    h_0    = embed(ids)  (+ wpe[positions] with a learnt position table; RoPE models rotate q and k instead)
+    h_l    = block_l(h_{l-1})                              (causal self-attention, pre-norm)
+    h_L    = final_norm(h_L)
+    logits = h_L Wᵀ   (W: the word embeddings when tied, else the model's own ``lm_head``)
+
+Positions come from the attention mask, as transformers' ``generate`` makes them: ``cumsum(mask) - 1`` over the
+real tokens (0 on padding), so a left-padded prompt starts at position 0; with a cache they go on from the number of
+real tokens cached. (transformers' forward without ``position_ids`` counts ``0, 1, ...`` over padding too; the two
+agree on right-padded batches.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from isojax.models.cache import Cache
+from isojax.models.config import TransformerConfig
+from isojax.models.embeddings import Embeddings, tied_logits
+from isojax.models.inputs import validate_inputs
+from isojax.models.outputs import DecoderOutput
+from isojax.models.primitives import dense
+from isojax.models.stack import TransformerStack
+
+LM_HEAD = "lm_head"
+"""Params key of an untied output projection (``kernel [hidden_size, vocab_size]``)."""
+
+
+def positions_from_mask(mask, cache: Cache | None = None):
+    """Position ids ``[B, L]`` of the tokens of ``mask [B, L]``: real tokens count on from the real tokens already
+    in ``cache`` (0 without one); padding gets 0."""
+    before = 0 if cache is None else cache.mask.sum(-1, keepdims=True)
+    return jnp.where(mask, before + jnp.cumsum(mask, axis=-1) - 1, 0)
+
+
+class CausalLM(nn.Module):
+    """A decoder-only language model with its LM head (see the module docstring).
+
+    Attributes:
+      config: the model's :class:`~isojax.models.config.TransformerConfig` (a ``causal_lm`` architecture).
+      dtype: compute dtype (params are float32).
+
+    ``__call__`` takes input_ids ``[B, L]`` int; attention_mask ``[B, L]`` (true = real token, default all);
+    token_type_ids must be None; position_ids ``[B, L]`` (default :func:`positions_from_mask`); cache (a
+    :func:`~isojax.models.cache.init_cache` :class:`~isojax.models.cache.Cache` the tokens are appended to, for
+    decoding); deterministic (False turns on dropout: pass a ``"dropout"`` PRNG key); output_attentions.
+
+    It returns a :class:`~isojax.models.outputs.DecoderOutput`: ``logits [B, L, vocab_size]`` float32,
+    ``hidden_states`` (embedding output, then every block's, the last one after the final norm), ``attentions``
+    (``[B, heads, L, T]`` per layer when asked for), ``cache`` (updated, when given).
+    """
+
+    config: TransformerConfig
+    dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(
+        self,
+        input_ids,
+        attention_mask=None,
+        token_type_ids=None,
+        *,
+        position_ids=None,
+        cache=None,
+        deterministic: bool = True,
+        output_attentions: bool = False,
+    ) -> DecoderOutput:
+        cfg = self.config
+        ids, mask, _ = validate_inputs(cfg, input_ids, attention_mask, token_type_ids)
+        if position_ids is None:
+            position_ids = positions_from_mask(mask, cache)
+        x = Embeddings(cfg, self.dtype, name="embeddings")(ids, None, deterministic, position_ids=position_ids)
+        stack = TransformerStack(cfg, self.dtype, causal=True, name="decoder")(
+            x, mask, deterministic, output_attentions, cache=cache, positions=position_ids
+        )
+        h = stack.hidden_states[-1]
+        if cfg.tie_word_embeddings:
+            logits = tied_logits(self.variables["params"], h)
+        else:
+            head = dense(cfg.vocab_size, cfg, self.dtype, LM_HEAD, use_bias=False)
+            logits = head(h).astype(jnp.float32)
+        return DecoderOutput(logits, h, stack.hidden_states, stack.attentions, cache=stack.cache)
+
+
+Array = jax.Array
+__all__ = ["LM_HEAD", "CausalLM", "positions_from_mask"]
