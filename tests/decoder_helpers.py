@@ -54,3 +54,56 @@ def padded(lengths, width, vocab, pad, *, left=False, seed=0, low=3):
         where = slice(width - n, width) if left else slice(0, n)
         ids[i, where], mask[i, where] = rng.integers(low, vocab, n), 1
     return ids, mask
+
+
+LLM_COMMON = dict(vocab_size=99, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=37)
+LLM_CASES = {  # case -> (transformers config class name, options): each block option at least once
+    "llama-gqa-llama3-rope": (
+        "LlamaConfig",
+        dict(
+            num_key_value_heads=2,
+            rope_scaling=dict(
+                rope_type="llama3",
+                factor=8.0,
+                low_freq_factor=1.0,
+                high_freq_factor=4.0,
+                original_max_position_embeddings=16,
+            ),
+        ),
+    ),
+    "llama-mqa-linear-rope-tied": (
+        "LlamaConfig",
+        dict(num_key_value_heads=1, rope_scaling=dict(rope_type="linear", factor=2.0), tie_word_embeddings=True),
+    ),
+    "qwen2-biases-sliding-layers": (
+        "Qwen2Config",
+        dict(num_key_value_heads=2, use_sliding_window=True, sliding_window=3, max_window_layers=1),
+    ),
+    "qwen3-qk-norm-wide-heads": ("Qwen3Config", dict(num_key_value_heads=2, head_dim=16, tie_word_embeddings=True)),
+    "mistral-sliding-window": ("MistralConfig", dict(num_key_value_heads=2, sliding_window=3)),
+    "gemma3-layer-pattern": (
+        "Gemma3TextConfig",
+        dict(
+            num_key_value_heads=2,
+            head_dim=8,
+            sliding_window=3,
+            sliding_window_pattern=2,
+            query_pre_attn_scalar=10,
+            rope_local_base_freq=100.0,
+        ),
+    ),
+}
+
+
+def tiny_llm(case: str, *, seed: int = 0, scale: float = 0.1, max_position_embeddings: int = 64):
+    """A random tiny PyTorch ``...ForCausalLM`` of an :data:`LLM_CASES` case (eager attention), every parameter
+    informative: transformers' initialisation plus ``scale`` x N(0, 1) noise (norm weights included)."""
+    torch.manual_seed(seed)
+    name, options = LLM_CASES[case]
+    config = getattr(transformers, name)(**LLM_COMMON, max_position_embeddings=max_position_embeddings, **options)
+    config._attn_implementation = "eager"
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(scale * torch.randn_like(p))
+    return model.eval()

@@ -38,7 +38,8 @@ transformers = pytest.importorskip("transformers")
 TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=40)
 
 
-KINDS = {"gpt2": "causal_lm", "bart": "encoder_decoder", "mbart": "encoder_decoder"}
+LLMS = ("llama", "qwen2", "qwen3", "mistral", "gemma3_text")
+KINDS = {"gpt2": "causal_lm", "bart": "encoder_decoder", "mbart": "encoder_decoder", **dict.fromkeys(LLMS, "causal_lm")}
 
 
 def hf_config(model_type: str):
@@ -66,6 +67,10 @@ def hf_config(model_type: str):
             dropout=0.15,
             scale_embedding=True,
         )
+    if model_type in LLMS:  # dropout only in attention; grouped-query heads
+        return transformers.AutoConfig.for_model(
+            model_type, **TINY, num_key_value_heads=2, max_position_embeddings=42, attention_dropout=0.15
+        )
     extra = {"albert": dict(embedding_size=16, num_hidden_groups=2, inner_group_num=1)}.get(model_type, {})
     return transformers.AutoConfig.for_model(
         model_type, **TINY, max_position_embeddings=42, hidden_dropout_prob=0.15, **extra
@@ -77,7 +82,17 @@ def test_config_translation_agrees_with_transformers(model_type):
     ref = hf_config(model_type)
     cfg = config_from_hf(ref.to_dict())
     assert cfg.model_type == model_type and cfg.hidden_size == 32 and cfg.num_hidden_layers == 2
-    assert cfg.num_attention_heads == 4 and cfg.intermediate_size == 40 and cfg.hidden_dropout_prob == 0.15
+    assert cfg.num_attention_heads == 4 and cfg.intermediate_size == 40
+    if model_type in LLMS:
+        assert cfg.attention_probs_dropout_prob == 0.15 and cfg.hidden_dropout_prob == 0
+        assert (
+            cfg.key_value_heads == 2
+            and cfg.attention_head_dim == (getattr(ref, "head_dim", None) or 8)
+            and cfg.norm == "rms_norm"
+        )
+        assert cfg.tie_word_embeddings == ref.tie_word_embeddings and cfg.layer_norm_eps == ref.rms_norm_eps
+    else:
+        assert cfg.hidden_dropout_prob == 0.15
     assert cfg.pad_token_id == ref.pad_token_id
     assert uses_token_types(cfg) == (model_type in ("bert", "roberta", "albert"))
     assert model_kind(cfg) == KINDS.get(model_type, "encoder")
@@ -85,7 +100,7 @@ def test_config_translation_agrees_with_transformers(model_type):
     assert cfg.max_sequence_length == (
         42 - ref.pad_token_id - 1 if model_type in ("roberta", "mpnet") else ref.max_position_embeddings
     )
-    assert cfg.pre_norm == (model_type in ("gpt2", "mbart"))
+    assert cfg.pre_norm == (model_type in ("gpt2", "mbart", *LLMS))
     if model_type in ("bart", "mbart"):
         dec = cfg.decoder_config()
         assert (dec.num_hidden_layers, dec.num_attention_heads, dec.intermediate_size) == (3, 2, 24)
@@ -130,9 +145,11 @@ def test_every_parameter_of_every_architecture_matches_a_partition_rule(model_ty
     sharded = {path for path, spec in specs.items() if spec != P()}
     # Megatron: per block, q/k/v kernels and biases, the feed-forward input kernel and bias, two output kernels;
     # a decoder block's cross-attention adds its q/k/v kernels and biases and its output kernel
+    # (an LLM block: q/k/v kernels (and Qwen2's biases), gate and up kernels, two output kernels; an untied LM head)
     blocks = {path.split("/attention/")[0] for path in specs if "/attention/query/kernel" in path}
     cross = {path.split("/cross_attention/")[0] for path in specs if "/cross_attention/query/kernel" in path}
-    assert len(sharded) == 10 * len(blocks) + 7 * len(cross) and blocks
+    per_block = 10 if model_type not in LLMS else 7 + 3 * model.config.attention_bias
+    assert len(sharded) == per_block * len(blocks) + 7 * len(cross) and blocks  # (vocabulary 99: LM head whole)
     assert len(cross) == (3 if model_type in ("bart", "mbart") else 0)
     assert all(specs[f"{b}/attention/query/kernel"] == P(None, "model") for b in blocks)
     assert all(specs[f"{b}/output/kernel"] == P("model", None) for b in blocks)
@@ -183,11 +200,12 @@ def test_accessors_of_decoders(model_type):
     assert w.shape == (cfg.vocab_size, cfg.hidden_size) and np.asarray(w).std() > 0
     assert not has_pooler(model) and not uses_token_types(cfg)
     ids = jnp.array([[3, 4, 5]])
-    args = (ids,) if model_type == "gpt2" else (ids, None, ids)
-    out = model.apply({"params": params}, *args)
-    h = out.last_hidden_state if model_type == "gpt2" else out.decoder.last_hidden_state
-    bias = 0 if model_type == "gpt2" else params["final_logits_bias"]
-    np.testing.assert_allclose(out.logits, np.asarray(h) @ np.asarray(w).T + bias, atol=1e-5)
+    causal = model_kind(cfg) == "causal_lm"
+    out = model.apply({"params": params}, *((ids,) if causal else (ids, None, ids)))
+    h = out.last_hidden_state if causal else out.decoder.last_hidden_state
+    bias = 0 if causal else params["final_logits_bias"]
+    head = np.asarray(w).T if cfg.tie_word_embeddings else np.asarray(params["lm_head"]["kernel"])
+    np.testing.assert_allclose(out.logits, np.asarray(h) @ head + bias, atol=1e-5)
 
 
 @pytest.mark.parametrize("model_type", sorted(set(ARCHITECTURES) - set(KINDS)))
@@ -215,6 +233,8 @@ PARAMETER_GROUPS = {  # the tiny configs of hf_config: 2 layers (BART: 2 encoder
     | {"final_logits_bias"},
 }
 PARAMETER_GROUPS["mbart"] = PARAMETER_GROUPS["bart"] | {"encoder", "decoder"}  # each stack's final layer_norm
+for _llm in LLMS:  # decoder: the final norm; an untied LM head (all but Gemma in these tiny configs)
+    PARAMETER_GROUPS[_llm] = PARAMETER_GROUPS["gpt2"] | ({"lm_head"} if _llm != "gemma3_text" else set())
 
 
 @pytest.mark.parametrize("model_type", sorted(ARCHITECTURES))

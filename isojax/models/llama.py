@@ -67,8 +67,11 @@ def decoder_fields(
     :func:`~isojax.models.config.renamed_fields`; ``options`` override fields (Qwen's biases). A list of end tokens
     keeps its first (decoding stops at one id)."""
     fields = renamed_fields(hf, names, defaults)
-    fields["num_key_value_heads"] = fields["num_key_value_heads"] or 0
-    fields["head_dim"] = fields["head_dim"] or 0
+    heads = fields["num_attention_heads"]  # 0: the default (as many key/value heads; hidden_size / heads wide)
+    if fields["num_key_value_heads"] in (None, heads):
+        fields["num_key_value_heads"] = 0
+    if fields["head_dim"] is None or fields["head_dim"] * heads == fields["hidden_size"]:
+        fields["head_dim"] = 0
     if isinstance(fields["eos_token_id"], list):
         fields["eos_token_id"] = fields["eos_token_id"][0] if fields["eos_token_id"] else None
     settings: dict[str, Any] = dict(

@@ -1,0 +1,151 @@
+"""Llama, Qwen2, Qwen3, Mistral and Gemma 3 (text) against transformers' PyTorch classes: tiny random models made here
+(grouped- and multi-query attention, llama3 and linear RoPE scaling, tied and untied heads, sliding windows shorter
+than the sequence, Gemma 3's layer pattern), saved, loaded by isojax, compared on padded batches; decoding against
+``generate``; isojax's own save read back by transformers."""
+
+import json
+
+import jax
+import numpy as np
+import pytest
+
+import isojax
+from isojax.models.generate import generate
+from isojax.models.rope import Rope, rope_from_hf
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from decoder_helpers import LLM_CASES, padded, tiny_llm  # noqa: E402  (needs torch)
+
+LOGIT_TOL = 1e-4  # of the largest |logit| (the anchors accept 1e-3 to 0.125)
+STATE_TOL = 1e-5
+
+
+@pytest.fixture(scope="module", params=sorted(LLM_CASES))
+def saved(request, tmp_path_factory):
+    model = tiny_llm(request.param)
+    path = tmp_path_factory.mktemp(request.param)
+    model.save_pretrained(path)
+    module, params, tokenizer = isojax.from_pretrained(str(path))
+    assert tokenizer is None
+    return request.param, model, path, module, params
+
+
+def torch_forward(model, ids, mask, position_ids=None):
+    kwargs = {} if position_ids is None else {"position_ids": torch.tensor(position_ids)}
+    with torch.no_grad():
+        return model(
+            input_ids=torch.tensor(ids),
+            attention_mask=torch.tensor(mask),
+            output_hidden_states=True,
+            output_attentions=True,
+            **kwargs,
+        )
+
+
+def assert_same_forward(model, module, params, ids, mask, position_ids=None):
+    """Logits within LOGIT_TOL of the largest logit, every hidden state and attention probability, on real tokens."""
+    ref = torch_forward(model, ids, mask, position_ids)
+    out = jax.jit(module.apply, static_argnames="output_attentions")(
+        {"params": params}, ids, mask, output_attentions=True
+    )
+    real = mask.astype(bool)
+    theirs = ref.logits.numpy()[real]
+    np.testing.assert_allclose(np.asarray(out.logits)[real], theirs, atol=LOGIT_TOL * np.abs(theirs).max(), rtol=0)
+    assert len(out.hidden_states) == len(ref.hidden_states) == module.config.num_hidden_layers + 1
+    for mine, hf in zip(out.hidden_states, ref.hidden_states):
+        np.testing.assert_allclose(np.asarray(mine)[real], hf.numpy()[real], atol=STATE_TOL, rtol=0)
+    for mine, hf in zip(out.attentions, ref.attentions):  # [B, heads, q, k] on the real query rows
+        mine, hf = np.asarray(mine).transpose(0, 2, 1, 3)[real], hf.numpy().transpose(0, 2, 1, 3)[real]
+        np.testing.assert_allclose(mine, hf, atol=1e-6, rtol=0)
+
+
+def test_logits_hidden_states_and_attention_match_pytorch_on_a_right_padded_batch(saved):
+    case, model, _, module, params = saved
+    ids, mask = padded((9, 4, 7, 1), 9, 99, 0, seed=1)  # 9 tokens: past every sliding window (3) of the cases
+    assert_same_forward(model, module, params, ids, mask)
+
+
+def test_left_padded_prompts_match_pytorch_given_the_positions_of_generate(saved):
+    """transformers' forward counts positions over padding; generate passes ``cumsum(mask) - 1``, as isojax does."""
+    _, model, _, module, params = saved
+    ids, mask = padded((8, 3, 6), 8, 99, 0, left=True, seed=2)
+    assert_same_forward(model, module, params, ids, mask, np.where(mask, mask.cumsum(1) - 1, 0))
+
+
+def test_block_options_of_each_case_are_read_from_the_config(saved):
+    case, model, _, module, params = saved
+    cfg, hf = module.config, model.config
+    assert cfg.key_value_heads == hf.num_key_value_heads and cfg.tie_word_embeddings == hf.tie_word_embeddings
+    assert ("lm_head" in params) == (not hf.tie_word_embeddings)
+    assert cfg.attention_bias == case.startswith("qwen2") and cfg.qk_norm == case.startswith(("qwen3", "gemma3"))
+    windows = [cfg.layer_window(i) for i in range(cfg.num_hidden_layers)]
+    expected = {"qwen2": [0, 3, 3], "mistral": [3, 3, 3], "gemma3": [3, 0, 3]}.get(case.split("-")[0], [0, 0, 0])
+    assert windows == expected
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_greedy_and_beam_search_equal_transformers_generate(tmp_path, num_beams):
+    """Every case decodes the same tokens as ``generate`` from left-padded prompts, through the sliding windows."""
+    for case in sorted(LLM_CASES):
+        model = tiny_llm(case, scale=0.5)
+        model.save_pretrained(tmp_path / case)
+        module, params, _ = isojax.from_pretrained(str(tmp_path / case))
+        ids, mask = padded((5, 3, 1), 5, 99, 0, left=True, seed=3, low=6)
+        settings = dict(max_length=12, pad_token_id=0, eos_token_id=5, num_beams=num_beams)
+        with torch.no_grad():
+            ref = model.generate(
+                input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask), do_sample=False, **settings
+            ).numpy()
+        mine = np.asarray(generate(module, params, ids, mask, **settings).sequences)
+        np.testing.assert_array_equal(mine[:, : ref.shape[1]], ref, err_msg=case)
+        assert (mine[:, ref.shape[1] :] == 0).all()
+
+
+def test_a_save_by_isojax_loads_in_transformers_with_the_same_logits(saved, tmp_path):
+    _, model, _, module, params = saved
+    isojax.save_pretrained(module, params, str(tmp_path))
+    reloaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    assert type(reloaded) is type(model)
+    mine, theirs = reloaded.state_dict(), model.state_dict()
+    assert set(mine) == set(theirs) and all(torch.equal(mine[k], theirs[k]) for k in theirs)
+    ids, mask = padded((6, 2), 6, 99, 0, seed=4)
+    with torch.no_grad():
+        a = model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask)).logits.numpy()
+        b = reloaded(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask)).logits.numpy()
+    np.testing.assert_array_equal(a[mask.astype(bool)], b[mask.astype(bool)])
+
+
+@pytest.mark.parametrize("kind", ["linear", "llama3"])
+def test_rope_inverse_frequencies_equal_transformers(kind):
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    params = {"rope_type": kind, "factor": 8.0, "rope_theta": 500000.0}
+    if kind == "llama3":
+        params.update(low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=64)
+    config = transformers.LlamaConfig(
+        hidden_size=256, num_attention_heads=2, max_position_embeddings=512, rope_parameters=params
+    )
+    theirs, _ = ROPE_INIT_FUNCTIONS[kind](config)
+    mine = rope_from_hf(config.to_dict()).inverse_frequencies(128)
+    np.testing.assert_allclose(mine, theirs.numpy(), rtol=1e-6)
+
+
+def test_unsupported_options_are_refused_by_name(tmp_path):
+    base = tiny_llm("llama-gqa-llama3-rope").config.to_dict()
+    with pytest.raises(ValueError, match="rope_type 'yarn' is not supported; isojax implements default, linear"):
+        isojax.models.config_from_hf(dict(base, rope_parameters={"rope_type": "yarn", "factor": 4.0}))
+    with pytest.raises(ValueError, match="partial_rotary_factor=0.5 is not supported"):
+        isojax.models.config_from_hf(dict(base, partial_rotary_factor=0.5))
+    gemma = tiny_llm("gemma3-layer-pattern").config.to_dict()
+    with pytest.raises(ValueError, match="final_logit_softcapping=30.0 is not supported"):
+        isojax.models.config_from_hf(dict(gemma, final_logit_softcapping=30.0))
+    with pytest.raises(ValueError, match=r"num_attention_heads \(4\) must be divisible by num_key_value_heads \(3\)"):
+        isojax.models.config_from_hf(dict(base, num_key_value_heads=3))
+    with pytest.raises(ValueError, match="rope_type 'dynamic' is not supported"):
+        Rope(kind="dynamic")
+    (tmp_path / "config.json").write_text(json.dumps(dict(base, rope_parameters={"rope_type": "longrope"})))
+    with pytest.raises(ValueError, match=r"config.json: rope_type 'longrope' is not supported"):
+        isojax.models.hub.read_config(str(tmp_path))
