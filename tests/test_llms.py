@@ -149,3 +149,23 @@ def test_unsupported_options_are_refused_by_name(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(dict(base, rope_parameters={"rope_type": "longrope"})))
     with pytest.raises(ValueError, match=r"config.json: rope_type 'longrope' is not supported"):
         isojax.models.hub.read_config(str(tmp_path))
+
+
+def test_a_scanned_causal_lm_gives_the_unrolled_outputs_and_refuses_a_cache(saved):
+    case, _, _, module, params = saved
+    scanned = module.clone(scan_layers=True)
+    ids, mask = padded((7, 3), 7, 99, 0, seed=5)
+    if module.config.layer_types:  # Qwen2's, Mistral's and Gemma's sliding layers are not all alike
+        with pytest.raises(ValueError, match="layers of different attention types"):
+            scanned.init(jax.random.key(0), ids, mask)
+        return
+    stacked = isojax.models.to_scanned(scanned, params)
+    assert stacked["decoder"]["layers"]["block"]["attention"]["query"]["kernel"].shape[0] == 3
+    a, b = module.apply({"params": params}, ids, mask), scanned.apply({"params": stacked}, ids, mask)
+    for mine, theirs in zip((a.logits, *a.hidden_states), (b.logits, *b.hidden_states)):
+        np.testing.assert_allclose(np.asarray(mine), np.asarray(theirs), atol=2e-6, rtol=0)
+    back = isojax.models.to_unscanned(scanned, stacked)
+    assert all(jax.tree.leaves(jax.tree.map(np.array_equal, back, params)))
+    cache = isojax.models.init_cache(module.config, 2, 12)
+    with pytest.raises(ValueError, match="without a key/value cache"):
+        scanned.apply({"params": stacked}, ids, mask, cache=cache)

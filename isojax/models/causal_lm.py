@@ -17,7 +17,6 @@ from __future__ import annotations
 from typing import Any
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 
 from isojax.models.cache import Cache
@@ -45,6 +44,8 @@ class CausalLM(nn.Module):
     Attributes:
       config: the model's :class:`~isojax.models.config.TransformerConfig` (a ``causal_lm`` architecture).
       dtype: compute dtype (params are float32).
+      scan_layers: run the blocks as one ``nn.scan`` loop (one block compiled, parameters stacked on a layer axis;
+        :func:`~isojax.models.scan.to_scanned`); not with a cache (decoding) nor mixed ``layer_types``.
 
     ``__call__`` takes input_ids ``[B, L]`` int; attention_mask ``[B, L]`` (true = real token, default all);
     token_type_ids must be None; position_ids ``[B, L]`` (default :func:`positions_from_mask`); cache (a
@@ -58,6 +59,7 @@ class CausalLM(nn.Module):
 
     config: TransformerConfig
     dtype: Any = jnp.float32
+    scan_layers: bool = False
 
     @nn.compact
     def __call__(
@@ -76,7 +78,7 @@ class CausalLM(nn.Module):
         if position_ids is None:
             position_ids = positions_from_mask(mask, cache)
         x = Embeddings(cfg, self.dtype, name="embeddings")(ids, None, deterministic, position_ids=position_ids)
-        stack = TransformerStack(cfg, self.dtype, causal=True, name="decoder")(
+        stack = TransformerStack(cfg, self.dtype, causal=True, scan_layers=self.scan_layers, name="decoder")(
             x, mask, deterministic, output_attentions, cache=cache, positions=position_ids
         )
         h = stack.hidden_states[-1]
@@ -88,5 +90,4 @@ class CausalLM(nn.Module):
         return DecoderOutput(logits, h, stack.hidden_states, stack.attentions, cache=stack.cache)
 
 
-Array = jax.Array
 __all__ = ["LM_HEAD", "CausalLM", "positions_from_mask"]

@@ -19,6 +19,7 @@ from isojax.models.block import TransformerBlock
 from isojax.models.config import TransformerConfig
 
 if TYPE_CHECKING:
+    from isojax.models.causal_lm import CausalLM
     from isojax.models.encoder import EncoderModel
 
 Array = jax.Array
@@ -47,7 +48,7 @@ def _block_name(j: int, size: int) -> str:
 
 
 class BlockSequence(nn.Module):
-    """``size`` encoder blocks applied in order: the body of a scanned stack (see
+    """``size`` blocks applied in order: the body of a scanned stack (see
     :attr:`~isojax.models.stack.TransformerStack.scan_layers`).
 
     ``(x [B, L, H], context) -> (x, (hidden states [size, B, L, H], attention probs [size, B, heads, L, L] or
@@ -72,13 +73,13 @@ class BlockSequence(nn.Module):
         return x, (jnp.stack(states), jnp.stack(probs) if self.output_attentions else None)
 
 
-def to_scanned(model: EncoderModel, params: dict) -> dict:
-    """An encoder's params in the layout of ``model`` built with ``scan_layers=True``, from the unscanned layout
-    (``encoder/layer_0/...``, the one Hugging Face's names map; see
+def to_scanned(model: EncoderModel | CausalLM, params: dict) -> dict:
+    """An encoder's or causal LM's params in the layout of ``model`` built with ``scan_layers=True``, from the unscanned
+    layout (``encoder/layer_0/...`` or ``decoder/layer_0/...``, the one Hugging Face's names map; see
     :meth:`~isojax.models.stack.TransformerStack.scan_segments`). Inverse of :func:`to_unscanned`.
 
     Args:
-      model: the encoder built with ``scan_layers=True``.
+      model: the encoder or causal LM built with ``scan_layers=True``.
       params: its params in the unscanned layout (numpy or JAX arrays).
 
     Returns:
@@ -100,8 +101,8 @@ def to_scanned(model: EncoderModel, params: dict) -> dict:
       >>> np.array_equal(kernel[1], params["encoder"]["layer_1"]["attention"]["query"]["kernel"])
       True
     """
-    segments = model.stack_cls(model.config).scan_segments()
-    tree = params["encoder"]
+    key, segments = _scanned_stack(model)
+    tree = params[key]
     blocks = {b for segment in segments for step in segment.iterations for b in step}
     out = {k: v for k, v in tree.items() if k not in blocks}
     for name, iterations, stacked in segments:
@@ -115,16 +116,16 @@ def to_scanned(model: EncoderModel, params: dict) -> dict:
             else tree[iterations[0][j]]
             for j in range(size)
         }
-    return {**params, "encoder": out}
+    return {**params, key: out}
 
 
-def to_unscanned(model: EncoderModel, params: dict) -> dict:
-    """An encoder's params in the unscanned layout (one subtree per block of
+def to_unscanned(model: EncoderModel | CausalLM, params: dict) -> dict:
+    """An encoder's or causal LM's params in the unscanned layout (one subtree per block of
     :meth:`~isojax.models.stack.TransformerStack.layout`, the names Hugging Face's checkpoints map), from the layout of
     ``model`` built with ``scan_layers=True``; inverse of :func:`to_scanned`.
 
     Args:
-      model: the encoder built with ``scan_layers=True``.
+      model: the encoder or causal LM built with ``scan_layers=True``.
       params: its params in the scanned layout.
 
     Returns:
@@ -143,12 +144,20 @@ def to_unscanned(model: EncoderModel, params: dict) -> dict:
       >>> all(jax.tree.leaves(jax.tree.map(np.array_equal, back, params)))
       True
     """
-    segments = model.stack_cls(model.config).scan_segments()
-    tree = params["encoder"]
+    key, segments = _scanned_stack(model)
+    tree = params[key]
     out = {k: v for k, v in tree.items() if k not in {segment.name for segment in segments}}
     for name, iterations, stacked in segments:
         for i, step in enumerate(iterations):
             for j, block in enumerate(step):
                 block_params = tree[name][_block_name(j, len(step))]
                 out[block] = jax.tree.map(lambda a, i=i: a[i], block_params) if stacked else block_params
-    return {**params, "encoder": out}
+    return {**params, key: out}
+
+
+def _scanned_stack(model) -> tuple[str, list[ScanSegment]]:
+    """(params key of the stack, its scan segments) of an encoder (``encoder``) or a causal LM (``decoder``)."""
+    from isojax.models.stack import TransformerStack
+
+    stack_cls = getattr(model, "stack_cls", TransformerStack)
+    return ("encoder" if hasattr(model, "stack_cls") else "decoder"), stack_cls(model.config).scan_segments()

@@ -60,8 +60,8 @@ class TransformerStack(nn.Module):
     :meth:`scan_segments`: a BERT-style stack's blocks stacked on a leading layer axis under ``layers/block``,
     ALBERT's shared blocks once per group under ``group_{g}/block``; :func:`to_scanned` / :func:`to_unscanned` convert
     between the two layouts (``from_pretrained`` / ``save_pretrained`` do, so checkpoints keep Hugging Face's names).
-    Encoder stacks only: a causal or cross-attention stack (decoding with a cache) and a last-block transform are
-    refused. ``remat``: ``"none"``, or a key of :data:`REMAT_POLICIES` to recompute each block's forward in the
+    A cross-attention stack, decoding with a cache, layers of different attention types and a last-block transform
+    are refused. ``remat``: ``"none"``, or a key of :data:`REMAT_POLICIES` to recompute each block's forward in the
     backward pass (``nn.remat``), scanned or not.
     """
 
@@ -112,12 +112,12 @@ class TransformerStack(nn.Module):
         if self.remat != "none" and self.remat not in REMAT_POLICIES:
             raise ValueError(f"remat must be 'none' or one of {tuple(REMAT_POLICIES)}, got {self.remat!r}")
         if self.scan_layers and (
-            self.causal or self.cross_attention or last_block_transform is not None or self.config.layer_types
+            cache is not None or self.cross_attention or last_block_transform is not None or self.config.layer_types
         ):
             raise ValueError(
-                "scan_layers supports encoder stacks only: not a causal or cross-attention stack "
-                "(decoders, key/value caches) nor a last-block transform (use transform_placement="
-                "'output')"
+                "scan_layers supports stacks of identical blocks without a key/value cache: not a cross-attention "
+                "stack, decoding with a cache, layers of different attention types (layer_types), nor a last-block "
+                "transform (use transform_placement='output')"
             )
         length = x.shape[1]
         key_mask, first = (
