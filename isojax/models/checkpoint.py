@@ -173,7 +173,8 @@ def open_state_dict(directory: str | os.PathLike) -> LazyStateDict:
     Looks for, in order: ``model.safetensors``; ``model.safetensors.index.json`` and its shards;
     ``pytorch_model.bin``; ``pytorch_model.bin.index.json`` and its shards ``pytorch_model-0000i-of-0000n.bin``
     (the ``.bin`` files need PyTorch; they are memory-mapped where their format allows). Safetensors files are
-    opened and their keys listed here, their arrays read one at a time when indexed (bfloat16 ones as float32).
+    checked and their keys listed here, each array read with one plain file read when indexed (bfloat16 as
+    float32), so that only the arrays a caller holds occupy memory.
 
     Raises ``FileNotFoundError`` naming the directory and the files looked for (or the missing shard), and a
     ``ValueError`` naming the file that is not a readable safetensors file (truncated, empty) or index.
@@ -227,34 +228,58 @@ def _open_shards(directory: str, shards: list[str], opener) -> LazyStateDict:
     return LazyStateDict(files, lambda key: files[key].get(key), directory)
 
 
+_SAFETENSORS_DTYPES = {
+    "F64": "float64",
+    "F32": "float32",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "I64": "int64",
+    "I32": "int32",
+    "I16": "int16",
+    "I8": "int8",
+    "U8": "uint8",
+    "BOOL": "bool",
+}
+
+
 class _SafetensorsFile:
-    """One safetensors file, memory-mapped; ``get(key)`` reads one array (bfloat16 as float32)."""
+    """One safetensors file; ``get(key)`` reads that array's bytes with one ``read`` (no memory map, so nothing but
+    the array itself stays in the process's memory), bfloat16 as float32."""
 
     def __init__(self, path: str):
         from safetensors import SafetensorError, safe_open
 
         self.path = path
         try:
-            self._file = safe_open(path, framework="np")
+            with safe_open(path, framework="np"):  # validates the header and sizes against the file's length
+                pass
         except SafetensorError as e:
             raise ValueError(f"{path}: not a readable safetensors file ({e})") from None
-        self._bf16 = {k for k in self._file.keys() if self._file.get_slice(k).get_dtype() == "BF16"}
+        with open(path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            self._header = {k: v for k, v in json.loads(f.read(n)).items() if k != "__metadata__"}
+        self._start = 8 + n
 
     def keys(self) -> list[str]:
-        return list(self._file.keys())
+        return list(self._header)
 
     def get(self, key: str) -> np.ndarray:
-        if key not in self._bf16:
-            return self._file.get_tensor(key)
+        entry = self._header[key]
+        if entry["dtype"] not in _SAFETENSORS_DTYPES:
+            raise ValueError(f"{self.path}: tensor {key!r} has dtype {entry['dtype']}, which isojax cannot read")
         import ml_dtypes
 
-        with open(self.path, "rb") as f:  # numpy has no bfloat16: read the bytes that the header points at
-            n = int.from_bytes(f.read(8), "little")
-            entry = json.loads(f.read(n))[key]
-            start, stop = entry["data_offsets"]
-            f.seek(8 + n + start)
-            raw = np.frombuffer(f.read(stop - start), dtype=ml_dtypes.bfloat16)
-        return raw.reshape(entry["shape"]).astype(np.float32)
+        dtype = (
+            np.dtype(ml_dtypes.bfloat16) if entry["dtype"] == "BF16" else np.dtype(_SAFETENSORS_DTYPES[entry["dtype"]])
+        )
+        begin, stop = entry["data_offsets"]
+        buffer = np.empty(stop - begin, np.uint8)
+        with open(self.path, "rb") as f:
+            f.seek(self._start + begin)
+            if f.readinto(memoryview(buffer)) != stop - begin:
+                raise ValueError(f"{self.path}: tensor {key!r} runs past the end of the file")
+        value = buffer.view(dtype).reshape(entry["shape"])
+        return value.astype(np.float32) if entry["dtype"] == "BF16" else value
 
 
 class _TorchFile:
