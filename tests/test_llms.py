@@ -219,3 +219,30 @@ def test_smollm2_greedy_tokens_equal_transformers_generate(smollm2):
     mine = np.asarray(generate(module, params, ids, max_length=ids.shape[1] + 16).sequences)
     np.testing.assert_array_equal(mine, theirs)
     assert ref_tokenizer.decode(mine[0, ids.shape[1] :]).startswith(" Paris.")
+
+
+def test_softdecay_on_the_last_hidden_state_of_a_causal_lm_feeds_the_lm_head(saved):
+    """``CausalLM(last_layer_transform=SoftDecay())``: the last hidden state is soft_decay of the plain model's, with
+    the mask, and the logits are read from it; decoding with a cache is refused."""
+    _, _, _, module, params = saved
+    decayed = module.clone(last_layer_transform=isojax.SoftDecay(alpha_init=-0.6))
+    ids, mask = padded((8, 5), 8, 99, 0, seed=6)
+    theta = decayed.init(jax.random.key(0), ids, mask)["params"]["last_layer_transform"]
+    out = decayed.apply({"params": {**params, "last_layer_transform": theta}}, ids, mask)
+    plain = module.apply({"params": params}, ids, mask)
+    expected = isojax.soft_decay(plain.last_hidden_state, -0.6, mask=mask.astype(bool))
+    real = mask.astype(bool)
+    np.testing.assert_allclose(np.asarray(out.last_hidden_state)[real], np.asarray(expected)[real], atol=2e-5)
+    head = (
+        params["embeddings"]["word_embeddings"]["embedding"].T
+        if "lm_head" not in params
+        else params["lm_head"]["kernel"]
+    )
+    np.testing.assert_allclose(np.asarray(out.logits), np.asarray(out.last_hidden_state) @ np.asarray(head), atol=2e-5)
+    with pytest.raises(ValueError, match="decoding with a cache is refused"):
+        decayed.apply(
+            {"params": {**params, "last_layer_transform": theta}},
+            ids,
+            mask,
+            cache=isojax.models.init_cache(module.config, 2, 12),
+        )

@@ -3,7 +3,7 @@ head.
 
     h_0    = embed(ids)  (+ wpe[positions] with a learnt position table; RoPE models rotate q and k instead)
     h_l    = block_l(h_{l-1})                              (causal self-attention, pre-norm)
-    h_L    = final_norm(h_L)
+    h_L    = T(final_norm(h_L))                            (T: an optional last-layer transform, e.g. SoftDecay)
     logits = h_L Wᵀ   (W: the word embeddings when tied, else the model's own ``lm_head``)
 
 Positions come from the attention mask, as transformers' ``generate`` makes them: ``cumsum(mask) - 1`` over the
@@ -46,6 +46,10 @@ class CausalLM(nn.Module):
       dtype: compute dtype (params are float32).
       scan_layers: run the blocks as one ``nn.scan`` loop (one block compiled, parameters stacked on a layer axis;
         :func:`~isojax.models.scan.to_scanned`); not with a cache (decoding) nor mixed ``layer_types``.
+      last_layer_transform: an optional Linen module called as ``transform(h [B, L, H], mask [B, L])`` on the last
+        hidden state (after the final norm, before the LM head; e.g. :class:`isojax.SoftDecay`, whose transform of a
+        sentence's token matrix mixes its positions, so decoding with a cache is refused); its parameters are under
+        ``params["last_layer_transform"]``.
 
     ``__call__`` takes input_ids ``[B, L]`` int; attention_mask ``[B, L]`` (true = real token, default all);
     token_type_ids must be None; position_ids ``[B, L]`` (default :func:`positions_from_mask`); cache (a
@@ -60,6 +64,7 @@ class CausalLM(nn.Module):
     config: TransformerConfig
     dtype: Any = jnp.float32
     scan_layers: bool = False
+    last_layer_transform: nn.Module | None = None
 
     @nn.compact
     def __call__(
@@ -81,13 +86,18 @@ class CausalLM(nn.Module):
         stack = TransformerStack(cfg, self.dtype, causal=True, scan_layers=self.scan_layers, name="decoder")(
             x, mask, deterministic, output_attentions, cache=cache, positions=position_ids
         )
-        h = stack.hidden_states[-1]
+        hidden = list(stack.hidden_states)
+        if self.last_layer_transform is not None:
+            if cache is not None:
+                raise ValueError("a last-layer transform mixes a sequence's positions; decoding with a cache is refused")
+            hidden[-1] = self.last_layer_transform(hidden[-1], mask).astype(hidden[-1].dtype)
+        h = hidden[-1]
         if cfg.tie_word_embeddings:
             logits = tied_logits(self.variables["params"], h)
         else:
             head = dense(cfg.vocab_size, cfg, self.dtype, LM_HEAD, use_bias=False)
             logits = head(h).astype(jnp.float32)
-        return DecoderOutput(logits, h, stack.hidden_states, stack.attentions, cache=stack.cache)
+        return DecoderOutput(logits, h, tuple(hidden), stack.attentions, cache=stack.cache)
 
 
 __all__ = ["LM_HEAD", "CausalLM", "positions_from_mask"]
