@@ -32,8 +32,20 @@ LM_HEAD = "lm_head"
 
 
 def positions_from_mask(mask, cache: Cache | None = None):
-    """Position ids ``[B, L]`` of the tokens of ``mask [B, L]``: real tokens count on from the real tokens already
-    in ``cache`` (0 without one); padding gets 0."""
+    """Position ids of the tokens of a padded batch, as transformers' ``generate`` makes them.
+
+    Args:
+      mask: ``[B, L]`` bool or 0/1, true at real tokens (padding anywhere).
+      cache: the decoding :class:`~isojax.models.cache.Cache` the tokens are appended to, or None.
+
+    Returns:
+      ``[B, L]`` int: real tokens count on from the real tokens already in ``cache`` (from 0 without one); padding
+      gets 0.
+
+    Examples:
+      >>> positions_from_mask(jnp.array([[0, 0, 1, 1, 1], [1, 1, 1, 0, 0]])).tolist()
+      [[0, 0, 0, 1, 2], [0, 1, 2, 0, 0]]
+    """
     before = 0 if cache is None else cache.mask.sum(-1, keepdims=True)
     return jnp.where(mask, before + jnp.cumsum(mask, axis=-1) - 1, 0)
 
@@ -89,7 +101,9 @@ class CausalLM(nn.Module):
         hidden = list(stack.hidden_states)
         if self.last_layer_transform is not None:
             if cache is not None:
-                raise ValueError("a last-layer transform mixes a sequence's positions; decoding with a cache is refused")
+                raise ValueError(
+                    "a last-layer transform mixes a sequence's positions; decoding with a cache is refused"
+                )
             hidden[-1] = self.last_layer_transform(hidden[-1], mask).astype(hidden[-1].dtype)
         h = hidden[-1]
         if cfg.tie_word_embeddings:

@@ -29,7 +29,14 @@ ROPE_TYPES = ("default", "linear", "llama3")
 
 @dataclasses.dataclass(frozen=True)
 class Rope:
-    """A RoPE setting: base ``theta`` and the scaling ``kind`` (one of :data:`ROPE_TYPES`) with its parameters."""
+    """A RoPE setting (transformers' ``rope_parameters``); ``ValueError`` for an unknown kind or bad values.
+
+    Attributes:
+      theta: the base ``θ`` of the inverse frequencies (``rope_theta``).
+      kind: one of :data:`ROPE_TYPES` (``rope_type``).
+      factor: the scaling factor of ``linear`` and ``llama3``.
+      low_freq_factor, high_freq_factor, original_max_position_embeddings: ``llama3``'s band edges.
+    """
 
     theta: float = 10000.0
     kind: str = "default"
@@ -65,9 +72,23 @@ class Rope:
 
 
 def rope_from_hf(hf: Mapping[str, Any], parameters: Mapping[str, Any] | None = None) -> Rope:
-    """The :class:`Rope` of a ``config.json``: its ``rope_parameters`` (transformers 5; or the given ``parameters``,
-    one layer type's entry), else the older ``rope_theta`` + ``rope_scaling`` keys. ``ValueError`` names an
-    unsupported ``rope_type`` or a ``partial_rotary_factor`` other than 1."""
+    """The :class:`Rope` of a ``config.json``.
+
+    Args:
+      hf: the ``config.json`` dict: its ``rope_parameters`` (transformers 5), else the older ``rope_theta`` and
+        ``rope_scaling`` keys.
+      parameters: one layer type's ``rope_parameters`` entry (Gemma 3 has one per layer type) instead.
+
+    Returns:
+      A :class:`Rope`. ``ValueError`` names an unsupported ``rope_type`` or a ``partial_rotary_factor`` other than 1.
+
+    Examples:
+      >>> rope_from_hf({"rope_theta": 500000.0, "rope_scaling": {"rope_type": "linear", "factor": 2.0}})
+      Rope(theta=500000.0, kind='linear', factor=2.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8192)
+      >>> rope_from_hf({"rope_parameters": {"rope_type": "yarn", "factor": 4.0}})
+      Traceback (most recent call last):
+      ValueError: rope_type 'yarn' is not supported; isojax implements default, linear, llama3
+    """
     if parameters is None:
         parameters = hf.get("rope_parameters") or dict(hf.get("rope_scaling") or {}, rope_theta=hf.get("rope_theta"))
     kind = parameters.get("rope_type", parameters.get("type", "default"))
@@ -82,7 +103,18 @@ def rope_from_hf(hf: Mapping[str, Any], parameters: Mapping[str, Any] | None = N
 
 
 def rope_to_hf(rope: Rope) -> dict[str, Any]:
-    """The ``rope_parameters`` entry of ``rope`` (inverse of :func:`rope_from_hf`)."""
+    """The ``rope_parameters`` entry of a :class:`Rope` (inverse of :func:`rope_from_hf`).
+
+    Args:
+      rope: the setting.
+
+    Returns:
+      A JSON-serialisable dict with ``rope_type``, ``rope_theta`` and the type's parameters.
+
+    Examples:
+      >>> rope_to_hf(Rope(theta=10000.0, kind="linear", factor=4.0))
+      {'rope_type': 'linear', 'rope_theta': 10000.0, 'factor': 4.0}
+    """
     out: dict[str, Any] = {"rope_type": rope.kind, "rope_theta": rope.theta}
     if rope.kind == "linear":
         out["factor"] = rope.factor
@@ -97,14 +129,45 @@ def rope_to_hf(rope: Rope) -> dict[str, Any]:
 
 
 def rotary_angles(rope: Rope, positions: Array, head_dim: int) -> tuple[Array, Array]:
-    """``(cos, sin)``, each ``[B, L, 1, head_dim]`` float32, of the positions ``[B, L]``."""
+    """The rotation angles of RoPE at the given positions.
+
+    Args:
+      rope: the setting.
+      positions: ``[B, L]`` integer positions.
+      head_dim: the width ``d`` of a head (even).
+
+    Returns:
+      ``(cos, sin)``, each ``[B, L, 1, head_dim]`` float32: ``cos(p ω)`` and ``sin(p ω)`` with the ``d/2`` angles
+      repeated twice (transformers' layout).
+
+    Examples:
+      >>> cos, sin = rotary_angles(Rope(), jnp.array([[0, 1]]), 4)
+      >>> cos.shape, cos[0, 0, 0].tolist(), [round(v, 4) for v in sin[0, 1, 0].tolist()]
+      ((1, 2, 1, 4), [1.0, 1.0, 1.0, 1.0], [0.8415, 0.01, 0.8415, 0.01])
+    """
     angles = positions.astype(jnp.float32)[..., None] * jnp.asarray(rope.inverse_frequencies(head_dim))
     angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]
     return jnp.cos(angles), jnp.sin(angles)
 
 
 def apply_rotary(x: Array, angles: tuple[Array, Array]) -> Array:
-    """``x [B, L, heads, head_dim]`` rotated by ``angles`` (:func:`rotary_angles`), in the dtype of ``x``."""
+    """Rotate queries or keys by RoPE: ``x cos + rotate_half(x) sin``, ``rotate_half([a, b]) = [-b, a]``.
+
+    Args:
+      x: ``[B, L, heads, head_dim]`` queries or keys.
+      angles: ``(cos, sin)`` of :func:`rotary_angles` at the tokens' positions.
+
+    Returns:
+      ``[B, L, heads, head_dim]`` in the dtype of ``x``; each pair ``(i, i + d/2)`` rotated, norms kept.
+
+    Examples:
+      Position 0 is the identity; the rotation keeps every head's norm:
+
+      >>> x = jnp.arange(8.0).reshape(1, 2, 1, 4)
+      >>> y = apply_rotary(x, rotary_angles(Rope(), jnp.array([[0, 5]]), 4))
+      >>> bool(jnp.allclose(y[0, 0], x[0, 0])), bool(jnp.allclose(jnp.linalg.norm(y, axis=-1), jnp.linalg.norm(x, axis=-1)))
+      (True, True)
+    """
     cos, sin = (a.astype(x.dtype) for a in angles)
     half = x.shape[-1] // 2
     rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
