@@ -125,7 +125,7 @@ def _gguf_load(path: str, mode: str, mesh) -> dict:
 
     if mode == "gguf-tensor-by-tensor":
         return {
-            key: jax.make_array_from_callback(value.shape, sharding(key, value.shape), lambda i, v=value: v[i])
+            key: jax.make_array_from_callback(value.shape, sharding(key, value.shape), value.__getitem__)
             for key, value in checkpoint.tensors()
         }
     host = dict(checkpoint.tensors())

@@ -40,6 +40,7 @@ from isojax.models.checkpoint import LazyStateDict
 log = logging.getLogger(__name__)
 
 GGUF_SUFFIX = ".gguf"
+_ROWS_PER_CHUNK = 4096
 
 # llama.cpp's block tensor names -> Hugging Face module names, per GGUF architecture (".weight"/".bias" kept)
 _LLAMA_BLOCK = {
@@ -128,6 +129,10 @@ class GGUFCheckpoint:
         self._names = {self._hf_name(name): name for name in self._tensors}
         self._check_types()
         self.config = self._hf_config()
+        # gguf parses the tokenizer's arrays (every token, merge and score) into ~100 k small Python objects; nothing
+        # here reads them after the config (gguf_tokenizer converts from the file itself), so they are let go
+        for key in [k for k, f in self._reader.fields.items() if k.startswith("tokenizer.ggml.") and len(f.data) > 1]:
+            del self._reader.fields[key]
 
     # ------------------------------------------------------------------ metadata
 
@@ -261,8 +266,16 @@ class GGUFCheckpoint:
             raise KeyError(f"{self.path} has no tensor {key!r}")
         name = self._names[key]
         tensor = self._tensors[name]
-        value = np.asarray(quants.dequantize(tensor.data, tensor.tensor_type), dtype=np.float32)
-        value = value.reshape(tuple(int(n) for n in reversed(tensor.shape)))  # ggml lists dimensions fastest first
+        shape = tuple(int(n) for n in reversed(tensor.shape))  # ggml lists dimensions fastest first
+        data = tensor.data
+        if data.ndim == 2 and len(shape) == 2 and data.shape[0] == shape[0] > _ROWS_PER_CHUNK:
+            # row blocks into one output: dequantize's float32 temporaries stay one block, not a second tensor
+            value = np.empty(shape, np.float32)
+            for start in range(0, shape[0], _ROWS_PER_CHUNK):
+                rows = quants.dequantize(data[start : start + _ROWS_PER_CHUNK], tensor.tensor_type)
+                value[start : start + _ROWS_PER_CHUNK] = rows.reshape(-1, shape[1])
+        else:
+            value = np.asarray(quants.dequantize(data, tensor.tensor_type), dtype=np.float32).reshape(shape)
         if self.architecture == "llama" and re.search(r"\.attn_[qk]\.", name):
             heads = self.config["num_attention_heads" if ".attn_q." in name else "num_key_value_heads"]
             value = unpermute_rope_rows(value, heads)
