@@ -85,6 +85,7 @@ class GGUFCheckpoint:
       path: as given (a ``str``).
       architecture: the file's ``general.architecture`` (one of :data:`SUPPORTED_ARCHITECTURES`).
       config: the Hugging Face ``config.json`` dict (module docstring).
+      has_tokenizer: whether the file carries a tokenizer (``tokenizer.ggml.tokens``), for :func:`gguf_tokenizer`.
 
     Raises ``FileNotFoundError`` for a missing file and a ``ValueError`` naming the file for one that is not GGUF,
     has another architecture, lacks a hyperparameter, holds a tensor llama.cpp's converter does not write for the
@@ -129,6 +130,7 @@ class GGUFCheckpoint:
         self._names = {self._hf_name(name): name for name in self._tensors}
         self._check_types()
         self.config = self._hf_config()
+        self.has_tokenizer = "tokenizer.ggml.tokens" in self._reader.fields
         # gguf parses the tokenizer's arrays (every token, merge and score) into ~100 k small Python objects; nothing
         # here reads them after the config (gguf_tokenizer converts from the file itself), so they are let go
         for key in [k for k, f in self._reader.fields.items() if k.startswith("tokenizer.ggml.") and len(f.data) > 1]:

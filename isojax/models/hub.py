@@ -346,7 +346,12 @@ def from_pretrained(
         )
     tokenizer = None
     if with_tokenizer:
-        tokenizer = load_tokenizer(directory) if gguf_checkpoint is None else gguf.gguf_tokenizer(gguf_checkpoint)
+        if gguf_checkpoint is None:
+            tokenizer = load_tokenizer(directory)
+        elif gguf_checkpoint.has_tokenizer:
+            tokenizer = gguf.gguf_tokenizer(gguf_checkpoint)
+        else:
+            log.info("%s carries no tokenizer; returning tokenizer=None", gguf_file)
     return module, params, tokenizer
 
 
