@@ -189,7 +189,8 @@ class GGUFCheckpoint:
             value = self._field(f"tokenizer.ggml.{token}_token_id")
             if value is not None:
                 config["pad_token_id" if token == "padding" else f"{token}_token_id"] = int(value)
-        if self.architecture == "qwen2":
+        if self.architecture == "qwen2":  # Qwen2's q/k/v always have biases; its config has no attention_bias
+            del config["attention_bias"]
             config["use_sliding_window"] = False
             if head_dim != hidden // heads:
                 raise ValueError(f"{self.path}: qwen2 needs head_dim = hidden / heads, got {head_dim}")
