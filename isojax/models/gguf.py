@@ -3,7 +3,7 @@
 A GGUF file holds a model's hyperparameters and tokenizer as metadata and its weights as (often quantized)
 tensors under llama.cpp's names. :class:`GGUFCheckpoint` reads one with the ``gguf`` package and gives
 
-- :attr:`GGUFCheckpoint.config`: the ``config.json`` dict of the Hugging Face model it was converted from
+- ``GGUFCheckpoint.config``, the ``config.json`` dict of the Hugging Face model it was converted from
   (``llama``, ``qwen2``, ``qwen3``, ``gemma3_text``), which :func:`isojax.models.registry.config_from_hf` reads;
 - its tensors under Hugging Face names (``model.layers.0.self_attn.q_proj.weight``), float32, in PyTorch layout,
   one at a time (:meth:`GGUFCheckpoint.tensors`, or :meth:`GGUFCheckpoint.state_dict`, a lazy state dict that
@@ -297,7 +297,7 @@ class GGUFCheckpoint:
 
     @property
     def metadata_size(self) -> int:
-        """Bytes before the tensor data: the header and every metadata field (the tokenizer's among them)."""
+        """The number of bytes before the tensor data (the header and every metadata field, the tokenizer's too)."""
         return int(self._reader.data_offset)
 
 
