@@ -186,3 +186,18 @@ def test_bad_mesh_or_placement_is_refused(single):
     shapes = {"w": jax.ShapeDtypeStruct((8, 8), np.float32)}
     with pytest.raises(ValueError, match="needs a mesh axis named 'model'"):
         param_shardings(shapes, config, data_only, "tensor")
+
+
+@needs_8
+def test_a_scanned_encoder_is_stacked_then_placed(single):
+    _, host, _ = isojax.from_pretrained(str(single), with_tokenizer=False, scan_layers=True)
+    mesh = make_mesh(8, model_parallel=2)
+    _, placed, _ = isojax.from_pretrained(
+        str(single), with_tokenizer=False, scan_layers=True, mesh=mesh, placement="fsdp+tensor"
+    )
+    for a, b in zip(jax.tree.leaves(host), jax.tree.leaves(placed), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    # [layers 2, 32, 64]: the layer axis is never split; FSDP takes the 32 rows, the model axis the 64 columns
+    kernel = placed["encoder"]["layers"]["block"]["intermediate"]["kernel"]
+    assert kernel.sharding.spec == P(None, "data", "model")
+    assert {s.data.shape for s in kernel.addressable_shards} == {(2, 8, 32)}

@@ -211,10 +211,11 @@ def test_from_pretrained_takes_a_gguf_file_or_a_directory_holding_one(tmp_path):
     write_tiny(tmp_path / "tiny.gguf", "llama")
     assert find_gguf(tmp_path) == str(tmp_path / "tiny.gguf")
     assert find_gguf(tmp_path / "tiny.gguf") == str(tmp_path / "tiny.gguf")
+    assert not GGUFCheckpoint(tmp_path / "tiny.gguf").has_tokenizer
     for source in (tmp_path, tmp_path / "tiny.gguf"):
         if "llama" in SUPPORTED_MODEL_TYPES:
-            module, params, _ = isojax.from_pretrained(str(source), with_tokenizer=False)
-            assert module.config.num_hidden_layers == LAYERS
+            module, params, tokenizer = isojax.from_pretrained(str(source))
+            assert module.config.num_hidden_layers == LAYERS and tokenizer is None
         else:  # until the Llama architecture is registered the GGUF path stops at the config, naming the file
             with pytest.raises(ValueError, match=r"tiny\.gguf: .*unknown model_type 'llama'"):
                 isojax.from_pretrained(str(source), with_tokenizer=False)

@@ -1,6 +1,7 @@
 """Peak host memory of loading a checkpoint onto 8 devices: tensor by tensor vs reading the whole state dict first.
 
     python -m experiments.benchmarks.load_memory [--layers 12 --hidden 768 --vocab 30522] [--placement fsdp+tensor]
+    python -m experiments.benchmarks.load_memory --gguf smollm2-135m-instruct
 
 Writes a random-weight BERT (BERT-base's shape by default: 110 M parameters, 438 MB of float32 safetensors) into a
 temporary directory, then loads it in a fresh Python process per path, each with
@@ -16,6 +17,12 @@ resident set (VmHWM) to the current one; after loading, the peak VmHWM is read. 
 buffers are host memory too, so the figure of merit is the *overhead*: peak - baseline - the bytes of the placed
 arrays (every device's shards summed), against the goal <= 2 x the largest tensor. A sampler thread (every 2 ms) also
 records the peak anonymous resident memory (RssAnon), which excludes file pages the kernel can drop.
+
+With ``--gguf FILE`` (or an offline model name) the same two paths read a GGUF file's Hugging Face-named float32
+tensors (:class:`isojax.models.gguf.GGUFCheckpoint`) and put each onto the data axis of the same mesh as FSDP splits
+it (:func:`isojax.models.partitioning.fsdp_spec`), without a model module: ``tensors()`` one at a time, or
+``dict(tensors())`` first and one ``jax.device_put``. The GGUF file itself is memory-mapped, so its pages that were
+read count in VmHWM (not in RssAnon).
 """
 
 from __future__ import annotations
@@ -68,7 +75,9 @@ def _child(path: str, mode: str, placement: str) -> dict:
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     start = time.perf_counter()
-    if mode == "tensor-by-tensor":
+    if mode.startswith("gguf"):
+        params = _gguf_load(path, mode, mesh)
+    elif mode == "tensor-by-tensor":
         _, params, _ = from_pretrained(path, mesh=mesh, placement=placement, with_tokenizer=False)
     else:
         config = read_config(path)
@@ -100,6 +109,29 @@ def _child(path: str, mode: str, placement: str) -> dict:
     }
 
 
+def _gguf_load(path: str, mode: str, mesh) -> dict:
+    import jax
+    import numpy as np
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from isojax.models.gguf import GGUFCheckpoint
+    from isojax.models.partitioning import fsdp_spec
+
+    checkpoint = GGUFCheckpoint(path)
+
+    def sharding(key: str, shape) -> NamedSharding:
+        return NamedSharding(mesh, fsdp_spec(key, shape, P(), mesh.shape["data"]))
+
+    if mode == "gguf-tensor-by-tensor":
+        return {
+            key: jax.make_array_from_callback(value.shape, sharding(key, value.shape), value.__getitem__)
+            for key, value in checkpoint.tensors()
+        }
+    host = dict(checkpoint.tensors())
+    return jax.device_put(host, {key: sharding(key, np.shape(value)) for key, value in host.items()})
+
+
 def _write_model(directory: str, layers: int, hidden: int, vocab: int) -> None:
     import jax
 
@@ -124,12 +156,25 @@ def main(argv=None):
     ap.add_argument("--hidden", type=int, default=768)
     ap.add_argument("--vocab", type=int, default=30522)
     ap.add_argument("--placement", default="fsdp+tensor", choices=("replicated", "fsdp", "tensor", "fsdp+tensor"))
+    ap.add_argument("--gguf", help="a .gguf file or offline model name: measure reading its tensors instead")
     ap.add_argument("--child", nargs=2, metavar=("PATH", "MODE"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         print(json.dumps(_child(args.child[0], args.child[1], args.placement)))
         return
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
+    if args.gguf:
+        from isojax.models.hub import resolve
+
+        path = resolve(args.gguf)
+        rows = [_run_child(path, mode, args.placement, env) for mode in ("gguf-tensor-by-tensor", "gguf-read-all")]
+        print(
+            f"GGUF {os.path.basename(path)} ({os.path.getsize(path) / MB:.1f} MB), as float32: "
+            f"{rows[0]['params_bytes'] / MB:.1f} MB, largest tensor {rows[0]['largest'] / MB:.1f} MB; 8 CPU devices, "
+            f"mesh data 4 x model 2, FSDP over data; placed bytes (all devices) {rows[0]['placed'] / MB:.1f} MB"
+        )
+        _table(rows)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         # written in a child too, so that this process holds no JAX arrays
         subprocess.run(
@@ -142,31 +187,37 @@ def main(argv=None):
             env=env,
         )
         size = os.path.getsize(os.path.join(tmp, "model.safetensors"))
-        rows = []
-        for mode in ("tensor-by-tensor", "read-all"):
-            out = subprocess.run(
-                [sys.executable, "-m", MODULE, "--placement", args.placement, "--child", tmp, mode],
-                check=True,
-                env=env,
-                capture_output=True,
-                text=True,
-            )
-            rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        rows = [_run_child(tmp, mode, args.placement, env) for mode in ("tensor-by-tensor", "read-all")]
     first = rows[0]
     print(
         f"model: {args.layers} layers x {args.hidden}, vocab {args.vocab}: model.safetensors {size / MB:.1f} MB, "
         f"largest tensor {first['largest'] / MB:.1f} MB; 8 CPU devices, mesh data 4 x model 2, "
         f"placement {args.placement}; placed bytes (all devices) {first['placed'] / MB:.1f} MB"
     )
+    _table(rows)
+
+
+def _run_child(path: str, mode: str, placement: str, env: dict) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-m", MODULE, "--placement", placement, "--child", path, mode],
+        check=True,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _table(rows: list[dict]) -> None:
     print(
-        f"{'path':<18} {'baseline MB':>11} {'peak MB':>9} {'peak-base MB':>12} {'overhead MB':>11} "
+        f"{'path':<22} {'baseline MB':>11} {'peak MB':>9} {'peak-base MB':>12} {'overhead MB':>11} "
         f"{'overhead/largest':>16} {'anon overhead MB':>16} {'seconds':>8}"
     )
     for row in rows:
         overhead = row["peak"] - row["baseline"] - row["placed"]
         anon = row["peak_anon"] - row["baseline_anon"] - row["placed"]
         print(
-            f"{row['mode']:<18} {row['baseline'] / MB:>11.1f} {row['peak'] / MB:>9.1f} "
+            f"{row['mode']:<22} {row['baseline'] / MB:>11.1f} {row['peak'] / MB:>9.1f} "
             f"{(row['peak'] - row['baseline']) / MB:>12.1f} {overhead / MB:>11.1f} {overhead / row['largest']:>16.2f} "
             f"{anon / MB:>16.1f} {row['seconds']:>8.2f}"
         )

@@ -200,9 +200,9 @@ def fetch(name: str) -> Path:
       name: a Hub id or alias of :data:`OFFLINE_MODELS` (see :func:`canonical_name`).
 
     Returns:
-      the model directory (a ``Path`` holding ``config.json``), or a package's model file. A name that is not an offline model raises
-      ``ValueError`` listing the names; a missing package model, a failed download or an archive that is not one
-      model directory raises ``RuntimeError``.
+      the model directory (a ``Path`` holding ``config.json``), or a package's model file (a ``.gguf``). A name
+      that is not an offline model raises ``ValueError`` listing the names; a missing package model, a failed
+      download or an archive that is not one model directory raises ``RuntimeError``.
 
     Examples:
       A model already in the cache directory is not downloaded again:

@@ -276,7 +276,7 @@ class _SafetensorsFile:
         buffer = np.empty(stop - begin, np.uint8)
         with open(self.path, "rb") as f:
             f.seek(self._start + begin)
-            if f.readinto(memoryview(buffer)) != stop - begin:
+            if f.readinto(buffer.data) != stop - begin:
                 raise ValueError(f"{self.path}: tensor {key!r} runs past the end of the file")
         value = buffer.view(dtype).reshape(entry["shape"])
         return value.astype(np.float32) if entry["dtype"] == "BF16" else value
@@ -314,26 +314,7 @@ def load_safetensors(path: str) -> dict[str, np.ndarray]:
         raise ValueError(f"{path}: not a readable safetensors file ({e})") from None
 
 
-class _Renamed(Mapping[str, np.ndarray]):
-    """``state`` seen under other keys (``names``: new key -> key of ``state``); values read when indexed."""
-
-    def __init__(self, state: Mapping[str, np.ndarray], names: dict[str, str]):
-        self._state, self._names = state, names
-
-    def __getitem__(self, key: str) -> np.ndarray:
-        return self._state[self._names[key]]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._names)
-
-    def __len__(self) -> int:
-        return len(self._names)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._names
-
-
-def _normalise_keys(state: Mapping[str, np.ndarray], prefix: str) -> Mapping[str, np.ndarray]:
+def _normalise_keys(state: Mapping[str, np.ndarray], prefix: str) -> LazyStateDict:
     """Strip the task-model prefix (``bert.``) and rename old LayerNorm ``gamma``/``beta`` (a view: nothing read)."""
     names = {}
     for original in state:
@@ -341,7 +322,7 @@ def _normalise_keys(state: Mapping[str, np.ndarray], prefix: str) -> Mapping[str
         key = re.sub(r"(LayerNorm|layer_norm|_norm)\.gamma$", r"\1.weight", key)
         key = re.sub(r"(LayerNorm|layer_norm|_norm)\.beta$", r"\1.bias", key)
         names[key] = original
-    return _Renamed(state, names)
+    return LazyStateDict(names, lambda key: state[names[key]], getattr(state, "source", "state dict"))
 
 
 def has_pooler(state: Mapping[str, np.ndarray], names: HFNames) -> bool:

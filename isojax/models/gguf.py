@@ -3,7 +3,7 @@
 A GGUF file holds a model's hyperparameters and tokenizer as metadata and its weights as (often quantized)
 tensors under llama.cpp's names. :class:`GGUFCheckpoint` reads one with the ``gguf`` package and gives
 
-- :attr:`GGUFCheckpoint.config`: the ``config.json`` dict of the Hugging Face model it was converted from
+- ``GGUFCheckpoint.config``, the ``config.json`` dict of the Hugging Face model it was converted from
   (``llama``, ``qwen2``, ``qwen3``, ``gemma3_text``), which :func:`isojax.models.registry.config_from_hf` reads;
 - its tensors under Hugging Face names (``model.layers.0.self_attn.q_proj.weight``), float32, in PyTorch layout,
   one at a time (:meth:`GGUFCheckpoint.tensors`, or :meth:`GGUFCheckpoint.state_dict`, a lazy state dict that
@@ -40,6 +40,7 @@ from isojax.models.checkpoint import LazyStateDict
 log = logging.getLogger(__name__)
 
 GGUF_SUFFIX = ".gguf"
+_ROWS_PER_CHUNK = 4096
 
 # llama.cpp's block tensor names -> Hugging Face module names, per GGUF architecture (".weight"/".bias" kept)
 _LLAMA_BLOCK = {
@@ -84,6 +85,7 @@ class GGUFCheckpoint:
       path: as given (a ``str``).
       architecture: the file's ``general.architecture`` (one of :data:`SUPPORTED_ARCHITECTURES`).
       config: the Hugging Face ``config.json`` dict (module docstring).
+      has_tokenizer: whether the file carries a tokenizer (``tokenizer.ggml.tokens``), for :func:`gguf_tokenizer`.
 
     Raises ``FileNotFoundError`` for a missing file and a ``ValueError`` naming the file for one that is not GGUF,
     has another architecture, lacks a hyperparameter, holds a tensor llama.cpp's converter does not write for the
@@ -128,6 +130,11 @@ class GGUFCheckpoint:
         self._names = {self._hf_name(name): name for name in self._tensors}
         self._check_types()
         self.config = self._hf_config()
+        self.has_tokenizer = "tokenizer.ggml.tokens" in self._reader.fields
+        # gguf parses the tokenizer's arrays (every token, merge and score) into ~100 k small Python objects; nothing
+        # here reads them after the config (gguf_tokenizer converts from the file itself), so they are let go
+        for key in [k for k, f in self._reader.fields.items() if k.startswith("tokenizer.ggml.") and len(f.data) > 1]:
+            del self._reader.fields[key]
 
     # ------------------------------------------------------------------ metadata
 
@@ -182,7 +189,8 @@ class GGUFCheckpoint:
             value = self._field(f"tokenizer.ggml.{token}_token_id")
             if value is not None:
                 config["pad_token_id" if token == "padding" else f"{token}_token_id"] = int(value)
-        if self.architecture == "qwen2":
+        if self.architecture == "qwen2":  # Qwen2's q/k/v always have biases; its config has no attention_bias
+            del config["attention_bias"]
             config["use_sliding_window"] = False
             if head_dim != hidden // heads:
                 raise ValueError(f"{self.path}: qwen2 needs head_dim = hidden / heads, got {head_dim}")
@@ -261,8 +269,16 @@ class GGUFCheckpoint:
             raise KeyError(f"{self.path} has no tensor {key!r}")
         name = self._names[key]
         tensor = self._tensors[name]
-        value = np.asarray(quants.dequantize(tensor.data, tensor.tensor_type), dtype=np.float32)
-        value = value.reshape(tuple(int(n) for n in reversed(tensor.shape)))  # ggml lists dimensions fastest first
+        shape = tuple(int(n) for n in reversed(tensor.shape))  # ggml lists dimensions fastest first
+        data = tensor.data
+        if data.ndim == 2 and len(shape) == 2 and data.shape[0] == shape[0] > _ROWS_PER_CHUNK:
+            # row blocks into one output: dequantize's float32 temporaries stay one block, not a second tensor
+            value = np.empty(shape, np.float32)
+            for start in range(0, shape[0], _ROWS_PER_CHUNK):
+                rows = quants.dequantize(data[start : start + _ROWS_PER_CHUNK], tensor.tensor_type)
+                value[start : start + _ROWS_PER_CHUNK] = rows.reshape(-1, shape[1])
+        else:
+            value = np.asarray(quants.dequantize(data, tensor.tensor_type), dtype=np.float32).reshape(shape)
         if self.architecture == "llama" and re.search(r"\.attn_[qk]\.", name):
             heads = self.config["num_attention_heads" if ".attn_q." in name else "num_key_value_heads"]
             value = unpermute_rope_rows(value, heads)
@@ -281,7 +297,7 @@ class GGUFCheckpoint:
 
     @property
     def metadata_size(self) -> int:
-        """Bytes before the tensor data: the header and every metadata field (the tokenizer's among them)."""
+        """The number of bytes before the tensor data (the header and every metadata field, the tokenizer's too)."""
         return int(self._reader.data_offset)
 
 

@@ -325,6 +325,7 @@ def from_pretrained(
     needs_init = any(names.hf_key(p) is None and "/".join(p) not in extra for p in traverse_util.flatten_dict(template))
     if needs_init:  # parameters without a checkpoint value (a new last-layer transform) start from their init
         template = init_params(unscanned, jax.random.key(0))
+    # before any tensor is read, so that a bad mesh or placement fails at once
     shardings = None if mesh is None else param_shardings(template, config, mesh, placement or "replicated")
     if scanned:  # the per-layer arrays are stacked on the host first, then placed
         params = checkpoint.params_from_state_dict(state, names, template, extra=extra, strict=strict)
@@ -346,7 +347,12 @@ def from_pretrained(
         )
     tokenizer = None
     if with_tokenizer:
-        tokenizer = load_tokenizer(directory) if gguf_checkpoint is None else gguf.gguf_tokenizer(gguf_checkpoint)
+        if gguf_checkpoint is None:
+            tokenizer = load_tokenizer(directory)
+        elif gguf_checkpoint.has_tokenizer:
+            tokenizer = gguf.gguf_tokenizer(gguf_checkpoint)
+        else:
+            log.info("%s carries no tokenizer; returning tokenizer=None", gguf_file)
     return module, params, tokenizer
 
 
