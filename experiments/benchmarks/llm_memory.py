@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from typing import Any, cast
 
 if __name__ == "__main__":  # the largest mesh needs 256 devices; on CPU they are virtual
     os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=256")
@@ -45,7 +46,7 @@ from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from experiments.tooling.report import markdown_table, provenance, write_result  # noqa: E402
-from isojax.models import TransformerConfig, build_model, init_params, partition_rules  # noqa: E402
+from isojax.models import DecoderOutput, TransformerConfig, build_model, init_params, partition_rules  # noqa: E402
 from isojax.models.partitioning import fsdp_spec  # noqa: E402
 from isojax.models.rope import Rope  # noqa: E402
 from isojax.train.parallel import make_mesh, partition_spec  # noqa: E402
@@ -53,7 +54,7 @@ from isojax.train.parallel import make_mesh, partition_spec  # noqa: E402
 GIB = 2**30
 DEVICES_GIB = {"TPU v5e (16 GiB)": 16, "TPU v4 (32 GiB)": 32, "H100 (80 GiB)": 80}
 MESHES = {8: (2, 4), 64: (8, 8), 256: (32, 8)}
-_LLAMA3 = dict(
+_LLAMA3: dict[str, Any] = dict(
     model_type="llama",
     vocab_size=128256,
     num_key_value_heads=8,
@@ -80,7 +81,7 @@ _LLAMA3 = dict(
         original_max_position_embeddings=8192,
     ),
 )
-MODELS = {  # Meta's config.json sizes
+MODELS: dict[str, dict[str, Any]] = {  # Meta's config.json sizes
     "llama-3-8b": dict(
         _LLAMA3, hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, intermediate_size=14336
     ),
@@ -109,12 +110,13 @@ def compile_cell(name: str, devices: int, batch: int, length: int) -> dict:
     mask = jax.ShapeDtypeStruct((batch, length), jnp.bool_, sharding=rows)
 
     def forward(params, ids, mask):
-        return module.apply({"params": params}, ids, mask).hidden_states
+        return cast(DecoderOutput, module.apply({"params": params}, ids, mask)).hidden_states
 
     start = time.perf_counter()
     states = NamedSharding(mesh, P("data", None, None))
     compiled = jax.jit(forward, out_shardings=states).lower(params, ids, mask).compile()
     mem = compiled.memory_analysis()
+    assert mem is not None  # the CPU, GPU and TPU backends all report it
     return {
         "argument": mem.argument_size_in_bytes,
         "output": mem.output_size_in_bytes,

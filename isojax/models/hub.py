@@ -13,7 +13,7 @@ import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -26,7 +26,6 @@ from jax.sharding import PartitionSpec as P
 from isojax._files import atomic_target, write_json
 from isojax.models import checkpoint, gguf
 from isojax.models.config import TransformerConfig
-from isojax.models.encoder import EncoderModel
 from isojax.models.heads import MaskedLMHead
 from isojax.models.registry import (
     architecture,
@@ -231,20 +230,24 @@ def from_pretrained(
     with_tokenizer: bool = True,
     mesh: Mesh | None = None,
     placement: str | None = None,
+    param_dtype: Any = jnp.float32,
 ):
     """Load a Hugging Face BERT / RoBERTa / ALBERT / DistilBERT / MPNet encoder, GPT-2 (``GPT2Model`` or
     ``GPT2LMHeadModel``), or BART / mBART (``BartModel``, ``BartForConditionalGeneration``, ...) checkpoint.
 
     Args:
       name_or_path: local directory, Hub id, ``"default"`` for all-MiniLM-L6-v2, or ``"all-mpnet-base-v2"``.
-      dtype: compute dtype (``jnp.bfloat16`` for bf16 compute); parameters stay float32.
-      last_layer_transform: optional Linen module applied to the last layer of an encoder (e.g. ``SoftDecay()``);
-        its parameters are initialised, or read from ``isojax_extra.safetensors`` when the directory has one.
+      dtype: compute dtype (``jnp.bfloat16`` for bf16 compute).
+      param_dtype: the parameters' dtype: float32, or ``jnp.bfloat16`` to hold them in half the memory (each tensor
+        is cast as it is read).
+      last_layer_transform: optional Linen module applied to the last layer of an encoder or a causal LM (e.g.
+        ``SoftDecay()``); its parameters are initialised, or read from ``isojax_extra.safetensors`` when the directory
+        has one.
       transform_placement: ``"output"`` (on the last layer's output, the SoftDecay paper) or ``"block"`` (inside
         the last block, the SoftDecay authors' code); see :class:`isojax.models.encoder.EncoderModel`.
       scan_layers: run an encoder's blocks as one ``nn.scan`` loop (compile time flat in depth); see
         :class:`isojax.models.stack.TransformerStack`. The checkpoint's per-layer weights are stacked into the
-        scanned layout (:func:`~isojax.models.scan.to_scanned`). Encoders only.
+        scanned layout (:func:`~isojax.models.scan.to_scanned`). Encoders and causal LMs whose layers are alike.
       remat: ``"none"``, or a key of :data:`isojax.models.stack.REMAT_POLICIES` to recompute an encoder's blocks in
         the backward pass; see :class:`isojax.models.stack.TransformerStack`. Encoders only.
       strict: raise on unexpected base-model keys (task-head keys are always ignored with a warning).
@@ -305,13 +308,16 @@ def from_pretrained(
             scan_layers=scan_layers,
             remat=remat,
         )
-    elif last_layer_transform is not None:
-        raise ValueError(
-            f"last_layer_transform is supported on encoders only; {name_or_path!r} is a {config.model_type} model"
+    elif remat != "none":
+        raise ValueError(f"remat is supported on encoders only; {name_or_path!r} is a {config.model_type} model")
+    elif model_kind(config) == "causal_lm":
+        module = build_model(config, dtype=dtype).clone(
+            scan_layers=scan_layers, last_layer_transform=last_layer_transform
         )
-    elif scan_layers or remat != "none":
+    elif last_layer_transform is not None or scan_layers:
         raise ValueError(
-            f"scan_layers and remat are supported on encoders only; {name_or_path!r} is a {config.model_type} model"
+            f"last_layer_transform and scan_layers are supported on encoders and causal LMs; {name_or_path!r} is "
+            f"a {config.model_type} model"
         )
     else:
         module = build_model(config, dtype=dtype)
@@ -329,7 +335,7 @@ def from_pretrained(
     shardings = None if mesh is None else param_shardings(template, config, mesh, placement or "replicated")
     if scanned:  # the per-layer arrays are stacked on the host first, then placed
         params = checkpoint.params_from_state_dict(state, names, template, extra=extra, strict=strict)
-        params = to_scanned(cast(EncoderModel, module), params)  # only an encoder scans its layers
+        params = jax.tree.map(lambda a: np.asarray(a, param_dtype), to_scanned(module, params))
         if mesh is not None:
             shardings = param_shardings(params, config, mesh, placement or "replicated")
             params = jax.tree.map(_put, params, shardings)
@@ -343,7 +349,11 @@ def from_pretrained(
             template,
             extra=extra,
             strict=strict,
-            place=lambda path, value: _put(value, flat_shardings[path]) if flat_shardings else jnp.asarray(value),
+            place=lambda path, value: (
+                _put(value.astype(param_dtype), flat_shardings[path])
+                if flat_shardings
+                else jnp.asarray(value, param_dtype)
+            ),
         )
     tokenizer = None
     if with_tokenizer:

@@ -7,7 +7,7 @@ unscanned layout (one subtree per block, the names Hugging Face's map): :func:`t
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -17,10 +17,6 @@ import numpy as np
 from isojax.models.attention import AttentionContext
 from isojax.models.block import TransformerBlock
 from isojax.models.config import TransformerConfig
-
-if TYPE_CHECKING:
-    from isojax.models.causal_lm import CausalLM
-    from isojax.models.encoder import EncoderModel
 
 Array = jax.Array
 
@@ -73,7 +69,7 @@ class BlockSequence(nn.Module):
         return x, (jnp.stack(states), jnp.stack(probs) if self.output_attentions else None)
 
 
-def to_scanned(model: EncoderModel | CausalLM, params: dict) -> dict:
+def to_scanned(model: nn.Module, params: dict) -> dict:
     """An encoder's or causal LM's params in the layout of ``model`` built with ``scan_layers=True``, from the unscanned
     layout (``encoder/layer_0/...`` or ``decoder/layer_0/...``, the one Hugging Face's names map; see
     :meth:`~isojax.models.stack.TransformerStack.scan_segments`). Inverse of :func:`to_unscanned`.
@@ -119,7 +115,7 @@ def to_scanned(model: EncoderModel | CausalLM, params: dict) -> dict:
     return {**params, key: out}
 
 
-def to_unscanned(model: EncoderModel | CausalLM, params: dict) -> dict:
+def to_unscanned(model: nn.Module, params: dict) -> dict:
     """An encoder's or causal LM's params in the unscanned layout (one subtree per block of
     :meth:`~isojax.models.stack.TransformerStack.layout`, the names Hugging Face's checkpoints map), from the layout of
     ``model`` built with ``scan_layers=True``; inverse of :func:`to_scanned`.
