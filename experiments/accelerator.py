@@ -13,7 +13,8 @@ On ``jax.devices()[0]``'s backend it
 (b) times a BERT encoder (default BERT-base, random weights; :mod:`experiments.benchmarks.throughput`): the isojax
     train step in bfloat16 and float32 (tokens/s, achieved TFLOP/s counted analytically and by XLA's cost analysis,
     MFU against the card's dense bf16 peak, :data:`BF16_PEAK_TFLOPS` or ``--peak-tflops``), SoftDecay's share of
-    the bf16 step for each decomposition strategy the backend lowers (``isojax.spectral.available_methods()``) and
+    the bf16 step for each decomposition strategy the backend lowers
+    (``experiments.benchmarks.decompositions.available_strategies()``) and
     the one ``auto`` picks, and the forward in both dtypes;
 (c) on a GPU or TPU (``--lowering`` / ``--no-lowering`` change that) the lowering matrix
     (:mod:`experiments.benchmarks.lowering`) for the device's platform, each export compiled and run there against the direct
@@ -58,11 +59,12 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from experiments.benchmarks import throughput  # noqa: E402
+from experiments.benchmarks.decompositions import STRATEGIES, available_strategies  # noqa: E402
 from experiments.benchmarks.softdecay import methods as parse_methods  # noqa: E402
 from experiments.tooling.report import RESULTS, markdown_table, provenance, write_result  # noqa: E402
 from isojax._argtypes import int_at_least  # noqa: E402
 from isojax.models import TransformerConfig  # noqa: E402
-from isojax.spectral import DECOMPOSITIONS, available_methods, current_platform, select_method  # noqa: E402
+from isojax.spectral import current_platform, select_method  # noqa: E402
 
 OUT = os.path.join(RESULTS, "accelerator")
 # Dense bf16 peak TFLOP/s by device kind (first match of a lower-case substring), for MFU.
@@ -168,7 +170,7 @@ def run_benchmarks(args, platform: str, log=print, save=lambda bench: None) -> d
         return step
 
     base = measure("bfloat16", jnp.bfloat16)  # the baseline of SoftDecay's share
-    for m in dict.fromkeys([auto, *(select_method(m, shape, platform) for m in args.methods)]):
+    for m in dict.fromkeys([auto, *(select_method(m, shape, platform) if m == "auto" else m for m in args.methods)]):
         out["softdecay"]["methods"].update(
             throughput.softdecay_share(cfg, jnp.bfloat16, batch, [m], args.repeats, base, log=log)
         )
@@ -317,7 +319,7 @@ def bench_sections(bench: dict, peak: dict | None) -> list[str]:
     sd = bench["softdecay"]
     sd_rows = []
     for m, r in sorted(sd["methods"].items(), key=lambda kv: kv[1].get("share", math.inf)):
-        dec = DECOMPOSITIONS[m]
+        dec = STRATEGIES[m]
         earlier = r.get("from")
         notes = [
             "auto's pick" if m == sd["auto"] else "",
@@ -550,7 +552,7 @@ def main(argv=None) -> dict | None:
     platform = current_platform()
     batch, length = SIZES.get(platform, SIZES["cuda"])
     args.batch, args.length = args.batch or batch, args.length or length
-    args.methods = args.methods or available_methods(platform)
+    args.methods = args.methods or available_strategies(platform)
     prov = provenance("accelerator")
     dev = device_info()
     print(f"{dev['kind']} ({dev['platform']}, {dev['count']} devices), jax {dev['jax']}")

@@ -12,6 +12,7 @@ attention mask) and over a whole ``[N, d]`` matrix of sentence embeddings (unsup
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import flax.linen as nn
 import jax
@@ -84,7 +85,7 @@ def _rescale_factor(s_max, alpha):
     return s_top / jnp.where(jnp.abs(f_top) >= floor, f_top, floor)
 
 
-def soft_decay(x, alpha, *, mask=None, rescale: bool = True, method: str = "auto"):
+def soft_decay(x, alpha, *, mask=None, rescale: bool = True, method: str | Callable = "auto"):
     """SoftDecay transform of each ``[n, d]`` matrix in ``x`` (Algorithm 1, eq. 2).
 
     ``X = U diag(σ) Vᵀ -> X̃ = Σ_i K f(σ_i) u_i v_iᵀ`` with ``f`` = :func:`decay_curve` and
@@ -104,14 +105,15 @@ def soft_decay(x, alpha, *, mask=None, rescale: bool = True, method: str = "auto
       mask: optional ``[..., n]`` boolean, true = real row (token). Masked rows are left out of the SVD and come
         back as zeros, whatever they hold (NaN and inf included).
       rescale: apply Algorithm 1's ``K`` (steps 3–4).
-      method: how the SVD is computed: ``"auto"`` (chosen per backend and shape) or a name in
-        :data:`isojax.spectral.DECOMPOSITIONS`; see :mod:`isojax.spectral` for the strategies, their accuracy and
-        the automatic rule. ``ValueError`` for an unknown name or one the backend cannot lower.
+      method: how the SVD is computed: ``"auto"`` (chosen per platform and shape), ``"svd"``, ``"gram_eigh_f64"``
+        or a decomposition callable (:func:`isojax.spectral.select_method`; the SoftDecay guide gives the rule,
+        ``docs/design/spectral.md`` the measurements). ``ValueError`` for an unknown name or one the backend
+        cannot lower.
 
     Null space: singular values ``σ ≤ max(n, d)·eps·σ_max`` (zero up to rounding: padding, repeated rows,
     rank deficiency) contribute nothing, instead of ``K f(0) u vᵀ`` with arbitrary thin-SVD vectors that
-    Algorithm 1 taken literally would add (``f(0) ≠ 0``); see :mod:`isojax.spectral`. On full-rank input this
-    is exactly Algorithm 1. A zero matrix maps to zero.
+    Algorithm 1 taken literally would add (``f(0) ≠ 0``); see :func:`isojax.spectral.spectral_map`. On full-rank
+    input this is exactly Algorithm 1. A zero matrix maps to zero.
 
     Small inputs: Algorithm 1 assumes ``σ_max > |α|``. For ``σ_max < |α|``, ``f(σ_max) < 0`` and K is negative
     (the literal formula, kept); at ``σ_max = |α|`` K has a pole, and ``|f(σ_max)|`` is bounded below by
@@ -120,8 +122,8 @@ def soft_decay(x, alpha, *, mask=None, rescale: bool = True, method: str = "auto
     Non-finite input: a NaN or inf in a real row raises ``ValueError`` naming the row for concrete input; traced,
     that matrix's output is NaN, and the SVD never sees it (zeros are decomposed in its place, see
     :mod:`isojax.spectral`): a step whose activations overflow fails loudly instead of hanging. Range: SoftDecay
-    is not scale-invariant (α acts on the singular values themselves); the SVD routes handle any finite float32
-    input, the Gram routes (``gram_eigh*``) square it and need ``|x|`` below about 1e19.
+    is not scale-invariant (α acts on the singular values themselves); ``svd`` handles any finite float32 input,
+    ``gram_eigh_f64`` squares it and needs ``|x|`` below about 1e19.
 
     Gradients with respect to ``x`` and ``alpha`` are exact where singular values are distinct or repeated
     (not at a repeated ``σ_max``, where ``max`` has no derivative) and finite everywhere (custom JVP of
@@ -151,7 +153,9 @@ def soft_decay(x, alpha, *, mask=None, rescale: bool = True, method: str = "auto
     return y.astype(x.dtype)
 
 
-def softdecay_derivative(x, alpha, *, mask=None, rescale: bool = True, method: str = "auto") -> SpectralDerivative:
+def softdecay_derivative(
+    x, alpha, *, mask=None, rescale: bool = True, method: str | Callable = "auto"
+) -> SpectralDerivative:
     """The derivative of ``soft_decay(x, alpha, mask=mask, rescale=rescale, method=method)`` at ``(x, alpha)`` as an
     explicit linear operator (:class:`isojax.spectral.SpectralDerivative`, whose docstring gives its structure).
 
@@ -172,7 +176,7 @@ def softdecay_derivative(x, alpha, *, mask=None, rescale: bool = True, method: s
       alpha: scalar in ``[−1, 0)``.
       mask: optional ``[..., n]`` bool, true = real row.
       rescale: static bool, apply Algorithm 1's ``K``.
-      method: static SVD strategy, ``"auto"`` or a name in :data:`isojax.spectral.DECOMPOSITIONS`.
+      method: static SVD strategy, as in :func:`soft_decay`.
 
     Returns:
       A :class:`isojax.spectral.SpectralDerivative` with leading shape ``[...]``; everything is in the working
@@ -251,13 +255,13 @@ class SoftDecay(nn.Module):
         starts at 0, where ``alpha_from_param(0, alpha_init) = alpha_init``.
       rescale: apply Algorithm 1's ``K`` (:func:`soft_decay`'s ``rescale``), so that the output's largest singular
         value is the input's.
-      method: the SVD strategy (:func:`soft_decay`'s ``method``): ``"auto"`` or a name in
-        :data:`isojax.spectral.DECOMPOSITIONS`.
+      method: the SVD strategy (:func:`soft_decay`'s ``method``): ``"auto"``, a name in
+        :data:`isojax.spectral.METHODS` or a decomposition callable.
     """
 
     alpha_init: float = -0.2
     rescale: bool = True
-    method: str = "auto"
+    method: str | Callable = "auto"
 
     @nn.compact
     def __call__(self, x, mask=None):

@@ -4,11 +4,15 @@ the accuracy each one must meet."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
-from isojax.spectral import DECOMPOSITIONS, available_methods, thin_svd
+from experiments.benchmarks.decompositions import STRATEGIES, Strategy, available_strategies, method_for
+from isojax.spectral import thin_svd
 
-ALL_METHODS = available_methods()
-"""Every decomposition strategy this backend lowers."""
+ALL_METHODS = [pytest.param(method_for(name), id=name) for name in available_strategies()]
+"""Every decomposition strategy this backend lowers, as the ``method=`` that runs it: isojax's own names (``svd``,
+``gram_eigh_f64``, dispatched per platform) and the benchmark's other strategies (callables), with their names as
+test ids."""
 
 
 def _distinct(methods):
@@ -17,8 +21,9 @@ def _distinct(methods):
     way), and the expensive tests run it once."""
     x = jax.ShapeDtypeStruct((3, 4, 6), jnp.float32)
     programs = {}
-    for m in methods:
-        programs.setdefault(jax.jit(lambda x, m=m: thin_svd(x, m)).lower(x).as_text(), m)
+    for param in methods:
+        strategy = STRATEGIES[param.id]  # compared as the benchmark's callables: isojax's own names add a dispatch
+        programs.setdefault(jax.jit(lambda x, m=strategy: thin_svd(x, m)).lower(x).as_text(), param)
     return list(programs.values())
 
 
@@ -102,7 +107,7 @@ def y_tolerance(method: str, dtype, kappa: float) -> float:
     matrices: at most 0.3 of the bound at κ = 10, below 0.02 from κ = 100 on."""
     eps = float(np.finfo(dtype).eps)
     bound = eps * kappa
-    dec = DECOMPOSITIONS[method]
+    dec = method if isinstance(method, Strategy) else STRATEGIES[method]
     if dec.route == "gram_eigh":
         bound += float(np.finfo(np.float64).eps if dec.float64 else eps) * kappa**2
     return 4 * bound

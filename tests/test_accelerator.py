@@ -23,9 +23,10 @@ from conftest import require, skip_unless_ci
 
 from experiments import accelerator
 from experiments.benchmarks import throughput
+from experiments.benchmarks.decompositions import STRATEGIES, available_strategies
 from experiments.tooling import accelerator_bundle, accelerator_suite
 from isojax.models import TransformerConfig
-from isojax.spectral import DECOMPOSITIONS, available_methods, current_platform, select_method
+from isojax.spectral import current_platform, select_method
 
 # The suite runs on any backend (``JAX_PLATFORMS=cuda`` too): the command is checked on the one this process sees.
 PLATFORM = current_platform()
@@ -203,7 +204,7 @@ def test_strategies_timed_in_a_later_call_join_the_earlier_ones(tiny_run, tmp_pa
     first = json.loads(json.dumps(tiny_run[1]))
     earlier = first["benchmarks"]
     auto = earlier["softdecay"]["auto"]
-    other = next(m for m in available_methods(PLATFORM) if m != auto)
+    other = next(m for m in available_strategies(PLATFORM) if m != auto)
     later = json.loads(json.dumps(earlier))
     later["provenance"] = {**earlier["provenance"], "commit": "later", "date": "later"}
     later["softdecay"]["methods"] = {other: {**earlier["softdecay"]["methods"][auto], "share": 0.5}}
@@ -309,7 +310,7 @@ def test_a_benchmark_stopped_midway_keeps_what_it_measured(tmp_path, monkeypatch
 
 
 def test_a_strategy_that_fails_is_recorded_and_marked():
-    absent = next(m for m in DECOMPOSITIONS if m not in available_methods(PLATFORM))  # each backend lacks one
+    absent = next(m for m in STRATEGIES if m not in available_strategies(PLATFORM))  # each backend lacks one
     cfg = TransformerConfig(num_hidden_layers=1, hidden_size=16, num_attention_heads=2, intermediate_size=32)
     batch = throughput.random_batch(cfg, 2, 8)
     base, _ = throughput.build_step(cfg, jnp.float32, batch)

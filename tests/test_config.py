@@ -257,8 +257,9 @@ def _committed_records() -> list[str]:
     )
 
 
-def test_the_configs_of_committed_runs_are_read():
-    """Records written before the nested configuration hold the flat form; later ones ``TrainConfig.to_json()``."""
+def test_the_nested_configs_of_committed_runs_are_read_and_the_flat_ones_refused_with_their_new_spelling():
+    """Records written before the nested configuration hold the flat form, which is refused with a ValueError that
+    spells each key as a dotted path; later ones hold ``TrainConfig.to_json()``, read back as written."""
     records = {path: read_json(path)["config"] for path in _committed_records()}
     nested = {path for path, recorded in records.items() if isinstance(recorded.get("task"), dict)}
     assert nested and len(nested) < len(records)
@@ -271,23 +272,25 @@ def test_the_configs_of_committed_runs_are_read():
                     assert values.pop(name) == json.loads(json.dumps(setting_of(f"{section}.{name}").field.default))
             assert read == recorded, path
             continue
-        config = TrainConfig.from_json(recorded)  # the flat form
+        with pytest.raises(ValueError, match="flat configuration") as refused:
+            TrainConfig.from_json(recorded)
         by_flat = {s.flat: s.path for s in SETTINGS}
-        values = json.loads(json.dumps(config.flat_json()))
-        for key, value in recorded.items():
-            if by_flat[key].partition(".")[0] in ("seq2seq", "flow") and config.seq2seq is None:
-                continue  # a GLUE run ignored its sequence-to-sequence and flow settings
-            assert values[by_flat[key]] == value, (path, key)
-        assert config.seq2seq is None and (config.flow is None) == (recorded["method"] != "flow")
+        assert all(f"{key} -> {by_flat[key]}" in str(refused.value) for key in recorded), path
+        assert "learning_rate -> optim.learning_rate" in str(refused.value)
 
 
-def test_resume_from_a_flat_checkpoint_config_compares_by_setting():
-    flat = read_json(_committed_records()[0])["config"]
-    same = TrainConfig.from_json(flat)
-    _check_resumable(same.override({"logging.output_dir": "elsewhere", "placement.devices": 2}), {"config": flat}, "d")
-    with pytest.raises(ValueError, match=r"different configuration \(optim.learning_rate: 2e-05 -> 0.001\)"):
-        _check_resumable(same.override({"optim.learning_rate": 1e-3}), {"config": flat}, "d")
+def test_resume_compares_by_setting_and_refuses_a_flat_checkpoint_config():
+    records = (read_json(path)["config"] for path in _committed_records())
+    flat = next(config for config in records if not isinstance(config["task"], dict))
+    same = TrainConfig.from_json({}).override({"task.name": flat["task"], "optim.learning_rate": 2e-5})
+    with pytest.raises(ValueError, match=r"flat configuration .* no longer read.*learning_rate -> optim.learning_rate"):
+        _check_resumable(same, {"config": flat}, "d")
     nested = same.to_json()
+    _check_resumable(
+        same.override({"logging.output_dir": "elsewhere", "placement.devices": 2}), {"config": nested}, "d"
+    )
+    with pytest.raises(ValueError, match=r"different configuration \(optim.learning_rate: 2e-05 -> 0.001\)"):
+        _check_resumable(same.override({"optim.learning_rate": 1e-3}), {"config": nested}, "d")
     with pytest.raises(ValueError, match=r"\(model.pooling: 'cls' -> 'mean'\)"):
         _check_resumable(same.override({"model.pooling": "mean"}), {"config": nested}, "d")
 

@@ -849,55 +849,6 @@ def test_a_run_that_diverges_is_recorded_reported_and_not_run_again(campaign, mo
         glue_methods.main([*argv, "method=baseline"])
 
 
-def test_a_run_recorded_on_older_dropout_masks_is_rerun_from_scratch_and_its_record_names_what_it_replaced(
-    campaign, monkeypatch, tmp_path
-):
-    """``--rerun-older-masks method=baseline``: the baseline's record, marked as drawn from another dropout stream,
-    is run again from its first step (not resumed from its final checkpoint) and replaced; its new record names the
-    earlier one; cosine's record, on the same older stream but not chosen, stays; a second call runs nothing. The
-    rerun has the earlier run's configuration and (really) its masks, so its dev metrics equal the earlier ones."""
-    root, path = campaign
-    runs, out = tmp_path / "runs", tmp_path / "out"
-    argv = [*_argv(root, path)[:4], "--runs-dir", str(runs), "--out", str(out), "--only", "task=rte", "seed=0"]
-    assert glue_methods.main(argv) == 0
-    older = {"commit": "0123abc", "pair_key": "0ld5tream000"}
-    earlier = {}
-    for method in ("baseline", "cosine"):
-        for directory in (runs, out / "glue_methods_runs"):
-            record = directory / "p" / "rte" / method / "seed0" / "campaign.json"
-            data = read_json(record)
-            data["commit"], data["pairing"] = older["commit"], {"dropout_stream": older["pair_key"]}
-            record.write_text(json.dumps(data))
-        earlier[method] = read_json(runs / "p" / "rte" / method / "seed0" / "results.json")["stages"]
-    popen, launched = subprocess.Popen, []
-
-    def counting(args, **kwargs):
-        if args[1:4] == ["-m", "isojax.cli", "finetune"]:
-            launched.append(args[-1])
-        return popen(args, **kwargs)
-
-    monkeypatch.setattr(subprocess, "Popen", counting)
-    rerun = [*argv, "--rerun-older-masks", "method=baseline"]
-    assert glue_methods.main(rerun) == 0
-    assert launched == [str(runs / "p" / "rte" / "baseline" / "seed0" / "config.json")]
-    for directory in (runs, out / "glue_methods_runs"):
-        record = read_json(directory / "p" / "rte" / "baseline" / "seed0" / "campaign.json")
-        assert record["replaces"] == {**older, "stages": earlier["baseline"]}
-        assert record["pairing"]["dropout_masks"] == glue_pairing.dropout_masks()
-        assert glue_pairing.pair_key(record) != older["pair_key"]
-        assert (
-            read_json(directory / "p" / "rte" / "baseline" / "seed0" / "results.json")["stages"] == earlier["baseline"]
-        )
-        assert read_json(directory / "p" / "rte" / "cosine" / "seed0" / "campaign.json")["commit"] == older["commit"]
-    log = read_jsonl(runs / "p" / "rte" / "baseline" / "seed0" / "log.jsonl")
-    assert not any(r["kind"] == "resume" for r in log)
-    assert min(r["step"] for r in log if r["kind"] == "train") == 1
-    assert glue_methods.main(rerun) == 0  # on the current masks now: done
-    assert len(launched) == 1
-    with pytest.raises(SystemExit, match="--rerun-older-masks: unknown key"):
-        glue_methods.main([*argv, "--rerun-older-masks", "model=x"])
-
-
 def test_a_time_limit_starts_only_the_runs_whose_estimate_fits_in_what_is_left(campaign, monkeypatch, tmp_path, capsys):
     """``--time-limit MINUTES``: the campaign order is kept, but a run starts only where the cost table's estimate
     fits in the minutes left since the campaign started, and the campaign stops where none does. A stand-in finetune
@@ -1047,14 +998,14 @@ def test_a_run_stopped_by_a_sigterm_from_outside_is_kept_as_a_sitting_and_the_ca
 
 
 def test_a_selection_no_run_has_or_a_missing_file_is_refused_by_its_option(campaign, tmp_path, capsys):
-    """A typo in ``--only`` or ``--rerun-older-masks`` selected nothing (or less than asked) without a word; a
+    """A typo in ``--only`` selected nothing (or less than asked) without a word; a
     missing ``--config`` was a traceback and a missing ``--cost`` ran unordered and unfiltered."""
     root, path = campaign
     argv = _argv(root, path, "--dry-run")
     for extra, message in (
         (["--only", "task=mprc"], "--only: no run has task 'mprc'; the tasks are ['rte', 'mrpc']"),
         (["--only", "task=rte", "seed=1,2"], "--only: no run has seed '2'; the seeds are ['0', '1']"),
-        (["--rerun-older-masks", "method=cosin"], "--rerun-older-masks: no run has method 'cosin'; the methods are"),
+        (["--only", "method=cosin"], "--only: no run has method 'cosin'; the methods are"),
         (["--cost", str(tmp_path / "nosuch.json")], f"--cost {tmp_path / 'nosuch.json'}: no such file"),
     ):
         with pytest.raises(SystemExit, match=re.escape(message)):

@@ -1,6 +1,7 @@
 """isojax.spectral against numpy SVD references, float64 central finite differences and dense Jacobians, for
 every decomposition strategy this backend lowers."""
 
+import re
 from types import SimpleNamespace
 
 import chex
@@ -21,8 +22,9 @@ from spectral_helpers import (
     y_tolerance,
 )
 
+from experiments.benchmarks.decompositions import method_for
+from isojax.softdecay import soft_decay
 from isojax.spectral import (
-    DECOMPOSITIONS,
     SpectralMap,
     available_methods,
     current_platform,
@@ -102,9 +104,10 @@ def test_float32_gram_eigh_loses_the_small_values_the_svd_keeps():
     bound) while the SVD, the QR-first route and the float64 Gram route stay below 1e-5."""
     x = with_spectrum(np.random.default_rng(12), 16, 48, np.geomspace(3.0, 3e-3, 16)).astype(np.float32)
     ref = reference(x.astype(np.float64), 0.7)
+    methods = {m: method_for(m) for m in ("svd", "qr_svd", "gram_eigh", "gram_eigh_f64")}
     errors = {
-        m: rel_err(jax.jit(lambda x, m=m: spectral_map(x, g_jax, 0.7, method=m).y)(x), ref)
-        for m in ("svd", "qr_svd", "gram_eigh", "gram_eigh_f64")
+        name: rel_err(jax.jit(lambda x, m=m: spectral_map(x, g_jax, 0.7, method=m).y)(x), ref)
+        for name, m in methods.items()
     }
     assert errors["gram_eigh"] > 1e-4
     assert max(errors["svd"], errors["qr_svd"], errors["gram_eigh_f64"]) < 1e-5, errors
@@ -327,14 +330,28 @@ def test_bad_input_raises():
         spectral_map(x, jnp.log1p, mask=np.ones(3, bool))
     with pytest.raises(ValueError, match="rtol"):
         spectral_map(x, jnp.log1p, rtol=-1.0)
-    with pytest.raises(ValueError, match=r"method must be 'auto' or one of \['svd', 'svd_qr'"):
+    with pytest.raises(ValueError, match=r"method must be 'auto', one of \['svd', 'gram_eigh_f64'\] or a .*'lapack'"):
         spectral_map(x, jnp.log1p, method="lapack")
     with pytest.raises(ValueError, match="method must be"):
         thin_svd(x, method="eig")
-    unsupported = [m for m in DECOMPOSITIONS if m not in available_methods()]
-    for m in unsupported:
-        with pytest.raises(ValueError, match=f"method '{m}' does not lower on"):
-            spectral_map(x, jnp.log1p, method=m)
+
+
+def test_a_strategy_isojax_left_to_the_benchmark_is_refused_by_name():
+    """The strategies measured and not chosen (svd_polar, qr_svd, float32 gram_eigh, ...) are no longer names isojax
+    accepts: refused with a ValueError that names the method and points to the benchmark that keeps them, eagerly,
+    under jit and under vmap; the benchmark's callable for the same name runs."""
+    x = np.random.default_rng(0).standard_normal((2, 6, 4)).astype(np.float32)
+    for call in (
+        lambda m: spectral_map(x, jnp.log1p, method=m),
+        lambda m: jax.jit(lambda x: spectral_map(x, jnp.log1p, method=m).y)(x),
+        lambda m: jax.vmap(lambda x: soft_decay(x, -0.6, method=m))(x),
+        lambda m: thin_svd(x, m),
+    ):
+        with pytest.raises(ValueError, match=r"got 'svd_polar' .*experiments/benchmarks/decompositions\.py"):
+            call("svd_polar")
+    np.testing.assert_allclose(
+        spectral_map(x, jnp.log1p, method=method_for("qr_svd")).y, spectral_map(x, jnp.log1p).y, atol=1e-5
+    )
 
 
 def test_auto_rule():
@@ -349,8 +366,10 @@ def test_auto_rule():
     for platform in ["cpu", "cuda", "rocm", "tpu"]:
         for shape in [(32, 128, 768), (8, 8)]:
             assert select_method("auto", shape, platform) in available_methods(platform)
-    with pytest.raises(ValueError, match="does not lower on cpu"):
-        select_method("gram_eigh_qdwh", (4, 4), "cpu")
+    with pytest.raises(ValueError, match=re.escape("'gram_eigh_f64' does not lower on tpu (only on cpu, cuda, rocm)")):
+        select_method("gram_eigh_f64", (4, 4), "tpu")
+    with pytest.raises(ValueError, match="platform must be one of"):
+        select_method("auto", (4, 4), "gpu")
 
 
 def test_current_platform_tells_cuda_from_rocm(monkeypatch):
@@ -358,7 +377,7 @@ def test_current_platform_tells_cuda_from_rocm(monkeypatch):
     for version, expected in [("PJRT C API\ncuda 12080", "cuda"), ("PJRT C API\nrocm 60300", "rocm")]:
         monkeypatch.setattr(jax.extend.backend, "get_backend", lambda v=version: SimpleNamespace(platform_version=v))
         assert current_platform() == expected
-        assert "svd_jacobi" in available_methods()
+        assert select_method("auto", (8, 64, 64)) == "gram_eigh_f64"  # the GPU rule, from the current platform
 
 
 # The derivative as an operator (isojax.spectral.SpectralDerivative).

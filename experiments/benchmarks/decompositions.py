@@ -1,4 +1,4 @@
-"""Accuracy and speed of each SVD strategy behind SoftDecay (``isojax.spectral.DECOMPOSITIONS``).
+"""Accuracy and speed of each way of computing the thin SVD behind SoftDecay (:data:`STRATEGIES`).
 
     python -m experiments.benchmarks.decompositions [--methods svd,gram_eigh,...] [--alpha -0.6] [--repeats 7] [--skip-speed]
                                          [--skip-real] [--out experiments/results]
@@ -16,12 +16,18 @@ Each entry is the largest relative error (Frobenius norm for matrices) over the 
 largest ``σ_max/σ_min`` over their live singular values.
 Speed table: ``jit`` of value-and-gradient (x and α) of ``Σ W ∘ soft_decay(X, α)`` on 32×[128, 768], 32×[128, 384]
 and one [2758, 384] matrix, all strategies interleaved after warm-up (medians, ms, and the ratio to ``svd``).
-Writes experiments/results/decompositions.{md,json}.
+Writes experiments/results/decompositions.{md,json}; ``docs/design/spectral.md`` reads the tables.
+
+isojax itself keeps ``svd`` and ``gram_eigh_f64`` (``isojax.spectral.METHODS``), which ``method="auto"`` chooses
+between per platform. :data:`STRATEGIES` holds those two and the strategies measured beside them; an entry is a
+callable that isojax's ``method=`` accepts (:func:`method_for` gives the argument for a name), so that these
+measurements, the accelerator command and the test suite can run every one of them.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import os
 
@@ -37,17 +43,99 @@ from experiments.benchmarks.common import median_ms  # noqa: E402
 from experiments.tooling.report import markdown_table, provenance, write_result  # noqa: E402
 from isojax._argtypes import int_at_least  # noqa: E402
 from isojax.softdecay import decay_curve, soft_decay  # noqa: E402
-from isojax.spectral import (
-    DECOMPOSITIONS,
-    available_methods,
+from isojax.spectral import (  # noqa: E402
+    METHODS,
     current_platform,
-    select_method,  # noqa: E402
+    gram_eigh,
+    select_method,
     spectral_map,
+    svd,
     thin_svd,
 )
 
 EPS32 = float(np.finfo(np.float32).eps)
 SPEED_SHAPES = ((32, 128, 768), (32, 128, 384), (2758, 384))
+_ALL = ("cpu", "cuda", "rocm", "tpu")
+
+
+# ---------------------------------------------------------------------------------------------------- strategies
+@dataclasses.dataclass(frozen=True)
+class Strategy:
+    """One way of computing the thin SVD; called on a finite ``[..., n, d]`` matrix in the working dtype it returns
+    ``(u, s, vt)``, so an instance is a ``method=`` of isojax's functions (it runs as is on every platform).
+
+    Attributes:
+      name: the key in :data:`STRATEGIES`.
+      route: ``"svd"`` (one SVD of the tall side), ``"qr_svd"`` (Householder QR, then the square factor's SVD) or
+        ``"gram_eigh"`` (``isojax.spectral.gram_eigh``: eigh of the smaller Gram matrix, the other side by QR).
+      algorithm: the ``algorithm`` of ``jax.lax.linalg.svd`` or ``implementation`` of ``jax.lax.linalg.eigh``.
+      float64: for a Gram route, whether the Gram matrix is formed and decomposed in float64.
+      platforms: the platforms whose JAX lowers it (``experiments/results/lowering.md``).
+    """
+
+    name: str
+    route: str
+    algorithm: jax.lax.linalg.SvdAlgorithm | jax.lax.linalg.EighImplementation | None
+    float64: bool
+    platforms: tuple[str, ...]
+
+    def __call__(self, x):
+        if self.route == "gram_eigh":
+            return gram_eigh(x, self.algorithm, self.float64)  # type: ignore[arg-type]
+        if self.route == "svd":
+            return svd(x, self.algorithm)  # type: ignore[arg-type]
+        tall = x.shape[-2] >= x.shape[-1]
+        q, r = jnp.linalg.qr(x if tall else jnp.swapaxes(x, -1, -2))
+        ur, s, wt = svd(r)
+        q = jnp.matmul(q, ur, precision=jax.lax.Precision.HIGHEST)
+        return (q, s, wt) if tall else (jnp.swapaxes(wt, -1, -2), s, jnp.swapaxes(q, -1, -2))
+
+
+_SVD, _EIGH = jax.lax.linalg.SvdAlgorithm, jax.lax.linalg.EighImplementation
+STRATEGIES: dict[str, Strategy] = {
+    s.name: s
+    for s in (
+        Strategy("svd", "svd", None, False, _ALL),
+        Strategy("svd_qr", "svd", _SVD.QR, False, ("cpu", "cuda", "rocm")),
+        Strategy("svd_dc", "svd", _SVD.DIVIDE_AND_CONQUER, False, ("cpu", "rocm")),
+        Strategy("svd_jacobi", "svd", _SVD.JACOBI, False, ("cuda", "rocm")),
+        Strategy("svd_polar", "svd", _SVD.POLAR, False, ("cuda", "rocm", "tpu")),
+        Strategy("qr_svd", "qr_svd", None, False, _ALL),
+        Strategy("gram_eigh", "gram_eigh", None, False, _ALL),
+        Strategy("gram_eigh_qr", "gram_eigh", _EIGH.QR, False, ("cpu", "cuda", "rocm")),
+        Strategy("gram_eigh_jacobi", "gram_eigh", _EIGH.JACOBI, False, ("cuda", "rocm", "tpu")),
+        Strategy("gram_eigh_qdwh", "gram_eigh", _EIGH.QDWH, False, ("tpu",)),
+        Strategy("gram_eigh_f64", "gram_eigh", None, True, ("cpu", "cuda", "rocm")),
+        Strategy("gram_eigh_f64_qr", "gram_eigh", _EIGH.QR, True, ("cpu", "cuda", "rocm")),
+        Strategy("gram_eigh_f64_jacobi", "gram_eigh", _EIGH.JACOBI, True, ("cuda", "rocm")),
+    )
+}
+"""The strategies by name (``docs/design/spectral.md`` describes each and what was measured). ``svd`` and
+``gram_eigh_f64`` are isojax's own :data:`isojax.spectral.METHODS`."""
+
+
+def available_strategies(platform: str | None = None) -> list[str]:
+    """Names in :data:`STRATEGIES` that lower on ``platform`` (default ``isojax.spectral.current_platform()``)."""
+    platform = platform or current_platform()
+    return [name for name, st in STRATEGIES.items() if platform in st.platforms]
+
+
+def method_for(name: str, platform: str | None = None):
+    """The ``method=`` argument that runs strategy ``name`` on ``platform`` (default the current one): isojax's own
+    name for ``auto`` and :data:`isojax.spectral.METHODS` (chosen per lowering platform), else the
+    :class:`Strategy`. ``ValueError`` naming it for an unknown name or one the platform does not lower."""
+    platform = platform or current_platform()
+    if name == "auto" or name in METHODS:
+        select_method(name, (2, 2), platform)
+        return name
+    if name not in STRATEGIES:
+        raise ValueError(f"unknown strategy {name!r}: choose 'auto' or one of {list(STRATEGIES)}")
+    if platform not in STRATEGIES[name].platforms:
+        raise ValueError(
+            f"method {name!r} does not lower on {platform} (only on {', '.join(STRATEGIES[name].platforms)});"
+            f" on {platform} choose 'auto' or one of {available_strategies(platform)}"
+        )
+    return STRATEGIES[name]
 
 
 # ---------------------------------------------------------------------------------------------------- cases
@@ -172,8 +260,8 @@ def _runner(method: str):
     def run(x, mask, alpha, dx):
         xm = x if mask is None else jnp.where(mask[..., None], x, 0)
         return (
-            *_derivatives(lambda z, a: soft_decay(z, a, mask=mask, method=method), x, alpha, dx),
-            thin_svd(xm, method)[1],
+            *_derivatives(lambda z, a: soft_decay(z, a, mask=mask, method=method_for(method)), x, alpha, dx),
+            thin_svd(xm, method_for(method))[1],
         )
 
     return run
@@ -233,8 +321,9 @@ def time_methods(methods, shapes=SPEED_SHAPES, alpha: float = -0.6, repeats: int
         a = jnp.float32(alpha)
         steps = {}
         for m in methods:
+            method = method_for(m)
             fn = jax.jit(
-                jax.value_and_grad(lambda x, a, w, m=m: jnp.sum(w * soft_decay(x, a, method=m)), argnums=(0, 1))
+                jax.value_and_grad(lambda x, a, w, m=method: jnp.sum(w * soft_decay(x, a, method=m)), argnums=(0, 1))
             )
             steps[m] = lambda fn=fn: fn(x, a, w)
             median_ms(steps[m], warmup=1, repeats=1)  # compile and warm up
@@ -298,7 +387,7 @@ def main(argv=None):
     ap.add_argument(
         "--methods",
         default=None,
-        help="comma-separated names of isojax.spectral.DECOMPOSITIONS (default: all this backend lowers)",
+        help="comma-separated names of STRATEGIES (default: all this backend lowers)",
     )
     ap.add_argument("--alpha", type=float, default=-0.6, help="SoftDecay alpha (the authors' STS value)")
     ap.add_argument("--repeats", type=int_at_least(1), default=7)
@@ -307,9 +396,9 @@ def main(argv=None):
     ap.add_argument("--out", default=None, help="results directory (default experiments/results)")
     args = ap.parse_args(argv)
     platform = current_platform()
-    methods = args.methods.split(",") if args.methods else available_methods(platform)
+    methods = args.methods.split(",") if args.methods else available_strategies(platform)
     for m in methods:
-        select_method(m, (2, 2), platform)  # ValueError for an unknown or unsupported name
+        method_for(m, platform)  # ValueError for an unknown or unsupported name
     prov = provenance("decompositions")
     prov["OPENBLAS_NUM_THREADS"] = os.environ["OPENBLAS_NUM_THREADS"]
     rng = np.random.default_rng(0)
@@ -331,8 +420,8 @@ def main(argv=None):
     sections = [
         f"SoftDecay alpha = {args.alpha:g}. Strategies: "
         + "; ".join(
-            f"`{m}` ({DECOMPOSITIONS[m].route}, {DECOMPOSITIONS[m].algorithm}, "
-            f"{'float64 Gram' if DECOMPOSITIONS[m].float64 else 'working dtype'})"
+            f"`{m}` ({STRATEGIES[m].route}, {STRATEGIES[m].algorithm}, "
+            f"{'float64 Gram' if STRATEGIES[m].float64 else 'working dtype'})"
             for m in methods
         )
         + ". Errors are relative to float64 references on the same float32 matrices (module docstring of "

@@ -9,8 +9,10 @@ Each entry point (a tiny configuration of it, built from a config: nothing is do
 - ``lowers``: the export succeeded. ``(not serializable: T)`` adds that it needed the custom call ``T``, which
   JAX gives no compatibility guarantee (it lowers and compiles on that platform, but JAX will not serialise it
   without ``DisabledSafetyCheck.custom_call``);
-- ``refused: R``: isojax refused it up front with a ``ValueError`` naming the platform and the strategies it has
-  (a decomposition the platform has no lowering for, :data:`isojax.spectral.DECOMPOSITIONS`);
+- ``refused: R``: a decomposition the platform has no lowering for (:data:`isojax.spectral.METHODS`: only
+  ``gram_eigh_f64`` on TPU), refused by isojax up front with a ``ValueError`` naming the platform, or, exported
+  from a host that has it, by JAX's lowering of isojax's per-platform dispatch (``NotImplementedError: ...
+  platform_index(platforms=...) not found for platform P``: the platforms that have a branch);
 - ``FAILS: E``: anything else, an error from inside JAX: a defect.
 
 Every cell also records whether the module holds float64 (a TPU module must not) and its ``custom_call`` targets;
@@ -88,8 +90,12 @@ def export(f, args, platform: str):
 
 
 def refusal(error: BaseException, platform: str) -> bool:
-    """Whether ``error`` is isojax's up-front refusal for ``platform`` (not an error from inside JAX)."""
-    return isinstance(error, ValueError) and f"does not lower on {platform}" in str(error)
+    """Whether ``error`` refuses a decomposition ``platform`` has no lowering for: isojax's ``ValueError``, or JAX's
+    lowering of :func:`isojax.spectral.thin_svd`'s per-platform dispatch, which has no branch for ``platform``."""
+    if isinstance(error, ValueError):
+        return f"does not lower on {platform}" in str(error)
+    text = str(error)
+    return isinstance(error, NotImplementedError) and "platform_index" in text and f"for platform {platform}" in text
 
 
 def lower_cell(f, args, platform: str) -> dict:
@@ -197,12 +203,12 @@ def spectral_entries(methods=None) -> list[Entry]:
     ``spectral_derivative``, ``softdecay_derivative`` and the ``SoftDecay`` module with ``auto``. The matrices are
     [2, 40, 6] (a side above 32, where ``auto`` differs between platforms) with a mask."""
     from isojax.softdecay import SoftDecay, soft_decay, softdecay_derivative
-    from isojax.spectral import DECOMPOSITIONS, spectral_derivative, spectral_map, thin_svd
+    from isojax.spectral import METHODS, spectral_derivative, spectral_map, thin_svd
 
     x, mask = _cloud(40, 6, batch=(2,)), _mask(40, 30, batch=(2,))
     alpha = jnp.float32(-0.6)
     out = []
-    for m in methods or [*DECOMPOSITIONS, "auto"]:
+    for m in methods or [*METHODS, "auto"]:
         sd = lambda x, a, m=m: soft_decay(x, a, mask=mask, method=m)  # noqa: E731
         sm = lambda x, m=m: spectral_map(x, jnp.log1p, mask=mask, method=m).y  # noqa: E731
         out += [

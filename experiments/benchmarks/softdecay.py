@@ -13,7 +13,7 @@ runtime and the LAPACK (PyTorch: MKL; jaxlib: scipy's OpenBLAS). Goal on CPU: ra
 square of the last hidden state, batch x length tokens with padding) with and without ``SoftDecay`` as
 ``last_layer_transform``, timed interleaved; prints both times, the overhead and the cost of ``soft_decay`` alone.
 Goal on GPU: < 15 %.
-``--method`` names the SVD strategies (``isojax.spectral.DECOMPOSITIONS``, ``auto`` or ``all`` that this backend
+``--method`` names the SVD strategies (``experiments.benchmarks.decompositions.STRATEGIES``, ``auto`` or ``all`` that this backend
 lowers; default ``auto``): (a) prints one row per strategy, (b) one SoftDecay step per strategy, all interleaved.
 Both sides of each comparison run in this process after warm-up (``block_until_ready``), medians in ms.
 """
@@ -33,9 +33,10 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from experiments.benchmarks.common import cpu_count, interleaved_ms, machine, report  # noqa: E402
+from experiments.benchmarks.decompositions import available_strategies, method_for  # noqa: E402
 from isojax._argtypes import int_at_least  # noqa: E402
 from isojax.softdecay import SoftDecay, soft_decay  # noqa: E402
-from isojax.spectral import available_methods, select_method  # noqa: E402
+from isojax.spectral import select_method  # noqa: E402
 
 
 def torch_soft_decay_step(x, w, alpha, transpose: bool):
@@ -75,7 +76,9 @@ def bench_reference(args) -> None:
     t_value, t_gx, t_ga = torch_soft_decay_step(xt, wt, at, transpose=False)
     steps: dict[str, Callable[..., object]] = {}  # zero-argument calls; "..." lets mypy take lambdas with defaults
     for m in args.method:
-        step = jax.jit(jax.value_and_grad(lambda x, a, w, m=m: jnp.sum(soft_decay(x, a, method=m) * w), argnums=(0, 1)))
+        step = jax.jit(
+            jax.value_and_grad(lambda x, a, w, m=m: jnp.sum(soft_decay(x, a, method=method_for(m)) * w), argnums=(0, 1))
+        )
         (value, (gx, ga)) = step(xj, aj, wj)
         gx_err = float(np.abs(np.asarray(gx) - t_gx.numpy()).max() / np.abs(t_gx.numpy()).max())
         print(
@@ -106,7 +109,9 @@ def bench_encoder(args) -> None:
     mask = jnp.asarray(np.arange(args.length)[None] < lengths)
 
     steps: dict[str, Callable[..., object]] = {}  # zero-argument calls; "..." lets mypy take lambdas with defaults
-    transforms = [("without SoftDecay", None)] + [(f"with SoftDecay ({m})", SoftDecay(method=m)) for m in args.method]
+    transforms = [("without SoftDecay", None)] + [
+        (f"with SoftDecay ({m})", SoftDecay(method=method_for(m))) for m in args.method
+    ]
     for name, transform in transforms:
         model = build_encoder(cfg, last_layer_transform=transform)
         params = jax.jit(model.init)(jax.random.key(0), ids, mask)["params"]
@@ -122,7 +127,9 @@ def bench_encoder(args) -> None:
     h = cfg.hidden_size
     x = jax.device_put(rng.standard_normal((args.batch, args.length, h)).astype(np.float32))
     alone = {
-        m: jax.jit(jax.grad(lambda x, a, m=m: jnp.sum(soft_decay(x, a, mask=mask, method=m) ** 2), argnums=(0, 1)))
+        m: jax.jit(
+            jax.grad(lambda x, a, m=m: jnp.sum(soft_decay(x, a, mask=mask, method=method_for(m)) ** 2), argnums=(0, 1))
+        )
         for m in args.method
     }
     alone_steps: dict[str, Callable[..., object]] = {
@@ -150,7 +157,7 @@ def bench_encoder(args) -> None:
 def methods(text: str) -> list[str]:
     """``--method``: comma-separated strategy names, ``auto`` (shown as the name it resolves to), or ``all``."""
     if text == "all":
-        return available_methods()
+        return available_strategies()
     return [m.strip() for m in text.split(",") if m.strip()]
 
 
@@ -167,7 +174,7 @@ def main(argv=None):
         "--method",
         type=methods,
         default=["auto"],
-        help="SVD strategies, comma-separated names of isojax.spectral.DECOMPOSITIONS, auto or all",
+        help="SVD strategies, comma-separated names of experiments.benchmarks.decompositions.STRATEGIES, auto or all",
     )
     ap.add_argument("--skip-reference", action="store_true", help="skip (a)")
     ap.add_argument("--skip-encoder", action="store_true", help="skip (b)")
@@ -175,7 +182,10 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.quick:
         args.batch, args.length, args.layers, args.repeats = 4, 32, 2, 3
-    args.method = list(dict.fromkeys(select_method(m, (args.batch, args.length, args.hidden)) for m in args.method))
+    shape = (args.batch, args.length, args.hidden)
+    args.method = list(dict.fromkeys(select_method(m, shape) if m == "auto" else m for m in args.method))
+    for m in args.method:
+        method_for(m)  # ValueError for an unknown name or one this backend does not lower
     print(machine())
     if not args.skip_reference:
         bench_reference(args)

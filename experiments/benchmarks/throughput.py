@@ -24,6 +24,7 @@ import jax
 import numpy as np
 
 from experiments.benchmarks.common import interleaved_ms, median_ms
+from experiments.benchmarks.decompositions import method_for
 from experiments.benchmarks.encoder_forward import forward_flops
 from experiments.benchmarks.train_step import isojax_step, step_runner
 from isojax.models import EncoderOutput, TransformerConfig, build_encoder
@@ -102,14 +103,15 @@ def forward(cfg: TransformerConfig, dtype, batch: dict, repeats: int) -> dict:
 
 
 def softdecay_share(cfg: TransformerConfig, dtype, batch: dict, methods, repeats: int, base, log=print) -> dict:
-    """For each decomposition ``method``: the train step with ``SoftDecay(method=m)`` on the last layer against
+    """For each decomposition ``method`` (a name of :data:`experiments.benchmarks.decompositions.STRATEGIES` or
+    ``auto``): the train step with ``SoftDecay(method=m)`` on the last layer against
     ``base`` (the step without it, from :func:`train_step`), interleaved over ``repeats`` rounds (module
     docstring). One SoftDecay step is alive at a time (BERT-base states are large). A strategy that fails to
     compile or run on this backend is recorded as ``{"error": ...}`` and the others still run."""
     out: dict[str, dict] = {}
     for m in methods:
         try:
-            with_sd, info = build_step(cfg, dtype, batch, SoftDecay(method=m))
+            with_sd, info = build_step(cfg, dtype, batch, SoftDecay(method=method_for(m)))
             times = interleaved_ms({"base": base, "with": with_sd}, repeats)
         except Exception as e:  # noqa: BLE001 - a validation run reports what breaks and goes on
             out[m] = {"error": f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"}

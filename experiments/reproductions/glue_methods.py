@@ -31,11 +31,7 @@ a separate ``python -m isojax.cli finetune --config`` process (a killed campaign
 compilation cache is shared by the runs. A run that non-finite numbers stop (``isojax finetune`` exits with status 3
 after ``max_nonfinite_steps`` skipped steps in a row) is a result, not a crash: its ``campaign.json`` records the
 error (``"diverged"``), the campaign goes on and does not run it again (delete that file to retry it), and the
-report lists it; any other failure stops the campaign. ``--rerun-older-masks [KEY=V1,V2 ...]`` runs again the
-finished runs so chosen whose records drew other dropout masks than the current code
-(:func:`experiments.reproductions.glue_pairing.pair_key`; the code that draws them changed during the campaign), so
-that they pair with the runs recorded since: the new record replaces the earlier one and names it (its
-``campaign.json``'s ``replaces``: the earlier commit, pair key and dev metrics; the earlier files stay in git).
+report lists it; any other failure stops the campaign.
 
 The report (``<out>/glue_methods.md``, ``.json``, ``glue_methods_curves.png``) has, per task and protocol, one line
 per method: the task metrics as mean ± std over seeds with the two-sample t-test against the protocol's baseline
@@ -231,23 +227,22 @@ def expand(config: dict, *, sweep: bool = False) -> list[Run]:
     return runs
 
 
-def select(runs: list[Run], only: dict, flag: str = "--only") -> list[Run]:
-    """The runs whose protocol/method/task/seed are among ``only``'s values (all runs for an empty ``only``);
-    ``flag`` names the option ``only`` came from in the error for an unknown key."""
+def select(runs: list[Run], only: dict) -> list[Run]:
+    """The runs whose protocol/method/task/seed are among ``only``'s values (all runs for an empty ``only``)."""
     unknown = sorted(set(only) - {"protocol", "method", "task", "seed"})
     if unknown:
-        raise SystemExit(f"{flag}: unknown key(s) {unknown}; use protocol, method, task, seed")
+        raise SystemExit(f"--only: unknown key(s) {unknown}; use protocol, method, task, seed")
     return [r for r in runs if all(str(getattr(r, k)) in [str(v) for v in vals] for k, vals in only.items())]
 
 
-def check_only(runs: list[Run], only: dict, flag: str = "--only") -> None:
-    """``SystemExit`` naming ``flag`` for a value of ``only`` that no run of ``runs`` has (``task=mprc``): a typo would
-    otherwise select nothing, or less than asked, without a word."""
-    select(runs, only, flag)  # the keys
+def check_only(runs: list[Run], only: dict) -> None:
+    """``SystemExit`` naming ``--only`` for a value of ``only`` that no run of ``runs`` has (``task=mprc``): a typo
+    would otherwise select nothing, or less than asked, without a word."""
+    select(runs, only)  # the keys
     for key, values in only.items():
         present = sorted({str(getattr(r, key)) for r in runs}, key=lambda v: (len(v), v))
         if missing := [v for v in values if v not in present]:
-            raise SystemExit(f"{flag}: no run has {key} {', '.join(map(repr, missing))}; the {key}s are {present}")
+            raise SystemExit(f"--only: no run has {key} {', '.join(map(repr, missing))}; the {key}s are {present}")
 
 
 def too_long(run: Run, config: dict, cost: dict | None) -> float | None:
@@ -442,22 +437,6 @@ def pending(run: Run, runs_dir: str, *records_dirs: str) -> bool:
     return (
         finished_record(run, runs_dir, *records_dirs) is None and diverged_record(run, runs_dir, *records_dirs) is None
     )
-
-
-def older_masks(run: Run, current: str, runs_dir: str, *records_dirs: str) -> dict | None:
-    """For a finished ``run`` whose dropout masks are not the current code's (its record's
-    :func:`~experiments.reproductions.glue_pairing.pair_key` is not ``current``, the key of
-    :func:`~experiments.reproductions.glue_pairing.dropout_masks`), what its rerun's record says it replaces:
-    ``{"commit", "pair_key", "stages"}`` (the earlier record's dev metrics); None where the run is not finished
-    (also where it diverged) or draws the current masks."""
-    directory = finished_record(run, runs_dir, *records_dirs)
-    if directory is None:
-        return None
-    record = campaign_record(run, runs_dir, *records_dirs) or {}
-    if (key := pair_key(record)) == current:
-        return None
-    with open(os.path.join(directory, "results.json")) as f:
-        return {"commit": record.get("commit"), "pair_key": key, "stages": json.load(f)["stages"]}
 
 
 def ttest(a, b) -> float | None:
@@ -980,12 +959,12 @@ def report(
     )
 
 
-def _pairs(items: list[str], flag: str = "--only") -> dict:
+def _pairs(items: list[str]) -> dict:
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep:
-            raise SystemExit(f"{flag}: expected KEY=V1,V2, got {item!r}")
+            raise SystemExit(f"--only: expected KEY=V1,V2, got {item!r}")
         out[key] = value.split(",")
     return out
 
@@ -1039,14 +1018,6 @@ def main(argv=None) -> int:
         "longer than theirs this sitting's runs took; stop when none does",
     )
     ap.add_argument(
-        "--rerun-older-masks",
-        nargs="*",
-        metavar="KEY=V1,V2",
-        help="run again the finished runs so chosen (protocol, method, task or seed; all of the selection without "
-        "any) whose records drew other dropout masks than the current code, so that they pair with the runs "
-        "recorded since; the new record replaces the earlier one and names it (campaign.json: replaces)",
-    )
-    ap.add_argument(
         "--stop-at-limit",
         action="store_true",
         help="with --time-limit: run the runs in the campaign's order whatever their estimates, stop the one in "
@@ -1091,25 +1062,15 @@ def main(argv=None) -> int:
     records_dirs = tuple(os.path.join(args.out, f"{name}_runs") for name in (args.name, sweep_name))
     prov = provenance("glue_methods")  # of the code that runs, taken before it runs
     runs = list({r.key: r for part in parts.values() for r in part}.values())  # a sweep's table value: one run
-    masks, replaced = None, {}  # replaced: {run key: what its rerun replaces}
-    if args.rerun_older_masks is not None:
-        masks = dropout_masks()
-        current = pair_key({"pairing": {"dropout_masks": masks}})
-        rerun = _pairs(args.rerun_older_masks, "--rerun-older-masks")
-        check_only(runs, rerun, "--rerun-older-masks")
-        for candidate in select(runs, rerun, "--rerun-older-masks"):
-            if older := older_masks(candidate, current, args.runs_dir, *records_dirs):
-                replaced[candidate.key] = older
-    todo = [r for r in runs if pending(r, args.runs_dir, *records_dirs) or r.key in replaced]
-    again = f" ({len(replaced)} of them again, on the current dropout masks)" if replaced else ""
-    print(f"{len(runs)} runs selected, {len(runs) - len(todo)} done, {len(todo)} to run{again}", flush=True)
+    todo = [r for r in runs if pending(r, args.runs_dir, *records_dirs)]
+    print(f"{len(runs)} runs selected, {len(runs) - len(todo)} done, {len(todo)} to run", flush=True)
     env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=os.path.abspath(os.path.join(args.runs_dir, "jax_cache")))
     if not args.report_only and todo:
         from experiments.benchmarks.glue_cost import run_minutes
         from isojax.data.glue import load_glue
 
         sizes = {task: len(load_glue(task, "train", data_dir=args.data_dir).labels) for task in {r.task for r in todo}}
-        stream, masks = (None, None) if args.dry_run else (dropout_stream(), masks or dropout_masks())
+        stream, masks = (None, None) if args.dry_run else (dropout_stream(), dropout_masks())
         started, listed = time.monotonic(), 0.0  # listed: the estimated minutes of the runs --dry-run printed
         took, estimated = 0.0, 0.0  # this sitting's finished runs: their wall minutes and their estimates' sum
         while todo:  # the cost table is read again before each run: a timing that finishes later reorders the rest
@@ -1137,11 +1098,6 @@ def main(argv=None) -> int:
                 )
             if args.dry_run:
                 continue
-            replaces = os.path.join(run.directory(args.runs_dir), "replaces.json")  # kept across a resumed rerun
-            if run.key in replaced:
-                if os.path.exists(os.path.join(run.directory(args.runs_dir), "results.json")):
-                    shutil.rmtree(run.directory(args.runs_dir))  # the earlier run finished here: start over
-                write_json(Path(replaces), replaced[run.key])
             stop_after = max(0.0, started + 60 * args.time_limit - time.monotonic()) if args.stop_at_limit else None
             outcome = run_one(run, args.runs_dir, args.data_dir, every, env, stop_after)
             sitting = {"wall_seconds": outcome.seconds, "commit": prov["commit"], "machine": prov["machine"]}
@@ -1165,9 +1121,6 @@ def main(argv=None) -> int:
             }
             if earlier:
                 record["earlier_sittings"] = earlier
-            if os.path.exists(replaces):
-                with open(replaces) as f:
-                    record["replaces"] = json.load(f)
             if outcome.diverged:
                 record["diverged"] = outcome.diverged  # then this file is the run's only record
             write_json(Path(run.directory(args.runs_dir), "campaign.json"), record)

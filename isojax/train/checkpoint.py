@@ -7,10 +7,10 @@ half-written step behind. A step that cannot be read (a truncated or deleted fil
 and moved aside to ``<step>.unreadable.<time>`` (so that the resumed run can write that step again), and the
 next older one is restored; ``keep`` checkpoints are kept so that there is one to fall back to.
 
-A checkpoint written before a field was added to the state lacks it; it is restored when the field is empty in the
-run that resumes (no arrays: ``TrainState.constants`` of a run without a flow), the field keeping its empty value, or
-when the state's class names the field in ``ZERO_WHEN_MISSING`` (counters that start at zero: the skipped-step
-counters of :class:`~isojax.train.state.TrainState`), the field then restored as zeros.
+A checkpoint that lacks a field of the state is restored when the field is empty in the run that resumes (no
+arrays: ``TrainState.constants`` of a run without a flow), the field keeping its empty value; one that lacks a
+field holding arrays was written by an older isojax and is refused with a ``ValueError`` naming the fields (it is
+not "unreadable": it stays where it is).
 
 A state holding a non-finite floating-point value is never saved: :meth:`Checkpoints.save` raises instead.
 """
@@ -27,7 +27,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
@@ -62,11 +61,8 @@ def _all_finite(arrays: list) -> list:
     return [jnp.isfinite(x).all() for x in arrays]
 
 
-def _zeros(x):
-    """Zeros of the shape and dtype of ``x`` (an array or an abstract one), on its sharding when it has one."""
-    zeros = np.zeros(x.shape, x.dtype)
-    sharding = getattr(x, "sharding", None)
-    return zeros if sharding is None else jax.make_array_from_callback(x.shape, sharding, zeros.__getitem__)
+class _OlderCheckpoint(ValueError):
+    """A checkpoint without a field of the state that holds arrays (module docstring)."""
 
 
 class Checkpoints:
@@ -141,6 +137,8 @@ class Checkpoints:
                 check(meta)
             try:
                 state = self._restore_state(step, target(meta))
+            except _OlderCheckpoint:
+                raise
             except Exception as e:  # noqa: BLE001
                 unreadable.append(self._unreadable(step, e))
                 continue
@@ -152,28 +150,21 @@ class Checkpoints:
 
     def _restore_state(self, step: int, target):
         """The state of ``step`` restored into ``target`` (a dataclass of arrays or abstract arrays); fields the
-        checkpoint lacks keep their ``target`` value when it holds no array, and are zeros when ``target``'s class
-        names them in ``ZERO_WHEN_MISSING`` (module docstring)."""
+        checkpoint lacks keep their ``target`` value when it holds no array, and are refused otherwise (module
+        docstring)."""
         saved = self.manager.item_metadata(step)["state"]  # None when its metadata cannot be read
-        zeroed = getattr(type(target), "ZERO_WHEN_MISSING", ())
-        missing = (
-            set()
-            if saved is None
-            else {
-                f.name
-                for f in dataclasses.fields(target)
-                if f.name not in saved and (f.name in zeroed or not jax.tree.leaves(getattr(target, f.name)))
-            }
-        )
+        missing = set() if saved is None else {f.name for f in dataclasses.fields(target) if f.name not in saved}
+        older = sorted(name for name in missing if jax.tree.leaves(getattr(target, name)))
+        if older:
+            raise _OlderCheckpoint(
+                f"checkpoint step {step} in {self.directory} has no {', '.join(older)}: it was written by an older "
+                "isojax, whose checkpoints are not restored; start the run again in a new output directory"
+            )
         fields = {f.name: getattr(target, f.name) for f in dataclasses.fields(target) if f.name not in missing}
         restored = self.manager.restore(
             step, args=ocp.args.Composite(state=ocp.args.StandardRestore(fields if missing else target))
         ).state
-        if not missing:
-            return restored
-        return target.replace(
-            **restored, **{name: jax.tree.map(_zeros, getattr(target, name)) for name in missing & set(zeroed)}
-        )
+        return target.replace(**restored) if missing else restored
 
     def _unreadable(self, step: int, error: Exception) -> int:
         warnings.warn(

@@ -89,8 +89,7 @@ def add_finetune_parser(subparsers) -> argparse.ArgumentParser:
         "--config",
         default=None,
         metavar="PATH",
-        help="a JSON configuration (TrainConfig.to_json(), or the flat form of earlier runs); the options below "
-        "override it",
+        help="a JSON configuration (TrainConfig.to_json()); the options below override it",
     )
     groups: dict[str, Any] = {}
     for s in SETTINGS:

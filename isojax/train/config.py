@@ -158,7 +158,7 @@ def setting(default: Any = None, flag: str | None = None, help: str = "", **meta
       help: its help text.
       **meta: ``choices`` (taken from the module constants), ``resumable=True`` when it may change when a run is
         resumed, ``flat`` its name in the flat configurations written before the sections (default: the field's
-        name), ``factory`` for a default built per instance, ``metavar`` for the command line.
+        name; the refusal of such a configuration names each key's dotted path), ``factory`` for a default built per instance, ``metavar`` for the command line.
 
     Returns:
       A ``dataclasses.Field`` whose ``metadata`` holds ``flag``, ``help``, ``choices`` and ``meta``.
@@ -748,11 +748,13 @@ class TrainConfig:
 
     @classmethod
     def from_json(cls, data: dict, overrides: dict | None = None) -> TrainConfig:
-        """The configuration of a :meth:`to_json` dict, or of the flat dict that runs wrote before the sections
-        (``{"task": "rte", "learning_rate": 2e-05, "flow_levels": 3, ...}``), with dotted ``overrides``
-        (``{"optim.learning_rate": "3e-5"}``; text is converted to the field's type). ``ValueError`` naming an
-        unknown key."""
-        values = _from_flat(data) if _is_flat(data) else _dotted(data)
+        """The configuration of a :meth:`to_json` dict, with dotted ``overrides`` (``{"optim.learning_rate":
+        "3e-5"}``; text is converted to the field's type). ``ValueError`` naming an unknown key, and for the flat
+        dict that runs wrote before the sections (``{"task": "rte", "learning_rate": 2e-05, ...}``), which is not
+        read, naming each key's dotted spelling (``learning_rate -> optim.learning_rate``)."""
+        if _is_flat(data):
+            raise ValueError(_flat_refusal(data))
+        values = _dotted(data)
         for path, value in (overrides or {}).items():
             values[path] = setting_of(path).parse(value)
         return _build(values)
@@ -860,19 +862,14 @@ def _dotted(data: dict) -> dict[str, Any]:
     return values
 
 
-def _from_flat(data: dict) -> dict[str, Any]:
-    """Dotted values of a flat configuration; its sequence-to-sequence and flow settings, which were ignored by
-    another task or method, are dropped."""
-    by_flat = {s.flat: s for s in SETTINGS}
-    unknown = sorted(k for k in data if k not in by_flat)
-    if unknown:
-        raise ValueError(f"unknown settings {unknown} in a flat configuration")
-    values = {by_flat[k].path: by_flat[k].parse(v) for k, v in data.items()}
-    keep = {
-        "seq2seq": _task_name(data.get("task", "stsb")) in SEQ2SEQ_TASKS,
-        "flow": method(data.get("method", "baseline")).flow,
-    }
-    return {p: v for p, v in values.items() if keep.get(p.partition(".")[0], True)}
+def _flat_refusal(data: dict) -> str:
+    """The error for a flat configuration: each of its keys with the dotted path it is spelled as now."""
+    by_flat = {s.flat: s.path for s in SETTINGS}
+    spelled = ", ".join(f"{k} -> {by_flat.get(k, '(no such setting)')}" for k in data)
+    return (
+        "a flat configuration (the form runs wrote before the settings had sections) is no longer read; write each "
+        f"setting in its section, as TrainConfig.to_json() does ('optim': {{'learning_rate': ...}}): {spelled}"
+    )
 
 
 def _build(values: dict[str, Any]) -> TrainConfig:

@@ -238,7 +238,8 @@ def plan_stages(
 
 def _check_resumable(config: TrainConfig, meta: dict, directory: str) -> None:
     """``ValueError`` when a setting that may not change on resume (:data:`~isojax.train.config.RESUMABLE`)
-    differs from the checkpoint's (whose configuration may be in the flat form written before the sections)."""
+    differs from the checkpoint's (a checkpoint whose configuration is in the flat form written before the sections
+    is refused by :meth:`~isojax.train.config.TrainConfig.from_json`)."""
     saved = json.loads(json.dumps(TrainConfig.from_json(meta.get("config", {})).flat_json()))
     now = json.loads(json.dumps(config.flat_json()))
     changed = sorted(k for k in set(saved) | set(now) if k not in RESUMABLE and saved.get(k) != now.get(k))

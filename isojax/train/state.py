@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import flax.struct
 import jax
@@ -41,10 +41,6 @@ class TrainState:
     constants: Any = flax.struct.field(default_factory=dict)
     nonfinite_steps: jax.Array = flax.struct.field(default_factory=lambda: jnp.zeros((), jnp.int32))
     nonfinite_streak: jax.Array = flax.struct.field(default_factory=lambda: jnp.zeros((), jnp.int32))
-
-    ZERO_WHEN_MISSING: ClassVar[tuple[str, ...]] = ("nonfinite_steps", "nonfinite_streak")
-    """Counters added after checkpoints were first written. A checkpoint that lacks them restores them as zero
-    (:meth:`isojax.train.checkpoint.Checkpoints.restore_latest`)."""
 
     @property
     def key(self) -> jax.Array:
