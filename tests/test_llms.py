@@ -217,3 +217,31 @@ def test_from_pretrained_scans_and_holds_bfloat16_parameters_on_request(saved):
     isojax.save_pretrained(scanned, scanned_params, str(path.parent / f"{case}-scanned"))
     again = transformers.AutoModelForCausalLM.from_pretrained(path.parent / f"{case}-scanned").state_dict()
     assert all(torch.equal(again[k], v) for k, v in model.state_dict().items())
+
+
+def test_capture_gives_each_blocks_attention_and_mlp_outputs_as_pytorch_hooks_see_them(saved):
+    """``isojax.models.capture`` under jit against forward hooks on transformers' ``self_attn`` and ``mlp``."""
+    _, model, _, module, params = saved
+    ids, mask = padded((7, 4), 7, 99, 0, seed=8)
+    seen = {"attention": [], "mlp": []}
+    hooks = []
+    for layer in model.model.layers:
+        hooks.append(layer.self_attn.register_forward_hook(lambda m, i, o: seen["attention"].append(o[0].numpy())))
+        hooks.append(layer.mlp.register_forward_hook(lambda m, i, o: seen["mlp"].append(o.numpy())))
+    ref = torch_forward(model, ids, mask)
+    for hook in hooks:
+        hook.remove()
+    out = jax.jit(isojax.models.capture, static_argnums=0)(module, params, ids, mask)
+    real = mask.astype(bool)
+    n = module.config.num_hidden_layers
+    assert out["residual"].shape == (n, 2, 7, 32) and out["attention_probs"].shape[:3] == (n, 2, 4)
+    np.testing.assert_allclose(np.asarray(out["embeddings"])[real], ref.hidden_states[0].numpy()[real], atol=1e-6)
+    for point in ("attention", "mlp"):
+        for i in range(n):
+            np.testing.assert_allclose(np.asarray(out[point][i])[real], seen[point][i][real], atol=STATE_TOL)
+    for i in range(n):
+        np.testing.assert_allclose(
+            np.asarray(out["residual"][i])[real], ref.hidden_states[i + 1].numpy()[real], atol=STATE_TOL
+        )
+    with pytest.raises(ValueError, match="unknown capture points"):
+        isojax.models.capture(module, params, ids, mask, points=("keys",))

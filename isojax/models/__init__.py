@@ -6,6 +6,7 @@ from isojax.models.albert import AlbertModel
 from isojax.models.bart import BartModel
 from isojax.models.bert import BertModel
 from isojax.models.cache import Cache, init_cache
+from isojax.models.capture import capture
 from isojax.models.causal_lm import CausalLM
 from isojax.models.config import TransformerConfig
 from isojax.models.distilbert import DistilBertModel
@@ -57,6 +58,7 @@ __all__ = [
     "architecture",
     "build_encoder",
     "build_model",
+    "capture",
     "config_from_hf",
     "config_to_hf",
     "from_pretrained",
