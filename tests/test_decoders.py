@@ -225,10 +225,14 @@ def test_decoders_are_refused_where_an_encoder_is_required(saved, tmp_path, caps
     kind = "a causal language model" if arch == "gpt2" else "an encoder-decoder"
     with pytest.raises(ValueError, match=f"build_encoder needs an encoder .BERT family.; this {arch} model is {kind}"):
         build_encoder(module.config)
-    with pytest.raises(ValueError, match="last_layer_transform is supported on encoders only"):
-        isojax.from_pretrained(str(path), last_layer_transform=isojax.SoftDecay())
-    with pytest.raises(ValueError, match="scan_layers and remat are supported on encoders only"):
-        isojax.from_pretrained(str(path), scan_layers=True)
+    if arch == "gpt2":  # a causal LM takes a last-layer transform and scans (tests/test_llms.py), not remat
+        with pytest.raises(ValueError, match="remat='full' with transform_placement='output': only encoders recompute"):
+            isojax.from_pretrained(str(path), remat="full")
+    else:
+        with pytest.raises(ValueError, match="last_layer_transform and scan_layers are supported on encoders and"):
+            isojax.from_pretrained(str(path), last_layer_transform=isojax.SoftDecay())
+        with pytest.raises(ValueError, match="last_layer_transform and scan_layers are supported on encoders and"):
+            isojax.from_pretrained(str(path), scan_layers=True)
     from isojax.cli import main
 
     assert main(["sts", "--model", str(path), "--methods", "raw", "--alpha", "-0.5", "--no-isotropy", "--quiet"]) == 2
@@ -238,7 +242,8 @@ def test_decoders_are_refused_where_an_encoder_is_required(saved, tmp_path, caps
     from isojax.train.config import ModelConfig, TaskConfig, TrainConfig
     from isojax.train.tasks.classification import build_task_model
 
-    with pytest.raises(ValueError, match=f"fine-tuning a classifier.*this {arch} model is {kind}"):
+    refusal = "has no tokenizer files" if arch == "gpt2" else f"fine-tuning a classifier.*this {arch} model is {kind}"
+    with pytest.raises(ValueError, match=refusal):  # a causal LM classifies (tests/test_llms.py) given a tokenizer
         build_task_model(TrainConfig(model=ModelConfig(name=str(path)), task=TaskConfig(name="sst2")))
 
 

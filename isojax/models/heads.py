@@ -2,7 +2,8 @@
 
 Pooling methods (``h_l`` = hidden state of layer l, ``h_0`` the embedding output, averages over real tokens)::
 
-    cls             h_L[:, 0]
+    cls             h_L[:, 0]                   (an encoder's [CLS]; a causal LM's classification token is its last)
+    last            h_L[b, last real token of b]   (causal LMs: transformers' ...ForSequenceClassification)
     pooler          tanh(W h_L[:, 0] + b)       (architectures with a pooler)
     mean            mean_t h_L[:, t]
     first_last_avg  mean_t (h_1 + h_L)[:, t] / 2   (BERT-flow / BERT-whitening "first-last-avg")
@@ -24,20 +25,24 @@ import jax.numpy as jnp
 from isojax._stats import masked_mean
 from isojax.models.activations import ACTIVATIONS
 from isojax.models.config import TransformerConfig
-from isojax.models.outputs import EncoderOutput
+from isojax.models.outputs import DecoderOutput, EncoderOutput
 
-POOLINGS = ("cls", "pooler", "mean", "first_last_avg", "last2avg")
+POOLINGS = ("cls", "last", "pooler", "mean", "first_last_avg", "last2avg")
 
 
-def pool(output: EncoderOutput, mask: jax.Array, method: str = "mean") -> jax.Array:
-    """Sentence embeddings ``[B, H]`` from an encoder output by ``method`` (see the module docstring)."""
+def pool(output: EncoderOutput | DecoderOutput, mask: jax.Array, method: str = "mean") -> jax.Array:
+    """Sentence embeddings ``[B, H]`` from an encoder's or causal LM's output by ``method`` (module docstring)."""
     h = output.hidden_states
     if method == "cls":
         return h[-1][:, 0]
+    if method == "last":  # the last real token, wherever the padding is
+        last = mask.shape[1] - 1 - jnp.argmax(mask[:, ::-1], axis=1)
+        return h[-1][jnp.arange(mask.shape[0]), last]
     if method == "pooler":
-        if output.pooler_output is None:
+        pooled = getattr(output, "pooler_output", None)
+        if pooled is None:
             raise ValueError("pooling='pooler' needs a model with a pooler; this one has none (use 'cls')")
-        return output.pooler_output
+        return pooled
     if method == "mean":
         return masked_mean(h[-1], mask)
     if method == "first_last_avg":

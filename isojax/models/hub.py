@@ -308,8 +308,11 @@ def from_pretrained(
             scan_layers=scan_layers,
             remat=remat,
         )
-    elif remat != "none":
-        raise ValueError(f"remat is supported on encoders only; {name_or_path!r} is a {config.model_type} model")
+    elif remat != "none" or transform_placement != "output":
+        raise ValueError(
+            f"remat={remat!r} with transform_placement={transform_placement!r}: only encoders recompute their blocks "
+            f"or place a transform inside the last block; {name_or_path!r} is a {config.model_type} model"
+        )
     elif model_kind(config) == "causal_lm":
         module = build_model(config, dtype=dtype).clone(
             scan_layers=scan_layers, last_layer_transform=last_layer_transform

@@ -151,5 +151,5 @@ def decoder_hf_names(block: Mapping[str, str]) -> HFNames:
 
 LLAMA_HF_NAMES = decoder_hf_names(BLOCK_NAMES)
 
-DECODER_PARTITION_RULES = ((rf"^{LM_HEAD}/kernel$", P(None, "model")),)
+DECODER_PARTITION_RULES = ((rf"(^|/){LM_HEAD}/kernel$", P(None, "model")),)
 """The untied LM head is split by vocabulary over the model axis, as the gated feed-forward's input projections."""

@@ -1,8 +1,9 @@
 """The fine-tuned model: an encoder, optional isotropy modules, and a classification or regression head.
 
     h_L, pooler = Encoder(input_ids)                      (optional SoftDecay on the last layer: the encoder's
-                                                           ``last_layer_transform``)
-    sentence    = pool(h_L, method)                       (cls, pooler, mean, first_last_avg, last2avg)
+                                                           ``last_layer_transform``; a causal LM serves as well)
+    sentence    = pool(h_L, method)                       (cls, last, pooler, mean, first_last_avg, last2avg; a
+                                                           causal LM's cls is its last real token)
     head_input  = IsotropyLayer(IsoBN(Flow(sentence)))    (each optional)
     logits      = Dense(Dropout(head_input))              ([B, num_labels]; num_labels = 1 is regression)
 
@@ -32,7 +33,7 @@ from isojax.models import registry
 from isojax.models.heads import ClassificationHead, pool
 
 REPRESENTATIONS = {
-    "cls": "last-layer [CLS] state, [B, H]",
+    "cls": "last-layer [CLS] state (a causal LM's: its last real token, what its classification head reads), [B, H]",
     "pooler": "the encoder's pooler output tanh(W h_[CLS] + b), [B, H] (models with a pooler)",
     "sentence": "the pooled sentence embedding (--pooling), [B, H]",
     "head_input": "what the head reads: the sentence embedding after IsoBN / Isotropy Layer, [B, H]",
@@ -110,11 +111,13 @@ class TaskModel(nn.Module):
         return h, self.head(h, deterministic)
 
     def embed(self, input_ids, attention_mask, token_type_ids=None, *, deterministic: bool = True):
-        """``(encoder output, mask [B, L] bool, pooled sentence [B, H])``: the part up to the heads."""
+        """``(encoder output, mask [B, L] bool, pooled sentence [B, H])``: the part up to the heads (a causal LM's
+        ``cls`` pooling reads its last real token)."""
         token_type_ids = registry.token_types(self.encoder.config, token_type_ids)
         out = self.encoder(input_ids, attention_mask, token_type_ids, deterministic=deterministic)
         mask = jnp.asarray(attention_mask).astype(bool)
-        return out, mask, pool(out, mask, self.pooling)
+        causal = registry.model_kind(self.encoder.config) == "causal_lm"
+        return out, mask, pool(out, mask, "last" if causal and self.pooling == "cls" else self.pooling)
 
     def flow_features(self, input_ids, attention_mask, token_type_ids=None):
         """``(sentence [B, H], None)``: what the flow transforms, and its mask (every row is real)."""
@@ -124,10 +127,11 @@ class TaskModel(nn.Module):
         out, mask, sentence = self.embed(input_ids, attention_mask, token_type_ids, deterministic=deterministic)
         h, logits = self.heads(sentence, deterministic)
         log_likelihood = None if self.flow is None else self.flow.log_likelihood(sentence)
+        causal = registry.model_kind(self.encoder.config) == "causal_lm"
         return TaskOutput(
             logits=logits,
-            cls=out.last_hidden_state[:, 0],
-            pooler=out.pooler_output,
+            cls=pool(out, mask, "last") if causal else out.last_hidden_state[:, 0],
+            pooler=getattr(out, "pooler_output", None),
             sentence=sentence,
             head_input=h,
             tokens=out.last_hidden_state,

@@ -17,7 +17,7 @@ import numpy as np
 from isojax._stats import real_rows, streamed_covariance
 from isojax.data.batching import batches
 from isojax.data.glue import glue_task, load_glue
-from isojax.models import build_encoder, from_pretrained, require_kind, require_tokenizer
+from isojax.models import build_encoder, from_pretrained, model_kind, require_kind, require_tokenizer
 from isojax.softdecay import SoftDecay
 from isojax.train import evaluation
 from isojax.train.config import Stage, TrainConfig
@@ -40,7 +40,8 @@ def build_task_model(config: TrainConfig) -> tuple[TaskModel, dict, Any]:
       config: the run (:class:`~isojax.train.config.TrainConfig`) of a GLUE task.
 
     Returns:
-      ``(TaskModel, pretrained encoder params, tokenizer)``. A model that is not an encoder, or one without tokenizer
+      ``(TaskModel, pretrained encoder params, tokenizer)``. A model that is neither an encoder nor a causal LM (whose
+      head reads the last real token, as transformers' ``...ForSequenceClassification``), or one without tokenizer
       files, is a ``ValueError``.
     """
     spec = config.method_spec
@@ -54,17 +55,21 @@ def build_task_model(config: TrainConfig) -> tuple[TaskModel, dict, Any]:
     encoder, params, tokenizer = from_pretrained(
         config.model.name, dtype=dtype, last_layer_transform=transform, **layout
     )
-    require_kind(encoder.config, ("encoder",), "fine-tuning a classifier (isojax finetune)")
+    require_kind(encoder.config, ("encoder", "causal_lm"), "fine-tuning a classifier (isojax finetune)")
     require_tokenizer(tokenizer, config.model.name, "fine-tuning (isojax finetune)")
     dropout = encoder.config.hidden_dropout_prob if config.model.dropout else 0.0
     if not config.model.dropout:
-        encoder = build_encoder(
-            dataclasses.replace(encoder.config, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
-            dtype=dtype,
-            last_layer_transform=transform,
-            add_pooling_layer=encoder.add_pooling_layer,
-            **layout,
-        )
+        quiet = dataclasses.replace(encoder.config, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+        if model_kind(quiet) == "causal_lm":
+            encoder = encoder.clone(config=quiet)
+        else:
+            encoder = build_encoder(
+                quiet,
+                dtype=dtype,
+                last_layer_transform=transform,
+                add_pooling_layer=encoder.add_pooling_layer,
+                **layout,
+            )
     model = TaskModel(
         encoder,
         num_labels=config.num_labels,
