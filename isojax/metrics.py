@@ -787,7 +787,7 @@ def attention_sinks(probs, *, mask=None, epsilon: float = 0.3) -> AttentionSinks
     mask = jnp.expand_dims(mask, tuple(range(mask.ndim - 1, probs.ndim - 2)))  # [B, 1.., L]
     pairs = mask[..., :, None] & mask[..., None, :] & jnp.tril(jnp.ones((length, length), bool))  # i ≥ k
     pairs = jnp.broadcast_to(pairs, probs.shape)
-    ok = ok & check_finite_rows(probs.reshape(probs.shape + (1,)), pairs, "probs")
+    ok = jnp.all(ok) & jnp.all(check_finite_rows(probs.reshape(probs.shape + (1,)), pairs, "probs"))
     probs = promote_float32(probs)
     received = jnp.sum(jnp.where(pairs, probs, 0), axis=-2)  # [..., L] keys
     alpha = safe_div(received, jnp.sum(pairs, axis=-2))
@@ -795,7 +795,7 @@ def attention_sinks(probs, *, mask=None, epsilon: float = 0.3) -> AttentionSinks
     first = jnp.take_along_axis(alpha, first_real[..., None], axis=-1)[..., 0]
     epsilon, eps_ok = check_hyperparameter(epsilon, "epsilon", low=0.0, high=1.0)
     rate = jnp.mean(first > epsilon, dtype=first.dtype)
-    return nan_unless(jnp.all(ok & eps_ok), AttentionSinks(alpha, first, rate))
+    return nan_unless(ok & eps_ok, AttentionSinks(alpha, first, rate))
 
 
 def _keep_count(count, discard_fraction: float):
@@ -886,7 +886,8 @@ def random_pair_cosine(x, key, *, num_pairs: int = 1000, mask=None):
     """Mean cosine of random pairs of distinct real rows (Godey et al., EACL 2024, per layer of token states).
 
     ``num_pairs`` pairs (i, j), i drawn uniformly among the real rows and j uniformly among the other real rows
-    (with replacement across pairs), from ``key`` (an explicit PRNG key); the mean of cos(x_i, x_j) over them,
+    (with replacement across pairs), from ``key`` (an explicit PRNG key; the draws are ranks among the real rows,
+    so padding rows change none of them); the mean of cos(x_i, x_j) over them,
     an unbiased estimate of :func:`token_uniformity` (the mean over all pairs, which that function gives
     exactly in O(Nd)). Zero rows have cosine 0. Scale-invariant.
 
@@ -913,11 +914,16 @@ def random_pair_cosine(x, key, *, num_pairs: int = 1000, mask=None):
     unit = unit_rows(select_rows(unit_scale(promote_float32(x), mask)[0], mask))
     n = x.shape[-2]
     real = jnp.ones(x.shape[:-1], bool) if mask is None else mask
+    count = jnp.sum(real, axis=-1, keepdims=True).astype(unit.dtype)  # [..., 1]
     first_key, second_key = jax.random.split(key)
-    lead = x.shape[:-2]
-    first = jax.random.categorical(first_key, jnp.where(real, 0.0, -jnp.inf)[..., None, :], shape=lead + (num_pairs,))
-    others = real[..., None, :] & (jnp.arange(n) != first[..., None])  # [..., P, n]
-    second = jax.random.categorical(second_key, jnp.where(others, 0.0, -jnp.inf))
+    shape = x.shape[:-2] + (num_pairs,)
+    # Ranks among the real rows (so that padding changes no draw): i uniform in [0, N), j uniform in [0, N) \ {i}.
+    rank_i = jnp.minimum(jnp.floor(jax.random.uniform(first_key, shape) * count), count - 1)
+    rank_j = jnp.minimum(jnp.floor(jax.random.uniform(second_key, shape) * (count - 1)), count - 2)
+    rank_j = rank_j + (rank_j >= rank_i)
+    real_in_order = jnp.argsort(~real, axis=-1, stable=True)  # the real rows first, in order
+    first = jnp.take_along_axis(real_in_order, jnp.clip(rank_i, 0, n - 1).astype(jnp.int32), axis=-1)
+    second = jnp.take_along_axis(real_in_order, jnp.clip(rank_j, 0, n - 1).astype(jnp.int32), axis=-1)
     u_i = jnp.take_along_axis(unit, first[..., None], axis=-2)
     u_j = jnp.take_along_axis(unit, second[..., None], axis=-2)
     return nan_unless(ok, jnp.mean(jnp.sum(u_i * u_j, axis=-1), axis=-1))
