@@ -41,7 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from isojax._numeric import HIGHEST, nan_unless, safe_div
+from isojax._numeric import HIGHEST, finite_matrix, nan_unless, safe_div
 from isojax._stats import (
     isoscore_from_moments,
     pair_contributions,
@@ -365,7 +365,13 @@ def load(path) -> Stats:
       The :class:`Stats` (``ValueError`` naming ``path`` if a field is missing).
 
     Examples:
-      See :func:`save`.
+      >>> import os, tempfile
+      >>> import numpy as np
+      >>> from isojax import stats
+      >>> s = stats.update(stats.init(2), np.array([[1.0, 2.0], [3.0, 4.0]], np.float32))
+      >>> loaded = stats.load(stats.save(s, os.path.join(tempfile.mkdtemp(), "s.npz")))
+      >>> int(loaded.count), loaded.mean.tolist()
+      (2, [2.0, 3.0])
     """
     with np.load(str(path)) as data:
         missing = [k for k in Stats._fields if k not in data]
@@ -384,6 +390,11 @@ def _need(stats: Stats, minimum: int, what: str) -> Stats:
         if fewest < minimum:
             raise ValueError(f"stats must hold at least {minimum} token(s) for {what}, got {fewest}")
     return stats
+
+
+def _finite(matrix):
+    """Per matrix of ``[..., d, d]``: all entries finite (a state poisoned by a non-finite token under ``jit``)."""
+    return jnp.all(jnp.isfinite(matrix), axis=(-2, -1))
 
 
 def covariance(stats: Stats, *, ddof: int = 1):
@@ -447,7 +458,7 @@ def isoscore(stats: Stats):
     """
     cov = covariance(stats)
     trace, sq_norm = jnp.trace(cov, axis1=-2, axis2=-1), jnp.sum(cov * cov, axis=(-2, -1))
-    return isoscore_from_moments(trace, sq_norm, cov.shape[-1])
+    return nan_unless(_finite(cov), isoscore_from_moments(trace, sq_norm, cov.shape[-1]))
 
 
 def isoscore_star(stats: Stats, *, c0=None, zeta: float = 0.2):
@@ -476,15 +487,15 @@ def isoscore_star(stats: Stats, *, c0=None, zeta: float = 0.2):
         shrunk = shrunk_to_identity(jnp.trace(cov, axis1=-2, axis2=-1), jnp.sum(cov * cov, axis=(-2, -1)), d, zeta)
     else:
         shrunk = shrunk_moments(cov, check_square(c0, "c0", d).astype(cov.dtype), zeta)
-    return nan_unless(zeta_ok, isoscore_from_moments(*shrunk, d))
+    return nan_unless(_finite(cov) & zeta_ok, isoscore_from_moments(*shrunk, d))
 
 
 def _shares(stats: Stats, centered: bool):
     """Eigenvalue shares λ_i / Σ λ, descending, of M2 (centred) or of Σ x xᵀ (raw)."""
     stats = _need(stats, 2 if centered else 1, "a spectrum")
-    matrix = stats.m2 if centered else second_moment(stats)
+    matrix, ok = finite_matrix(stats.m2 if centered else second_moment(stats))  # no NaN into the eigensolver
     eigenvalues = jnp.clip(jnp.linalg.eigvalsh(matrix)[..., ::-1], 0)
-    return safe_div(eigenvalues, jnp.sum(eigenvalues, axis=-1, keepdims=True))
+    return nan_unless(ok, safe_div(eigenvalues, jnp.sum(eigenvalues, axis=-1, keepdims=True)))
 
 
 def anisotropy(stats: Stats, *, k: int = 1, centered: bool = False):
@@ -575,7 +586,8 @@ def rogue_dimensions(stats: Stats) -> RogueDimensions:
     """
     stats = _need(stats, 2, "rogue dimensions")
     contributions = pair_contributions(stats.unit_sum, stats.unit_sq_sum, stats.count)
-    return rogue_summary(contributions, jnp.full(stats.count.shape, jnp.nan, contributions.dtype))
+    summary = rogue_summary(contributions, jnp.full(stats.count.shape, jnp.nan, contributions.dtype))
+    return nan_unless(jnp.all(jnp.isfinite(contributions), axis=-1), summary)
 
 
 def massive_activation(stats: Stats) -> MassiveActivation:

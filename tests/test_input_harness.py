@@ -279,6 +279,8 @@ EXEMPT: dict[str, str] = {
     "calibrate.scale_lu_updates": "an optax transformation",
     "eval.analyze_layers": "takes texts (the single-str TypeError is tested in test_bad_input)",
     "eval.encode": "takes texts (the single-str TypeError is tested in test_bad_input)",
+    "eval.analyze_hidden_states": "takes batches of [B, layers, L, d] states (its checks: test_eval_analysis)",
+    "eval.hidden_state_batches": "takes texts (a generator of analyze_layers)",
 }
 
 
