@@ -208,15 +208,14 @@ def streamed_covariance(rows: Iterable[np.ndarray], name: str) -> np.ndarray:
 
     with jax.enable_x64(True):
         update = jax.jit(stats.update)
-        state = None
+        state: stats.Stats | None = None
         for x in rows:
             x = np.asarray(x, np.float64)
-            state = stats.init(x.shape[-1]) if state is None else state
             size = 1 << max(len(x) - 1, 0).bit_length()
             padded = np.zeros((size, x.shape[-1]))
             padded[: len(x)] = x
-            state = update(state, padded, np.arange(size) < len(x))
-        count = 0 if state is None else int(state.count)
-        if count < 2:
+            state = update(stats.init(x.shape[-1]) if state is None else state, padded, np.arange(size) < len(x))
+        count = 0 if state is None else int(state.tokens)
+        if state is None or count < 2:
             raise ValueError(f"the covariance of {name} needs at least 2 rows, got {count}")
         return np.asarray(stats.covariance(state))

@@ -250,10 +250,11 @@ def isoscore_star(x, *, c0=None, zeta: float = 0.2, mask=None):
     zeta, zeta_ok = check_hyperparameter(zeta, "zeta", low=0.0, high=1.0)
     d = x.shape[-1]
     if c0 is None:
-        shrunk = shrunk_to_identity(*covariance_moments(promote_float32(x), mask), d, zeta)
+        trace, sq_norm = covariance_moments(promote_float32(x), mask)
+        trace, sq_norm = shrunk_to_identity(trace, sq_norm, d, zeta)
     else:
-        shrunk = shrunk_moments(covariance(promote_float32(x), mask)[1], check_square(c0, "c0", d), zeta)
-    return nan_unless(ok, nan_unless(zeta_ok, isoscore_from_moments(*shrunk, d)))
+        trace, sq_norm = shrunk_moments(covariance(promote_float32(x), mask)[1], check_square(c0, "c0", d), zeta)
+    return nan_unless(ok, nan_unless(zeta_ok, isoscore_from_moments(trace, sq_norm, d)))
 
 
 def partition_isotropy(w, *, mask=None, center: bool = False):
@@ -599,7 +600,7 @@ class MassiveActivation(NamedTuple):
     Attributes:
       value: ``[...]`` the largest |x| over the real rows and dimensions.
       dimension: ``[...]`` int, its dimension.
-      index: ``[...]`` int, its row (:func:`massive_activations`) or its index in the stream of real tokens
+      token: ``[...]`` int, its row (:func:`massive_activations`) or its index in the stream of real tokens
         (:func:`isojax.stats.massive_activation`).
       position: ``[...]`` int, its position along the ``n`` axis (the row itself for :func:`massive_activations`).
       ratio: ``[...]`` value / median |x| over the real rows and dimensions (NaN from
@@ -608,7 +609,7 @@ class MassiveActivation(NamedTuple):
 
     value: jax.Array
     dimension: jax.Array
-    index: jax.Array
+    token: jax.Array
     position: jax.Array
     ratio: jax.Array
 
@@ -630,14 +631,14 @@ def massive_activations(x, *, mask=None) -> MassiveActivation:
 
     Returns:
       :class:`MassiveActivation` ``[...]``: ``value``, ``ratio`` float32 (or ``x``'s dtype if wider),
-      ``dimension``, ``index`` (the row), ``position`` (= ``index``) int32.
+      ``dimension``, ``token`` (the row), ``position`` (= ``token``) int32.
 
     Examples:
       >>> import numpy as np
       >>> from isojax import metrics
       >>> x = np.array([[1.0, -2.0], [-500.0, 3.0]], np.float32)
       >>> m = metrics.massive_activations(x)
-      >>> float(m.value), int(m.index), int(m.dimension), float(m.ratio)  # median of 1, 2, 3, 500: 2.5
+      >>> float(m.value), int(m.token), int(m.dimension), float(m.ratio)  # median of 1, 2, 3, 500: 2.5
       (500.0, 1, 0, 200.0)
     """
     x, mask, ok = check_cloud(x, mask, min_n=1)

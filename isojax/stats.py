@@ -12,7 +12,7 @@ whole cloud in memory: :func:`covariance`, :func:`isoscore`, :func:`isoscore_sta
 What a state holds (``S`` = its shape, ``()`` or ``(layers,)``; every field's size is independent of the number of
 tokens):
 
-* ``count [*S]`` real tokens (int32, int64 with x64), ``mean [*S, d]``, ``m2 [*S, d, d]`` = Σ (x − mean)(x − mean)ᵀ;
+* ``tokens [*S]`` the number of real tokens (int32, int64 with x64), ``mean [*S, d]``, ``m2 [*S, d, d]`` = Σ (x − mean)(x − mean)ᵀ;
 * ``max_abs [*S, d]`` the largest |x| per dimension (−inf before any token), ``max_index [*S, d]`` the token's
   index in the stream of real tokens (0-based, in the order they were folded in; −1 before any token) and
   ``max_position [*S, d]`` its position along the ``n`` axis of its batch;
@@ -35,7 +35,7 @@ is a pytree). Bad input follows :mod:`isojax.metrics`: a NaN or inf in a counted
 from __future__ import annotations
 
 import os
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -79,7 +79,7 @@ class Stats(NamedTuple):
     """Streaming statistics of a stream of token states (a pytree; see the module docstring for each field).
 
     Attributes:
-      count: ``[*S]`` int, real tokens folded in.
+      tokens: ``[*S]`` int, the number of real tokens folded in.
       mean: ``[*S, d]`` float, their mean.
       m2: ``[*S, d, d]`` float, Σ (x − mean)(x − mean)ᵀ.
       max_abs: ``[*S, d]`` float, the largest |x| per dimension (−inf before any token).
@@ -89,7 +89,7 @@ class Stats(NamedTuple):
       unit_sq_sum: ``[*S, d]`` float, Σ (x / ‖x‖)².
     """
 
-    count: jax.Array
+    tokens: jax.Array
     mean: jax.Array
     m2: jax.Array
     max_abs: jax.Array
@@ -100,8 +100,8 @@ class Stats(NamedTuple):
 
 
 def _dtypes():
-    x64 = jax.config.jax_enable_x64
-    return (jnp.float64, jnp.int64) if x64 else (jnp.float32, jnp.int32)
+    """(float64, int64) when x64 is enabled, else (float32, int32): JAX's canonical dtypes."""
+    return jax.dtypes.canonicalize_dtype(jnp.float64), jax.dtypes.canonicalize_dtype(jnp.int64)
 
 
 def init(d: int, layers: int | None = None) -> Stats:
@@ -112,12 +112,12 @@ def init(d: int, layers: int | None = None) -> Stats:
       layers: ``None`` (state shape ``()``) or a positive int (state shape ``(layers,)``: one statistic per layer).
 
     Returns:
-      A :class:`Stats` with count 0 (float64/int64 when x64 is enabled, float32/int32 otherwise).
+      A :class:`Stats` with 0 tokens (float64/int64 when x64 is enabled, float32/int32 otherwise).
 
     Examples:
       >>> from isojax import stats
       >>> s = stats.init(4, layers=3)
-      >>> s.count.shape, s.m2.shape
+      >>> s.tokens.shape, s.m2.shape
       ((3,), (3, 4, 4))
     """
     d = check_positive_int(d, "d")
@@ -125,7 +125,7 @@ def init(d: int, layers: int | None = None) -> Stats:
     fdt, idt = _dtypes()
     vec = jnp.zeros(shape + (d,), fdt)
     return Stats(
-        count=jnp.zeros(shape, idt),
+        tokens=jnp.zeros(shape, idt),
         mean=vec,
         m2=jnp.zeros(shape + (d, d), fdt),
         max_abs=jnp.full(shape + (d,), -jnp.inf, fdt),
@@ -175,21 +175,21 @@ def update(stats: Stats, x, mask=None) -> Stats:
       >>> from isojax import stats
       >>> x = np.array([[[1.0, 0.0], [3.0, 2.0], [9.0, 9.0]]], np.float32)  # [B=1, n=3, d=2]
       >>> s = stats.update(stats.init(2), x, np.array([[True, True, False]]))
-      >>> int(s.count), np.asarray(s.mean).tolist()
+      >>> int(s.tokens), np.asarray(s.mean).tolist()
       (2, [2.0, 1.0])
     """
     stats = _check_stats(stats)
-    fdt, idt = stats.mean.dtype, stats.count.dtype
+    fdt, idt = stats.mean.dtype, stats.tokens.dtype
     d = stats.mean.shape[-1]
     x = check_points(x, "x")
-    shape = stats.count.shape
+    shape = stats.tokens.shape
     lead = x.ndim - 2 - len(shape)
     if lead < 0 or x.shape[lead : lead + len(shape)] != shape:
         raise ValueError(f"x must have shape [..., *{shape}, n, d] to match the state's shape {shape}, got {x.shape}")
     x, mask, ok = check_cloud(x, _full_mask(x, mask, shape), count_real=False)
     if x.shape[-1] != d:
         raise ValueError(f"x must have d={d} features (the state's) along axis -1, got shape {x.shape}")
-    x, mask, positions = _pool(x.astype(fdt), mask, stats.count.shape)
+    x, mask, positions = _pool(x.astype(fdt), mask, stats.tokens.shape)
     weights = mask.astype(fdt)
     n_b = jnp.sum(weights, axis=-1)
     m_b = safe_div(jnp.sum(select_rows(x, mask), axis=-2), n_b[..., None])
@@ -200,7 +200,7 @@ def update(stats: Stats, x, mask=None) -> Stats:
     rank = jnp.cumsum(mask, axis=-1, dtype=idt) - 1  # the stream index of each real row within this batch
     unit = unit_rows(select_rows(x, mask))
     batch = Stats(
-        count=jnp.sum(mask, axis=-1, dtype=idt),
+        tokens=jnp.sum(mask, axis=-1, dtype=idt),
         mean=m_b,
         m2=m2_b,
         max_abs=jnp.max(absx, axis=-2),
@@ -210,7 +210,7 @@ def update(stats: Stats, x, mask=None) -> Stats:
         unit_sq_sum=jnp.sum(unit * unit, axis=-2),
     )
     if ok is not True:
-        ok = _all_lead(ok, len(stats.count.shape))
+        ok = _all_lead(ok, len(stats.tokens.shape))
     return nan_unless(ok, merge(stats, batch))
 
 
@@ -249,25 +249,25 @@ def merge(a: Stats, b: Stats) -> Stats:
       >>> a = stats.update(stats.init(1), np.array([[0.0], [2.0]], np.float32))
       >>> b = stats.update(stats.init(1), np.array([[4.0]], np.float32))
       >>> s = stats.merge(a, b)
-      >>> int(s.count), float(s.mean[0]), float(stats.covariance(s)[0, 0]), int(s.max_index[0])
+      >>> int(s.tokens), float(s.mean[0]), float(stats.covariance(s)[0, 0]), int(s.max_index[0])
       (3, 2.0, 4.0, 2)
     """
     a, b = _check_stats(a), _check_stats(b)
     if a.m2.shape != b.m2.shape:
         raise ValueError(f"a and b must have the same shape, got {a.m2.shape} and {b.m2.shape}")
     fdt = jnp.result_type(a.mean, b.mean)
-    na, nb = jnp.asarray(a.count).astype(fdt), jnp.asarray(b.count).astype(fdt)
+    na, nb = jnp.asarray(a.tokens).astype(fdt), jnp.asarray(b.tokens).astype(fdt)
     n = na + nb
     delta = jnp.asarray(b.mean, fdt) - jnp.asarray(a.mean, fdt)
     mean = a.mean + delta * safe_div(nb, n)[..., None]
     m2 = a.m2 + b.m2 + delta[..., :, None] * delta[..., None, :] * safe_div(na * nb, n)[..., None, None]
     take_b = jnp.asarray(b.max_abs) > jnp.asarray(a.max_abs)
     return Stats(
-        count=a.count + b.count,
+        tokens=a.tokens + b.tokens,
         mean=mean,
         m2=m2,
         max_abs=jnp.where(take_b, b.max_abs, a.max_abs),
-        max_index=jnp.where(take_b, b.max_index + jnp.asarray(a.count)[..., None], a.max_index),
+        max_index=jnp.where(take_b, b.max_index + jnp.asarray(a.tokens)[..., None], a.max_index),
         max_position=jnp.where(take_b, b.max_position, a.max_position),
         unit_sum=a.unit_sum + b.unit_sum,
         unit_sq_sum=a.unit_sq_sum + b.unit_sq_sum,
@@ -295,19 +295,19 @@ def merge_over_axis(stats: Stats, axis_name) -> Stats:
       >>> from isojax import stats
       >>> x = np.arange(8.0, dtype=np.float32).reshape(1, 8, 1)  # 1 device here
       >>> s = jax.pmap(lambda x: stats.merge_over_axis(stats.update(stats.init(1), x), "i"), axis_name="i")(x)
-      >>> int(s.count[0]), float(s.mean[0, 0])
+      >>> int(s.tokens[0]), float(s.mean[0, 0])
       (8, 3.5)
     """
     stats = _check_stats(stats)
     fdt = stats.mean.dtype
-    nk = stats.count.astype(fdt)
+    nk = stats.tokens.astype(fdt)
     n = jax.lax.psum(nk, axis_name)
     mean = safe_div(jax.lax.psum(nk[..., None] * stats.mean, axis_name), n[..., None])
     delta = stats.mean - mean
     m2 = jax.lax.psum(stats.m2 + nk[..., None, None] * delta[..., :, None] * delta[..., None, :], axis_name)
     devices = jax.lax.psum(1, axis_name)
     me = jax.lax.axis_index(axis_name)
-    counts = jax.lax.psum(jax.nn.one_hot(me, devices, dtype=stats.count.dtype) * stats.count[..., None], axis_name)
+    counts = jax.lax.psum(jax.nn.one_hot(me, devices, dtype=stats.tokens.dtype) * stats.tokens[..., None], axis_name)
     before = jnp.take_along_axis(
         jnp.cumsum(counts, axis=-1) - counts, jnp.broadcast_to(me, counts.shape[:-1])[..., None], -1
     )
@@ -316,7 +316,7 @@ def merge_over_axis(stats: Stats, axis_name) -> Stats:
     mine = winner == me
     index = jax.lax.psum(jnp.where(mine, stats.max_index + before, 0), axis_name)
     return Stats(
-        count=jax.lax.psum(stats.count, axis_name),
+        tokens=jax.lax.psum(stats.tokens, axis_name),
         mean=mean,
         m2=m2,
         max_abs=largest,
@@ -350,7 +350,8 @@ def save(stats: Stats, path) -> str:
     path = str(path)
     part = path + ".part"
     with open(part, "wb") as f:
-        np.savez(f, **{k: np.asarray(v) for k, v in stats._asdict().items()})
+        arrays: dict[str, Any] = {k: np.asarray(v) for k, v in stats._asdict().items()}
+        np.savez(f, **arrays)
     os.replace(part, path)
     return path
 
@@ -370,7 +371,7 @@ def load(path) -> Stats:
       >>> from isojax import stats
       >>> s = stats.update(stats.init(2), np.array([[1.0, 2.0], [3.0, 4.0]], np.float32))
       >>> loaded = stats.load(stats.save(s, os.path.join(tempfile.mkdtemp(), "s.npz")))
-      >>> int(loaded.count), loaded.mean.tolist()
+      >>> int(loaded.tokens), loaded.mean.tolist()
       (2, [2.0, 3.0])
     """
     with np.load(str(path)) as data:
@@ -385,8 +386,8 @@ def load(path) -> Stats:
 # ----------------------------------------------------------------------------------------------------------
 def _need(stats: Stats, minimum: int, what: str) -> Stats:
     stats = _check_stats(stats)
-    if not isinstance(stats.count, jax.core.Tracer):
-        fewest = int(np.min(np.asarray(stats.count)))
+    if not isinstance(stats.tokens, jax.core.Tracer):
+        fewest = int(np.min(np.asarray(stats.tokens)))
         if fewest < minimum:
             raise ValueError(f"stats must hold at least {minimum} token(s) for {what}, got {fewest}")
     return stats
@@ -415,7 +416,7 @@ def covariance(stats: Stats, *, ddof: int = 1):
       [[2.0, 4.0], [4.0, 8.0]]
     """
     stats = _need(stats, ddof + 1, "a covariance")
-    return stats.m2 / (stats.count - ddof).astype(stats.m2.dtype)[..., None, None]
+    return stats.m2 / (stats.tokens - ddof).astype(stats.m2.dtype)[..., None, None]
 
 
 def second_moment(stats: Stats):
@@ -435,7 +436,7 @@ def second_moment(stats: Stats):
       5.0
     """
     stats = _need(stats, 1, "a second moment")
-    n = stats.count.astype(stats.m2.dtype)[..., None, None]
+    n = stats.tokens.astype(stats.m2.dtype)[..., None, None]
     return stats.m2 / n + stats.mean[..., :, None] * stats.mean[..., None, :]
 
 
@@ -484,10 +485,10 @@ def isoscore_star(stats: Stats, *, c0=None, zeta: float = 0.2):
     d = cov.shape[-1]
     zeta, zeta_ok = check_hyperparameter(zeta, "zeta", low=0.0, high=1.0)
     if c0 is None:
-        shrunk = shrunk_to_identity(jnp.trace(cov, axis1=-2, axis2=-1), jnp.sum(cov * cov, axis=(-2, -1)), d, zeta)
+        trace, sq_norm = shrunk_to_identity(jnp.trace(cov, axis1=-2, axis2=-1), jnp.sum(cov * cov, (-2, -1)), d, zeta)
     else:
-        shrunk = shrunk_moments(cov, check_square(c0, "c0", d).astype(cov.dtype), zeta)
-    return nan_unless(_finite(cov) & zeta_ok, isoscore_from_moments(*shrunk, d))
+        trace, sq_norm = shrunk_moments(cov, check_square(c0, "c0", d).astype(cov.dtype), zeta)
+    return nan_unless(_finite(cov) & zeta_ok, isoscore_from_moments(trace, sq_norm, d))
 
 
 def _shares(stats: Stats, centered: bool):
@@ -562,7 +563,7 @@ def mean_cosine(stats: Stats):
       (0.4714, 0.4714)
     """
     stats = _need(stats, 2, "a mean cosine over pairs")
-    return jnp.sum(pair_contributions(stats.unit_sum, stats.unit_sq_sum, stats.count), axis=-1)
+    return jnp.sum(pair_contributions(stats.unit_sum, stats.unit_sq_sum, stats.tokens), axis=-1)
 
 
 def rogue_dimensions(stats: Stats) -> RogueDimensions:
@@ -585,8 +586,8 @@ def rogue_dimensions(stats: Stats) -> RogueDimensions:
       Array(True, dtype=bool)
     """
     stats = _need(stats, 2, "rogue dimensions")
-    contributions = pair_contributions(stats.unit_sum, stats.unit_sq_sum, stats.count)
-    summary = rogue_summary(contributions, jnp.full(stats.count.shape, jnp.nan, contributions.dtype))
+    contributions = pair_contributions(stats.unit_sum, stats.unit_sq_sum, stats.tokens)
+    summary = rogue_summary(contributions, jnp.full(stats.tokens.shape, jnp.nan, contributions.dtype))
     return nan_unless(jnp.all(jnp.isfinite(contributions), axis=-1), summary)
 
 
@@ -618,7 +619,7 @@ def massive_activation(stats: Stats) -> MassiveActivation:
     return MassiveActivation(
         value=at(stats.max_abs),
         dimension=dim,
-        index=at(stats.max_index),
+        token=at(stats.max_index),
         position=at(stats.max_position),
         ratio=jnp.full(dim.shape, jnp.nan, stats.mean.dtype),
     )

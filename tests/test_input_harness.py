@@ -126,7 +126,7 @@ CASES: dict[str, Case] = {
     "stats.update": Case(  # max_abs is -inf (documented) while no token has been folded in
         lambda x, m: stats.update(stats.init(D), x, m),
         grad=False,
-        out=lambda s: (s.mean, s.m2, jnp.where(s.count > 0, s.max_abs, 0), s.unit_sum),
+        out=lambda s: (s.mean, s.m2, jnp.where(s.tokens > 0, s.max_abs, 0), s.unit_sum),
     ),
     "losses.cosine_regularization": Case(lambda x, m: losses.cosine_regularization(x, mask=m), degree=0, min_real=2),
     "losses.spectrum_polynomial": Case(lambda x, m: losses.spectrum_polynomial(x, c1=1.0, gamma=-0.5), masked=False),

@@ -46,7 +46,7 @@ def test_streamed_moments_equal_numpy_over_all_real_tokens(x64):
     x, mask, real = corpus()
     state = stream(x, mask)
     assert state.mean.dtype == jnp.float64
-    np.testing.assert_array_equal(state.count, [len(r) for r in real])
+    np.testing.assert_array_equal(state.tokens, [len(r) for r in real])
     np.testing.assert_allclose(state.mean, real.mean(1), rtol=1e-12)
     np.testing.assert_allclose(stats.covariance(state), [np.cov(r.T) for r in real], rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(stats.covariance(state, ddof=0), [np.cov(r.T, ddof=0) for r in real], rtol=1e-10)
@@ -105,7 +105,7 @@ def test_largest_activation_is_numpy_argmax_over_the_stream(x64):
         np.testing.assert_array_equal(state.max_position[layer], positions[magnitude.argmax(0)])
     top = stats.massive_activation(state)
     assert (float(top.value[1]), int(top.dimension[1]), int(top.position[1])) == (1e4, 3, 2)
-    assert int(top.index[1]) == mask[:7].sum() + 2
+    assert int(top.token[1]) == mask[:7].sum() + 2
 
 
 def test_merge_and_files_are_the_stream_of_both(x64, tmp_path):
@@ -119,7 +119,7 @@ def test_merge_and_files_are_the_stream_of_both(x64, tmp_path):
         np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-11)
     np.testing.assert_allclose(stats.isoscore(merged), metrics.isoscore(real), rtol=1e-6)
     assert stats.load(path).m2.dtype == np.float64
-    np.savez(tmp_path / "other.npz", count=np.zeros(3))
+    np.savez(tmp_path / "other.npz", tokens=np.zeros(3))
     with pytest.raises(ValueError, match="missing"):
         stats.load(tmp_path / "other.npz")
 
@@ -151,7 +151,7 @@ def test_sharded_accumulation_on_8_devices_equals_in_memory(x64):
 
     state = accumulate(x, mask)
     real = np.stack([np.concatenate([x[b, :, layer][mask[b]] for b in range(3)]) for layer in range(LAYERS)])
-    np.testing.assert_array_equal(state.count, [len(r) for r in real])
+    np.testing.assert_array_equal(state.tokens, [len(r) for r in real])
     np.testing.assert_allclose(stats.covariance(state), [np.cov(r.T) for r in real], rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(stats.isoscore(state), metrics.isoscore(real), rtol=1e-6)
     np.testing.assert_allclose(stats.anisotropy(state, centered=True), metrics.anisotropy(real, center=True), rtol=1e-6)
@@ -179,7 +179,7 @@ def test_float32_accumulation_stays_accurate_far_from_the_origin():
     state = stats.init(D)
     for batch in x:
         state = update(state, batch[None])
-    assert state.m2.dtype == jnp.float32 and state.count.dtype == jnp.int32
+    assert state.m2.dtype == jnp.float32 and state.tokens.dtype == jnp.int32
     rows = x.reshape(-1, D).astype(np.float64)
     expected = np.cov(rows.T)
     np.testing.assert_allclose(stats.covariance(state), expected, rtol=1e-3, atol=1e-3 * expected.max())

@@ -173,7 +173,7 @@ def analyze_hidden_states(batches: Iterable, *, tokens_per_text: int | None = No
     result = {"num_texts": num_texts, "num_sentence_texts": int(paired.sum()), "layers": list(range(layers))}
     for name in SENTENCE_COLUMNS:
         result[name] = per[name][paired].astype(np.float64).mean(0).tolist()
-    count = int(np.min(np.asarray(state.count)))
+    count = int(np.min(np.asarray(state.tokens)))
     if count < 2:
         raise ValueError(f"only {count} content tokens in the texts; corpus measures need at least 2")
     result["num_tokens"] = count
