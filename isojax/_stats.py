@@ -206,16 +206,17 @@ def streamed_covariance(rows: Iterable[np.ndarray], name: str) -> np.ndarray:
     size class. ``ValueError`` naming ``name`` (what the rows are) when there are fewer than 2 rows."""
     from isojax import stats
 
-    with jax.enable_x64(True):
-        update = jax.jit(stats.update)
-        state: stats.Stats | None = None
-        for x in rows:
-            x = np.asarray(x, np.float64)
-            size = 1 << max(len(x) - 1, 0).bit_length()
-            padded = np.zeros((size, x.shape[-1]))
-            padded[: len(x)] = x
+    update = jax.jit(stats.update)
+    state: stats.Stats | None = None
+    for x in rows:  # pulled outside the x64 context: the producer (a model's forward pass) keeps its own dtypes
+        x = np.asarray(x, np.float64)
+        size = 1 << max(len(x) - 1, 0).bit_length()
+        padded = np.zeros((size, x.shape[-1]))
+        padded[: len(x)] = x
+        with jax.enable_x64(True):
             state = update(stats.init(x.shape[-1]) if state is None else state, padded, np.arange(size) < len(x))
-        count = 0 if state is None else int(state.tokens)
-        if state is None or count < 2:
-            raise ValueError(f"the covariance of {name} needs at least 2 rows, got {count}")
+    count = 0 if state is None else int(state.tokens)
+    if state is None or count < 2:
+        raise ValueError(f"the covariance of {name} needs at least 2 rows, got {count}")
+    with jax.enable_x64(True):
         return np.asarray(stats.covariance(state))
