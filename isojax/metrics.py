@@ -595,15 +595,15 @@ def empirical_cdf(values, grid, *, valid=None):
 # alignment (REFERENCE.md "Measures since 2022")
 # ----------------------------------------------------------------------------------------------
 class MassiveActivation(NamedTuple):
-    """The largest |activation| of a cloud (Sun et al. 2024); a pytree.
+    """The largest ``|activation|`` of a cloud (Sun et al. 2024); a pytree.
 
     Attributes:
-      value: ``[...]`` the largest |x| over the real rows and dimensions.
+      value: ``[...]`` the largest ``|x|`` over the real rows and dimensions.
       dimension: ``[...]`` int, its dimension.
       token: ``[...]`` int, its row (:func:`massive_activations`) or its index in the stream of real tokens
         (:func:`isojax.stats.massive_activation`).
       position: ``[...]`` int, its position along the ``n`` axis (the row itself for :func:`massive_activations`).
-      ratio: ``[...]`` value / median |x| over the real rows and dimensions (NaN from
+      ratio: ``[...]`` value / median ``|x|`` over the real rows and dimensions (NaN from
         :func:`isojax.stats.massive_activation`: a streamed state keeps no median).
     """
 
@@ -615,10 +615,10 @@ class MassiveActivation(NamedTuple):
 
 
 def massive_activations(x, *, mask=None) -> MassiveActivation:
-    """Massive activations (Sun et al. 2024, arXiv 2402.17762): the largest |x_ij| of the real rows, where, and
-    how many times the median |x_ij| it is.
+    """Massive activations (Sun et al. 2024, arXiv 2402.17762): the largest ``|x_ij|`` of the real rows, where, and
+    how many times the median ``|x_ij|`` it is.
 
-    value = max_{i real, j} |x_ij| (the first in row-major order on a tie), ratio = value / median_{i real, j} |x_ij|
+    value = max_{i real, j} ``|x_ij|`` (the first in row-major order on a tie), ratio = value / median_{i real, j} ``|x_ij|``
     (the median of the N·d magnitudes, the mean of the two middle ones when N·d is even). Sun et al. report
     ratios of 10³–10⁴ from the early-middle layers of LLMs on, at the first token or the first delimiter. A zero
     median gives ratio inf (1 when the maximum is 0 too: a constant magnitude). Exact at any float32 scale
@@ -666,8 +666,8 @@ class RogueDimensions(NamedTuple):
     Attributes:
       contributions: ``[..., d]`` CC_k = mean over pairs i ≠ j of x_ik x_jk / (‖x_i‖‖x_j‖); Σ_k CC_k = mean cosine.
       mean_cosine: ``[...]`` Σ_k CC_k, the mean cosine over pairs of distinct rows.
-      top1_share: ``[...]`` max_k |CC_k| / Σ_k |CC_k|.
-      top3_share: ``[...]`` the three largest |CC_k| over Σ_k |CC_k| (all of them when d < 3).
+      top1_share: ``[...]`` max_k ``|CC_k|`` / Σ_k ``|CC_k|``.
+      top3_share: ``[...]`` the three largest ``|CC_k|`` over Σ_k ``|CC_k|`` (all of them when d < 3).
       standardized_cosine: ``[...]`` the mean cosine over pairs i ≠ j after standardising every dimension,
         z_ik = (x_ik − μ_k) / σ_k (NaN from :func:`isojax.stats.rogue_dimensions`, which cannot standardise in one
         pass).
@@ -699,7 +699,7 @@ def rogue_dimensions(x, *, mask=None) -> RogueDimensions:
 
     cos(u, v) = Σ_k u_k v_k / (‖u‖‖v‖), so the mean cosine splits into per-dimension contributions
     CC_k = E_{i≠j}[x̂_ik x̂_jk] = ((Σ_i x̂_ik)² − Σ_i x̂_ik²) / (N(N − 1)), x̂ = x / ‖x‖ (the paper samples random
-    pairs; the sum over all pairs costs O(Nd)). A few dimensions with a large share of Σ|CC_k| are "rogue";
+    pairs; the sum over all pairs costs O(Nd)). A few dimensions with a large share of Σ ``|CC_k|`` are "rogue";
     standardising each dimension (z = (x − μ) / σ, σ = 0 dimensions set to 0) removes them, and
     ``standardized_cosine`` is the mean cosine over pairs i ≠ j of the z rows. Zero rows have cosine 0 with
     every row. Scale-invariant.
@@ -750,7 +750,7 @@ class AttentionSinks(NamedTuple):
 def attention_sinks(probs, *, mask=None, epsilon: float = 0.3) -> AttentionSinks:
     """Attention sinks (Gu et al., ICLR 2025, "When attention sink emerges in language models").
 
-    α_k = (1 / |{i ≥ k real}|) Σ_{i ≥ k, i real} A[i, k] for every key k of every (text, layer, head), A the
+    α_k = (1 / ``|{i ≥ k real}|``) Σ_{i ≥ k, i real} A[i, k] for every key k of every (text, layer, head), A the
     attention probabilities (rows = queries, columns = keys); Sink_ε = the share of (text, layer, head) whose α at
     the first real token exceeds ε (ε = 0.3 in the paper). With left padding the first real token is the first
     true entry of the mask.

@@ -13,7 +13,7 @@ What a state holds (``S`` = its shape, ``()`` or ``(layers,)``; every field's si
 tokens):
 
 * ``tokens [*S]`` the number of real tokens (int32, int64 with x64), ``mean [*S, d]``, ``m2 [*S, d, d]`` = Σ (x − mean)(x − mean)ᵀ;
-* ``max_abs [*S, d]`` the largest |x| per dimension (−inf before any token), ``max_index [*S, d]`` the token's
+* ``max_abs [*S, d]`` the largest ``|x|`` per dimension (−inf before any token), ``max_index [*S, d]`` the token's
   index in the stream of real tokens (0-based, in the order they were folded in; −1 before any token) and
   ``max_position [*S, d]`` its position along the ``n`` axis of its batch;
 * ``unit_sum [*S, d]`` = Σ x̂ and ``unit_sq_sum [*S, d]`` = Σ x̂² over the unit rows x̂ = x / ‖x‖ (zero rows stay
@@ -82,7 +82,7 @@ class Stats(NamedTuple):
       tokens: ``[*S]`` int, the number of real tokens folded in.
       mean: ``[*S, d]`` float, their mean.
       m2: ``[*S, d, d]`` float, Σ (x − mean)(x − mean)ᵀ.
-      max_abs: ``[*S, d]`` float, the largest |x| per dimension (−inf before any token).
+      max_abs: ``[*S, d]`` float, the largest ``|x|`` per dimension (−inf before any token).
       max_index: ``[*S, d]`` int, the stream index of the token holding it (−1 before any token).
       max_position: ``[*S, d]`` int, that token's position along its batch's ``n`` axis (−1 before any token).
       unit_sum: ``[*S, d]`` float, Σ x / ‖x‖.
@@ -592,7 +592,7 @@ def rogue_dimensions(stats: Stats) -> RogueDimensions:
 
 
 def massive_activation(stats: Stats) -> MassiveActivation:
-    """The largest |x| of all the tokens folded in (Sun et al. 2024, "Massive activations"), with its dimension,
+    """The largest ``|x|`` of all the tokens folded in (Sun et al. 2024, "Massive activations"), with its dimension,
     stream index and position; ``ratio`` is NaN (a median needs the tokens: use
     :func:`isojax.metrics.massive_activations` per batch).
 

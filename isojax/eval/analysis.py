@@ -7,19 +7,19 @@ Hugging Face's ``output_hidden_states``), ``mask [B, L]`` true = real token -- f
 files. :func:`analyze_layers` is its producer for an isojax model and a list of texts.
 
 For every layer l and every text s, with ``X`` the ``[n_s, d]`` matrix of its real token states and ``σ̃ = σ / σ_1``
-its normalised singular values:
+its normalised singular values::
 
     TokenUni     mean cosine over pairs of distinct tokens          (metrics.token_uniformity)
     RBF_dis      log mean exp(-2 ||x̂_i - x̂_j||^2), unit rows        (metrics.rbf_uniformity)
     EV_1..EV_3   Σ_{i<=k} σ_i^2 / Σ σ_i^2                           (metrics.explained_variance, uncentered)
     median σ̃, skewness of σ̃                                       (metrics.singular_value_stats)
-    massive_ratio  max |x| / median |x| of the text's states        (metrics.massive_activations)
+    massive_ratio  max |x| / median |x| of the text's states            (metrics.massive_activations)
 
 These are averaged over the texts with at least 2 tokens (a one-token text, which GPT-2's tokenizer can give, has
 no pair and is left out of every sentence column); the CDF of Figure 1 pools the σ̃ of all texts. Corpus-level
 measures fold the *content* tokens of every text (a third element of a batch, ``content [B, L]``, default the
 mask; the model producer leaves out the tokenizer's special tokens such as [CLS] and [SEP]) into streaming
-statistics (:mod:`isojax.stats`), so all of them count, however many:
+statistics (:mod:`isojax.stats`), so all of them count, however many::
 
     isoscore                    IsoScore                                           (stats.isoscore)
     anisotropy, _centered       σ_1^2 / Σ σ_i^2 of all content tokens, raw and centred (stats.anisotropy)
@@ -34,6 +34,7 @@ With ``tokens_per_text=K`` only the first K content tokens of each text count (t
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -188,19 +189,13 @@ def _content(ids, mask, *, special: tuple[int, ...]):
     return mask & ~jnp.isin(ids, jnp.asarray(special, ids.dtype)) if special else mask
 
 
-@jax.tree_util.register_static
+@dataclasses.dataclass(frozen=True)
 class _HiddenStates:
-    """``reduce`` for :func:`isojax.eval.encode.encoded_batches`: every layer's states ``[B, layers, L, d]`` (one
-    hashable instance, so the compiled forward pass is reused across calls)."""
+    """``reduce`` for :func:`isojax.eval.encode.encoded_batches`: every layer's states ``[B, layers, L, d]`` (equal
+    and hashed by value, so the compiled forward pass is reused across calls)."""
 
     def __call__(self, output, mask):
         return jnp.stack(output.hidden_states, axis=1)
-
-    def __hash__(self):
-        return hash(_HiddenStates)
-
-    def __eq__(self, other):
-        return isinstance(other, _HiddenStates)
 
 
 def hidden_state_batches(
