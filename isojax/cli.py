@@ -302,8 +302,8 @@ def build_parser() -> argparse.ArgumentParser:
         "cosine of token states), RBF_dis, EV_1..3, median and skewness of normalised singular "
         "values s/s1 of each sentence's token matrix, max|h|/median|h|; streamed over all content tokens "
         "(special tokens left out): IsoScore, the anisotropy s1^2/sum s^2 raw and centered, the mean cosine, "
-        "the rogue-dimension shares of the top 1 and 3 dimensions, the largest |h| (massive activations). Also I(W) of the input embedding matrix raw, "
-        "centered and all-but-the-top. Figures: the per-layer CDF of normalised singular values "
+        "the rogue-dimension shares of the top 1 and 3 dimensions, the largest |h| (massive activations). "
+        "Also I(W) of the input embedding matrix raw, centered and all-but-the-top. Figures: the per-layer CDF of normalised singular values "
         "(Figure 1 of the SoftDecay paper) and per-layer curves.",
     )
     _add_model_options(p)

@@ -618,8 +618,8 @@ def massive_activations(x, *, mask=None) -> MassiveActivation:
     """Massive activations (Sun et al. 2024, arXiv 2402.17762): the largest ``|x_ij|`` of the real rows, where, and
     how many times the median ``|x_ij|`` it is.
 
-    value = max_{i real, j} ``|x_ij|`` (the first in row-major order on a tie), ratio = value / median_{i real, j} ``|x_ij|``
-    (the median of the N·d magnitudes, the mean of the two middle ones when N·d is even). Sun et al. report
+    value = max_{i real, j} ``|x_ij|`` (the first in row-major order on a tie),
+    ratio = value / median_{i real, j} ``|x_ij|`` (the median of the N·d magnitudes, the mean of the two middle ones when N·d is even). Sun et al. report
     ratios of 10³–10⁴ from the early-middle layers of LLMs on, at the first token or the first delimiter. A zero
     median gives ratio inf (1 when the maximum is 0 too: a constant magnitude). Exact at any float32 scale
     (no squares).
@@ -840,7 +840,8 @@ def twonn_dimension(x, *, mask=None, method: str = "linear", discard_fraction: f
       >>> import numpy as np
       >>> from isojax import metrics
       >>> x = np.array([[0.0, 0.0], [1.0, 1.0], [3.0, 3.0], [7.0, 7.0], [15.0, 15.0]], np.float32)
-      >>> round(float(metrics.twonn_dimension(x, method="mle", discard_fraction=0.0)), 4), round(4 / float(np.log(20.25)), 4)
+      >>> d = metrics.twonn_dimension(x, method="mle", discard_fraction=0.0)
+      >>> round(float(d), 4), round(4 / float(np.log(20.25)), 4)
       (1.3297, 1.3297)
     """
     x, mask, ok = check_cloud(x, mask, min_n=3)

@@ -12,7 +12,8 @@ whole cloud in memory: :func:`covariance`, :func:`isoscore`, :func:`isoscore_sta
 What a state holds (``S`` = its shape, ``()`` or ``(layers,)``; every field's size is independent of the number of
 tokens):
 
-* ``tokens [*S]`` the number of real tokens (int32, int64 with x64), ``mean [*S, d]``, ``m2 [*S, d, d]`` = Σ (x − mean)(x − mean)ᵀ;
+* ``tokens [*S]`` the number of real tokens (int32, int64 with x64), ``mean [*S, d]``,
+  ``m2 [*S, d, d]`` = Σ (x − mean)(x − mean)ᵀ;
 * ``max_abs [*S, d]`` the largest ``|x|`` per dimension (−inf before any token), ``max_index [*S, d]`` the token's
   index in the stream of real tokens (0-based, in the order they were folded in; −1 before any token) and
   ``max_position [*S, d]`` its position along the ``n`` axis of its batch;

@@ -228,8 +228,10 @@ def hidden_state_batches(
       >>> from isojax.models import from_pretrained
       >>> module, params, tokenizer = from_pretrained("default")
       >>> h, mask, content = next(hidden_state_batches(module, params, tokenizer, ["A cat sits."]))
-      >>> h.shape, mask.tolist(), content.tolist()  # [CLS] a cat sits . [SEP], padded to 16
-      ((1, 7, 16, 384), [[True, True, True, True, True, True, False, False, False, False, False, False, False, False, False, False]], [[False, True, True, True, True, False, False, False, False, False, False, False, False, False, False, False]])
+      >>> h.shape  # 7 layers of a batch of 1 text padded to 16 tokens
+      (1, 7, 16, 384)
+      >>> mask[0, :7].tolist(), content[0, :7].tolist()  # [CLS] a cat sits . [SEP] <pad>
+      ([True, True, True, True, True, True, False], [False, True, True, True, True, False, False])
     """
     special = tuple(sorted(int(i) for i in getattr(tokenizer, "all_special_ids", ()) or ()))
     for _, ids, mask, h in encoded_batches(
