@@ -2,14 +2,15 @@
 
 Public API (see README.md): ``from_pretrained``/``save_pretrained`` (Flax BERT, RoBERTa, ALBERT, DistilBERT, MPNet,
 GPT-2, BART, mBART from Hugging Face checkpoints; decoding in ``isojax.models.generate``), ``soft_decay``/``SoftDecay``,
-and the modules ``metrics``, ``topology``, ``losses``, ``calibrate``, ``spectral``, ``gradients``.
+and the modules ``metrics``, ``stats`` (streaming statistics), ``topology``, ``losses``, ``calibrate``, ``spectral``,
+``gradients``.
 """
 
 from isojax._transformers_notice import drop_torch_notice
 
 drop_torch_notice()  # before anything imports transformers
 
-from isojax import calibrate, gradients, losses, metrics, spectral, topology  # noqa: E402
+from isojax import calibrate, gradients, losses, metrics, spectral, stats, topology  # noqa: E402
 from isojax.models import from_pretrained, save_pretrained  # noqa: E402
 from isojax.softdecay import SoftDecay, soft_decay  # noqa: E402
 
@@ -25,5 +26,6 @@ __all__ = [
     "save_pretrained",
     "soft_decay",
     "spectral",
+    "stats",
     "topology",
 ]

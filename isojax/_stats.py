@@ -8,8 +8,8 @@ neither a result nor a gradient (``0 * NaN`` would be NaN).
 The helpers are unvalidated (the public callers check their arguments), jit-free and differentiable, with
 finite gradients at zero denominators (see :mod:`isojax._numeric`). Matrix products use full float32 precision
 (``HIGHEST``) whatever the backend's default. Two host-side numpy helpers come last: :func:`real_rows` (the real
-rows as one array, whose length depends on the mask's values) and :func:`streamed_covariance` (float64 sums over
-a stream of such arrays).
+rows as one array, whose length depends on the mask's values) and :func:`streamed_covariance` (the float64
+covariance of a stream of such arrays, by :mod:`isojax.stats`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from isojax._numeric import HIGHEST, finite_matrix, safe_div, safe_norm
+from isojax._numeric import HIGHEST, finite_matrix, promote_float32, safe_div, safe_norm
 
 
 def select_rows(x, mask):
@@ -109,6 +109,27 @@ def covariance_moments(x, mask):
     return jnp.sum(xc * xc, axis=(-2, -1)) / scale, jnp.sum(smaller_gram(xc) ** 2, axis=(-2, -1)) / scale**2
 
 
+def isoscore_from_moments(trace, sq_norm, d: int):
+    """IsoScore of a PSD covariance C from ``tr C`` and ``‖C‖_F²`` (see :func:`isojax.metrics.isoscore`).
+
+    ((tr C)² / ‖C‖_F² − 1) / (d − 1); a zero covariance (all points identical) has score 0, the limit of a
+    one-dimensional cloud.
+    """
+    return jnp.where(sq_norm > 0, (safe_div(trace**2, sq_norm) - 1) / (d - 1), 0)
+
+
+def shrunk_to_identity(trace, sq_norm, d: int, zeta):
+    """``(tr C_ζ, ‖C_ζ‖_F²)`` of C_ζ = (1 − ζ)C + ζI from ``tr C`` and ``‖C‖_F²``, without forming C:
+    tr C_ζ = (1 − ζ) tr C + ζd, ‖C_ζ‖² = (1 − ζ)²‖C‖² + 2ζ(1 − ζ) tr C + ζ²d."""
+    return (1 - zeta) * trace + zeta * d, (1 - zeta) ** 2 * sq_norm + 2 * zeta * (1 - zeta) * trace + zeta**2 * d
+
+
+def shrunk_moments(cov, c0, zeta):
+    """``(tr C_ζ, ‖C_ζ‖_F²)`` of C_ζ = (1 − ζ)·cov + ζ·c0 (``[..., d, d]`` each, c0 broadcast)."""
+    shrunk = (1 - zeta) * cov + zeta * promote_float32(c0)
+    return jnp.trace(shrunk, axis1=-2, axis2=-1), jnp.sum(shrunk**2, axis=(-2, -1))
+
+
 def smaller_gram(x):
     """The smaller of the two Gram matrices of ``x [..., n, d]``: ``x xᵀ [..., n, n]`` if n ≤ d, else ``xᵀ x``.
 
@@ -148,6 +169,16 @@ def cosine_sums(x, mask):
     return all_pairs, diagonal, count
 
 
+def pair_contributions(unit_sum, unit_sq_sum, count):
+    """Per-dimension mean over pairs i ≠ j of x̂_i,k x̂_j,k, ``[..., d]``, from ``unit_sum`` = Σ_i x̂_i and
+    ``unit_sq_sum`` = Σ_i x̂_i² (``[..., d]``) and the row count N: ((Σ_i x̂_i,k)² − Σ_i x̂_i,k²) / (N(N − 1)).
+
+    Summed over k it is the mean cosine over pairs of distinct rows (Timkey & van Schijndel's CC_k).
+    """
+    count = jnp.asarray(count).astype(unit_sum.dtype)[..., None]
+    return safe_div(unit_sum**2 - unit_sq_sum, count * (count - 1))
+
+
 def squared_distances(x):
     """Pairwise squared Euclidean distances ``[..., n, n]`` via the Gram matrix, clipped at 0."""
     sq_norms = jnp.sum(x * x, axis=-1)
@@ -169,13 +200,23 @@ def real_rows(x, mask) -> np.ndarray:
 
 
 def streamed_covariance(rows: Iterable[np.ndarray], name: str) -> np.ndarray:
-    """Covariance (ddof 1) ``[d, d]`` of all the rows of a stream of arrays ``[n_i, d]``, in one pass from their
-    running sums (no array kept): ``(Σ x xᵀ − N μ μᵀ) / (N − 1)``, ``μ = Σ x / N``, N the rows in all; float64
-    sums for float64 rows. ``ValueError`` naming ``name`` (what the rows are) when there are fewer than 2 rows."""
-    total, outer, count = 0.0, 0.0, 0
-    for x in rows:
-        total, outer, count = total + x.sum(0), outer + x.T @ x, count + len(x)
-    if count < 2:
+    """Covariance (ddof 1) ``[d, d]`` of all the rows of a stream of arrays ``[n_i, d]``, in one pass with
+    :mod:`isojax.stats` (the one implementation of streaming moments: per-chunk centring, Chan merges) in float64
+    whatever the x64 setting; chunks are padded to a power of two of rows, so the jitted update compiles once per
+    size class. ``ValueError`` naming ``name`` (what the rows are) when there are fewer than 2 rows."""
+    from isojax import stats
+
+    update = jax.jit(stats.update)
+    state: stats.Stats | None = None
+    for x in rows:  # pulled outside the x64 context: the producer (a model's forward pass) keeps its own dtypes
+        x = np.asarray(x, np.float64)
+        size = 1 << max(len(x) - 1, 0).bit_length()
+        padded = np.zeros((size, x.shape[-1]))
+        padded[: len(x)] = x
+        with jax.enable_x64(True):
+            state = update(stats.init(x.shape[-1]) if state is None else state, padded, np.arange(size) < len(x))
+    count = 0 if state is None else int(state.tokens)
+    if state is None or count < 2:
         raise ValueError(f"the covariance of {name} needs at least 2 rows, got {count}")
-    mean = total / count
-    return (outer - count * np.outer(mean, mean)) / (count - 1)
+    with jax.enable_x64(True):
+        return np.asarray(stats.covariance(state))

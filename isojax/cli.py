@@ -14,6 +14,7 @@ exits with status 143 (``EXIT_STOPPED``, 128 + SIGTERM, as a shell reports a pro
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import math
 import os
@@ -69,17 +70,48 @@ def _write_json(path: str | None, payload) -> None:
         print(f"json: {path}")
 
 
+def read_texts(path: str, *, field: str = "text", limit: int = 0) -> list[str]:
+    """The texts of ``path``: one per line (blank lines skipped), or for a ``.jsonl`` file the string ``field`` of the
+    JSON object on each non-blank line; the first ``limit`` only when ``limit > 0``. ``ValueError`` naming the file
+    and line for a line that is not such an object, or when the file holds no text."""
+    texts: list[str] = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if limit and len(texts) >= limit:
+                break
+            line = line.rstrip("\n").rstrip("\r")
+            if not line.strip():
+                continue
+            if path.endswith(".jsonl"):
+                try:
+                    value = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"--texts {path}, line {number}: not JSON ({e.msg})") from None
+                if not isinstance(value, dict) or not isinstance(value.get(field), str):
+                    raise ValueError(f"--texts {path}, line {number}: no string field {field!r} (set --field)")
+                line = value[field]
+            texts.append(line)
+    if not texts:
+        raise ValueError(f"--texts {path} holds no text")
+    return texts
+
+
 def cmd_analyze(args) -> int:
     import isojax
     from isojax.data.sts import load_sts
     from isojax.eval import analysis, wordsim
     from isojax.models import require_tokenizer
 
+    if args.texts:
+        texts = read_texts(args.texts, field=args.field, limit=args.limit)
+        source = args.texts
+    else:
+        data = load_sts(args.data, args.split, data_dir=args.data_dir)
+        texts = list(dict.fromkeys(data.sentences1 + data.sentences2))  # unique, first-seen order
+        texts = texts[: args.limit] if args.limit else texts
+        source = f"{args.data} {args.split}"
     module, params, tokenizer = isojax.from_pretrained(args.model)
     require_tokenizer(tokenizer, args.model, "isojax analyze")
-    data = load_sts(args.data, args.split, data_dir=args.data_dir)
-    texts = list(dict.fromkeys(data.sentences1 + data.sentences2))  # unique, first-seen order
-    texts = texts[: args.limit] if args.limit else texts
     result = analysis.analyze_layers(
         module,
         params,
@@ -87,20 +119,23 @@ def cmd_analyze(args) -> int:
         texts,
         batch_size=args.batch_size,
         max_length=args.max_length,
-        tokens_per_text=args.tokens_per_text,
+        tokens_per_text=args.tokens_per_text or None,
         progress=not args.quiet,
     )
-    result.update(model=args.model, data=args.data, split=args.split)
+    if args.texts:
+        result.update(model=args.model, texts=args.texts)
+    else:
+        result.update(model=args.model, data=args.data, split=args.split)
     print(
-        f"{args.model} on {args.data} {args.split}: {len(texts)} sentences; per-sentence measures averaged over "
+        f"{args.model} on {source}: {len(texts)} texts; per-sentence measures averaged over "
         f"the {result['num_sentence_texts']} with 2 or more tokens, "
-        f"IsoScore/anisotropy on {result['num_tokens']} pooled content tokens; layer 0 = embedding output"
+        f"corpus measures on {result['num_tokens']} content tokens; layer 0 = embedding output"
     )
     print(analysis.format_table(result))
     result["input_embeddings"] = wordsim.embedding_isotropy(wordsim.input_embeddings(params))
     print("input embedding matrix W: " + ", ".join(f"{k} {v:.4f}" for k, v in result["input_embeddings"].items()))
     os.makedirs(args.out, exist_ok=True)
-    name = f"{args.model} ({args.data} {args.split})"
+    name = f"{args.model} ({os.path.basename(args.texts) if args.texts else source})"
     print(
         "figures:",
         analysis.plot_cdf(result, os.path.join(args.out, "sv_cdf.png"), title=f"{name}: singular-value CDF per layer"),
@@ -265,21 +300,37 @@ def build_parser() -> argparse.ArgumentParser:
         help="layer-wise token uniformity and isotropy, singular-value CDF, I(W)",
         description="Per layer (0 = embeddings), averaged over sentences: TokenUni (mean pairwise "
         "cosine of token states), RBF_dis, EV_1..3, median and skewness of normalised singular "
-        "values s/s1 of each sentence's token matrix; on pooled content tokens: IsoScore and the "
-        "anisotropy s1^2/sum s^2, raw and centered. Also I(W) of the input embedding matrix raw, "
-        "centered and all-but-the-top. Figures: the per-layer CDF of normalised singular values "
+        "values s/s1 of each sentence's token matrix, max|h|/median|h|; streamed over all content tokens "
+        "(special tokens left out): IsoScore, the anisotropy s1^2/sum s^2 raw and centered, the mean cosine, "
+        "the rogue-dimension shares of the top 1 and 3 dimensions, the largest |h| (massive activations). "
+        "Also I(W) of the input embedding matrix raw, centered and all-but-the-top. Figures: the per-layer CDF of normalised singular values "
         "(Figure 1 of the SoftDecay paper) and per-layer curves.",
     )
     _add_model_options(p)
     p.add_argument("--data", default="stsb", help=f"STS set whose sentences are analysed: {STS_SETS_HELP}")
     p.add_argument("--split", default="test", help="split of --data (default test)")
     _add_data_dir(p)
-    p.add_argument("--limit", type=_count, default=0, help="analyse only the first N unique sentences (0 = all)")
+    p.add_argument(
+        "--texts",
+        default=None,
+        metavar="FILE",
+        help="analyse the texts of FILE instead of --data: one text per line (blank lines skipped), or a .jsonl "
+        "file with one JSON object per line whose --field holds the text",
+    )
+    p.add_argument("--field", default="text", help="the field of a .jsonl --texts file holding the text (text)")
+    p.add_argument(
+        "--limit",
+        type=_count,
+        default=0,
+        help="analyse only the first N texts (unique sentences of --data, lines of --texts; 0 = all)",
+    )
+    p.add_argument("--max-texts", dest="limit", type=_count, default=0, help="the same as --limit")
     p.add_argument(
         "--tokens-per-text",
-        type=_positive,
-        default=8,
-        help="content tokens per sentence pooled for IsoScore/anisotropy (default 8)",
+        type=_count,
+        default=0,
+        help="count only the first N content tokens of each text in the corpus measures (IsoScore, anisotropy, "
+        "...); 0 (default) = all of them, streamed",
     )
     p.add_argument("--out", default="outputs/analyze", help="directory for figures (default outputs/analyze)")
     p.set_defaults(func=cmd_analyze)

@@ -46,10 +46,12 @@ Measures and their sources (papers in ``shared/papers``):
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from isojax._numeric import HIGHEST, finite_matrix, promote_float32, safe_div, safe_sqrt
 from isojax._stats import (
@@ -58,8 +60,12 @@ from isojax._stats import (
     covariance,
     covariance_moments,
     gram_eigenvalues,
+    isoscore_from_moments,
     masked_rows,
+    pair_contributions,
     select_rows,
+    shrunk_moments,
+    shrunk_to_identity,
     squared_distances,
     unit_rows,
     unit_scale,
@@ -70,6 +76,7 @@ from isojax._validate import (
     check_finite_rows,
     check_float,
     check_hyperparameter,
+    check_mask_values,
     check_points,
     check_positive_int,
     check_real_rows,
@@ -89,6 +96,15 @@ __all__ = [
     "SingularValueStats",
     "singular_value_stats",
     "empirical_cdf",
+    "MassiveActivation",
+    "massive_activations",
+    "RogueDimensions",
+    "rogue_dimensions",
+    "AttentionSinks",
+    "attention_sinks",
+    "twonn_dimension",
+    "random_pair_cosine",
+    "alignment",
 ]
 
 
@@ -161,15 +177,6 @@ def _variance_shares(x, mask, center):
     return safe_div(gram_eigenvalues(x), jnp.sum(x * x, axis=(-2, -1))[..., None])
 
 
-def _isoscore_from_moments(trace, sq_norm, d: int):
-    """IsoScore of a PSD covariance from its trace and squared Frobenius norm (see :func:`isoscore`).
-
-    ((tr C)² / ‖C‖_F² − 1) / (d − 1); a zero covariance (all points identical) has score 0, the limit of a
-    one-dimensional cloud.
-    """
-    return jnp.where(sq_norm > 0, (safe_div(trace**2, sq_norm) - 1) / (d - 1), 0)
-
-
 def isoscore(x, *, mask=None):
     """IsoScore (Rudman et al. 2022): the fraction of dimensions uniformly used by a point cloud.
 
@@ -206,7 +213,7 @@ def isoscore(x, *, mask=None):
     """
     x, mask, ok = check_cloud(x, mask, min_n=2, min_d=2)
     trace, sq_norm = covariance_moments(unit_scale(promote_float32(x), mask)[0], mask)
-    return nan_unless(ok, _isoscore_from_moments(trace, sq_norm, x.shape[-1]))
+    return nan_unless(ok, isoscore_from_moments(trace, sq_norm, x.shape[-1]))
 
 
 def isoscore_star(x, *, c0=None, zeta: float = 0.2, mask=None):
@@ -243,17 +250,11 @@ def isoscore_star(x, *, c0=None, zeta: float = 0.2, mask=None):
     zeta, zeta_ok = check_hyperparameter(zeta, "zeta", low=0.0, high=1.0)
     d = x.shape[-1]
     if c0 is None:
-        # C_ζ = (1 − ζ)C + ζI: tr C_ζ = (1 − ζ) tr C + ζd, ‖C_ζ‖² = (1 − ζ)²‖C‖² + 2ζ(1 − ζ) tr C + ζ²d.
         trace, sq_norm = covariance_moments(promote_float32(x), mask)
-        shrunk_trace = (1 - zeta) * trace + zeta * d
-        shrunk_sq_norm = (1 - zeta) ** 2 * sq_norm + 2 * zeta * (1 - zeta) * trace + zeta**2 * d
+        trace, sq_norm = shrunk_to_identity(trace, sq_norm, d, zeta)
     else:
-        c0 = check_square(c0, "c0", d)
-        _, cov = covariance(promote_float32(x), mask)
-        shrunk = (1 - zeta) * cov + zeta * promote_float32(c0)
-        shrunk_trace = jnp.trace(shrunk, axis1=-2, axis2=-1)
-        shrunk_sq_norm = jnp.sum(shrunk**2, axis=(-2, -1))
-    return nan_unless(ok, nan_unless(zeta_ok, _isoscore_from_moments(shrunk_trace, shrunk_sq_norm, d)))
+        trace, sq_norm = shrunk_moments(covariance(promote_float32(x), mask)[1], check_square(c0, "c0", d), zeta)
+    return nan_unless(ok, nan_unless(zeta_ok, isoscore_from_moments(trace, sq_norm, d)))
 
 
 def partition_isotropy(w, *, mask=None, center: bool = False):
@@ -587,3 +588,384 @@ def empirical_cdf(values, grid, *, valid=None):
     valid = jnp.ones(values.shape, bool) if valid is None else valid
     below = (values[..., None, :] <= grid[:, None]) & valid[..., None, :]
     return nan_unless(ok, safe_div(jnp.sum(below, axis=-1), jnp.sum(valid, axis=-1)[..., None]).astype(values.dtype))
+
+
+# ----------------------------------------------------------------------------------------------
+# Measures since 2022: massive activations, rogue dimensions, attention sinks, TwoNN, random pairs,
+# alignment (REFERENCE.md "Measures since 2022")
+# ----------------------------------------------------------------------------------------------
+class MassiveActivation(NamedTuple):
+    """The largest ``|activation|`` of a cloud (Sun et al. 2024); a pytree.
+
+    Attributes:
+      value: ``[...]`` the largest ``|x|`` over the real rows and dimensions.
+      dimension: ``[...]`` int, its dimension.
+      token: ``[...]`` int, its row (:func:`massive_activations`) or its index in the stream of real tokens
+        (:func:`isojax.stats.massive_activation`).
+      position: ``[...]`` int, its position along the ``n`` axis (the row itself for :func:`massive_activations`).
+      ratio: ``[...]`` value / median ``|x|`` over the real rows and dimensions (NaN from
+        :func:`isojax.stats.massive_activation`: a streamed state keeps no median).
+    """
+
+    value: jax.Array
+    dimension: jax.Array
+    token: jax.Array
+    position: jax.Array
+    ratio: jax.Array
+
+
+def massive_activations(x, *, mask=None) -> MassiveActivation:
+    """Massive activations (Sun et al. 2024, arXiv 2402.17762): the largest ``|x_ij|`` of the real rows, where, and
+    how many times the median ``|x_ij|`` it is.
+
+    value = max_{i real, j} ``|x_ij|`` (the first in row-major order on a tie),
+    ratio = value / median_{i real, j} ``|x_ij|`` (the median of the N·d magnitudes, the mean of the two middle ones when N·d is even). Sun et al. report
+    ratios of 10³–10⁴ from the early-middle layers of LLMs on, at the first token or the first delimiter. A zero
+    median gives ratio inf (1 when the maximum is 0 too: a constant magnitude). Exact at any float32 scale
+    (no squares).
+
+    Args:
+      x: ``[..., n, d]`` float array (for a batch of texts of one layer, ``[n_texts·L, d]`` pools them; per
+        text, ``[B, L, d]``).
+      mask: optional ``[..., n]`` bool, true = real row.
+
+    Returns:
+      :class:`MassiveActivation` ``[...]``: ``value``, ``ratio`` float32 (or ``x``'s dtype if wider),
+      ``dimension``, ``token`` (the row), ``position`` (= ``token``) int32.
+
+    Examples:
+      >>> import numpy as np
+      >>> from isojax import metrics
+      >>> x = np.array([[1.0, -2.0], [-500.0, 3.0]], np.float32)
+      >>> m = metrics.massive_activations(x)
+      >>> float(m.value), int(m.token), int(m.dimension), float(m.ratio)  # median of 1, 2, 3, 500: 2.5
+      (500.0, 1, 0, 200.0)
+    """
+    x, mask, ok = check_cloud(x, mask, min_n=1)
+    x = promote_float32(x)
+    n, d = x.shape[-2:]
+    real = jnp.ones(x.shape[:-1], bool) if mask is None else mask
+    magnitude = jnp.abs(select_rows(x, mask))
+    flat_real = jnp.broadcast_to(real[..., None], x.shape).reshape(x.shape[:-2] + (n * d,))
+    flat = magnitude.reshape(x.shape[:-2] + (n * d,))
+    where = jnp.argmax(jnp.where(flat_real, flat, -jnp.inf), axis=-1)
+    value = jnp.take_along_axis(flat, where[..., None], axis=-1)[..., 0]
+    ordered = jnp.sort(jnp.where(flat_real, flat, jnp.inf), axis=-1)
+    count = jnp.sum(flat_real, axis=-1)
+    middle = jnp.stack([jnp.maximum(count - 1, 0) // 2, count // 2], axis=-1)
+    median = jnp.mean(jnp.take_along_axis(ordered, jnp.minimum(middle, n * d - 1), axis=-1), axis=-1)
+    median = jnp.where(count > 0, median, 0)
+    ratio = jnp.where(median > 0, safe_div(value, median), jnp.where(value > 0, jnp.inf, 1.0))
+    row = (where // d).astype(jnp.int32)
+    return nan_unless(ok, MassiveActivation(value, (where % d).astype(jnp.int32), row, row, ratio))
+
+
+class RogueDimensions(NamedTuple):
+    """Per-dimension contributions to the mean cosine (Timkey & van Schijndel 2021); a pytree.
+
+    Attributes:
+      contributions: ``[..., d]`` CC_k = mean over pairs i ≠ j of x_ik x_jk / (‖x_i‖‖x_j‖); Σ_k CC_k = mean cosine.
+      mean_cosine: ``[...]`` Σ_k CC_k, the mean cosine over pairs of distinct rows.
+      top1_share: ``[...]`` max_k ``|CC_k|`` / Σ_k ``|CC_k|``.
+      top3_share: ``[...]`` the three largest ``|CC_k|`` over Σ_k ``|CC_k|`` (all of them when d < 3).
+      standardized_cosine: ``[...]`` the mean cosine over pairs i ≠ j after standardising every dimension,
+        z_ik = (x_ik − μ_k) / σ_k (NaN from :func:`isojax.stats.rogue_dimensions`, which cannot standardise in one
+        pass).
+    """
+
+    contributions: jax.Array
+    mean_cosine: jax.Array
+    top1_share: jax.Array
+    top3_share: jax.Array
+    standardized_cosine: jax.Array
+
+
+def rogue_summary(contributions, standardized_cosine) -> RogueDimensions:
+    """A :class:`RogueDimensions` from CC ``[..., d]`` (shared with :mod:`isojax.stats`; not in ``__all__``)."""
+    size = jnp.abs(contributions)
+    top = jax.lax.top_k(size, min(3, size.shape[-1]))[0]
+    total = jnp.sum(size, axis=-1)
+    return RogueDimensions(
+        contributions=contributions,
+        mean_cosine=jnp.sum(contributions, axis=-1),
+        top1_share=safe_div(top[..., 0], total),
+        top3_share=safe_div(jnp.sum(top, axis=-1), total),
+        standardized_cosine=standardized_cosine,
+    )
+
+
+def rogue_dimensions(x, *, mask=None) -> RogueDimensions:
+    """Rogue dimensions (Timkey & van Schijndel 2021, "All bark and no bite"), exactly over all pairs i ≠ j.
+
+    cos(u, v) = Σ_k u_k v_k / (‖u‖‖v‖), so the mean cosine splits into per-dimension contributions
+    CC_k = E_{i≠j}[x̂_ik x̂_jk] = ((Σ_i x̂_ik)² − Σ_i x̂_ik²) / (N(N − 1)), x̂ = x / ‖x‖ (the paper samples random
+    pairs; the sum over all pairs costs O(Nd)). A few dimensions with a large share of Σ ``|CC_k|`` are "rogue";
+    standardising each dimension (z = (x − μ) / σ, σ = 0 dimensions set to 0) removes them, and
+    ``standardized_cosine`` is the mean cosine over pairs i ≠ j of the z rows. Zero rows have cosine 0 with
+    every row. Scale-invariant.
+
+    Args:
+      x: ``[..., n, d]`` float array, n ≥ 2 real rows.
+      mask: optional ``[..., n]`` bool, true = real row.
+
+    Returns:
+      :class:`RogueDimensions` (float32, or ``x``'s dtype if wider).
+
+    Examples:
+      One dimension carries a large common offset: it carries nearly all of the mean cosine, and standardising
+      removes it (the three z rows are (−1, 1), (1, −1), (0, 0): cosines −1, 0, 0).
+
+      >>> import numpy as np
+      >>> from isojax import metrics
+      >>> r = metrics.rogue_dimensions(np.array([[10.0, 1.0], [10.0, -1.0], [10.0, 0.0]], np.float32))
+      >>> round(float(r.top1_share), 3), round(float(r.mean_cosine), 3), round(float(r.standardized_cosine), 3)
+      (0.997, 0.99, -0.333)
+    """
+    x, mask, ok = check_cloud(x, mask, min_n=2)
+    x = unit_scale(promote_float32(x), mask)[0]
+    rows, _, count = masked_rows(x, mask)
+    unit = unit_rows(rows)
+    contributions = pair_contributions(jnp.sum(unit, axis=-2), jnp.sum(unit * unit, axis=-2), count)
+    xc, _, _ = centered_rows(x, mask)
+    std = safe_sqrt(jnp.sum(xc * xc, axis=-2))  # ∝ σ_k: a common factor leaves every cosine unchanged
+    all_pairs, diagonal, count = cosine_sums(safe_div(xc, std[..., None, :]), mask)
+    standardized = safe_div(all_pairs - diagonal, count * (count - 1))
+    return nan_unless(ok, rogue_summary(contributions, standardized))
+
+
+class AttentionSinks(NamedTuple):
+    """Attention-sink measures (Gu et al. 2025); a pytree.
+
+    Attributes:
+      alpha: ``[..., L]`` α_k, the mean attention key k receives from the real queries i ≥ k (0 for padding keys).
+      first: ``[...]`` α at the first real token of each text.
+      rate: ``[]`` Sink_ε, the share of all the leading entries (texts × layers × heads) whose ``first`` > ε.
+    """
+
+    alpha: jax.Array
+    first: jax.Array
+    rate: jax.Array
+
+
+def attention_sinks(probs, *, mask=None, epsilon: float = 0.3) -> AttentionSinks:
+    """Attention sinks (Gu et al., ICLR 2025, "When attention sink emerges in language models").
+
+    α_k = (1 / ``|{i ≥ k real}|``) Σ_{i ≥ k, i real} A[i, k] for every key k of every (text, layer, head), A the
+    attention probabilities (rows = queries, columns = keys); Sink_ε = the share of (text, layer, head) whose α at
+    the first real token exceeds ε (ε = 0.3 in the paper). With left padding the first real token is the first
+    true entry of the mask.
+
+    Args:
+      probs: ``[B, ..., L, L]`` float attention probabilities, query by key (e.g. ``[B, layers, heads, L, L]``).
+      mask: optional bool ``[B, L]`` (or ``[B, ..., L]``, any prefix of ``probs``' leading axes plus ``L``), true =
+        real token; None = every token. Each text needs a real token (``ValueError`` for a concrete mask).
+      epsilon: the threshold ε in [0, 1] (traced).
+
+    Returns:
+      :class:`AttentionSinks` (float32, or ``probs``' dtype if wider). A NaN or inf among the real
+      (query, key) entries is a ``ValueError`` naming ``probs`` (NaN under ``jit``).
+
+    Examples:
+      Causal attention that puts 0.5 on the first token from every later query: α_1 = (1 + 0.5 + 0.5) / 3.
+
+      >>> import numpy as np
+      >>> from isojax import metrics
+      >>> a = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.5, 0.25, 0.25]], np.float32)
+      >>> s = metrics.attention_sinks(a[None])
+      >>> round(float(s.first[0]), 4), float(s.rate)
+      (0.6667, 1.0)
+    """
+    probs = check_float(probs, "probs")
+    if probs.ndim < 3 or probs.shape[-1] != probs.shape[-2]:
+        raise ValueError(f"probs must have shape [B, ..., L, L] (query by key), got {probs.shape}")
+    length = probs.shape[-1]
+    if mask is None:
+        mask = jnp.ones((probs.shape[0], length), bool)
+    mask = check_mask_values(mask, "mask")
+    if mask.ndim < 2 or mask.shape[-1] != length or mask.shape[:-1] != probs.shape[: mask.ndim - 1]:
+        raise ValueError(f"mask must have shape [B, L] = {(probs.shape[0], length)} (or [B, ..., L]), got {mask.shape}")
+    ok = check_real_rows(mask, 1, "mask")
+    mask = jnp.expand_dims(mask, tuple(range(mask.ndim - 1, probs.ndim - 2)))  # [B, 1.., L]
+    pairs = mask[..., :, None] & mask[..., None, :] & jnp.tril(jnp.ones((length, length), bool))  # i ≥ k
+    pairs = jnp.broadcast_to(pairs, probs.shape)
+    ok = jnp.all(ok) & jnp.all(check_finite_rows(probs.reshape(probs.shape + (1,)), pairs, "probs"))
+    probs = promote_float32(probs)
+    received = jnp.sum(jnp.where(pairs, probs, 0), axis=-2)  # [..., L] keys
+    alpha = safe_div(received, jnp.sum(pairs, axis=-2))
+    first_real = jnp.argmax(jnp.broadcast_to(mask, alpha.shape), axis=-1)
+    first = jnp.take_along_axis(alpha, first_real[..., None], axis=-1)[..., 0]
+    epsilon, eps_ok = check_hyperparameter(epsilon, "epsilon", low=0.0, high=1.0)
+    rate = jnp.mean(first > epsilon, dtype=first.dtype)
+    return nan_unless(ok & eps_ok, AttentionSinks(alpha, first, rate))
+
+
+def _keep_count(count, discard_fraction: float):
+    """int(N (1 − f)) in exact integer arithmetic (f a static float with a short decimal form, as 0.1)."""
+    keep = Fraction(1 - Fraction(str(discard_fraction)))
+    return (count * keep.numerator) // keep.denominator
+
+
+def twonn_dimension(x, *, mask=None, method: str = "linear", discard_fraction: float = 0.1):
+    """Intrinsic dimension by TwoNN (Facco et al. 2017, Sci. Rep. 7:12140), as scikit-dimension's ``TwoNN``.
+
+    For every real point, μ = r₂ / r₁, its second over its first nearest-neighbour distance (Euclidean, among the
+    real points). μ follows a Pareto law, F(μ) = 1 − μ^(−d). Points with r₁ = 0 (a duplicate) have no ratio and
+    are dropped, as ``skdim.id.TwoNN`` does; N counts the rest. The ratios are sorted and only the
+    k = ⌊N(1 − f)⌋ smallest kept (f = ``discard_fraction``):
+
+    * ``method="linear"`` (the paper's fit): the slope through the origin of −log(1 − i/N) on log μ₍ᵢ₎, i ≤ k:
+      d = Σ x_i y_i / Σ x_i²;
+    * ``method="mle"``: log μ ~ Exponential(d) with the largest N − k censored, the unbiased estimate
+      d = (k − 1) / (Σ_{i≤k} log μ₍ᵢ₎ + (N − k) log μ₍ₖ₎), with f = 0 the unbiased Pareto MLE (N − 1) / Σ log μ
+      (the plain MLE N / Σ log μ times (N − 1)/N) -- scikit-dimension 0.5's ``method="mle"``.
+
+    Neighbours are ranked by the Gram-matrix distances and their distances recomputed as ‖x_i − x_j‖ directly, so
+    an exact duplicate has r₁ = 0 even in float32. Scale-invariant. O(n²d).
+
+    Args:
+      x: ``[..., n, d]`` float points, at least 3 real.
+      mask: optional ``[..., n]`` bool, true = real point.
+      method: ``"linear"`` or ``"mle"`` (static).
+      discard_fraction: f in [0, 1) (static: it sets how many ratios are kept); the linear fit needs f > 0
+        (−log(1 − N/N) is infinite).
+
+    Returns:
+      ``[...]`` dimension estimates, float32 (or ``x``'s dtype if wider). Fewer than 2 kept ratios (duplicates
+      everywhere) is a ``ValueError`` naming ``x`` for concrete input, NaN under ``jit``.
+
+    Examples:
+      Five points on a line at 0, 1, 3, 7, 15 have the ratios μ = 3, 2, 1.5, 1.5, 1.5 (point 3's neighbours
+      are 1 and 0); the unbiased MLE without discarding is 4 / log(3 · 2 · 1.5³):
+
+      >>> import numpy as np
+      >>> from isojax import metrics
+      >>> x = np.array([[0.0, 0.0], [1.0, 1.0], [3.0, 3.0], [7.0, 7.0], [15.0, 15.0]], np.float32)
+      >>> d = metrics.twonn_dimension(x, method="mle", discard_fraction=0.0)
+      >>> round(float(d), 4), round(4 / float(np.log(20.25)), 4)
+      (1.3297, 1.3297)
+    """
+    x, mask, ok = check_cloud(x, mask, min_n=3)
+    check_choice(method, "method", ("linear", "mle"))
+    if isinstance(discard_fraction, bool) or not isinstance(discard_fraction, (int, float)):
+        raise TypeError(f"discard_fraction must be a Python float (static), got {type(discard_fraction).__name__}")
+    if not 0 <= discard_fraction < 1 or (method == "linear" and discard_fraction == 0):
+        interval = "(0, 1) for method='linear'" if method == "linear" else "[0, 1)"
+        raise ValueError(f"discard_fraction must be in {interval}, got {discard_fraction!r}")
+    n = x.shape[-2]
+    x = select_rows(unit_scale(promote_float32(x), mask)[0], mask)
+    real = jnp.ones(x.shape[:-1], bool) if mask is None else mask
+    candidate = real[..., None, :] & real[..., :, None] & ~jnp.eye(n, dtype=bool)
+    sq = jax.lax.stop_gradient(squared_distances(x))
+    _, index = jax.lax.top_k(jnp.where(candidate, -sq, -jnp.inf), 2)  # [..., n, 2] the two nearest
+    neighbours = jnp.take_along_axis(x[..., None, :, :], index[..., None], axis=-2)  # [..., n, 2, d]
+    exact = jnp.sort(jnp.sum((neighbours - x[..., :, None, :]) ** 2, axis=-1), axis=-1)  # r1², r2²
+    valid = real & (exact[..., 0] > 0)
+    safe = jnp.where(valid[..., None], exact, 1.0)
+    log_mu = jnp.where(valid, 0.5 * (jnp.log(safe[..., 1]) - jnp.log(safe[..., 0])), jnp.inf)
+    count = jnp.sum(valid, axis=-1)
+    keep = _keep_count(count, discard_fraction)
+    ordered = jnp.sort(log_mu, axis=-1)
+    rank = jnp.arange(n)
+    kept = rank < keep[..., None]
+    xs = jnp.where(kept, ordered, 0)
+    if method == "linear":
+        cdf = (rank + 1) / jnp.maximum(count, 1)[..., None]
+        ys = jnp.where(kept, -jnp.log1p(-jnp.where(kept, cdf, 0)), 0)
+        dimension = safe_div(jnp.sum(xs * ys, axis=-1), jnp.sum(xs * xs, axis=-1))
+    else:
+        last = jnp.take_along_axis(xs, jnp.maximum(keep - 1, 0)[..., None], axis=-1)[..., 0]
+        dimension = safe_div((keep - 1).astype(xs.dtype), jnp.sum(xs, axis=-1) + (count - keep) * last)
+    enough = keep >= 2
+    if not isinstance(enough, jax.core.Tracer) and ok is True and not bool(np.all(np.asarray(enough))):
+        raise ValueError(
+            "x must hold at least 2 points with a distinct nearest neighbour after the discarded fraction, got "
+            f"{int(np.min(np.asarray(keep)))} (duplicate points have r1 = 0 and are dropped)"
+        )
+    return nan_unless(ok & enough, dimension)
+
+
+def random_pair_cosine(x, key, *, num_pairs: int = 1000, mask=None):
+    """Mean cosine of random pairs of distinct real rows (Godey et al., EACL 2024, per layer of token states).
+
+    ``num_pairs`` pairs (i, j), i drawn uniformly among the real rows and j uniformly among the other real rows
+    (with replacement across pairs), from ``key`` (an explicit PRNG key; the draws are ranks among the real rows,
+    so padding rows change none of them); the mean of cos(x_i, x_j) over them,
+    an unbiased estimate of :func:`token_uniformity` (the mean over all pairs, which that function gives
+    exactly in O(Nd)). Zero rows have cosine 0. Scale-invariant.
+
+    Args:
+      x: ``[..., n, d]`` float array, n ≥ 2 real rows.
+      key: a ``jax.random`` key; every cloud of the leading axes draws its own pairs.
+      num_pairs: pairs per cloud (static).
+      mask: optional ``[..., n]`` bool, true = real row.
+
+    Returns:
+      ``[...]`` values in [−1, 1], float32 (or ``x``'s dtype if wider).
+
+    Examples:
+      Two rows make one pair, whatever the key:
+
+      >>> import jax, numpy as np
+      >>> from isojax import metrics
+      >>> x = np.array([[1.0, 0.0], [1.0, 1.0]], np.float32)
+      >>> round(float(metrics.random_pair_cosine(x, jax.random.key(0), num_pairs=4)), 4)
+      0.7071
+    """
+    x, mask, ok = check_cloud(x, mask, min_n=2)
+    check_positive_int(num_pairs, "num_pairs")
+    unit = unit_rows(select_rows(unit_scale(promote_float32(x), mask)[0], mask))
+    n = x.shape[-2]
+    real = jnp.ones(x.shape[:-1], bool) if mask is None else mask
+    count = jnp.sum(real, axis=-1, keepdims=True).astype(unit.dtype)  # [..., 1]
+    first_key, second_key = jax.random.split(key)
+    shape = x.shape[:-2] + (num_pairs,)
+    # Ranks among the real rows (so that padding changes no draw): i uniform in [0, N), j uniform in [0, N) \ {i}.
+    rank_i = jnp.minimum(jnp.floor(jax.random.uniform(first_key, shape) * count), count - 1)
+    rank_j = jnp.minimum(jnp.floor(jax.random.uniform(second_key, shape) * (count - 1)), count - 2)
+    rank_j = rank_j + (rank_j >= rank_i)
+    real_in_order = jnp.argsort(~real, axis=-1, stable=True)  # the real rows first, in order
+    first = jnp.take_along_axis(real_in_order, jnp.clip(rank_i, 0, n - 1).astype(jnp.int32), axis=-1)
+    second = jnp.take_along_axis(real_in_order, jnp.clip(rank_j, 0, n - 1).astype(jnp.int32), axis=-1)
+    u_i = jnp.take_along_axis(unit, first[..., None], axis=-2)
+    u_j = jnp.take_along_axis(unit, second[..., None], axis=-2)
+    return nan_unless(ok, jnp.mean(jnp.sum(u_i * u_j, axis=-1), axis=-1))
+
+
+def alignment(x, y, *, mask=None, alpha: float = 2.0):
+    """Alignment (Wang & Isola 2020): E ‖x̂_i − ŷ_i‖^α over the real positive pairs (x_i, y_i), unit rows.
+
+    x̂ = x / ‖x‖ (zero rows stay zero). α = 2 in the paper. Lower = positive pairs closer. Its companion,
+    uniformity log E_{i<j} exp(−t‖x̂_i − x̂_j‖²) with t = 2, is :func:`rbf_uniformity` (the same formula).
+    Scale-invariant in ``x`` and ``y`` separately.
+
+    Args:
+      x: ``[..., n, d]`` float array (anchors).
+      y: ``[..., n, d]`` float array (their positives, row i paired with row i of ``x``).
+      mask: optional ``[..., n]`` bool, true = a real pair.
+      alpha: exponent, positive (traced).
+
+    Returns:
+      ``[...]`` values in [0, 2^α], float32 (or the inputs' dtype if wider).
+
+    Examples:
+      Orthogonal unit pairs are at squared distance 2; identical ones at 0:
+
+      >>> import numpy as np
+      >>> from isojax import metrics
+      >>> x = np.eye(2, dtype=np.float32)
+      >>> float(metrics.alignment(x, x[::-1])), float(metrics.alignment(x, 3 * x))
+      (2.0, 0.0)
+    """
+    x, mask, ok = check_cloud(x, mask, min_n=1)
+    y = check_points(y, "y")
+    if y.shape != x.shape:
+        raise ValueError(f"y must have the shape of x, {x.shape}, got {y.shape}")
+    ok = ok & check_finite_rows(y, mask, "y")
+    alpha, alpha_ok = check_hyperparameter(alpha, "alpha", low=0.0, low_open=True)
+    ux = unit_rows(select_rows(unit_scale(promote_float32(x), mask)[0], mask))
+    uy = unit_rows(select_rows(unit_scale(promote_float32(y), mask)[0], mask))
+    sq = jnp.sum((ux - uy) ** 2, axis=-1)
+    positive = sq > 0
+    value = jnp.where(positive, jnp.where(positive, sq, 1.0) ** (alpha / 2), 0)
+    _, weights, count = masked_rows(value[..., None], mask)
+    return nan_unless(ok & alpha_ok, safe_div(jnp.sum(value * weights, -1), count))

@@ -137,6 +137,7 @@ WHY = {
     "datasets": "reading Hub-format data files (the Hugging Face datasets library)",
     "IsoScore": "the reference IsoScore (the authors' isoscore package)",
     "ripser": "the reference 0-dim persistence barcodes",
+    "skdim": "the reference TwoNN intrinsic dimension (scikit-dimension)",
     "nbformat": "reading the notebooks",
     "nbclient": "executing the notebooks (with ipykernel)",
     "torch": "the PyTorch reference implementations",

@@ -72,7 +72,7 @@ def test_sts_rejects_unknown_method(tmp_path, capsys):
         (["sts", "--batch-size", "0"], "--batch-size", "0"),  # was "range() arg 3 must not be zero"
         (["sts", "--whiten-k", "0"], "--whiten-k", "0"),
         (["sts", "--abtt-d", "-2"], "--abtt-d", "-2"),
-        (["analyze", "--tokens-per-text", "0"], "--tokens-per-text", "0"),
+        (["analyze", "--tokens-per-text", "-1"], "--tokens-per-text", "-1"),
         (["analyze", "--max-length", "1"], "--max-length", "1"),
         (["analyze", "--limit", "ten"], "--limit", "ten"),
         (["sts", "--seed", "-1"], "--seed", "-1"),

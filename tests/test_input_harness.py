@@ -1,7 +1,7 @@
 """The bad-input rule, checked on every public function that takes point clouds or hidden states.
 
 The functions are enumerated from the ``__all__`` of metrics, losses, topology, gradients, spectral, softdecay,
-calibrate and eval: each needs an entry in ``CASES`` (how to call it on a cloud ``x [6, 3]`` and a mask, and
+calibrate, eval and stats: each needs an entry in ``CASES`` (how to call it on a cloud ``x [6, 3]`` and a mask, and
 what it promises) or in ``EXEMPT`` (why it takes no cloud), so a new function is covered by default. Every
 function runs on every input of ``INPUTS``, each under a time limit (a hang fails the test):
 
@@ -33,7 +33,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import isojax.eval
-from isojax import calibrate, gradients, losses, metrics, softdecay, spectral, topology
+from isojax import calibrate, gradients, losses, metrics, softdecay, spectral, stats, topology
 
 # Defining modules before the ones that re-export from them (a re-export is covered under its first name).
 MODULES = {
@@ -45,6 +45,7 @@ MODULES = {
     "gradients": gradients,
     "calibrate": calibrate,
     "eval": isojax.eval,
+    "stats": stats,
 }
 N, D = 6, 3
 BAD_ROW, PAD_ROW = 2, 5
@@ -115,6 +116,18 @@ CASES: dict[str, Case] = {
     "metrics.lsds": Case(lambda x, m: metrics.lsds(x, 2 * x[..., ::-1] + 1, k=2, mask=m), min_real=2),
     "metrics.anisotropy": Case(lambda x, m: metrics.anisotropy(x, mask=m, center=True), degree=0, min_real=2),
     "metrics.singular_value_stats": Case(lambda x, m: metrics.singular_value_stats(x, mask=m), degree=0, min_real=1),
+    "metrics.massive_activations": Case(lambda x, m: metrics.massive_activations(x, mask=m), min_real=1),
+    "metrics.rogue_dimensions": Case(lambda x, m: metrics.rogue_dimensions(x, mask=m), degree=0, min_real=2),
+    "metrics.twonn_dimension": Case(lambda x, m: metrics.twonn_dimension(x, mask=m), degree=0, min_real=3),
+    "metrics.random_pair_cosine": Case(
+        lambda x, m: metrics.random_pair_cosine(x, jax.random.key(0), num_pairs=64, mask=m), degree=0, min_real=2
+    ),
+    "metrics.alignment": Case(lambda x, m: metrics.alignment(x, 2 * x[..., ::-1], mask=m), degree=0, min_real=1),
+    "stats.update": Case(  # max_abs is -inf (documented) while no token has been folded in
+        lambda x, m: stats.update(stats.init(D), x, m),
+        grad=False,
+        out=lambda s: (s.mean, s.m2, jnp.where(s.tokens > 0, s.max_abs, 0), s.unit_sum),
+    ),
     "losses.cosine_regularization": Case(lambda x, m: losses.cosine_regularization(x, mask=m), degree=0, min_real=2),
     "losses.spectrum_polynomial": Case(lambda x, m: losses.spectrum_polynomial(x, c1=1.0, gamma=-0.5), masked=False),
     "losses.spectrum_exponential": Case(
@@ -212,6 +225,21 @@ CASES: dict[str, Case] = {
 EXEMPT: dict[str, str] = {
     "metrics.SingularValueStats": "result type",
     "metrics.empirical_cdf": "takes singular values and their validity mask, not a cloud",
+    "metrics.MassiveActivation": "result type",
+    "metrics.RogueDimensions": "result type",
+    "metrics.AttentionSinks": "result type",
+    "metrics.attention_sinks": "takes attention probabilities [B, ..., L, L] and a token mask (test_metrics_recent)",
+    "stats.Stats": "state type",
+    "stats.init": "takes a dimension; no cloud",
+    "stats.merge": "takes states, not a cloud",
+    "stats.merge_over_axis": "takes a state and a mesh axis",
+    "stats.save": "takes a state and a path",
+    "stats.load": "takes a path",
+    **{  # the rest of isojax.stats: finalisers of a state (their reference tests: test_stats_streaming)
+        f"stats.{name}": "a finaliser of a state"
+        for name in stats.__all__
+        if name not in {"Stats", "init", "update", "merge", "merge_over_axis", "save", "load"}
+    },
     "losses.polynomial_decay": "a prior spectrum from hyperparameters; no cloud",
     "losses.exponential_decay": "a prior spectrum from hyperparameters; no cloud",
     "losses.BalancerState": "state type",
@@ -239,6 +267,8 @@ EXEMPT: dict[str, str] = {
     "calibrate.scale_lu_updates": "an optax transformation",
     "eval.analyze_layers": "takes texts (the single-str TypeError is tested in test_bad_input)",
     "eval.encode": "takes texts (the single-str TypeError is tested in test_bad_input)",
+    "eval.analyze_hidden_states": "takes batches of [B, layers, L, d] states (its checks: test_eval_analysis)",
+    "eval.hidden_state_batches": "takes texts (a generator of analyze_layers)",
 }
 
 

@@ -123,11 +123,22 @@ def fit_whitening(x, *, k: int | None = None, mask=None, eps: float | None = Non
     eps, eps_ok = check_hyperparameter(float(jnp.finfo(x.dtype).eps) if eps is None else eps, "eps", low=0.0)
     x, scale = unit_scale(x, mask)
     mu, cov = covariance(x, mask, ddof=1)
+    return nan_unless(ok, whitening_from_covariance(mu, cov, k=k, eps=eps, eps_ok=eps_ok, scale=scale))
+
+
+def whitening_from_covariance(mu, cov, *, k: int, eps, eps_ok=True, scale=None) -> WhiteningState:
+    """The :class:`WhiteningState` of a mean ``mu [..., d]`` and covariance ``cov [..., d, d]`` (see
+    :func:`fit_whitening`; shared with :func:`isojax.stats.fit_whitening`, not in ``__all__``).
+
+    ``scale [...]`` (default 1): the statistics are those of ``x / scale``; ``mean`` and ``W`` are scaled back.
+    ``eps_ok`` false makes ``W`` NaN (a traced ``eps`` out of range).
+    """
+    scale = jnp.ones(mu.shape[:-1], mu.dtype) if scale is None else scale
     s, u = eigh_descending(cov)
     s_max = jnp.max(s, axis=-1, keepdims=True)
     s = jnp.where(s_max > 0, jnp.maximum(s, 0) + eps * s_max, 1.0)
     W = u[..., :k] * jax.lax.rsqrt(s[..., None, :k]) / jnp.where(s_max > 0, scale[..., None], 1)[..., None]
-    return nan_unless(ok, WhiteningState(mean=mu * scale[..., None], W=nan_unless(eps_ok, W)))
+    return WhiteningState(mean=mu * scale[..., None], W=nan_unless(eps_ok, W))
 
 
 def apply_whitening(state: WhiteningState, x, *, normalize: bool = False):

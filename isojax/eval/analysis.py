@@ -1,65 +1,251 @@
-"""Layer-wise token-uniformity analysis of an encoder (softdecay-token-uniformity.txt §3, Figures 1-2).
+"""Layer-wise anisotropy analysis of hidden states from any source (softdecay-token-uniformity.txt §3, Figures 1-2;
+the measures since 2022 of REFERENCE.md), in one pass with memory independent of the corpus.
 
-For every layer l (0 = embedding output) and every sentence s, with ``X`` the ``[n_s, d]`` matrix of its real
-token states and ``σ̃ = σ / σ_1`` its normalised singular values:
+:func:`analyze_hidden_states` reads an iterable of batches ``(hidden_states, mask)`` -- ``hidden_states`` a
+``[B, layers, L, d]`` array or a sequence of ``[B, L, d]`` arrays, one per layer (0 = the embedding output, as
+Hugging Face's ``output_hidden_states``), ``mask [B, L]`` true = real token -- from an isojax model, a PyTorch model or
+files. :func:`analyze_layers` is its producer for an isojax model and a list of texts.
+
+For every layer l and every text s, with ``X`` the ``[n_s, d]`` matrix of its real token states and ``σ̃ = σ / σ_1``
+its normalised singular values::
 
     TokenUni     mean cosine over pairs of distinct tokens          (metrics.token_uniformity)
     RBF_dis      log mean exp(-2 ||x̂_i - x̂_j||^2), unit rows        (metrics.rbf_uniformity)
     EV_1..EV_3   Σ_{i<=k} σ_i^2 / Σ σ_i^2                           (metrics.explained_variance, uncentered)
     median σ̃, skewness of σ̃                                       (metrics.singular_value_stats)
+    massive_ratio  max |x| / median |x| of the text's states            (metrics.massive_activations)
 
-These are averaged over the sentences with at least 2 tokens (a pair of distinct tokens; a one-token text, which
-GPT-2's tokenizer can give, has no TokenUni or RBF_dis and is left out of every sentence column); the CDF of
-Figure 1 pools the σ̃ of all sentences. Corpus-level measures use the token states of up to ``tokens_per_text``
-content tokens (positions 1, 2, ...; [CLS]/[SEP] excluded) of every sentence, pooled into one ``[T, d]`` matrix
-per layer:
+These are averaged over the texts with at least 2 tokens (a one-token text, which GPT-2's tokenizer can give, has
+no pair and is left out of every sentence column); the CDF of Figure 1 pools the σ̃ of all texts. Corpus-level
+measures fold the *content* tokens of every text (a third element of a batch, ``content [B, L]``, default the
+mask; the model producer leaves out the tokenizer's special tokens such as [CLS] and [SEP]) into streaming
+statistics (:mod:`isojax.stats`), so all of them count, however many::
 
-    IsoScore                                                     (metrics.isoscore)
-    anisotropy   σ_1^2 / Σ σ_i^2 of the pooled matrix, raw and centered   (metrics.anisotropy)
+    isoscore                    IsoScore                                           (stats.isoscore)
+    anisotropy, _centered       σ_1^2 / Σ σ_i^2 of all content tokens, raw and centred (stats.anisotropy)
+    mean_cosine                 mean cosine over all pairs of content tokens       (stats.mean_cosine; Godey et al.
+                                                                                    sample random pairs of it)
+    rogue_top1_share, _top3     share of Σ|CC_k| of the top 1 / 3 dimensions       (stats.rogue_dimensions)
+    max_abs, max_abs_dim,       the largest |x| of all content tokens, its dimension and its position in its
+    max_abs_position            text (Sun et al.'s massive activations)            (stats.massive_activation)
+
+With ``tokens_per_text=K`` only the first K content tokens of each text count (the sampling of earlier versions).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+import functools
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
-from isojax import metrics
+from isojax import metrics, stats
 from isojax._files import write_json
 from isojax._validate import check_texts
-from isojax.eval.encode import encode
+from isojax.eval.encode import encoded_batches
 
 CDF_GRID = np.linspace(0.0, 1.0, 201)
-SENTENCE_COLUMNS = ("token_uni", "rbf_dis", "ev1", "ev2", "ev3", "sv_median", "sv_skewness")
-CORPUS_COLUMNS = ("isoscore", "anisotropy", "anisotropy_centered")
+SENTENCE_COLUMNS = ("token_uni", "rbf_dis", "ev1", "ev2", "ev3", "sv_median", "sv_skewness", "massive_ratio")
+CORPUS_COLUMNS = (
+    "isoscore",
+    "anisotropy",
+    "anisotropy_centered",
+    "mean_cosine",
+    "rogue_top1_share",
+    "rogue_top3_share",
+    "max_abs",
+)
 
 
-def _per_sentence(output, mask, tokens_per_text: int):
-    """``reduce`` for :func:`encode`: per sentence and layer, the statistics above, CDF counts on the grid, and
-    the states of the first ``tokens_per_text`` content tokens with their validity."""
-    h = jnp.stack(output.hidden_states, axis=1).astype(jnp.float32)  # [B, layers, L, H]
+@functools.partial(jax.jit, static_argnames="tokens_per_text")
+def _fold(state, h, mask, content, *, tokens_per_text: int | None):
+    """One batch: the per-text measures ``[B, layers]`` and CDF counts, and ``state`` updated with its content tokens
+    (the first ``tokens_per_text`` of each text when given). Compiled once per batch shape and option."""
+    h = h.astype(jnp.float32)
     m = jnp.broadcast_to(mask[:, None, :], h.shape[:-1])
-    stats = metrics.singular_value_stats(h, mask=m)
-    grid = jnp.asarray(CDF_GRID, stats.normalized.dtype)
-    below = (stats.normalized[..., None, :] <= grid[:, None]) & stats.valid[..., None, :]
-    positions = jnp.arange(1, tokens_per_text + 1)
-    content = positions[None, :] < mask.sum(-1, keepdims=True) - 1  # [B, K]: not [CLS], not the final [SEP]
-    width = h.shape[2]
-    samples = h[:, :, jnp.minimum(positions, width - 1)]  # [B, layers, K, H]
-    return dict(
+    spectrum = metrics.singular_value_stats(h, mask=m)
+    grid = jnp.asarray(CDF_GRID, spectrum.normalized.dtype)
+    below = (spectrum.normalized[..., None, :] <= grid[:, None]) & spectrum.valid[..., None, :]
+    if tokens_per_text is not None:
+        content = content & (jnp.cumsum(content, axis=-1) <= tokens_per_text)
+    per_text = dict(
         token_uni=metrics.token_uniformity(h, mask=m),
         rbf_dis=metrics.rbf_uniformity(h, mask=m),
         **{f"ev{k}": metrics.explained_variance(h, k, mask=m) for k in (1, 2, 3)},
-        sv_median=stats.median,
-        sv_skewness=stats.skewness,
+        sv_median=spectrum.median,
+        sv_skewness=spectrum.skewness,
+        massive_ratio=metrics.massive_activations(h, mask=m).ratio,
         cdf_counts=below.sum(-1),  # [B, layers, grid]
-        n_valid=stats.valid.sum(-1),  # [B, layers]
+        n_valid=spectrum.valid.sum(-1),  # [B, layers]
         n_tokens=mask.sum(-1),  # [B]
-        samples=samples,
-        sample_valid=content,
     )
+    return stats.update(state, h, content), per_text
+
+
+@jax.jit
+def _corpus_measures(state):
+    """The corpus columns of a state (one compiled function rather than op-by-op dispatch of each finaliser)."""
+    rogue, top = stats.rogue_dimensions(state), stats.massive_activation(state)
+    return dict(
+        isoscore=stats.isoscore(state),
+        anisotropy=stats.anisotropy(state),
+        anisotropy_centered=stats.anisotropy(state, centered=True),
+        mean_cosine=stats.mean_cosine(state),
+        rogue_top1_share=rogue.top1_share,
+        rogue_top3_share=rogue.top3_share,
+        max_abs=top.value,
+        max_abs_dim=top.dimension,
+        max_abs_position=top.position,
+    )
+
+
+def _layers_array(hidden_states):
+    """``[B, layers, L, d]`` from an array of that shape or a sequence of ``[B, L, d]`` arrays (one per layer)."""
+    if isinstance(hidden_states, (list, tuple)):
+        if not hidden_states:
+            raise ValueError("hidden_states must hold at least one layer, got an empty sequence")
+        return jnp.stack([jnp.asarray(h) for h in hidden_states], axis=1)
+    h = jnp.asarray(hidden_states)
+    if h.ndim != 4:
+        raise ValueError(f"hidden_states must be [B, layers, L, d] or a sequence of [B, L, d], got shape {h.shape}")
+    return h
+
+
+def analyze_hidden_states(batches: Iterable, *, tokens_per_text: int | None = None) -> dict:
+    """Per-layer table and pooled singular-value CDF of hidden states from any source (module docstring).
+
+    Args:
+      batches: an iterable of ``(hidden_states, mask)`` or ``(hidden_states, mask, content)``: ``hidden_states``
+        ``[B, layers, L, d]`` or a sequence of ``[B, L, d]`` (one per layer), ``mask`` ``[B, L]`` bool (true = real
+        token), ``content`` ``[B, L]`` bool (the tokens the corpus measures count; default ``mask``). Consumed once,
+        one batch at a time: memory does not grow with the number of batches.
+      tokens_per_text: count only the first K content tokens of each text in the corpus measures (None: all).
+
+    Returns:
+      A JSON-ready dict: ``layers`` (0, 1, ...), one list per column of ``SENTENCE_COLUMNS`` and ``CORPUS_COLUMNS``
+      (one value per layer), ``max_abs_dim`` and ``max_abs_position``, ``cdf_grid``, ``cdf`` (one list per layer),
+      ``num_texts``, ``num_sentence_texts`` (the texts of 2 or more tokens, which the sentence columns average),
+      ``num_tokens`` (the content tokens counted). ``ValueError`` when no text has 2 tokens or fewer than 2 content
+      tokens are counted.
+
+    Examples:
+      Two texts of three layers of 4-dimensional states, the second text one token shorter:
+
+      >>> import numpy as np
+      >>> h = np.random.default_rng(0).normal(size=(2, 3, 5, 4)).astype(np.float32)
+      >>> mask = np.array([[True] * 5, [True] * 4 + [False]])
+      >>> table = analyze_hidden_states([(h, mask)])
+      >>> table["layers"], table["num_texts"], table["num_tokens"]
+      ([0, 1, 2], 2, 9)
+      >>> 0 <= table["isoscore"][0] <= 1
+      True
+    """
+    state = None
+    per_batch = []
+    num_texts = 0
+    for batch in batches:
+        if not isinstance(batch, (tuple, list)) or len(batch) not in (2, 3):
+            raise TypeError("batches must yield (hidden_states, mask) or (hidden_states, mask, content) tuples")
+        h = _layers_array(batch[0])
+        mask = jnp.asarray(batch[1])
+        if mask.shape != h.shape[:1] + h.shape[2:3] or mask.dtype != jnp.bool_:
+            raise ValueError(
+                f"mask must be a bool array of shape [B, L] = {h.shape[:1] + h.shape[2:3]}, got "
+                f"{mask.dtype}{list(mask.shape)}"
+            )
+        content = mask if len(batch) == 2 else jnp.asarray(batch[2]) & mask
+        if content.shape != mask.shape:
+            raise ValueError(f"content must have the mask's shape {mask.shape}, got {content.shape}")
+        state = stats.init(h.shape[-1], layers=h.shape[1]) if state is None else state
+        state, per_text = _fold(state, h, mask, content, tokens_per_text=tokens_per_text)
+        per_batch.append(jax.device_get(per_text))
+        num_texts += h.shape[0]
+    if state is None:
+        raise ValueError("batches is empty")
+    per = {k: np.concatenate([p[k] for p in per_batch]) for k in per_batch[0]}
+    layers = per["ev1"].shape[1]
+    paired = per["n_tokens"] >= 2  # the sentence measures need a pair of distinct tokens
+    if not paired.any():
+        raise ValueError("every text has fewer than 2 tokens; the per-sentence measures need a pair of tokens")
+    result = {"num_texts": num_texts, "num_sentence_texts": int(paired.sum()), "layers": list(range(layers))}
+    for name in SENTENCE_COLUMNS:
+        result[name] = per[name][paired].astype(np.float64).mean(0).tolist()
+    count = int(np.min(np.asarray(state.tokens)))
+    if count < 2:
+        raise ValueError(f"only {count} content tokens in the texts; corpus measures need at least 2")
+    result["num_tokens"] = count
+    result.update({k: np.asarray(v).tolist() for k, v in _corpus_measures(state).items()})
+    result["cdf_grid"] = CDF_GRID.tolist()
+    result["cdf"] = (per["cdf_counts"].sum(0) / per["n_valid"].sum(0)[:, None]).tolist()
+    return result
+
+
+@functools.partial(jax.jit, static_argnames="special")
+def _content(ids, mask, *, special: tuple[int, ...]):
+    return mask & ~jnp.isin(ids, jnp.asarray(special, ids.dtype)) if special else mask
+
+
+@dataclasses.dataclass(frozen=True)
+class _HiddenStates:
+    """``reduce`` for :func:`isojax.eval.encode.encoded_batches`: every layer's states ``[B, layers, L, d]`` (equal
+    and hashed by value, so the compiled forward pass is reused across calls)."""
+
+    def __call__(self, output, mask):
+        return jnp.stack(output.hidden_states, axis=1)
+
+
+def hidden_state_batches(
+    module,
+    params,
+    tokenizer,
+    texts: Sequence[str],
+    *,
+    batch_size: int = 32,
+    max_length: int = 128,
+    progress: bool = False,
+):
+    """The batches ``(hidden_states [B, layers, L, d], mask [B, L], content [B, L])`` of an isojax model on
+    ``texts`` for :func:`analyze_hidden_states` (length-sorted; ``content`` leaves out the tokenizer's special
+    tokens, e.g. [CLS] and [SEP]). A generator: one batch is computed when the consumer asks for it.
+
+    Args:
+      module: an encoder or causal LM (as :func:`isojax.from_pretrained` returns it).
+      params: its params.
+      tokenizer: its Hugging Face tokenizer.
+      texts: strings (a single ``str`` is a ``TypeError``).
+      batch_size: texts per batch, as for :func:`isojax.eval.encode`.
+      max_length: texts are truncated to this many tokens, as for :func:`isojax.eval.encode`.
+      progress: show a progress bar.
+
+    Returns:
+      A generator of ``(hidden_states, mask, content)`` device arrays, one tuple per batch.
+
+    Examples:
+      >>> from isojax.models import from_pretrained
+      >>> module, params, tokenizer = from_pretrained("default")
+      >>> h, mask, content = next(hidden_state_batches(module, params, tokenizer, ["A cat sits."]))
+      >>> h.shape  # 7 layers of a batch of 1 text padded to 16 tokens
+      (1, 7, 16, 384)
+      >>> mask[0, :7].tolist(), content[0, :7].tolist()  # [CLS] a cat sits . [SEP] <pad>
+      ([True, True, True, True, True, True, False], [False, True, True, True, True, False, False])
+    """
+    special = tuple(sorted(int(i) for i in getattr(tokenizer, "all_special_ids", ()) or ()))
+    for _, ids, mask, h in encoded_batches(
+        module,
+        params,
+        tokenizer,
+        texts,
+        reduce=_HiddenStates(),
+        batch_size=batch_size,
+        max_length=max_length,
+        progress=progress,
+        desc="analyzing layers",
+    ):
+        yield h, mask, _content(ids, mask, special=special)
 
 
 def analyze_layers(
@@ -70,26 +256,24 @@ def analyze_layers(
     *,
     batch_size: int = 32,
     max_length: int = 128,
-    tokens_per_text: int = 8,
+    tokens_per_text: int | None = None,
     progress: bool = False,
 ) -> dict:
-    """Per-layer table and pooled singular-value CDF of ``texts`` (see the module docstring).
+    """Per-layer table and pooled singular-value CDF of an isojax model on ``texts``: :func:`analyze_hidden_states`
+    of :func:`hidden_state_batches` (see the module docstring).
 
     Args:
-      module: an encoder (as :func:`isojax.from_pretrained` returns it).
+      module: an encoder or causal LM (as :func:`isojax.from_pretrained` returns it).
       params: its params.
       tokenizer: its Hugging Face tokenizer.
       texts: strings (a single ``str`` is a ``TypeError``).
       batch_size: texts per batch, as for :func:`isojax.eval.encode`.
       max_length: texts are truncated to this many tokens, as for :func:`isojax.eval.encode`.
-      tokens_per_text: content tokens per text pooled into the corpus-level measures.
+      tokens_per_text: count only the first K content tokens of each text in the corpus measures (None: all).
       progress: show a progress bar.
 
     Returns:
-      A JSON-ready dict: ``layers`` (0 = the embedding output, then one per block), one list per column of
-      ``SENTENCE_COLUMNS`` and ``CORPUS_COLUMNS`` (one value per layer), ``cdf_grid``, ``cdf`` (one list per layer),
-      ``num_texts``, ``num_sentence_texts`` (the texts of 2 or more tokens, which the sentence columns average),
-      ``num_tokens``. ``ValueError`` when no text has 2 tokens or the texts hold fewer than 2 content tokens.
+      The dict of :func:`analyze_hidden_states` (``num_texts`` = ``len(texts)``).
 
     Examples:
       all-MiniLM-L6-v2 has 6 blocks, so 7 layers; the variance the top 1, 2, 3 directions explain grows with k:
@@ -103,35 +287,14 @@ def analyze_layers(
       True
     """
     texts = check_texts(texts)
-    per = encode(
-        module,
-        params,
-        tokenizer,
-        texts,
-        batch_size=batch_size,
-        max_length=max_length,
-        reduce=lambda out, mask: _per_sentence(out, mask, tokens_per_text),
-        progress=progress,
-        desc="analyzing layers",
+    if tokens_per_text is not None and (
+        not isinstance(tokens_per_text, int) or isinstance(tokens_per_text, bool) or tokens_per_text < 1
+    ):
+        raise ValueError(f"tokens_per_text must be None or a positive int, got {tokens_per_text!r}")
+    batches = hidden_state_batches(
+        module, params, tokenizer, texts, batch_size=batch_size, max_length=max_length, progress=progress
     )
-    layers = per["ev1"].shape[1]
-    paired = per["n_tokens"] >= 2  # the sentence measures need a pair of distinct tokens
-    if not paired.any():
-        raise ValueError("every text has fewer than 2 tokens; the per-sentence measures need a pair of tokens")
-    result = {"num_texts": len(texts), "num_sentence_texts": int(paired.sum()), "layers": list(range(layers))}
-    for name in SENTENCE_COLUMNS:
-        result[name] = per[name][paired].astype(np.float64).mean(0).tolist()
-    tokens = np.swapaxes(per["samples"], 1, 2)[per["sample_valid"]]  # [T, layers, H]
-    if len(tokens) < 2:
-        raise ValueError(f"only {len(tokens)} content tokens in the texts; corpus measures need at least 2")
-    result["num_tokens"] = len(tokens)
-    by_layer = jnp.asarray(np.swapaxes(tokens, 0, 1))  # [layers, T, H]
-    result["isoscore"] = np.asarray(metrics.isoscore(by_layer)).tolist()
-    result["anisotropy"] = np.asarray(metrics.anisotropy(by_layer)).tolist()
-    result["anisotropy_centered"] = np.asarray(metrics.anisotropy(by_layer, center=True)).tolist()
-    result["cdf_grid"] = CDF_GRID.tolist()
-    result["cdf"] = (per["cdf_counts"].sum(0) / per["n_valid"].sum(0)[:, None]).tolist()
-    return result
+    return analyze_hidden_states(batches, tokens_per_text=tokens_per_text)
 
 
 _HEADERS = {
@@ -145,6 +308,11 @@ _HEADERS = {
     "isoscore": "IsoScore",
     "anisotropy": "aniso",
     "anisotropy_centered": "aniso_c",
+    "massive_ratio": "max/med",
+    "mean_cosine": "mean cos",
+    "rogue_top1_share": "rogue1",
+    "rogue_top3_share": "rogue3",
+    "max_abs": "max |h|",
 }
 
 
@@ -279,4 +447,12 @@ def save_json(result: dict, path: str) -> str:
     return path
 
 
-__all__ = ["analyze_layers", "format_table", "plot_cdf", "plot_layers", "save_json"]
+__all__ = [
+    "analyze_hidden_states",
+    "analyze_layers",
+    "format_table",
+    "hidden_state_batches",
+    "plot_cdf",
+    "plot_layers",
+    "save_json",
+]

@@ -7,7 +7,10 @@ positions), run through ``reduce(output, mask)`` under ``jit``, and returned in 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import dataclasses
+import functools
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import jax
 import numpy as np
@@ -17,6 +20,26 @@ from isojax._validate import check_texts
 from isojax.data.batching import tokenize
 from isojax.models import require_kind, token_types
 from isojax.models.heads import pool
+
+
+@dataclasses.dataclass(frozen=True)
+class Pooled:
+    """``reduce`` for :func:`encode`: the pooled sentence embeddings, one array for one pooling (a ``str``) or a dict
+    ``{pooling: array}`` for a tuple of them (:func:`isojax.models.heads.pool`); hashable by value, so calls with
+    the same poolings share one compiled function."""
+
+    poolings: str | tuple[str, ...]
+
+    def __call__(self, output, mask):
+        if isinstance(self.poolings, str):
+            return pool(output, mask, self.poolings)
+        return {p: pool(output, mask, p) for p in self.poolings}
+
+
+@functools.partial(jax.jit, static_argnames=("module", "reduce"))
+def _forward(params, ids, mask, types, *, module, reduce):
+    """``reduce(module.apply(params, ids, mask, types), mask)``, compiled once per (module, reduce, shapes)."""
+    return reduce(module.apply({"params": params}, ids, mask, types), mask)
 
 
 def encode(
@@ -41,7 +64,9 @@ def encode(
       tokenizer: its Hugging Face tokenizer.
       texts: ``N`` strings; a single ``str`` is a ``TypeError`` (it would be encoded character by character).
       reduce: ``reduce(output, mask)`` of a batch's model output and ``[B, L]`` bool mask, keeping the batch as the
-        leading axis of each leaf; default :func:`isojax.models.heads.pool` with ``pooling``.
+        leading axis of each leaf; default ``Pooled(pooling)`` (:func:`isojax.models.heads.pool`). It is a static
+        argument of the compiled function: one hashable by value (a module-level function, a frozen dataclass)
+        is compiled once for all calls; a new ``lambda`` per call compiles each time.
       pooling: the default ``reduce``'s pooling (``"mean"``, ``"cls"``, ``"pooler"``, ``"first_last_avg"``,
         ``"last2avg"``).
       batch_size: texts per batch (batches of texts sorted by token count).
@@ -73,12 +98,51 @@ def encode(
       >>> np.allclose(emb[1], np.asarray(h[0]).mean(0), atol=1e-5)
       True
     """
+    if reduce is None:
+        reduce = Pooled(pooling)
+    chunks, order = [], []
+    for idx, _, _, out in encoded_batches(
+        module,
+        params,
+        tokenizer,
+        texts,
+        reduce=reduce,
+        batch_size=batch_size,
+        max_length=max_length,
+        pad_to_multiple_of=pad_to_multiple_of,
+        progress=progress,
+        desc=desc,
+    ):
+        chunks.append(jax.device_get(out))
+        order.append(idx)
+    stacked = jax.tree.map(lambda *xs: np.concatenate(xs), *chunks)
+    inverse = np.argsort(np.concatenate(order))
+    return jax.tree.map(lambda x: x[inverse], stacked)
+
+
+def encoded_batches(
+    module,
+    params,
+    tokenizer,
+    texts: Sequence[str],
+    *,
+    reduce: Callable,
+    batch_size: int = 64,
+    max_length: int = 128,
+    pad_to_multiple_of: int = 16,
+    progress: bool = False,
+    desc: str = "encoding",
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, Any]]:
+    """The batches of :func:`encode` one at a time, as ``(indices into texts [B], input_ids [B, W], mask [B, W] bool,
+    reduce's output on the device)``, in length-sorted order (arguments and errors as for :func:`encode`).
+
+    Nothing is kept between batches, so a consumer that folds each into a running statistic (as
+    :func:`isojax.eval.analysis.analyze_layers` does) holds one batch at a time, whatever the number of texts.
+    """
     texts = check_texts(texts)
     require_kind(module.config, ("encoder", "causal_lm"), "encoding texts")
     if not len(texts):
         raise ValueError("texts is empty")
-    if reduce is None:
-        reduce = lambda out, mask: pool(out, mask, pooling)  # noqa: E731
     if not isinstance(pad_to_multiple_of, int) or isinstance(pad_to_multiple_of, bool) or pad_to_multiple_of < 1:
         raise ValueError(f"pad_to_multiple_of must be a positive integer, got {pad_to_multiple_of!r}")
     enc = tokenize(tokenizer, list(texts), max_length=max_length)
@@ -89,7 +153,7 @@ def encode(
             f"texts: the longest holds {widest} tokens after truncation to max_length={max_length}, more than the "
             f"{positions} positions of this {module.config.model_type} model; pass max_length <= {positions}"
         )
-    fn = jax.jit(lambda p, ids, mask, types: reduce(module.apply({"params": p}, ids, mask, types), mask))
+    fn = functools.partial(_forward, module=module, reduce=reduce)
 
     def round_up(n: int) -> int:  # to the multiple of pad_to_multiple_of, within max_length and the positions
         return min(-(-n // pad_to_multiple_of) * pad_to_multiple_of, max_length, positions)
@@ -98,12 +162,9 @@ def encode(
     fills = {"input_ids": pad_id, "attention_mask": 0, "token_type_ids": 0}
     enc = {k: np.pad(v, ((0, 0), (0, round_up(widest) - widest)), constant_values=fills[k]) for k, v in enc.items()}
     order = np.argsort(lengths, kind="stable")
-    chunks = []
     for start in tqdm(range(0, len(texts), batch_size), desc=desc, disable=not progress):
         idx = order[start : start + batch_size]
         width = round_up(int(lengths[idx].max()))
         ids, mask, types = (enc[k][idx, :width] for k in ("input_ids", "attention_mask", "token_type_ids"))
-        chunks.append(jax.device_get(fn(params, ids, mask.astype(bool), token_types(module.config, types))))
-    stacked = jax.tree.map(lambda *xs: np.concatenate(xs), *chunks)
-    inverse = np.argsort(order)
-    return jax.tree.map(lambda x: x[inverse], stacked)
+        mask = mask.astype(bool)
+        yield idx, ids, mask, fn(params, ids, mask, token_types(module.config, types))

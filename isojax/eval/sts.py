@@ -26,8 +26,7 @@ import numpy as np
 import scipy.stats
 
 from isojax import calibrate, metrics
-from isojax.eval.encode import encode
-from isojax.models.heads import pool
+from isojax.eval.encode import Pooled, encode
 from isojax.softdecay import soft_decay
 
 METHODS = ("raw", "center", "scaled_center", "whiten", "abtt", "flow", "softdecay")
@@ -107,7 +106,7 @@ def embed_sets(
         params,
         tokenizer,
         texts,
-        reduce=lambda out, mask: {p: pool(out, mask, p) for p in poolings},
+        reduce=Pooled(tuple(poolings)),
         max_length=max_length,
         batch_size=batch_size,
         progress=progress,
