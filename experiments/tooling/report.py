@@ -24,8 +24,11 @@ SHARED_DATA = os.path.normpath(os.path.join(ROOT, "..", "shared", "data"))
 
 
 def module_path(name: str) -> str:
-    """The dotted module of an experiment by its file name: ``"glue_methods"`` ->
-    ``"experiments.reproductions.glue_methods"`` (reproductions, benchmarks, tooling or the top level)."""
+    """The dotted module of an experiment by its file name: ``"glue_power"`` ->
+    ``"experiments.reproductions.glue_power"`` (reproductions, benchmarks, tooling or the top level), or of an
+    experiment package run as ``python -m``: ``"campaign"`` -> ``"experiments.campaign"``."""
+    if os.path.isfile(os.path.join(EXPERIMENTS, name, "__main__.py")):
+        return f"experiments.{name}"
     for package in ("", "reproductions", "benchmarks", "tooling"):
         if os.path.isfile(os.path.join(EXPERIMENTS, package, f"{name}.py")):
             return ".".join(["experiments", *([package] if package else []), name])
