@@ -44,8 +44,8 @@ import numpy as np
 
 from experiments.campaign.runner import run_one
 from experiments.campaign.spec import DEFAULT_CONFIG, DEFAULT_DATA, Run, expand
+from experiments.tooling.files import write_json
 from experiments.tooling.report import RESULTS, markdown_table, provenance, write_result
-from isojax._files import write_json
 
 COST_FILE = os.path.join(RESULTS, "glue_cost.json")
 

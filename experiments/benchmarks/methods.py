@@ -28,7 +28,7 @@ from experiments.benchmarks.common import interleaved_ms, machine
 from experiments.benchmarks.train_step import step_runner
 from experiments.campaign.schedule import campaign_selection
 from experiments.campaign.spec import DEFAULT_CONFIG, DEFAULT_DATA, expand, select
-from isojax._argtypes import int_at_least
+from isojax.argtypes import int_at_least
 from isojax.train.feed import batch_indices, process_batches
 from isojax.train.loop import prepare
 from isojax.train.state import create_state

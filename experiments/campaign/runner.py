@@ -21,8 +21,8 @@ from pathlib import Path
 from experiments.campaign import schedule
 from experiments.campaign.spec import Run, changed_settings, evals_every
 from experiments.reproductions.glue_pairing import dropout_masks, dropout_stream, pairing_record
+from experiments.tooling.files import write_json
 from experiments.tooling.report import ROOT
-from isojax._files import write_json
 from isojax.cli import EXIT_NONFINITE, EXIT_STOPPED
 
 STOP_GRACE_S = 600  # after SIGTERM, the run's step, checkpoint and exit get this long before SIGKILL

@@ -13,7 +13,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from isojax._files import write_atomic, write_json
+from experiments.tooling.files import write_atomic, write_json
 
 EXPERIMENTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.dirname(EXPERIMENTS)
