@@ -62,7 +62,7 @@ from experiments.benchmarks import throughput  # noqa: E402
 from experiments.benchmarks.decompositions import STRATEGIES, available_strategies  # noqa: E402
 from experiments.benchmarks.softdecay import methods as parse_methods  # noqa: E402
 from experiments.tooling.report import RESULTS, markdown_table, provenance, write_result  # noqa: E402
-from isojax._argtypes import int_at_least  # noqa: E402
+from isojax.argtypes import int_at_least  # noqa: E402
 from isojax.models import TransformerConfig  # noqa: E402
 from isojax.spectral import current_platform, select_method  # noqa: E402
 

@@ -21,8 +21,8 @@ import os
 import sys
 from pathlib import Path
 
-from isojax._argtypes import int_at_least
 from isojax._files import write_json
+from isojax.argtypes import int_at_least
 from isojax.train.cli import add_finetune_parser
 from isojax.train.preemption import TrainingStopped
 

@@ -93,7 +93,7 @@ def test_a_bad_count_or_address_is_a_usage_error_that_names_its_flag(argv, flag,
 
 
 def test_a_coordinator_address_keeps_its_host():
-    from isojax._argtypes import host_port
+    from isojax.argtypes import host_port
 
     assert [host_port(a) for a in ("localhost:1234", "[::1]:8476", "10.0.0.2:1")] == [
         "localhost:1234",

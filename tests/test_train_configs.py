@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "experiments" / "reproductions" / "configs"
-CAMPAIGNS = ("glue_methods.json",)  # experiments.reproductions.glue_methods' format (protocols), checked below
+CAMPAIGNS = ("glue_methods.json",)  # experiments.campaign's format (protocols), checked below
 CONFIGS = sorted(p for p in CONFIG_DIR.glob("*.json") if p.name not in CAMPAIGNS)
 _spec = importlib.util.spec_from_file_location("configs_run", CONFIG_DIR / "run.py")
 _run = importlib.util.module_from_spec(_spec)
@@ -127,12 +127,12 @@ def test_summary_tabulates_mean_and_std_over_seeds(tmp_path):
 def test_every_campaign_run_is_a_valid_configuration():
     """experiments/reproductions/configs/glue_methods.json: every run and sweep run is a valid TrainConfig, with App. B's
     settings in protocol appB and the shrink paper's Table 1 in protocol shrink."""
-    from experiments.reproductions import glue_methods
+    from experiments.campaign import spec
 
     with open(CONFIG_DIR / "glue_methods.json") as f:
         config = json.load(f)
     for sweep in (False, True):
-        runs = glue_methods.expand(config, sweep=sweep)
+        runs = spec.expand(config, sweep=sweep)
         parsed = [(run, run.config("/tmp/runs", "/tmp/data")) for run in runs]
         assert len({c.logging.output_dir for _, c in parsed}) == len(runs)
         for run, c in parsed:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 import jax
 import numpy as np
 
-from isojax._argtypes import int_at_least
+from isojax.argtypes import int_at_least
 from isojax.models import TransformerConfig
 
 

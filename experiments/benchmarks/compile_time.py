@@ -24,7 +24,7 @@ import jax.numpy as jnp
 from experiments.benchmarks.throughput import random_batch
 from experiments.benchmarks.train_step import isojax_step
 from experiments.tooling.report import markdown_table, provenance, write_result
-from isojax._argtypes import int_at_least
+from isojax.argtypes import int_at_least
 from isojax.models import TransformerConfig, build_encoder, to_scanned
 
 VARIANTS = ("unrolled", "unrolled+full", "scan", "scan+full", "scan+dots")

@@ -19,7 +19,7 @@ import numpy as np
 
 import isojax
 from experiments.benchmarks.common import cpu_count, machine, median_ms, report
-from isojax._argtypes import int_at_least
+from isojax.argtypes import int_at_least
 from isojax.models.generate import generate, left_align
 
 

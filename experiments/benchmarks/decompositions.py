@@ -41,7 +41,7 @@ import numpy as np  # noqa: E402
 
 from experiments.benchmarks.common import median_ms  # noqa: E402
 from experiments.tooling.report import markdown_table, provenance, write_result  # noqa: E402
-from isojax._argtypes import int_at_least  # noqa: E402
+from isojax.argtypes import int_at_least  # noqa: E402
 from isojax.softdecay import decay_curve, soft_decay  # noqa: E402
 from isojax.spectral import (  # noqa: E402
     METHODS,

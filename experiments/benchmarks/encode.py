@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 from experiments.benchmarks.common import cpu_count, machine
-from isojax._argtypes import int_at_least
+from isojax.argtypes import int_at_least
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

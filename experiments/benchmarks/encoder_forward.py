@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments.benchmarks.common import cpu_count, interleaved_medians, machine, median_ms, report
-from isojax._argtypes import int_at_least
+from isojax.argtypes import int_at_least
 from isojax.models import EncoderOutput, TransformerConfig, build_encoder, config_to_hf
 from isojax.models.bert import BERT_HF_NAMES
 from isojax.models.checkpoint import params_from_state_dict

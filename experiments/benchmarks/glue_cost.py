@@ -5,7 +5,7 @@
 
 For every task of the configuration, one epoch of the configuration's ``cost`` run (the App. B baseline, seed 0)
 is trained by the same ``python -m isojax.cli finetune`` process the campaign starts
-(:func:`experiments.reproductions.glue_methods.run_one`), with the same options and length buckets, except ``--epochs 1``
+(:func:`experiments.campaign.runner.run_one`), with the same options and length buckets, except ``--epochs 1``
 (or ``--steps N`` for the tasks whose epoch the configuration's ``cost.steps`` caps: then only those first N
 batches of the epoch are timed, and the table says so), ``--log-every 1`` and no intermediate checkpoint.
 
@@ -28,7 +28,7 @@ Estimated minutes of one run of a protocol = start-up + epochs x seconds per epo
 evaluation (``evals_per_epoch`` per epoch, and one at step 0). These estimates are not results: the shrink
 protocol's batch of 64 is estimated as two batches of 32 (same seconds per epoch), and the Isotropy Layer's
 stage 2 (encoder and head frozen) as at most one more epoch at the fine-tuning step's cost. The campaign is
-ordered by these estimates (:mod:`experiments.reproductions.glue_methods` reads ``glue_cost.json``).
+ordered by these estimates (:func:`experiments.campaign.schedule.run_minutes` reads ``glue_cost.json``).
 """
 
 from __future__ import annotations
@@ -42,9 +42,10 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.reproductions.glue_methods import DEFAULT_CONFIG, DEFAULT_DATA, Run, expand, run_one
+from experiments.campaign.runner import run_one
+from experiments.campaign.spec import DEFAULT_CONFIG, DEFAULT_DATA, Run, expand
+from experiments.tooling.files import write_json
 from experiments.tooling.report import RESULTS, markdown_table, provenance, write_result
-from isojax._files import write_json
 
 COST_FILE = os.path.join(RESULTS, "glue_cost.json")
 
@@ -134,20 +135,6 @@ def estimates(config: dict, task: str, row: dict) -> dict:
                 out[name] + stage2 * (row["seconds_per_epoch"] + evals * row["seconds_per_evaluation"]) / 60, 1
             )
     return out
-
-
-def run_minutes(cost: dict | None, run: Run) -> float | None:
-    """The estimated minutes of a campaign run from a cost table (``glue_cost.json``'s payload); None without a
-    table, or if its task or its protocol was not timed (a configuration other than the table's)."""
-    if not cost:
-        return None
-    minutes = cost["tasks"].get(run.task, {}).get("minutes_per_run", {})
-    stage2 = f"{run.protocol} + isotropy layer stage 2"
-    return (
-        minutes[stage2]
-        if run.settings.get("method.name") == "isotropy_layer" and stage2 in minutes
-        else minutes.get(run.protocol)
-    )
 
 
 def main(argv=None) -> int:

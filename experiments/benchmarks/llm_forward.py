@@ -18,7 +18,7 @@ import numpy as np
 
 import isojax
 from experiments.benchmarks.common import cpu_count, interleaved_medians, machine, report
-from isojax._argtypes import int_at_least
+from isojax.argtypes import int_at_least
 from isojax.models import assets
 
 MODEL = "smollm2-135m-instruct"

@@ -45,8 +45,8 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from experiments.tooling.files import write_json  # noqa: E402
 from experiments.tooling.report import RESULTS, markdown_table, provenance  # noqa: E402
-from isojax._files import write_json  # noqa: E402
 
 PLATFORMS = ("tpu", "cuda", "rocm", "cpu")
 HOST_CALLBACK = re.compile(r"callback", re.IGNORECASE)

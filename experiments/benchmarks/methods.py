@@ -6,7 +6,7 @@
 The campaign's own seconds per epoch (``results.json``'s ``timing``) come from runs made hours apart, so on a
 shared machine they measure its load as much as the method (isotropy-calibration-evaluation reports time per
 epoch per method). Here every method's real train step is built as ``isojax finetune`` builds it for the campaign
-(:mod:`experiments.reproductions.glue_methods`' configuration -> the run's ``TrainConfig`` ->
+(:mod:`experiments.campaign`' configuration -> the run's ``TrainConfig`` ->
 :func:`isojax.train.loop.prepare`: model, regulariser with its data references, optimiser, runner), fed the same
 first training batch, and timed in rounds that run every step once (:func:`common.interleaved_ms`), so that load
 reaches all alike. One step = forward, loss and regularisers, backward, update, dropout on, state donated.
@@ -26,8 +26,9 @@ import numpy as np
 
 from experiments.benchmarks.common import interleaved_ms, machine
 from experiments.benchmarks.train_step import step_runner
-from experiments.reproductions.glue_methods import DEFAULT_CONFIG, DEFAULT_DATA, campaign_selection, expand, select
-from isojax._argtypes import int_at_least
+from experiments.campaign.schedule import campaign_selection
+from experiments.campaign.spec import DEFAULT_CONFIG, DEFAULT_DATA, expand, select
+from isojax.argtypes import int_at_least
 from isojax.train.feed import batch_indices, process_batches
 from isojax.train.loop import prepare
 from isojax.train.state import create_state

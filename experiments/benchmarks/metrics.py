@@ -23,7 +23,7 @@ import jax
 import numpy as np
 
 from experiments.benchmarks.common import cpu_count, machine, median_ms, report
-from isojax._argtypes import int_at_least
+from isojax.argtypes import int_at_least
 from isojax.metrics import isoscore
 from isojax.topology import zero_dim_barcode
 

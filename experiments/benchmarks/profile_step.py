@@ -31,7 +31,7 @@ import jax.numpy as jnp
 from experiments.benchmarks.common import add_model_arguments, bert_config, machine, median_ms
 from experiments.benchmarks.throughput import random_batch
 from experiments.benchmarks.train_step import isojax_step, step_runner
-from isojax._argtypes import int_at_least
+from isojax.argtypes import int_at_least
 from isojax.models import build_encoder
 
 _RUNTIME_EVENTS = ("ThunkExecutor", "$", "PjitFunction", "end:", "SlinkyThreadPool", "CommonPjRt")

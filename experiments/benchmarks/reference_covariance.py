@@ -25,9 +25,9 @@ import jax
 import numpy as np
 
 from experiments.benchmarks.common import interleaved_medians, machine
-from experiments.reproductions.glue_methods import DEFAULT_CONFIG, DEFAULT_DATA, expand
-from isojax._argtypes import int_at_least
+from experiments.campaign.spec import DEFAULT_CONFIG, DEFAULT_DATA, expand
 from isojax._stats import real_rows, streamed_covariance
+from isojax.argtypes import int_at_least
 from isojax.data.batching import DEFAULT_BUCKETS, batches, bucket_length
 from isojax.train.tasks.classification import ClassificationRecipe, representation_covariance
 

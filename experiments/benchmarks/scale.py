@@ -72,7 +72,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from experiments.tooling.report import RESULTS, markdown_table, provenance, write_result  # noqa: E402
-from isojax._argtypes import int_at_least  # noqa: E402
+from isojax.argtypes import int_at_least  # noqa: E402
 
 GIB = 2**30
 DEVICES_GIB = {"TPU v5e (16 GiB)": 16, "TPU v4 (32 GiB)": 32, "H100 (80 GiB)": 80}

@@ -34,7 +34,7 @@ import numpy as np  # noqa: E402
 
 from experiments.benchmarks.common import cpu_count, interleaved_ms, machine, report  # noqa: E402
 from experiments.benchmarks.decompositions import available_strategies, method_for  # noqa: E402
-from isojax._argtypes import int_at_least  # noqa: E402
+from isojax.argtypes import int_at_least  # noqa: E402
 from isojax.softdecay import SoftDecay, soft_decay  # noqa: E402
 from isojax.spectral import select_method  # noqa: E402
 

@@ -29,9 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.tooling.files import write_json
 from experiments.tooling.report import ISOTROPY_COLUMNS, RESULTS, provenance, seeds_table, write_result
-from isojax._argtypes import int_at_least
-from isojax._files import write_json
+from isojax.argtypes import int_at_least
 
 COLUMNS = (("spearman", "Spearman", 2), ("pearson", "Pearson", 2), *ISOTROPY_COLUMNS, ("seconds", "run time (s)", 0))
 

@@ -4,7 +4,7 @@
         --b experiments/results/glue_methods_h200_runs [--name glue_methods_h200_check] [--out experiments/results]
 
 A run is ``<protocol>/<task>/<method>/seed<seed>`` under each directory (the campaign's run records:
-:mod:`experiments.reproductions.glue_methods`); one that both hold had the same configuration, data order and
+:mod:`experiments.campaign`); one that both hold had the same configuration, data order and
 dropout keys, so its metrics differ only by the devices' arithmetic, and by the masks where the two records' pair
 keys differ (:func:`experiments.reproductions.glue_pairing.pair_key`; records made before mask fingerprints carry
 a stream that the arithmetic alone can change, so two such keys that differ do not prove other masks). For each

@@ -8,7 +8,7 @@ Within one protocol and seed, every ``isojax finetune`` run
   (:func:`isojax.train.feed.batch_indices`); no method changes it;
 - draws the dropout masks of step ``t`` from ``fold_in(key(seed), t)`` (:func:`isojax.train.step.make_train_step`);
   Flax derives each dropout site's key from that key and the site's module path, so two models with the same
-  dropout sites draw the same masks (``tests/test_glue_methods.py`` checks it on a baseline and a regulariser
+  dropout sites draw the same masks (``tests/campaign/test_campaign_runs.py`` checks it on a baseline and a regulariser
   run). The regularisers change only the loss, so a regulariser run and its baseline are paired in data order
   and masks. SoftDecay, IsoBN, the flow and the Isotropy Layer change the model: their runs share the data
   order and the per-site keys with the baseline, but the masks act on other activations, so the pairing is

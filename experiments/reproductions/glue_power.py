@@ -49,7 +49,7 @@ def detectable_effect(n: int, *, paired: bool, power: float = 0.8, alpha: float 
 
 def pooled_paired_std(lines: list[dict], base: dict, metric: str) -> tuple[float | None, int, int]:
     """The sample std of the method-minus-baseline differences of ``metric`` over each line's paired seeds (table
-    payload entries, :func:`experiments.reproductions.glue_methods.task_table`), pooled over the lines whose paired
+    payload entries, :func:`experiments.campaign.report.task_table`), pooled over the lines whose paired
     test is defined (at least two pairs, not all equal): sqrt(sum_m (n_m - 1) s_m^2 / sum_m (n_m - 1)); and the
     number of lines and pairs it pools (None, 0, 0 when none)."""
     base_by_seed = dict(zip(base["seeds"], base[metric]["values"]))

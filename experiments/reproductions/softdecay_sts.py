@@ -19,7 +19,7 @@ import argparse
 
 import isojax
 from experiments.tooling.report import SHARED_DATA, display_name, markdown_table, write_result
-from isojax._argtypes import int_at_least
+from isojax.argtypes import int_at_least
 from isojax.data.sts import load_sts
 from isojax.eval import sts
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from isojax._files import write_atomic, write_json
+from experiments.tooling.files import write_atomic, write_json
 
 EXPERIMENTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.dirname(EXPERIMENTS)
@@ -24,8 +24,11 @@ SHARED_DATA = os.path.normpath(os.path.join(ROOT, "..", "shared", "data"))
 
 
 def module_path(name: str) -> str:
-    """The dotted module of an experiment by its file name: ``"glue_methods"`` ->
-    ``"experiments.reproductions.glue_methods"`` (reproductions, benchmarks, tooling or the top level)."""
+    """The dotted module of an experiment by its file name: ``"glue_power"`` ->
+    ``"experiments.reproductions.glue_power"`` (reproductions, benchmarks, tooling or the top level), or of an
+    experiment package run as ``python -m``: ``"campaign"`` -> ``"experiments.campaign"``."""
+    if os.path.isfile(os.path.join(EXPERIMENTS, name, "__main__.py")):
+        return f"experiments.{name}"
     for package in ("", "reproductions", "benchmarks", "tooling"):
         if os.path.isfile(os.path.join(EXPERIMENTS, package, f"{name}.py")):
             return ".".join(["experiments", *([package] if package else []), name])

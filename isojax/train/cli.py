@@ -32,7 +32,7 @@ import json
 import sys
 from typing import Any
 
-from isojax._argtypes import host_port, int_at_least
+from isojax.argtypes import host_port, int_at_least
 from isojax.train.config import METHOD_ALIASES, METHODS, SETTINGS, Setting, TrainConfig
 from isojax.train.model import REPRESENTATIONS
 from isojax.train.objective import REGULARIZERS

@@ -1,8 +1,11 @@
-"""Argparse ``type`` functions shared by the command lines (:mod:`isojax.cli`, :mod:`isojax.train.cli`)."""
+"""Argparse ``type`` functions: ``isojax``'s command lines (``isojax.cli``, ``isojax.train.cli``) and the
+experiments' refuse a bad count or address by its option, as a usage error."""
 
 from __future__ import annotations
 
 import argparse
+
+__all__ = ["host_port", "int_at_least"]
 
 
 def int_at_least(low: int):
