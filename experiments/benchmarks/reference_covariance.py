@@ -26,19 +26,25 @@ import numpy as np
 
 from experiments.benchmarks.common import interleaved_medians, machine
 from experiments.campaign.spec import DEFAULT_CONFIG, DEFAULT_DATA, expand
-from isojax._stats import real_rows, streamed_covariance
+from isojax import stats
 from isojax.argtypes import int_at_least
 from isojax.data.batching import DEFAULT_BUCKETS, batches, bucket_length
 from isojax.train.tasks.classification import ClassificationRecipe, representation_covariance
 
 
 def data_order_covariance(model, variables, split, batch_size: int) -> np.ndarray:
-    """The covariance of the head input ``cls`` streamed in the rows' own order, default buckets."""
+    """The covariance of the head input ``cls`` streamed in the rows' own order, default buckets, accumulated in
+    float64 with :mod:`isojax.stats`."""
     forward = jax.jit(lambda v, b: model.apply(v, b["input_ids"], b["attention_mask"], b["token_type_ids"]))
-    rows = (
-        real_rows(np.asarray(forward(variables, b).cls, np.float64), None) for b in batches(split.tokens(), batch_size)
-    )
-    return streamed_covariance(rows, "'cls'")
+    state = None
+    for b in batches(split.tokens(), batch_size):
+        rows = np.asarray(forward(variables, b).cls, np.float64)  # the forward pass in its own dtypes
+        with jax.enable_x64(True):
+            state = stats.update(stats.init(rows.shape[-1]) if state is None else state, rows)
+    if state is None:
+        raise ValueError("the split has no rows")
+    with jax.enable_x64(True):
+        return np.asarray(stats.covariance(state))
 
 
 def padded_tokens_per_row(lengths: np.ndarray, batch_size: int, buckets, width: int) -> float:

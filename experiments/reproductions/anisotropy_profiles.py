@@ -134,7 +134,11 @@ def claims(label: str, result: dict, extra: Extra, causal: bool) -> list[str]:
     centred = np.asarray(result["anisotropy_centered"])
     peak = int(np.argmax(centred[1:])) + 1  # blocks, not the embedding layer
     depth = layers[-1]
-    where = "the middle third" if depth / 3 <= peak <= 2 * depth / 3 else ("the first third" if peak < depth / 3 else "the last third")
+    where = (
+        "the middle third"
+        if depth / 3 <= peak <= 2 * depth / 3
+        else ("the first third" if peak < depth / 3 else "the last third")
+    )
     out = [
         f"- Centred anisotropy (Razzhigaev et al.: peaks mid-depth in decoders) peaks at layer {peak} of {depth}, in "
         f"{where} ({centred[peak]:.3f}; embeddings {centred[0]:.3f}, last layer {centred[-1]:.3f})."
@@ -158,7 +162,7 @@ def claims(label: str, result: dict, extra: Extra, causal: bool) -> list[str]:
         f"- Mean cosine of token pairs (Godey et al.: anisotropy inherent to self-attention models) ranges "
         f"{cosine[1:].min():.3f}–{cosine[1:].max():.3f} over the blocks."
     )
-    if causal and extra.sink_rate is not None:
+    if causal and extra.sink_rate is not None and extra.alpha_first is not None:
         rate = np.asarray(extra.sink_rate)
         out.append(
             f"- Attention sinks (Gu et al.: widespread in trained LMs): Sink_0.3 is {rate.mean():.2f} over layers "
@@ -185,7 +189,12 @@ def main(argv=None) -> None:
         module, params, tokenizer, label = load(name)
         result = analyze_layers(module, params, tokenizer, texts, batch_size=32, max_length=128)
         extra = extra_measures(
-            module, params, tokenizer, texts, sink_texts=min(args.sink_texts, len(texts)), twonn_tokens=args.twonn_tokens
+            module,
+            params,
+            tokenizer,
+            texts,
+            sink_texts=min(args.sink_texts, len(texts)),
+            twonn_tokens=args.twonn_tokens,
         )
         causal = model_kind(module.config) == "causal_lm"
         seconds = time.perf_counter() - start
@@ -197,7 +206,7 @@ def main(argv=None) -> None:
             row += [result["mean_cosine"][i], result["rogue_top1_share"][i], result["rogue_top3_share"][i]]
             row += [result["max_abs"][i], result["max_abs_dim"][i], result["max_abs_position"][i]]
             row += [result["massive_ratio"][i], extra.twonn[i]]
-            if causal:
+            if extra.alpha_first is not None and extra.sink_rate is not None:
                 row += [extra.alpha_first[i - 1] if i else None, extra.sink_rate[i - 1] if i else None]
             rows.append(row)
         sections += [f"## {label}", "", f"{result['num_tokens']} content tokens; {seconds:.0f} s.", ""]
