@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from isojax.cli import main
 from isojax.eval.analysis import analyze_hidden_states
 from isojax.eval.report import FAMILIES, write_report
 
@@ -153,3 +154,19 @@ def test_headless_chromium_renders_the_report_not_blank_and_with_no_broken_image
     # the probe does see a broken image: a page with one PNG cut short
     cut = re.sub(r'src="data:image/png;base64,[^"]*"', f'src="{PNG_URI}iVBORw0KGgo="', page, count=1)
     assert images_and_broken(cut, tmp_path, "cut")[1] == 1
+
+
+def test_cli_analyze_writes_the_report(result, tmp_path, capsys, monkeypatch, default_model_path):
+    """The wiring of ``isojax analyze --report``: the model's analysis and I(W) are faked (test_cli runs them)."""
+    from isojax.eval import analysis, wordsim
+
+    monkeypatch.setattr(analysis, "analyze_layers", lambda *args, **kwargs: dict(result))
+    monkeypatch.setattr(wordsim, "embedding_isotropy", lambda w: {"I1": 0.5, "I2": 0.25})
+    path = tmp_path / "reports" / "analysis.html"
+    args = ["analyze", "--limit", "6", "--out", str(tmp_path / "out"), "--quiet", "--report", str(path)]
+    assert main(args) == 0
+    assert f"report: {path}" in capsys.readouterr().out
+    page = path.read_text()
+    assert "<h1>Anisotropy analysis: default (stsb test)</h1>" in page and "<dd>default</dd>" in page
+    assert "<dt>input_embeddings</dt><dd>I1 0.5000, I2 0.2500</dd>" in page
+    assert len(image_sources(page)) == sum(any(c in result for c in cs) for _, cs in FAMILIES) + 1
