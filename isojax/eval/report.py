@@ -132,9 +132,9 @@ def _massive_map(result: dict) -> str:
     if "max_abs" not in result:
         return title + '<p class="note">This result holds no massive-activation data (no <code>max_abs</code>).</p>'
     values = result["max_abs"]
-    dims = result.get("max_abs_dim")
+    dims = result.get("max_abs_dim") or [None] * len(values)  # None: the dimension is not recorded
     positions = result.get("max_abs_position")
-    if dims is None:
+    if "max_abs_dim" not in result:
         note = (
             "The result holds each layer's largest |h| (<code>max_abs</code>) but not its dimension "
             "(<code>max_abs_dim</code>), so the map has one column."
@@ -159,10 +159,10 @@ def _massive_map(result: dict) -> str:
     for i, layer in enumerate(result["layers"]):
         cells = []
         for d in columns:
-            if d is None or dims[i] == d:
+            if dims[i] == d:
                 v = values[i]
                 shade = min(max(v / top, 0.0), 1.0) if math.isfinite(v) else 1.0
-                where = "" if positions is None else f" @{positions[i]}"
+                where = "" if positions is None else f", pos {positions[i]}"
                 color = "#fff" if shade > 0.55 else "#222"
                 cells.append(
                     f'<td style="background: rgba(200, 30, 30, {shade:.3f}); color: {color}" '
@@ -171,7 +171,8 @@ def _massive_map(result: dict) -> str:
             else:
                 cells.append("<td></td>")
         rows.append(f"<tr><th>{layer}</th>{''.join(cells)}</tr>")
-    return f'{title}<p class="note">{note} @N: the position of the token in its text.</p>' + (
+    where = "" if positions is None else " “pos N”: the position of the token in its text."
+    return f'{title}<p class="note">{note}{where}</p>' + (
         f'<div class="scroll"><table>{head}{"".join(rows)}</table></div>'
     )
 
