@@ -3,7 +3,7 @@
 The page holds the run (model, data, counts), the per-layer table of every per-layer key of the result, one figure of
 per-layer curves per family of measures (:func:`isojax.eval.analysis.plot_layers`), the singular-value CDF
 (:func:`isojax.eval.analysis.plot_cdf`) and a map of the massive activations (layers × the dimensions holding each
-layer's largest |h|). Figures are PNGs inlined as ``data:`` URIs and the style is inline: the file opens offline, with
+layer's largest ``|h|``). Figures are PNGs inlined as ``data:`` URIs and the style is inline: the file opens offline, with
 no script, font or image fetched from anywhere.
 """
 
