@@ -141,6 +141,10 @@ def cmd_analyze(args) -> int:
         analysis.plot_cdf(result, os.path.join(args.out, "sv_cdf.png"), title=f"{name}: singular-value CDF per layer"),
         analysis.plot_layers(result, os.path.join(args.out, "layers.png"), title=f"{name}: per layer"),
     )
+    if args.report:
+        from isojax.eval.report import write_report
+
+        print("report:", write_report(result, args.report, title=f"Anisotropy analysis: {name}"))
     _write_json(args.json, result)
     return 0
 
@@ -333,6 +337,9 @@ def build_parser() -> argparse.ArgumentParser:
         "...); 0 (default) = all of them, streamed",
     )
     p.add_argument("--out", default="outputs/analyze", help="directory for figures (default outputs/analyze)")
+    p.add_argument(
+        "--report", default=None, metavar="PATH", help="also write one self-contained HTML page of it all to PATH"
+    )
     p.set_defaults(func=cmd_analyze)
 
     p = sub.add_parser(

@@ -59,6 +59,7 @@ CORPUS_COLUMNS = (
     "rogue_top3_share",
     "max_abs",
 )
+LAYER_CURVES = ("token_uni", "ev1", "sv_median", "isoscore", "anisotropy", "anisotropy_centered")
 
 
 @functools.partial(jax.jit, static_argnames="tokens_per_text")
@@ -341,15 +342,17 @@ def format_table(result: dict) -> str:
     return "\n".join(rows)
 
 
-def plot_layers(result: dict, path: str, *, title: str = "") -> str:
+def plot_layers(result: dict, path: str, *, title: str = "", columns: Sequence[str] = LAYER_CURVES) -> str:
     """Per-layer curves of the uniformity and isotropy measures, saved as a 780 × 540 PNG (6.5 × 4.5 in at 120 dpi).
 
-    One line per measure (TokenUni, EV_1, median σ̃, IsoScore, raw and centered anisotropy) against the layer.
+    One line per measure of ``columns`` (default TokenUni, EV_1, median σ̃, IsoScore, raw and centered anisotropy)
+    against the layer.
 
     Args:
-      result: an :func:`analyze_layers` dict (``layers`` and those six columns).
+      result: an :func:`analyze_layers` dict (``layers`` and the columns plotted).
       path: the PNG file to write (its directory must exist).
       title: the plot title; ``""``: "Uniformity and isotropy per layer".
+      columns: the keys of ``result`` to plot, one value per layer each.
 
     Returns:
       ``path``.
@@ -365,8 +368,8 @@ def plot_layers(result: dict, path: str, *, title: str = "") -> str:
     """
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    for c in ("token_uni", "ev1", "sv_median", "isoscore", "anisotropy", "anisotropy_centered"):
-        ax.plot(result["layers"], result[c], marker="o", label=_HEADERS[c])
+    for c in columns:
+        ax.plot(result["layers"], result[c], marker="o", label=_HEADERS.get(c, c))
     ax.set_xlabel("layer (0 = embeddings)")
     ax.set_ylabel("value")
     ax.grid(alpha=0.3)
