@@ -168,7 +168,7 @@ def claims(label: str, result: dict, extra: Extra, causal: bool) -> list[str]:
             f"- Attention sinks (Gu et al.: widespread in trained LMs): Sink_0.3 is {rate.mean():.2f} over layers "
             f"and heads (per layer {rate.min():.2f}–{rate.max():.2f}); mean α₁ {np.mean(extra.alpha_first):.2f}."
         )
-    return [f"**{label}**", *out, ""]
+    return [f"**{label}**\n\n" + "\n".join(out)]
 
 
 def main(argv=None) -> None:
@@ -182,8 +182,8 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     prov = provenance("anisotropy_profiles")
     texts = corpus(args.data_dir, args.max_texts)
-    sections, payload = [f"Corpus: {len(texts)} distinct sentences (GLUE dev sets and STS-B test).", ""], {}
-    summary = ["## What the papers claim, and what these models show", ""]
+    sections, payload = [f"Corpus: {len(texts)} distinct sentences (GLUE dev sets and STS-B test)."], {}
+    summary = ["## What the papers claim, and what these models show"]
     for name in args.models.split(","):
         start = time.perf_counter()
         module, params, tokenizer, label = load(name)
@@ -209,8 +209,11 @@ def main(argv=None) -> None:
             if extra.alpha_first is not None and extra.sink_rate is not None:
                 row += [extra.alpha_first[i - 1] if i else None, extra.sink_rate[i - 1] if i else None]
             rows.append(row)
-        sections += [f"## {label}", "", f"{result['num_tokens']} content tokens; {seconds:.0f} s.", ""]
-        sections += [markdown_table(headers, rows), ""]
+        sections += [
+            f"## {label}",
+            f"{result['num_tokens']} content tokens; {seconds:.0f} s.",
+            markdown_table(headers, rows),
+        ]
         summary += claims(label, result, extra, causal)
         payload[name] = {"result": result, "extra": dataclasses.asdict(extra), "seconds": seconds}
         print(f"{name}: {seconds:.0f} s")

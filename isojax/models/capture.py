@@ -55,9 +55,9 @@ def capture(module, params, input_ids, attention_mask=None, *, points: Sequence[
         raise ValueError(f"unknown capture points {unknown}; expected some of {POINTS}")
     if getattr(module, "scan_layers", False):
         raise ValueError("capture needs an unrolled stack; build the model with scan_layers=False")
-    if not hasattr(module, "stack_cls") and "decoder" not in params:
+    stack = getattr(module, "stack_name", None)
+    if stack is None:
         raise ValueError(f"capture takes an encoder or a causal LM, not {type(module).__name__}")
-    stack = "encoder" if hasattr(module, "stack_cls") else "decoder"
     if not any(key.startswith("layer_") for key in params[stack]):
         raise ValueError("capture needs an unrolled stack with layer_{i} blocks (ALBERT's shared groups are not)")
 

@@ -78,6 +78,9 @@ class CausalLM(nn.Module):
     scan_layers: bool = False
     last_layer_transform: nn.Module | None = None
 
+    stack_cls = TransformerStack
+    stack_name = "decoder"  # params key of the stack
+
     @nn.compact
     def __call__(
         self,
@@ -95,7 +98,7 @@ class CausalLM(nn.Module):
         if position_ids is None:
             position_ids = positions_from_mask(mask, cache)
         x = Embeddings(cfg, self.dtype, name="embeddings")(ids, None, deterministic, position_ids=position_ids)
-        stack = TransformerStack(cfg, self.dtype, causal=True, scan_layers=self.scan_layers, name="decoder")(
+        stack = self.stack_cls(cfg, self.dtype, causal=True, scan_layers=self.scan_layers, name=self.stack_name)(
             x, mask, deterministic, output_attentions, cache=cache, positions=position_ids
         )
         hidden = list(stack.hidden_states)

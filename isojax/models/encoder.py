@@ -82,6 +82,7 @@ class EncoderModel(nn.Module):
 
     embeddings_cls = Embeddings
     stack_cls = TransformerStack
+    stack_name = "encoder"  # params key of the stack
     has_pooler = True
 
     @nn.compact
@@ -101,9 +102,9 @@ class EncoderModel(nn.Module):
         ids, mask, types = validate_inputs(self.config, input_ids, attention_mask, token_type_ids)
         x = self.embeddings_cls(self.config, self.dtype, name="embeddings")(ids, types, deterministic)
         in_block = self.last_layer_transform is not None and self.transform_placement == "block"
-        stack = self.stack_cls(self.config, self.dtype, scan_layers=self.scan_layers, remat=self.remat, name="encoder")(
-            x, mask, deterministic, output_attentions, self.last_layer_transform if in_block else None
-        )
+        stack = self.stack_cls(
+            self.config, self.dtype, scan_layers=self.scan_layers, remat=self.remat, name=self.stack_name
+        )(x, mask, deterministic, output_attentions, self.last_layer_transform if in_block else None)
         hidden = list(stack.hidden_states)
         if self.last_layer_transform is not None and not in_block:
             hidden[-1] = self.last_layer_transform(hidden[-1], mask).astype(hidden[-1].dtype)

@@ -153,7 +153,4 @@ def to_unscanned(model: nn.Module, params: dict) -> dict:
 
 def _scanned_stack(model) -> tuple[str, list[ScanSegment]]:
     """(params key of the stack, its scan segments) of an encoder (``encoder``) or a causal LM (``decoder``)."""
-    from isojax.models.stack import TransformerStack
-
-    stack_cls = getattr(model, "stack_cls", TransformerStack)
-    return ("encoder" if hasattr(model, "stack_cls") else "decoder"), stack_cls(model.config).scan_segments()
+    return model.stack_name, model.stack_cls(model.config).scan_segments()
