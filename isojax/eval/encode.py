@@ -3,6 +3,11 @@
 Texts are tokenised once (truncated to ``max_length``), sorted by token count, batched, padded to a multiple of
 ``pad_to_multiple_of`` (so only a few shapes are compiled; never wider than ``max_length`` or the model's
 positions), run through ``reduce(output, mask)`` under ``jit``, and returned in the original order.
+
+The forward pass is jitted once per process (``jit_once``) with the model module and ``reduce`` as static
+arguments, both hashed by value (a Linen module by its fields, ``Pooled`` by its poolings): a second call with the
+same model and options reuses the compiled batches. A ``reduce`` made anew on each call (a ``lambda``, a
+``functools.partial``) hashes by identity and compiles again: pass a module-level function or a frozen dataclass.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ def jit_once(fn: Callable, static_argnames: tuple[str, ...] = ()) -> Callable:
 
 def _forward(params, ids, mask, types, *, module, reduce):
     """``reduce(module.apply(params, ids, mask, types), mask)``, compiled once per (module, reduce, shapes) through
-    :func:`jit_once`."""
+    ``jit_once``."""
     return reduce(module.apply({"params": params}, ids, mask, types), mask)
 
 
