@@ -35,7 +35,6 @@ With ``tokens_per_text=K`` only the first K content tokens of each text count (t
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -46,7 +45,7 @@ import numpy as np
 from isojax import metrics, stats
 from isojax._files import write_json
 from isojax._validate import check_texts
-from isojax.eval.encode import encoded_batches
+from isojax.eval.encode import encoded_batches, jit_once
 
 CDF_GRID = np.linspace(0.0, 1.0, 201)
 SENTENCE_COLUMNS = ("token_uni", "rbf_dis", "ev1", "ev2", "ev3", "sv_median", "sv_skewness", "massive_ratio")
@@ -62,10 +61,11 @@ CORPUS_COLUMNS = (
 LAYER_CURVES = ("token_uni", "ev1", "sv_median", "isoscore", "anisotropy", "anisotropy_centered")
 
 
-@functools.partial(jax.jit, static_argnames="tokens_per_text")
 def _fold(state, h, mask, content, *, tokens_per_text: int | None):
-    """One batch: the per-text measures ``[B, layers]`` and CDF counts, and ``state`` updated with its content tokens
-    (the first ``tokens_per_text`` of each text when given). Compiled once per batch shape and option."""
+    """One batch: the sums over its texts of 2 or more tokens of the per-text measures ``[layers]``, their number,
+    the CDF counts ``[layers, grid]`` and valid singular values ``[layers]`` summed over its texts, and ``state``
+    updated with its content tokens (the first ``tokens_per_text`` of each text when given). Nothing it returns
+    grows with the number of texts. Compiled once per batch shape and option."""
     h = h.astype(jnp.float32)
     m = jnp.broadcast_to(mask[:, None, :], h.shape[:-1])
     spectrum = metrics.singular_value_stats(h, mask=m)
@@ -80,14 +80,13 @@ def _fold(state, h, mask, content, *, tokens_per_text: int | None):
         sv_median=spectrum.median,
         sv_skewness=spectrum.skewness,
         massive_ratio=metrics.massive_activations(h, mask=m).ratio,
-        cdf_counts=below.sum(-1),  # [B, layers, grid]
-        n_valid=spectrum.valid.sum(-1),  # [B, layers]
-        n_tokens=mask.sum(-1),  # [B]
     )
-    return stats.update(state, h, content), per_text
+    paired = mask.sum(-1) >= 2  # [B]: the per-text measures need a pair of distinct tokens
+    sums = {k: jnp.sum(jnp.where(paired[:, None], v, 0), axis=0) for k, v in per_text.items()}
+    sums.update(paired=paired.sum(), cdf_counts=below.sum(-1).sum(0), n_valid=spectrum.valid.sum(-1).sum(0))
+    return stats.update(state, h, content), sums
 
 
-@jax.jit
 def _corpus_measures(state):
     """The corpus columns of a state (one compiled function rather than op-by-op dispatch of each finaliser)."""
     rogue, top = stats.rogue_dimensions(state), stats.massive_activation(state)
@@ -146,7 +145,7 @@ def analyze_hidden_states(batches: Iterable, *, tokens_per_text: int | None = No
       True
     """
     state = None
-    per_batch = []
+    totals: dict[str, np.ndarray] = {}
     num_texts = 0
     for batch in batches:
         if not isinstance(batch, (tuple, list)) or len(batch) not in (2, 3):
@@ -162,30 +161,29 @@ def analyze_hidden_states(batches: Iterable, *, tokens_per_text: int | None = No
         if content.shape != mask.shape:
             raise ValueError(f"content must have the mask's shape {mask.shape}, got {content.shape}")
         state = stats.init(h.shape[-1], layers=h.shape[1]) if state is None else state
-        state, per_text = _fold(state, h, mask, content, tokens_per_text=tokens_per_text)
-        per_batch.append(jax.device_get(per_text))
+        state, sums = jit_once(_fold, ("tokens_per_text",))(state, h, mask, content, tokens_per_text=tokens_per_text)
+        for k, v in jax.device_get(sums).items():  # float64 running sums on the host
+            totals[k] = totals.get(k, 0) + np.asarray(v, np.float64)
         num_texts += h.shape[0]
     if state is None:
         raise ValueError("batches is empty")
-    per = {k: np.concatenate([p[k] for p in per_batch]) for k in per_batch[0]}
-    layers = per["ev1"].shape[1]
-    paired = per["n_tokens"] >= 2  # the sentence measures need a pair of distinct tokens
-    if not paired.any():
+    paired = int(totals["paired"])
+    if not paired:
         raise ValueError("every text has fewer than 2 tokens; the per-sentence measures need a pair of tokens")
-    result = {"num_texts": num_texts, "num_sentence_texts": int(paired.sum()), "layers": list(range(layers))}
+    layers = len(totals["ev1"])
+    result = {"num_texts": num_texts, "num_sentence_texts": paired, "layers": list(range(layers))}
     for name in SENTENCE_COLUMNS:
-        result[name] = per[name][paired].astype(np.float64).mean(0).tolist()
+        result[name] = (totals[name] / paired).tolist()
     count = int(np.min(np.asarray(state.tokens)))
     if count < 2:
         raise ValueError(f"only {count} content tokens in the texts; corpus measures need at least 2")
     result["num_tokens"] = count
-    result.update({k: np.asarray(v).tolist() for k, v in _corpus_measures(state).items()})
+    result.update({k: np.asarray(v).tolist() for k, v in jit_once(_corpus_measures)(state).items()})
     result["cdf_grid"] = CDF_GRID.tolist()
-    result["cdf"] = (per["cdf_counts"].sum(0) / per["n_valid"].sum(0)[:, None]).tolist()
+    result["cdf"] = (totals["cdf_counts"] / totals["n_valid"][:, None]).tolist()
     return result
 
 
-@functools.partial(jax.jit, static_argnames="special")
 def _content(ids, mask, *, special: tuple[int, ...]):
     return mask & ~jnp.isin(ids, jnp.asarray(special, ids.dtype)) if special else mask
 
@@ -246,7 +244,7 @@ def hidden_state_batches(
         progress=progress,
         desc="analyzing layers",
     ):
-        yield h, mask, _content(ids, mask, special=special)
+        yield h, mask, jit_once(_content, ("special",))(ids, mask, special=special)
 
 
 def analyze_layers(

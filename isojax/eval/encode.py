@@ -3,6 +3,11 @@
 Texts are tokenised once (truncated to ``max_length``), sorted by token count, batched, padded to a multiple of
 ``pad_to_multiple_of`` (so only a few shapes are compiled; never wider than ``max_length`` or the model's
 positions), run through ``reduce(output, mask)`` under ``jit``, and returned in the original order.
+
+The forward pass is jitted once per process (``jit_once``) with the model module and ``reduce`` as static
+arguments, both hashed by value (a Linen module by its fields, ``Pooled`` by its poolings): a second call with the
+same model and options reuses the compiled batches. A ``reduce`` made anew on each call (a ``lambda``, a
+``functools.partial``) hashes by identity and compiles again: pass a module-level function or a frozen dataclass.
 """
 
 from __future__ import annotations
@@ -36,9 +41,16 @@ class Pooled:
         return {p: pool(output, mask, p) for p in self.poolings}
 
 
-@functools.partial(jax.jit, static_argnames=("module", "reduce"))
+@functools.cache
+def jit_once(fn: Callable, static_argnames: tuple[str, ...] = ()) -> Callable:
+    """``jax.jit(fn, static_argnames=...)``, made at the first call and then the same object every time, so its
+    compilation cache lasts across calls (nothing is jitted where it is defined: test_bad_input's rule)."""
+    return jax.jit(fn, static_argnames=static_argnames)
+
+
 def _forward(params, ids, mask, types, *, module, reduce):
-    """``reduce(module.apply(params, ids, mask, types), mask)``, compiled once per (module, reduce, shapes)."""
+    """``reduce(module.apply(params, ids, mask, types), mask)``, compiled once per (module, reduce, shapes) through
+    ``jit_once``."""
     return reduce(module.apply({"params": params}, ids, mask, types), mask)
 
 
@@ -153,7 +165,7 @@ def encoded_batches(
             f"texts: the longest holds {widest} tokens after truncation to max_length={max_length}, more than the "
             f"{positions} positions of this {module.config.model_type} model; pass max_length <= {positions}"
         )
-    fn = functools.partial(_forward, module=module, reduce=reduce)
+    fn = functools.partial(jit_once(_forward, ("module", "reduce")), module=module, reduce=reduce)
 
     def round_up(n: int) -> int:  # to the multiple of pad_to_multiple_of, within max_length and the positions
         return min(-(-n // pad_to_multiple_of) * pad_to_multiple_of, max_length, positions)
