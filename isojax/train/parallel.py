@@ -430,6 +430,18 @@ def gather_params(fn: Callable, gathered) -> Callable:
     return on_gathered
 
 
+def traced_on(fn: Callable, mesh: Mesh) -> Callable:
+    """``fn`` traced with ``mesh`` as the abstract mesh (``jax.sharding.use_abstract_mesh``): what the model code
+    reads of the placement, the data axis's size (:func:`isojax.models.embeddings.data_shards`, for the uses of a tied
+    table). The axes stay *Auto*: nothing else changes."""
+
+    def on_mesh(*args):
+        with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+            return fn(*args)
+
+    return on_mesh
+
+
 def _to_host(x) -> np.ndarray:
     if not isinstance(x, jax.Array):
         return np.asarray(x)
@@ -485,13 +497,15 @@ class MeshRunner:
         else:
             step = make_step(GLOBAL)
         self.train_step = jax.jit(
-            step,
+            traced_on(step, mesh),
             in_shardings=(self.state_sharding, self.batch_sharding),
             out_shardings=(self.state_sharding, replicated),
             donate_argnums=0,
         )
         self.predict_step = jax.jit(
-            predict, in_shardings=(self.state_sharding, self.batch_sharding), out_shardings=self.batch_sharding
+            traced_on(predict, mesh),
+            in_shardings=(self.state_sharding, self.batch_sharding),
+            out_shardings=self.batch_sharding,
         )
 
     def place(self, state):
