@@ -47,7 +47,10 @@ def word_embeddings(params):
 def tied_logits(params, h: Array) -> Array:
     """The language-model head tied to the word embeddings: ``h Wᵀ``, ``[..., H] -> [..., vocab_size]`` float32
     (``W`` = :func:`word_embeddings` of ``params``, cast to the compute dtype of ``h``)."""
-    w = word_embeddings(params)
+    return _logits(h, word_embeddings(params))
+
+
+def _logits(h: Array, w: Array) -> Array:
     return jnp.einsum("...h,vh->...v", h, w.astype(h.dtype), preferred_element_type=jnp.float32)
 
 
@@ -121,7 +124,7 @@ class Embed(nn.Module):
         [..., num]`` float32 (``W`` cast to the dtype of ``h``)."""
         table = self._per_shard(h)
         if table is None:
-            return jnp.einsum("...h,vh->...v", h, self.embedding.astype(h.dtype), preferred_element_type=jnp.float32)
+            return _logits(h, self.embedding)
         blocks = h.reshape(table.shape[0], -1, *h.shape[1:])
         logits = jnp.einsum("n...h,nvh->n...v", blocks, table.astype(h.dtype), preferred_element_type=jnp.float32)
         return logits.reshape(*h.shape[:-1], self.num_embeddings)
