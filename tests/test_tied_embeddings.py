@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from jax.sharding import NamedSharding
+from jax.sharding import AbstractMesh, AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from experiments.benchmarks import scale
@@ -144,8 +144,14 @@ def test_per_shard_table_computes_the_values_and_gradient_of_the_whole_table():
 
 
 def test_data_shards_reads_the_mesh_being_traced_on():
-    """1 off a mesh; the data axis's size traced on one (8 devices as data 4 x model 2: 4)."""
+    """1 off a mesh; the data axis's size traced on one (8 devices as data 4 x model 2: 4); 1 on a mesh whose data
+    axis is Explicit (its shardings are the program's to state) or that has none."""
     assert data_shards() == 1
     seen = []
     jax.jit(traced_on(lambda x: seen.append(data_shards()) or x, make_mesh(8, model_parallel=2)))(1.0)
     assert seen == [4]
+    explicit = AbstractMesh((8,), ("data",), axis_types=(AxisType.Explicit,))
+    other = AbstractMesh((8,), ("batch",), axis_types=(AxisType.Auto,))
+    for mesh in (explicit, other):
+        with jax.sharding.use_abstract_mesh(mesh):
+            assert data_shards() == 1

@@ -69,9 +69,13 @@ DATA_AXIS = "data"
 
 def data_shards() -> int:
     """The size of the :data:`DATA_AXIS` of the mesh being traced on (``jax.sharding.get_abstract_mesh()``, which
-    :class:`isojax.train.parallel.MeshRunner` sets while its steps are traced); 1 off a mesh."""
+    :class:`isojax.train.parallel.MeshRunner` sets while its steps are traced) when that axis is *Auto* (its
+    shardings left to XLA); 1 off a mesh, without that axis, or with an *Explicit* one."""
     mesh = jax.sharding.get_abstract_mesh()
-    return 1 if mesh.empty else dict(mesh.shape).get(DATA_AXIS, 1)
+    if mesh.empty or DATA_AXIS not in mesh.axis_names:
+        return 1
+    auto = mesh.axis_types[mesh.axis_names.index(DATA_AXIS)] == jax.sharding.AxisType.Auto
+    return mesh.shape[DATA_AXIS] if auto else 1
 
 
 class Embed(nn.Module):
