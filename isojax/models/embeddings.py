@@ -69,7 +69,7 @@ DATA_AXIS = "data"
 
 def data_shards() -> int:
     """The size of the :data:`DATA_AXIS` of the mesh being traced on (``jax.sharding.get_abstract_mesh()``, which
-    :class:`isojax.train.parallel.MeshRunner` sets while its steps are traced) when that axis is *Auto* (its
+    :class:`isojax.train.parallel.MeshRunner` sets while its train step is traced) when that axis is *Auto* (its
     shardings left to XLA); 1 off a mesh, without that axis, or with an *Explicit* one."""
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty or DATA_AXIS not in mesh.axis_names:

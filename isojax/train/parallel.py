@@ -4,9 +4,10 @@
 the model code carries no sharding annotations, so shardings are given on the inputs (batch rows over
 ``data``; parameters and optimiser state by the model's partition rules) and XLA's GSPMD propagation partitions
 the rest. (JAX's default *Explicit* axes would instead require every op to state its output sharding.)
-The steps are traced with the mesh as JAX's abstract mesh (``traced_on``), the one thing the model code reads of the
-placement: a tied word table's uses read it per data shard, so that its gradient is all-reduced once
-(``isojax.models.embeddings.Embed``, ``docs/design/tied-embeddings.md``).
+The train step is traced with the mesh as JAX's abstract mesh (``traced_on``), the one thing the model code reads of
+the placement: a tied word table's uses read it per data shard, so that its gradient is all-reduced once
+(``isojax.models.embeddings.Embed``, ``docs/design/tied-embeddings.md``; the prediction step, which has no gradient,
+reads the table whole).
 The model axis is Megatron-style: query/key/value and the feed-forward input projection are split by output
 features (whole attention heads per device), the attention output and feed-forward output projections by
 input features; every other array is replicated. The rules come from the model
@@ -506,9 +507,7 @@ class MeshRunner:
             donate_argnums=0,
         )
         self.predict_step = jax.jit(
-            traced_on(predict, mesh),
-            in_shardings=(self.state_sharding, self.batch_sharding),
-            out_shardings=self.batch_sharding,
+            predict, in_shardings=(self.state_sharding, self.batch_sharding), out_shardings=self.batch_sharding
         )
 
     def place(self, state):
