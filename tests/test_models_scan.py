@@ -135,8 +135,13 @@ def test_scan_and_remat_refuse_what_they_do_not_support():
         vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=24
     )
     x, mask = jnp.zeros((1, 3, 16)), jnp.ones((1, 3), bool)
-    with pytest.raises(ValueError, match="scan_layers supports encoder stacks only"):
-        TransformerStack(cfg, causal=True, scan_layers=True).init(jax.random.key(0), x, mask)
+    with pytest.raises(ValueError, match="scan_layers supports stacks of identical blocks without a key/value cache"):
+        TransformerStack(cfg, causal=True, cross_attention=True, scan_layers=True).init(
+            jax.random.key(0), x, mask, memory=x
+        )
+    with pytest.raises(ValueError, match="layers of different attention types"):
+        windowed = dataclasses.replace(cfg, sliding_window=2, layer_types=("sliding_attention", "full_attention"))
+        TransformerStack(windowed, causal=True, scan_layers=True).init(jax.random.key(0), x, mask)
     with pytest.raises(ValueError, match="remat must be 'none' or one of"):
         TransformerStack(cfg, remat="some").init(jax.random.key(0), x, mask)
     module = build_encoder(cfg, scan_layers=True, last_layer_transform=isojax.SoftDecay(), transform_placement="block")

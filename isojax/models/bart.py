@@ -23,7 +23,7 @@ from jax.sharding import PartitionSpec as P
 
 from isojax.models.checkpoint import HFNames
 from isojax.models.config import REQUIRED, TransformerConfig, check_supported, renamed_fields, renamed_hf
-from isojax.models.embeddings import Embeddings, WordEmbeddings, tied_logits
+from isojax.models.embeddings import Embeddings, WordEmbeddings
 from isojax.models.inputs import validate_inputs
 from isojax.models.outputs import DecoderOutput, EncoderOutput, Seq2SeqOutput
 from isojax.models.stack import TransformerStack
@@ -111,7 +111,7 @@ class BartModel(nn.Module):
         )
         h = stack.hidden_states[-1]
         head_input = h if head_transform is None else head_transform(h, mask)
-        logits = tied_logits(self.variables["params"], head_input) + self.final_logits_bias
+        logits = self.embeddings.attend(head_input) + self.final_logits_bias
         return DecoderOutput(logits, h, stack.hidden_states, stack.attentions, stack.cross_attentions, stack.cache)
 
     def __call__(

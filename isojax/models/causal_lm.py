@@ -21,7 +21,7 @@ import jax.numpy as jnp
 
 from isojax.models.cache import Cache
 from isojax.models.config import TransformerConfig
-from isojax.models.embeddings import Embeddings, tied_logits
+from isojax.models.embeddings import Embeddings
 from isojax.models.inputs import validate_inputs
 from isojax.models.outputs import DecoderOutput
 from isojax.models.primitives import dense
@@ -97,7 +97,8 @@ class CausalLM(nn.Module):
         ids, mask, _ = validate_inputs(cfg, input_ids, attention_mask, token_type_ids)
         if position_ids is None:
             position_ids = positions_from_mask(mask, cache)
-        x = Embeddings(cfg, self.dtype, name="embeddings")(ids, None, deterministic, position_ids=position_ids)
+        embeddings = Embeddings(cfg, self.dtype, tied=cfg.tie_word_embeddings, name="embeddings")
+        x = embeddings(ids, None, deterministic, position_ids=position_ids)
         stack = self.stack_cls(cfg, self.dtype, causal=True, scan_layers=self.scan_layers, name=self.stack_name)(
             x, mask, deterministic, output_attentions, cache=cache, positions=position_ids
         )
@@ -110,7 +111,7 @@ class CausalLM(nn.Module):
             hidden[-1] = self.last_layer_transform(hidden[-1], mask).astype(hidden[-1].dtype)
         h = hidden[-1]
         if cfg.tie_word_embeddings:
-            logits = tied_logits(self.variables["params"], h)
+            logits = embeddings.attend(h)
         else:
             head = dense(cfg.vocab_size, cfg, self.dtype, LM_HEAD, use_bias=False)
             logits = head(h).astype(jnp.float32)

@@ -4,6 +4,10 @@
 the model code carries no sharding annotations, so shardings are given on the inputs (batch rows over
 ``data``; parameters and optimiser state by the model's partition rules) and XLA's GSPMD propagation partitions
 the rest. (JAX's default *Explicit* axes would instead require every op to state its output sharding.)
+The train step is traced with the mesh as JAX's abstract mesh (``traced_on``), the one thing the model code reads of
+the placement: a tied word table's uses read it per data shard, so that its gradient is all-reduced once
+(``isojax.models.embeddings.Embed``, ``docs/design/tied-embeddings.md``; the prediction step, which has no gradient,
+reads the table whole).
 The model axis is Megatron-style: query/key/value and the feed-forward input projection are split by output
 features (whole attention heads per device), the attention output and feed-forward output projections by
 input features; every other array is replicated. The rules come from the model
@@ -430,6 +434,18 @@ def gather_params(fn: Callable, gathered) -> Callable:
     return on_gathered
 
 
+def traced_on(fn: Callable, mesh: Mesh) -> Callable:
+    """``fn`` traced with ``mesh`` as the abstract mesh (``jax.sharding.use_abstract_mesh``): what the model code
+    reads of the placement, the data axis's size (:func:`isojax.models.embeddings.data_shards`, for the uses of a tied
+    table). The axes stay *Auto*: nothing else changes."""
+
+    def on_mesh(*args):
+        with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+            return fn(*args)
+
+    return on_mesh
+
+
 def _to_host(x) -> np.ndarray:
     if not isinstance(x, jax.Array):
         return np.asarray(x)
@@ -485,7 +501,7 @@ class MeshRunner:
         else:
             step = make_step(GLOBAL)
         self.train_step = jax.jit(
-            step,
+            traced_on(step, mesh),
             in_shardings=(self.state_sharding, self.batch_sharding),
             out_shardings=(self.state_sharding, replicated),
             donate_argnums=0,
