@@ -6,15 +6,18 @@ against transformers' PyTorch forward + numpy accumulation, on the same CPU, in 
 Both sides read the same tokenised batches of the same sentences (STS-B test, repeated up to ``--texts``), run the
 model with every hidden state out, and fold every real token of every layer into per-layer running moments:
 isojax with :func:`isojax.stats.update` (jitted, float32 with per-batch centring and Chan merges), the reference
-with numpy (float64 sums of ``x`` and ``xᵀx``). Both end with the per-layer covariance and its IsoScore; the two
-are compared before the timing. Each side is timed over the whole corpus, alternately, after one warm-up pass;
-prints tokens/s and the ratio isojax / PyTorch time (goal: <= 1.0), and the number of compilations of a second
-identical isojax pass (goal: 0).
+with numpy (float64 sums of ``x`` and ``xᵀx``). Both end with the per-layer covariance, whose IsoScores are compared.
+Each side runs in a child process of its own (``--side``; in one process the other side's thread pool holds the
+cores), ``--rounds`` times alternately, timed over the whole corpus after one warm-up pass; prints tokens/s, the
+ratio isojax / PyTorch time (goal: <= 1.0), and the compilations of the repeated isojax passes (goal: 0).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
+import sys
 import time
 
 import jax
@@ -40,25 +43,12 @@ def isoscore_of_covariance(cov: np.ndarray) -> float:
     return float((k - 1) / (d - 1))
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="default")
-    ap.add_argument("--texts", type=int_at_least(1), default=2000)
-    ap.add_argument("--batch", type=int_at_least(1), default=64)
-    ap.add_argument("--length", type=int_at_least(2), default=128)
-    ap.add_argument("--repeats", type=int_at_least(1), default=2)
-    args = ap.parse_args(argv)
-
-    import torch
-    import transformers
-
-    torch.set_num_threads(cpu_count())
-    module, params, tokenizer = isojax.from_pretrained(args.model)
-    ref = transformers.AutoModel.from_pretrained(hub.resolve(args.model)).eval()
+def corpus_batches(args, tokenizer) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The tokenised batches both sides read: STS-B test sentences repeated to ``--texts``, padded to ``--length``."""
     data = load_stsb("test")
     sentences = list(data.sentences1) + list(data.sentences2)
     texts = (sentences * (args.texts // len(sentences) + 1))[: args.texts]
-    batches = []
+    out = []
     for start in range(0, len(texts), args.batch):
         enc = tokenizer(
             texts[start : start + args.batch],
@@ -67,63 +57,107 @@ def main(argv=None):
             max_length=args.length,
             return_tensors="np",
         )
-        batches.append((enc["input_ids"].astype(np.int32), enc["attention_mask"].astype(bool)))
-    tokens = int(sum(mask.sum() for _, mask in batches))
-    layers = module.config.num_hidden_layers + 1
-    d = module.config.hidden_size
+        out.append((enc["input_ids"].astype(np.int32), enc["attention_mask"].astype(bool)))
+    return out
 
-    @jax.jit
-    def step(state, ids, mask):
-        out = module.apply({"params": params}, ids, mask)
-        return stats.update(state, jnp.stack(out.hidden_states, axis=1), mask)
 
-    def isojax_pass():
-        state = stats.init(d, layers)
-        for ids, mask in batches:
-            state = step(state, ids, mask)
-        return np.asarray(stats.covariance(state))
+def run_side(args) -> dict:
+    """One side, in this process: a warm-up pass, then ``--repeats`` timed passes over the corpus; the per-layer
+    IsoScores of the covariance, the best seconds, and (isojax) the compilations of the timed passes."""
+    module, params, tokenizer = isojax.from_pretrained(args.model)
+    batches = corpus_batches(args, tokenizer)
+    layers, d = module.config.num_hidden_layers + 1, module.config.hidden_size
+    compiles: list[str] = []
+    if args.side == "isojax":
 
-    def torch_pass():
-        sums, grams, count = np.zeros((layers, d)), np.zeros((layers, d, d)), 0
-        with torch.inference_mode():
+        @jax.jit
+        def step(state, ids, mask):
+            out = module.apply({"params": params}, ids, mask)
+            return stats.update(state, jnp.stack(out.hidden_states, axis=1), mask)
+
+        def run():
+            state = stats.init(d, layers)
             for ids, mask in batches:
-                out = ref(
-                    input_ids=torch.tensor(ids),
-                    attention_mask=torch.tensor(mask.astype(np.int64)),
-                    output_hidden_states=True,
-                )
-                real = torch.tensor(mask)
-                for layer, h in enumerate(out.hidden_states):
-                    x = h[real].double().numpy()
-                    sums[layer] += x.sum(0)
-                    grams[layer] += x.T @ x
-                count += int(mask.sum())
-        mean = sums / count
-        return (grams - count * mean[:, :, None] * mean[:, None, :]) / (count - 1)
+                state = step(state, ids, mask)
+            return np.asarray(stats.covariance(state))
 
-    mine, theirs = isojax_pass(), torch_pass()
-    agree = max(abs(isoscore_of_covariance(a) - isoscore_of_covariance(b)) for a, b in zip(mine, theirs))
-    compiles = []
+        def listener(event: str, duration_secs: float, **kwargs) -> None:
+            if event == "/jax/core/compile/backend_compile_duration":
+                compiles.append(event)
 
-    def listener(event: str, duration_secs: float, **kwargs) -> None:
-        if event == "/jax/core/compile/backend_compile_duration":
-            compiles.append(event)
+    else:
+        import torch
+        import transformers
 
-    jax.monitoring.register_event_duration_secs_listener(listener)
-    times: dict[str, list[float]] = {"isojax": [], "pytorch": []}
+        torch.set_num_threads(cpu_count())
+        ref = transformers.AutoModel.from_pretrained(hub.resolve(args.model)).eval()
+
+        def run():
+            sums, grams, count = np.zeros((layers, d)), np.zeros((layers, d, d)), 0
+            with torch.inference_mode():
+                for ids, mask in batches:
+                    out = ref(
+                        input_ids=torch.tensor(ids),
+                        attention_mask=torch.tensor(mask.astype(np.int64)),
+                        output_hidden_states=True,
+                    )
+                    real = torch.tensor(mask)
+                    for layer, h in enumerate(out.hidden_states):
+                        x = h[real].double().numpy()
+                        sums[layer] += x.sum(0)
+                        grams[layer] += x.T @ x
+                    count += int(mask.sum())
+            mean = sums / count
+            return (grams - count * mean[:, :, None] * mean[:, None, :]) / (count - 1)
+
+    cov = run()
+    if args.side == "isojax":
+        jax.monitoring.register_event_duration_secs_listener(listener)
+    seconds = []
     for _ in range(args.repeats):
-        for side, run in (("isojax", isojax_pass), ("pytorch", torch_pass)):
-            began = time.perf_counter()
-            run()
-            times[side].append(time.perf_counter() - began)
-    best = {side: min(t) for side, t in times.items()}
-    print(machine(), f"| torch {torch.__version__}, {torch.get_num_threads()} threads")
+        began = time.perf_counter()
+        run()
+        seconds.append(time.perf_counter() - began)
+    return {
+        "seconds": min(seconds),
+        "isoscore": [isoscore_of_covariance(c) for c in cov],
+        "tokens": int(sum(mask.sum() for _, mask in batches)),
+        "compiles": len(compiles),
+    }
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="default")
+    ap.add_argument("--texts", type=int_at_least(1), default=2000)
+    ap.add_argument("--batch", type=int_at_least(1), default=64)
+    ap.add_argument("--length", type=int_at_least(2), default=128)
+    ap.add_argument("--repeats", type=int_at_least(1), default=2)
+    ap.add_argument("--rounds", type=int_at_least(1), default=2)
+    ap.add_argument("--side", choices=("isojax", "pytorch"), help="run one side in this process (a child's job)")
+    args = ap.parse_args(argv)
+    if args.side:
+        print(json.dumps(run_side(args)))
+        return
+    child = [sys.executable, "-m", "experiments.benchmarks.analyze", "--model", args.model, "--texts", str(args.texts)]
+    child += ["--batch", str(args.batch), "--length", str(args.length), "--repeats", str(args.repeats)]
+    results: dict[str, list[dict]] = {"isojax": [], "pytorch": []}
+    for _ in range(args.rounds):
+        for side in results:
+            proc = subprocess.run([*child, "--side", side], capture_output=True, text=True, check=True)
+            results[side].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    first = {side: rounds[0] for side, rounds in results.items()}
+    agree = max(abs(a - b) for a, b in zip(first["isojax"]["isoscore"], first["pytorch"]["isoscore"]))
+    best = {side: min(r["seconds"] for r in rounds) for side, rounds in results.items()}
+    tokens = first["isojax"]["tokens"]
+    print(machine(), f"| {cpu_count()} threads each side, one process each, {args.rounds} alternating rounds")
     print(
-        f"{args.model}: {len(texts)} texts, {tokens} real tokens, {layers} layers x {d}; max |IsoScore difference| "
-        f"{agree:.1e}; compilation events in the timed isojax passes: {len(compiles)}"
+        f"{args.model}: {args.texts} texts, {tokens} real tokens; max |per-layer IsoScore difference| {agree:.1e}; "
+        f"compilations in the timed isojax passes: {[r['compiles'] for r in results['isojax']]}"
     )
     for side in ("isojax", "pytorch"):
-        print(f"{side}: {best[side]:.2f} s, {tokens / best[side]:,.0f} tokens/s (best of {args.repeats})")
+        rounds = ", ".join(f"{r['seconds']:.2f}" for r in results[side])
+        print(f"{side}: {best[side]:.2f} s, {tokens / best[side]:,.0f} tokens/s; rounds {rounds} s")
     print(f"ratio isojax / pytorch: {best['isojax'] / best['pytorch']:.3f}")
 
 
