@@ -6,13 +6,13 @@ from isojax.models.albert import AlbertModel
 from isojax.models.bart import BartModel
 from isojax.models.bert import BertModel
 from isojax.models.cache import Cache, init_cache
-from isojax.models.capture import capture
 from isojax.models.causal_lm import CausalLM
 from isojax.models.config import TransformerConfig
 from isojax.models.distilbert import DistilBertModel
 from isojax.models.encoder import EncoderModel
 from isojax.models.heads import MaskedLMHead
 from isojax.models.hub import DEFAULT_MODEL, from_pretrained, load_mlm_head, require_tokenizer, resolve, save_pretrained
+from isojax.models.intermediates import capture
 from isojax.models.mpnet import MPNetModel
 from isojax.models.outputs import DecoderOutput, EncoderOutput, Seq2SeqOutput
 from isojax.models.registry import (

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 from flax import traverse_util
 
 POINTS = ("embeddings", "residual", "attention", "mlp", "attention_probs")
-"""The capture points :func:`capture` knows."""
+"""The capture points :func:`isojax.models.capture` knows."""
 
 
 def capture(module, params, input_ids, attention_mask=None, *, points: Sequence[str] = POINTS) -> dict[str, jax.Array]:
@@ -35,7 +35,7 @@ def capture(module, params, input_ids, attention_mask=None, *, points: Sequence[
       params: its params.
       input_ids: ``[B, L]`` token ids.
       attention_mask: ``[B, L]`` (true = real token; default all).
-      points: which of :data:`POINTS` to return.
+      points: which of :data:`~isojax.models.intermediates.POINTS` to return.
 
     Returns:
       ``{point: array}`` with the shapes of the module docstring. An unknown point, an encoder-decoder or a scanned
