@@ -274,6 +274,23 @@ def _function_calls() -> dict[str, tuple[Callable, tuple, bool]]:
         "metrics.singular_value_stats": (lambda x: metrics.singular_value_stats(x, mask=m), (x,), True),
         "metrics.SingularValueStats": (lambda x: metrics.singular_value_stats(x, mask=m), (x,), True),
         "metrics.empirical_cdf": (lambda v: metrics.empirical_cdf(v, jnp.linspace(-1, 1, 5)), (x[:, 0],), False),
+        "metrics.massive_activations": (lambda x: metrics.massive_activations(x, mask=m), (x,), False),
+        "metrics.MassiveActivation": (lambda x: metrics.massive_activations(x, mask=m), (x,), False),
+        "metrics.rogue_dimensions": (lambda x: metrics.rogue_dimensions(x, mask=m), (x,), False),
+        "metrics.RogueDimensions": (lambda x: metrics.rogue_dimensions(x, mask=m), (x,), False),
+        "metrics.attention_sinks": (
+            lambda x: metrics.attention_sinks(jax.nn.softmax(x @ x.T, axis=-1)[None], mask=m[None]),
+            (x,),
+            True,
+        ),
+        "metrics.AttentionSinks": (
+            lambda x: metrics.attention_sinks(jax.nn.softmax(x @ x.T, axis=-1)[None], mask=m[None]),
+            (x,),
+            False,
+        ),
+        "metrics.twonn_dimension": (lambda x: metrics.twonn_dimension(x, mask=m), (x,), False),
+        "metrics.random_pair_cosine": (lambda x: metrics.random_pair_cosine(x, key, num_pairs=8, mask=m), (x,), True),
+        "metrics.alignment": (lambda x: metrics.alignment(x, 2 * x + 1, mask=m), (x,), True),
         "losses.cosine_regularization": (lambda w: losses.cosine_regularization(w), (w,), True),
         "losses.polynomial_decay": (lambda c: losses.polynomial_decay(4, c1=c, gamma=1.5), (jnp.float32(2),), True),
         "losses.exponential_decay": (
