@@ -126,7 +126,7 @@ def test_dotted_overrides_convert_text_to_each_fields_type():
         ({"method.regularizers": "entropy=1"}, r"method.regularizers \(--reg\): unknown regulariser 'entropy'"),
         ({"method.balancer_smoothing": 0.0}, r"method.balancer_smoothing \(--balancer-smoothing\) must be in \(0, 1\]"),
         ({"optim.warmup_ratio": 1.0}, r"optim.warmup_ratio \(--warmup-ratio\) must be in \[0, 1\), got 1.0"),
-        ({"model.pooling": "max"}, r"model.pooling \(--pooling\) must be one of \['cls', 'pooler'"),
+        ({"model.pooling": "max"}, r"model.pooling \(--pooling\) must be one of \['cls', 'last', 'pooler'"),
         ({"task.buckets": "16,x"}, r"task.buckets \(--buckets\) must be comma-separated integers, got '16,x'"),
         ({"task.buckets": [0, 32]}, r"task.buckets \(--buckets\) must be one or more positive integers, got \(0, 32\)"),
         ({"task.buckets": 32}, r"task.buckets \(--buckets\) must be comma-separated integers or a list of them"),
@@ -257,31 +257,31 @@ def _committed_records() -> list[str]:
     )
 
 
-def test_the_nested_configs_of_committed_runs_are_read_and_the_flat_ones_refused_with_their_new_spelling():
-    """Records written before the nested configuration hold the flat form, which is refused with a ValueError that
-    spells each key as a dotted path; later ones hold ``TrainConfig.to_json()``, read back as written."""
+def test_the_configs_of_committed_runs_are_read_back_as_written():
+    """Every committed record holds ``TrainConfig.to_json()`` (the records written in the flat form before the
+    sections were converted), read back as written; a setting added later reads as its default."""
     records = {path: read_json(path)["config"] for path in _committed_records()}
-    nested = {path for path, recorded in records.items() if isinstance(recorded.get("task"), dict)}
-    assert nested and len(nested) < len(records)
+    assert records and all(isinstance(recorded.get("task"), dict) for recorded in records.values())
     for path, recorded in records.items():
-        if path in nested:
-            read = json.loads(json.dumps(TrainConfig.from_json(recorded).to_json()))
-            for section, values in read.items():
-                added = set(values) - set(recorded.get(section) or ()) if isinstance(values, dict) else ()
-                for name in added:  # a setting added after the record was written: at its default
-                    assert values.pop(name) == json.loads(json.dumps(setting_of(f"{section}.{name}").field.default))
-            assert read == recorded, path
-            continue
-        with pytest.raises(ValueError, match="flat configuration") as refused:
-            TrainConfig.from_json(recorded)
-        by_flat = {s.flat: s.path for s in SETTINGS}
-        assert all(f"{key} -> {by_flat[key]}" in str(refused.value) for key in recorded), path
-        assert "learning_rate -> optim.learning_rate" in str(refused.value)
+        read = json.loads(json.dumps(TrainConfig.from_json(recorded).to_json()))
+        for section, values in read.items():
+            added = set(values) - set(recorded.get(section) or ()) if isinstance(values, dict) else ()
+            for name in added:  # a setting added after the record was written: at its default
+                assert values.pop(name) == json.loads(json.dumps(setting_of(f"{section}.{name}").field.default))
+        assert read == recorded, path
+
+
+def test_a_flat_configuration_is_refused_with_each_keys_new_spelling():
+    flat = {"task": "rte", "model": "default", "learning_rate": 2e-05, "flow_levels": 3}
+    with pytest.raises(ValueError, match="flat configuration") as refused:
+        TrainConfig.from_json(flat)
+    by_flat = {s.flat: s.path for s in SETTINGS}
+    assert all(f"{key} -> {by_flat[key]}" in str(refused.value) for key in flat)
+    assert "learning_rate -> optim.learning_rate" in str(refused.value)
 
 
 def test_resume_compares_by_setting_and_refuses_a_flat_checkpoint_config():
-    records = (read_json(path)["config"] for path in _committed_records())
-    flat = next(config for config in records if not isinstance(config["task"], dict))
+    flat = {"task": "rte", "model": "default", "learning_rate": 2e-05}
     same = TrainConfig.from_json({}).override({"task.name": flat["task"], "optim.learning_rate": 2e-5})
     with pytest.raises(ValueError, match=r"flat configuration .* no longer read.*learning_rate -> optim.learning_rate"):
         _check_resumable(same, {"config": flat}, "d")
