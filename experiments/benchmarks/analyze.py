@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 
@@ -26,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import isojax
-from experiments.benchmarks.common import cpu_count, machine
+from experiments.benchmarks.common import cpu_count, machine, sides_in_processes
 from isojax import stats
 from isojax.argtypes import int_at_least
 from isojax.data.sts import load_stsb
@@ -141,11 +140,7 @@ def main(argv=None):
         return
     child = [sys.executable, "-m", "experiments.benchmarks.analyze", "--model", args.model, "--texts", str(args.texts)]
     child += ["--batch", str(args.batch), "--length", str(args.length), "--repeats", str(args.repeats)]
-    results: dict[str, list[dict]] = {"isojax": [], "pytorch": []}
-    for _ in range(args.rounds):
-        for side in results:
-            proc = subprocess.run([*child, "--side", side], capture_output=True, text=True, check=True)
-            results[side].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    results = sides_in_processes(child, args.rounds)
     first = {side: rounds[0] for side, rounds in results.items()}
     agree = max(abs(a - b) for a, b in zip(first["isojax"]["isoscore"], first["pytorch"]["isoscore"]))
     best = {side: min(r["seconds"] for r in rounds) for side, rounds in results.items()}

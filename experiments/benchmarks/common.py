@@ -86,3 +86,18 @@ def bert_config(args) -> TransformerConfig:
         num_attention_heads=args.heads,
         intermediate_size=4 * args.hidden,
     )
+
+
+def sides_in_processes(child: list[str], rounds: int, sides=("isojax", "pytorch")) -> dict[str, list[dict]]:
+    """Run ``child + ["--side", side]`` for each side, ``rounds`` times alternately, each in a process of its own
+    (in one process the thread pool of the side that ran last holds the cores when the other starts); returns each
+    side's JSON reports (the last line each child prints), in order."""
+    import json
+    import subprocess
+
+    results: dict[str, list[dict]] = {side: [] for side in sides}
+    for _ in range(rounds):
+        for side in sides:
+            proc = subprocess.run([*child, "--side", side], capture_output=True, text=True, check=True)
+            results[side].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return results

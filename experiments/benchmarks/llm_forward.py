@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 
 import numpy as np
 
-from experiments.benchmarks.common import cpu_count, machine, median_ms
+from experiments.benchmarks.common import cpu_count, machine, median_ms, sides_in_processes
 from isojax.argtypes import int_at_least
 
 MODEL = "smollm2-135m-instruct"
@@ -85,11 +84,7 @@ def main(argv=None):
         raise SystemExit(f"{MODEL} is not installed: {assets.how_to_get(MODEL)}")
     child = [sys.executable, "-m", "experiments.benchmarks.llm_forward", "--batch", str(args.batch)]
     child += ["--length", str(args.length), "--repeats", str(args.repeats)]
-    results: dict[str, list[dict]] = {"isojax": [], "pytorch": []}
-    for _ in range(args.rounds):
-        for side in results:
-            proc = subprocess.run([*child, "--side", side], capture_output=True, text=True, check=True)
-            results[side].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    results = sides_in_processes(child, args.rounds)
     mine, theirs = (np.asarray(results[s][0]["logits"]) for s in ("isojax", "pytorch"))
     err = float(np.abs(mine - theirs).max() / np.abs(theirs).max())
     best = {side: min(r["ms"] for r in rounds) for side, rounds in results.items()}
