@@ -28,6 +28,15 @@ def bernoulli_mask(key, keep_prob: float, shape: tuple[int, ...]) -> Array:
     return words < threshold
 
 
+def apply_keep_mask(x: Array, keep: Array | None, rate: float) -> Array:
+    """Inverted dropout at ``rate`` with the mask ``keep``: ``x * keep / (1 - rate)``; ``x`` when ``keep`` is None."""
+    if keep is None:
+        return x
+    if rate == 1.0:
+        return jnp.zeros_like(x)
+    return jnp.where(keep, x / jnp.asarray(1.0 - rate, x.dtype), jnp.zeros((), x.dtype))
+
+
 class Dropout(nn.Module):
     """Inverted dropout, ``x * mask / (1 - rate)`` with ``mask ~ Bernoulli(1 - rate)`` i.i.d. per entry
     (:func:`bernoulli_mask`, drawn with the ``"dropout"`` PRNG stream); the identity when ``deterministic`` or
@@ -35,12 +44,13 @@ class Dropout(nn.Module):
 
     rate: float
 
-    @nn.compact
-    def __call__(self, x: Array, deterministic: bool) -> Array:
+    def keep_mask(self, shape: tuple[int, ...], deterministic: bool) -> Array | None:
+        """The bool mask of the entries ``__call__`` keeps for an input of ``shape``; None when it keeps all."""
         if deterministic or self.rate == 0.0:
-            return x
+            return None
         if self.rate == 1.0:
-            return jnp.zeros_like(x)
-        keep = 1.0 - self.rate
-        mask = bernoulli_mask(self.make_rng("dropout"), keep, x.shape)
-        return jnp.where(mask, x / jnp.asarray(keep, x.dtype), jnp.zeros((), x.dtype))
+            return jnp.zeros(shape, bool)
+        return bernoulli_mask(self.make_rng("dropout"), 1.0 - self.rate, shape)
+
+    def __call__(self, x: Array, deterministic: bool) -> Array:
+        return apply_keep_mask(x, self.keep_mask(x.shape, deterministic), self.rate)
