@@ -121,6 +121,8 @@ def cmd_analyze(args) -> int:
         max_length=args.max_length,
         tokens_per_text=args.tokens_per_text or None,
         progress=not args.quiet,
+        attention_sinks=args.attention_sinks,
+        twonn_tokens=args.twonn_tokens,
     )
     if args.texts:
         result.update(model=args.model, texts=args.texts)
@@ -306,7 +308,8 @@ def build_parser() -> argparse.ArgumentParser:
         "cosine of token states), RBF_dis, EV_1..3, median and skewness of normalised singular "
         "values s/s1 of each sentence's token matrix, max|h|/median|h|; streamed over all content tokens "
         "(special tokens left out): IsoScore, the anisotropy s1^2/sum s^2 raw and centered, the mean cosine, "
-        "the rogue-dimension shares of the top 1 and 3 dimensions, the largest |h| (massive activations). "
+        "the rogue-dimension shares of the top 1 and 3 dimensions, the largest |h| (massive activations), the "
+        "TwoNN intrinsic dimension of a token sample; attention sinks (α₁, Sink_0.3) for causal LMs. "
         "Also I(W) of the input embedding matrix raw, centered and all-but-the-top. Figures: the per-layer CDF of normalised singular values "
         "(Figure 1 of the SoftDecay paper) and per-layer curves.",
     )
@@ -335,6 +338,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help="count only the first N content tokens of each text in the corpus measures (IsoScore, anisotropy, "
         "...); 0 (default) = all of them, streamed",
+    )
+    p.add_argument(
+        "--twonn-tokens",
+        type=_count,
+        default=2000,
+        help="content tokens sampled uniformly from the whole corpus for the TwoNN intrinsic dimension per layer "
+        "(default 2000; 0 = no TwoNN)",
+    )
+    p.add_argument(
+        "--attention-sinks",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="mean attention to the first token (α₁) and Sink_0.3 per layer, from the attention probabilities "
+        "(default: for causal LMs)",
     )
     p.add_argument("--out", default="outputs/analyze", help="directory for figures (default outputs/analyze)")
     p.add_argument(

@@ -177,3 +177,77 @@ def test_a_second_identical_call_compiles_nothing(default_model):
         assert analysis.analyze_layers(module, params, tokenizer, SENTENCES[:2])["num_texts"] == 2
     finally:
         jax.monitoring.unregister_event_duration_listener(listener)
+
+
+def test_twonn_of_a_sample_holding_every_content_token_equals_scikit_dimension():
+    skdim = require("skdim")
+    batches, texts = synthetic_batches(2)
+    pooled = np.concatenate([h[:, content] for h, content in texts], axis=1)  # [layers, T, d]
+    result = analysis.analyze_hidden_states(batches, twonn_tokens=1000)  # more than the T content tokens
+    assert result["twonn_tokens"] == pooled.shape[1]
+    want = [skdim.id.TwoNN().fit(x).dimension_ for x in pooled]
+    np.testing.assert_allclose(result["twonn"], want, rtol=1e-4)
+    sampled = analysis.analyze_hidden_states(batches, twonn_tokens=12)
+    assert sampled["twonn_tokens"] == 12 and np.isfinite(sampled["twonn"]).all()
+    assert "twonn" not in analysis.analyze_hidden_states(batches, twonn_tokens=0)
+
+
+def test_the_massive_activation_map_covers_every_real_token_with_its_position():
+    """The first token of each synthetic text (not content, like [CLS]) holds +30 in dimension 2: the map finds it
+    at position 0, while max_abs, over content tokens only, does not."""
+    batches, texts = synthetic_batches()
+    result = analysis.analyze_hidden_states(batches)
+    found = result["massive_map"]
+    every = np.concatenate([h for h, _ in texts], axis=1)  # [layers, T, d], every real token
+    largest = np.abs(every).max(axis=1)  # [layers, d]
+    assert found["dims"][0] == 2 and len(found["dims"]) == D
+    np.testing.assert_allclose(np.asarray(found["max_abs"]), largest[:, found["dims"]], rtol=1e-6)
+    assert all(row[0] == 0 for row in found["position"])  # at the first token
+    assert all(m < big for m, big in zip(result["max_abs"], largest[:, 2]))
+
+
+def test_sink_columns_average_the_first_attention_of_every_text_and_head():
+    batches, _ = synthetic_batches()
+    rng = np.random.default_rng(3)
+    firsts = [rng.uniform(0, 0.6, size=(b[1].shape[0], LAYERS, 4)).astype(np.float32) for b in batches]
+    result = analysis.analyze_hidden_states([(*b, f) for b, f in zip(batches, firsts)])
+    every = np.concatenate(firsts)  # [texts, layers, heads]
+    np.testing.assert_allclose(result["sink_alpha1"], every.mean(axis=(0, 2)), rtol=1e-6)
+    np.testing.assert_allclose(result["sink_rate"], (every > 0.3).mean(axis=(0, 2)), rtol=1e-6)
+    assert "sink_rate" not in analysis.analyze_hidden_states(batches)
+    with pytest.raises(ValueError, match="every batch or with none"):
+        analysis.analyze_hidden_states([(*batches[0], firsts[0]), batches[1]])
+    with pytest.raises(ValueError, match=r"first_attention must be \[B, layers, heads\]"):
+        analysis.analyze_hidden_states([(*batches[0], firsts[0][:, :1])])
+
+
+def test_the_sinks_of_a_causal_lm_equal_those_of_pytorch_attention_probabilities(tmp_path):
+    """A tiny Llama through ``analyze_layers``: α₁ and Sink_0.3 per layer from transformers' attention probabilities
+    (numpy: the mean over real queries of the attention paid to the first token)."""
+    transformers, torch = require("transformers"), require("torch")
+    from decoder_helpers import tiny_llm
+
+    import isojax
+
+    model = tiny_llm("llama-gqa-llama3-rope")
+    model.save_pretrained(tmp_path)
+    module, params, _ = isojax.from_pretrained(str(tmp_path))
+    texts = ["a b c d e", "b c", "c d e f g h i", "d e f"]
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {"[PAD]": 0, "[UNK]": 1, **{chr(ord("a") + i): 3 + i for i in range(9)}}  # one id per letter
+    words = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    words.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=words, pad_token="[PAD]", unk_token="[UNK]")
+    result = analysis.analyze_layers(module, params, tokenizer, texts, batch_size=2, twonn_tokens=0)
+    alpha = []
+    for text in texts:
+        ids = torch.tensor([[3 + ord(w) - ord("a") for w in text.split()]])
+        with torch.no_grad():
+            probs = model(input_ids=ids, output_attentions=True).attentions  # per layer [1, heads, n, n]
+        alpha.append([p[0, :, :, 0].numpy().mean(axis=-1) for p in probs])  # [layers, heads]
+    alpha = np.asarray(alpha)  # [texts, layers, heads]
+    assert np.isnan(result["sink_alpha1"][0])  # layer 0, the embedding output, attends to nothing
+    np.testing.assert_allclose(result["sink_alpha1"][1:], alpha.mean(axis=(0, 2)), rtol=1e-5)
+    np.testing.assert_allclose(result["sink_rate"][1:], (alpha > 0.3).mean(axis=(0, 2)))

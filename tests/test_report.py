@@ -92,16 +92,19 @@ def test_report_shows_the_run_every_per_layer_key_and_the_massive_activation_map
         assert text in page, text
     assert result["max_abs_dim"] == list(MASSIVE_DIMS)
     assert "<th>dim 12</th><th>dim 9</th><th>dim 3</th>" in page  # the map's columns, largest |h| first
-    assert "not recorded" in page  # the page says the map holds only each layer's largest |h|
+    largest = np.asarray(result["massive_map"]["max_abs"])  # [layers, dims]: every layer in every such dimension
+    assert largest.shape == (LAYERS, D) and page.count(", pos ") == LAYERS * D  # D = 16 = MAP_DIMENSIONS: all
+    assert np.allclose(largest[np.arange(LAYERS), [2, 2, 1, 0]], 20.0 * np.arange(1, LAYERS + 1), atol=5.0)
+    assert result["massive_map"]["position"][3][0] == 0  # layer 3's massive activation sits at the first token
 
 
 def test_a_result_without_cdf_or_dimensions_says_what_is_missing(result, tmp_path):
-    partial = {k: v for k, v in result.items() if k not in ("cdf", "max_abs_dim", "max_abs_position")}
+    partial = {k: v for k, v in result.items() if k not in ("cdf", "massive_map")}
     page = Path(write_report(partial, str(tmp_path / "partial.html"))).read_text()
-    assert "holds no CDF" in page and "not its dimension" in page and "dim " not in page
+    assert "holds no CDF" in page and "no <code>massive_map</code>" in page and "dim " not in page
     bare = {"layers": [0, 1], "ev1": [0.5, 0.25]}
     page = Path(write_report(bare, str(tmp_path / "bare.html"), title="Two layers")).read_text()
-    assert "<h1>Two layers</h1>" in page and "holds no massive-activation data" in page
+    assert "<h1>Two layers</h1>" in page and "holds no massive-activation map" in page
     assert len(image_sources(page)) == 1
 
 

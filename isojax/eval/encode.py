@@ -48,10 +48,10 @@ def jit_once(fn: Callable, static_argnames: tuple[str, ...] = ()) -> Callable:
     return jax.jit(fn, static_argnames=static_argnames)
 
 
-def _forward(params, ids, mask, types, *, module, reduce):
+def _forward(params, ids, mask, types, *, module, reduce, output_attentions: bool = False):
     """``reduce(module.apply(params, ids, mask, types), mask)``, compiled once per (module, reduce, shapes) through
     ``jit_once``."""
-    return reduce(module.apply({"params": params}, ids, mask, types), mask)
+    return reduce(module.apply({"params": params}, ids, mask, types, output_attentions=output_attentions), mask)
 
 
 def encode(
@@ -144,12 +144,14 @@ def encoded_batches(
     pad_to_multiple_of: int = 16,
     progress: bool = False,
     desc: str = "encoding",
+    output_attentions: bool = False,
 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, Any]]:
     """The batches of :func:`encode` one at a time, as ``(indices into texts [B], input_ids [B, W], mask [B, W] bool,
     reduce's output on the device)``, in length-sorted order (arguments and errors as for :func:`encode`).
 
     Nothing is kept between batches, so a consumer that folds each into a running statistic (as
     :func:`isojax.eval.analysis.analyze_layers` does) holds one batch at a time, whatever the number of texts.
+    With ``output_attentions`` the output ``reduce`` reads carries the attention probabilities.
     """
     texts = check_texts(texts)
     require_kind(module.config, ("encoder", "causal_lm"), "encoding texts")
@@ -165,7 +167,12 @@ def encoded_batches(
             f"texts: the longest holds {widest} tokens after truncation to max_length={max_length}, more than the "
             f"{positions} positions of this {module.config.model_type} model; pass max_length <= {positions}"
         )
-    fn = functools.partial(jit_once(_forward, ("module", "reduce")), module=module, reduce=reduce)
+    fn = functools.partial(
+        jit_once(_forward, ("module", "reduce", "output_attentions")),
+        module=module,
+        reduce=reduce,
+        output_attentions=output_attentions,
+    )
 
     def round_up(n: int) -> int:  # to the multiple of pad_to_multiple_of, within max_length and the positions
         return min(-(-n // pad_to_multiple_of) * pad_to_multiple_of, max_length, positions)

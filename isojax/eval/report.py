@@ -2,8 +2,8 @@
 
 The page holds the run (model, data, counts), the per-layer table of every per-layer key of the result, one figure of
 per-layer curves per family of measures (:func:`isojax.eval.analysis.plot_layers`), the singular-value CDF
-(:func:`isojax.eval.analysis.plot_cdf`) and a map of the massive activations (layers × the dimensions holding each
-layer's largest ``|h|``). Figures are PNGs inlined as ``data:`` URIs and the style is inline: the file opens offline, with
+(:func:`isojax.eval.analysis.plot_cdf`) and a map of the massive activations (layers × the dimensions holding the
+largest ``|h|``, over every real token). Figures are PNGs inlined as ``data:`` URIs and the style is inline: the file opens offline, with
 no script, font or image fetched from anywhere.
 """
 
@@ -31,6 +31,8 @@ FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Rogue dimensions", ("rogue_top1_share", "rogue_top3_share")),
     ("Massive activations: max |h| / median |h| per text", ("massive_ratio",)),
     ("Massive activations: largest |h|", ("max_abs",)),
+    ("Intrinsic dimension (TwoNN)", ("twonn",)),
+    ("Attention sinks: α₁ and Sink_0.3", ("sink_alpha1", "sink_rate")),
 )
 _INDICES = ("max_abs_dim", "max_abs_position")  # per-layer integers: in the table and the map, not plotted
 _RUN = (
@@ -43,7 +45,6 @@ _RUN = (
     ("num_tokens", "content tokens"),
     ("date", "date"),
 )
-_MAP_COLUMNS = 16  # at most this many dimensions in the massive-activation map
 
 _STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto; max-width: 1400px;
@@ -127,54 +128,33 @@ def _table(result: dict, keys: list[str]) -> str:
 
 
 def _massive_map(result: dict) -> str:
-    """Layers × dimensions, a cell per layer at the dimension of its largest |h| (shaded by it, with its position)."""
+    """Layers × the dimensions of ``massive_map``: every cell the layer's largest |h| in that dimension, shaded by it,
+    with the position of its token."""
     title = "<h2>Massive activations</h2>"
-    if "max_abs" not in result:
-        return title + '<p class="note">This result holds no massive-activation data (no <code>max_abs</code>).</p>'
-    values = result["max_abs"]
-    dims = result.get("max_abs_dim") or [None] * len(values)  # None: the dimension is not recorded
-    positions = result.get("max_abs_position")
-    if "max_abs_dim" not in result:
-        note = (
-            "The result holds each layer's largest |h| (<code>max_abs</code>) but not its dimension "
-            "(<code>max_abs_dim</code>), so the map has one column."
-        )
-        columns: list = [None]
-    else:
-        by_value = sorted(set(dims), key=lambda d: -max(v for v, e in zip(values, dims) if e == d))
-        columns = by_value[:_MAP_COLUMNS]
-        note = (
-            "The analysis records, per layer, only the largest |h| over all content tokens (<code>max_abs</code>), "
-            "its dimension (<code>max_abs_dim</code>) and the position of its token (<code>max_abs_position</code>). "
-            "Each row has one filled cell, at that dimension; an empty cell is a value not recorded, not a zero. "
-            f"Columns: the dimensions holding a layer's largest |h|, by value (at most {_MAP_COLUMNS})."
-        )
-    top = max((v for v in values if math.isfinite(v)), default=1.0) or 1.0
-    head = (
-        "<tr><th>layer</th>"
-        + "".join("<th>max |h|</th>" if d is None else f"<th>dim {d}</th>" for d in columns)
-        + "</tr>"
-    )
+    found = result.get("massive_map")
+    if not found:
+        return title + '<p class="note">This result holds no massive-activation map (no <code>massive_map</code>).</p>'
+    dims, values, positions = found["dims"], found["max_abs"], found["position"]
+    top = max((v for row in values for v in row if math.isfinite(v)), default=1.0) or 1.0
+    head = "<tr><th>layer</th>" + "".join(f"<th>dim {d}</th>" for d in dims) + "</tr>"
     rows = []
-    for i, layer in enumerate(result["layers"]):
+    for layer, row, where in zip(result["layers"], values, positions):
         cells = []
-        for d in columns:
-            if dims[i] == d:
-                v = values[i]
-                shade = min(max(v / top, 0.0), 1.0) if math.isfinite(v) else 1.0
-                where = "" if positions is None else f", pos {positions[i]}"
-                color = "#fff" if shade > 0.55 else "#222"
-                cells.append(
-                    f'<td style="background: rgba(200, 30, 30, {shade:.3f}); color: {color}" '
-                    f'title="layer {layer}: |h| {_number(v)}{where}">{_number(v)}{where}</td>'
-                )
-            else:
-                cells.append("<td></td>")
+        for d, v, pos in zip(dims, row, where):
+            shade = min(max(v / top, 0.0), 1.0) if math.isfinite(v) else 1.0
+            color = "#fff" if shade > 0.55 else "#222"
+            cells.append(
+                f'<td style="background: rgba(200, 30, 30, {shade:.3f}); color: {color}" '
+                f'title="layer {layer}, dim {d}: |h| {_number(v)} at position {pos}">{_number(v)}, pos {pos}</td>'
+            )
         rows.append(f"<tr><th>{layer}</th>{''.join(cells)}</tr>")
-    where = "" if positions is None else " “pos N”: the position of the token in its text."
-    return f'{title}<p class="note">{note}{where}</p>' + (
-        f'<div class="scroll"><table>{head}{"".join(rows)}</table></div>'
+    note = (
+        f"The largest |h| of each layer in each of the {len(dims)} dimensions that hold the largest |h| of some "
+        f"layer (ranked by it), over {html.escape(found.get('tokens', 'the tokens analysed'))}; “pos N”: the "
+        "position of that token in its text (0 = the first). Sun et al. (2024) find massive activations in a few "
+        "fixed dimensions, at the first token and at delimiters."
     )
+    return f'{title}<p class="note">{note}</p><div class="scroll"><table>{head}{"".join(rows)}</table></div>'
 
 
 def write_report(result: dict, path: str, *, title: str = "") -> str:
