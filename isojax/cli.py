@@ -23,7 +23,7 @@ from pathlib import Path
 
 from isojax._files import write_json
 from isojax.argtypes import int_at_least
-from isojax.train.cli import add_finetune_parser
+from isojax.train.cli import add_finetune_parser, config_from_args
 from isojax.train.preemption import TrainingStopped
 
 EXIT_NONFINITE = 3  # exit status of a run stopped by non-finite numbers (module docstring)
@@ -102,9 +102,20 @@ def cmd_analyze(args) -> int:
     from isojax.eval import analysis, wordsim
     from isojax.models import require_tokenizer
 
+    if args.texts and args.dataset:
+        raise ValueError("give --texts FILE or --dataset NAME, not both")
     if args.texts:
         texts = read_texts(args.texts, field=args.field, limit=args.limit)
         source = args.texts
+    elif args.dataset:
+        from isojax.data.tables import load_table
+
+        table = load_table(args.dataset, args.split, config=args.dataset_config)
+        texts = [t for t in table.text(args.field) if t.strip()]  # blank rows skipped, as blank lines of --texts
+        texts = texts[: args.limit] if args.limit else texts
+        if not texts:
+            raise ValueError(f"--dataset {args.dataset} [{args.split}]: column {args.field!r} holds no text")
+        source = f"{args.dataset} {args.split}"
     else:
         data = load_sts(args.data, args.split, data_dir=args.data_dir)
         texts = list(dict.fromkeys(data.sentences1 + data.sentences2))  # unique, first-seen order
@@ -126,6 +137,8 @@ def cmd_analyze(args) -> int:
     )
     if args.texts:
         result.update(model=args.model, texts=args.texts)
+    elif args.dataset:
+        result.update(model=args.model, data=args.dataset, split=args.split, field=args.field)
     else:
         result.update(model=args.model, data=args.data, split=args.split)
     print(
@@ -324,7 +337,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="analyse the texts of FILE instead of --data: one text per line (blank lines skipped), or a .jsonl "
         "file with one JSON object per line whose --field holds the text",
     )
-    p.add_argument("--field", default="text", help="the field of a .jsonl --texts file holding the text (text)")
+    p.add_argument(
+        "--dataset",
+        default=None,
+        metavar="NAME",
+        help="analyse the --field column of the --split split of a Hugging Face dataset instead of --data: a Hub id "
+        "(through the datasets package, where the Hub is reachable or cached) or a local CSV/TSV/JSON Lines/Parquet "
+        "file or directory in the Hub's layout",
+    )
+    p.add_argument("--dataset-config", default=None, metavar="NAME", help="the configuration of --dataset, if any")
+    p.add_argument(
+        "--field", default="text", help="the field holding the text in a .jsonl --texts file or a --dataset (text)"
+    )
     p.add_argument(
         "--limit",
         type=_count,
@@ -456,6 +480,11 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def config_from_argv(argv: list[str]):
+    """The :class:`~isojax.train.config.TrainConfig` of a ``finetune`` command line (``["finetune", "--task", ...]``)."""
+    return config_from_args(build_parser().parse_args(argv))
 
 
 def main(argv=None) -> int:

@@ -16,11 +16,10 @@ from pathlib import Path
 import pytest
 from conftest import read_json
 
-from isojax.cli import build_parser, main
+from isojax.cli import build_parser, config_from_argv, main
 from isojax.models.encoder import TRANSFORM_PLACEMENTS
 from isojax.models.heads import POOLINGS
 from isojax.models.stack import REMAT_POLICIES
-from isojax.train.cli import config_from_argv
 from isojax.train.config import (
     METHOD_ALIASES,
     METHODS,

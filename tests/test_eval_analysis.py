@@ -157,6 +157,17 @@ def test_isoscore_of_all_content_tokens_equals_pytorch_hidden_states_and_the_iso
     assert json.loads((tmp_path / "b.json").read_text())["num_texts"] == 4
     assert main(["analyze", "--texts", str(jsonl), "--quiet", "--out", str(tmp_path)]) == 2  # no "text" field
 
+    # --dataset: a local directory in the Hub's layout (a CSV per split), read through the datasets package
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "train.csv").write_text("body,label\n" + "".join(f'"{t}",{i}\n' for i, t in enumerate(SENTENCES)))
+    args = ["analyze", "--dataset", str(corpus), "--split", "train", "--field", "body", "--quiet", "--out"]
+    assert main(args + [str(tmp_path), "--json", str(tmp_path / "c.json")]) == 0
+    from_dataset = json.loads((tmp_path / "c.json").read_text())
+    assert from_dataset["num_tokens"] == result["num_tokens"] and from_dataset["split"] == "train"
+    np.testing.assert_allclose(from_dataset["isoscore"], result["isoscore"], rtol=1e-6)
+    assert main(["analyze", "--dataset", str(corpus), "--split", "train", "--quiet", "--out", str(tmp_path)]) == 2
+
 
 def test_a_second_identical_call_compiles_nothing(default_model):
     """encode and analyze_layers reuse their compiled functions: the second identical call compiles 0 times."""

@@ -10,7 +10,7 @@ its documented rule (``numpy.random.default_rng([seed, epoch]).permutation``, ro
 for the rows each process must have tokenised; :func:`isojax.data.batching.batches` over the whole tokenised split
 for the batches that the processes' rows must make up.
 
-Every run is a ``tests/train_worker.py`` subprocess (``python -m isojax.train.cli finetune`` with probes) in
+Every run is a ``tests/train_worker.py`` subprocess (``python -m isojax.cli finetune`` with probes) in
 its own process group, killed in a ``finally``; each wait has a deadline.
 """
 
@@ -32,11 +32,10 @@ import transformers
 from conftest import read_json, read_jsonl
 from jax.experimental import multihost_utils
 
-from isojax.cli import EXIT_STOPPED
+from isojax.cli import EXIT_STOPPED, main
 from isojax.data.batching import batches, tokenize
 from isojax.data.glue import GlueData, glue_task
 from isojax.models import TransformerConfig, build_encoder, save_pretrained
-from isojax.train.cli import main
 from isojax.train.feed import Split, batch_indices, process_batches
 from isojax.train.parallel import initialize_distributed, select_devices
 

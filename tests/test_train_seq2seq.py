@@ -14,6 +14,7 @@ import transformers
 from conftest import read_json, read_jsonl, require
 
 from isojax.calibrate import FlowState, apply_flow
+from isojax.cli import main
 from isojax.models import TransformerConfig, build_encoder, save_pretrained
 from isojax.train import (
     FlowConfig,
@@ -26,7 +27,6 @@ from isojax.train import (
     TrainConfig,
     fit,
 )
-from isojax.train.cli import main
 from isojax.train.model import TaskModel, init_variables
 
 

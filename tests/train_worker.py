@@ -1,5 +1,5 @@
 """A fine-tuning process for the tests that kill and resume runs (test_train_loop, test_train_multihost):
-``isojax.train.cli`` with probes, started by :func:`launch`.
+``isojax.cli`` with probes, started by :func:`launch`.
 
     python tests/train_worker.py STALL RECORDS finetune ...
 
@@ -67,8 +67,8 @@ def _main(stall: int, records: str, argv: list[str]) -> int:
     jax.config.update("jax_default_matmul_precision", "highest")
     import numpy as np
 
+    from isojax.cli import main
     from isojax.train import checkpoint, feed, loop, preemption
-    from isojax.train.cli import main
 
     tokenize = feed.tokenize
 

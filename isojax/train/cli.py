@@ -9,7 +9,6 @@ with an isotropy method.
 
 Run again with the same arguments to resume from the latest checkpoint in ``--out``; the same run can be
 repeated on 1 or N devices and under the mesh or pmap (``--devices``, ``--parallel``, ``--model-parallel``).
-Standalone: ``python -m isojax.train.cli finetune ...``.
 
 Multi-host (one process per host; the mesh spans every process's devices, each process tokenises and feeds only
 its rows of each batch, process 0 writes the logs and results, every process writes its shards of the
@@ -19,9 +18,9 @@ Open MPI; ``JAX_COORDINATOR_ADDRESS``). ``--coordinator-timeout`` (default 300 s
 coordinator and the other processes. On CPU the processes talk through Gloo. For example two processes on one
 machine, four CPU devices each::
 
-    XLA_FLAGS=--xla_force_host_platform_device_count=4 python -m isojax.train.cli finetune --task stsb \
+    XLA_FLAGS=--xla_force_host_platform_device_count=4 python -m isojax.cli finetune --task stsb \
         --coordinator localhost:1234 --num-processes 2 --process-id 0 --out runs/x &
-    XLA_FLAGS=--xla_force_host_platform_device_count=4 python -m isojax.train.cli finetune --task stsb \
+    XLA_FLAGS=--xla_force_host_platform_device_count=4 python -m isojax.cli finetune --task stsb \
         --coordinator localhost:1234 --num-processes 2 --process-id 1 --out runs/x
 """
 
@@ -29,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
 from isojax.argtypes import host_port, int_at_least
@@ -185,21 +183,3 @@ def cmd_finetune(args) -> int:
         print(f"{stage}: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
     print(f"step {result.step}; outputs in {result.output_dir} (results.json, log.jsonl, curves.png, checkpoints/)")
     return 0
-
-
-def config_from_argv(argv: list[str]) -> TrainConfig:
-    """The :class:`TrainConfig` of a ``finetune`` command line (``["finetune", "--task", "rte", ...]``)."""
-    from isojax.cli import build_parser
-
-    return config_from_args(build_parser().parse_args(argv))
-
-
-def main(argv=None) -> int:
-    """``python -m isojax.train.cli finetune ...``: the ``isojax`` command (:func:`isojax.cli.main`)."""
-    from isojax.cli import main as isojax_main
-
-    return isojax_main(argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
