@@ -2,9 +2,12 @@
 against transformers' PyTorch forward + numpy accumulation, on the same CPU, in one run.
 
     python -m experiments.benchmarks.analyze [--model default] [--texts 2000] [--batch 64] [--length 128]
+                                             [--fixed-length]
 
-Both sides read the same tokenised batches of the same sentences (STS-B test, repeated up to ``--texts``), run the
-model with every hidden state out, and fold every real token of every layer into per-layer running moments:
+Both sides read the same tokenised batches of the same sentences (STS-B test, repeated up to ``--texts``; sorted by
+length and padded to multiples of 16 tokens, as ``isojax analyze`` batches them; ``--fixed-length``: unsorted and
+padded to ``--length``), run the model with every hidden
+state out, and fold every real token of every layer into per-layer running moments:
 isojax with :func:`isojax.stats.update` (jitted, float32 with per-batch centring and Chan merges), the reference
 with numpy (float64 sums of ``x`` and ``xᵀx``). Both end with the per-layer covariance, whose IsoScores are compared.
 Each side runs in a child process of its own (``--side``; in one process the other side's thread pool holds the
@@ -43,15 +46,21 @@ def isoscore_of_covariance(cov: np.ndarray) -> float:
 
 
 def corpus_batches(args, tokenizer) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The tokenised batches both sides read: STS-B test sentences repeated to ``--texts``, padded to ``--length``."""
+    """The tokenised batches both sides read, as ``isojax analyze`` makes them: STS-B test sentences repeated to
+    ``--texts``, sorted by length, each batch padded to its longest text rounded up to a multiple of 16 tokens
+    (at most ``--length``); with ``--fixed-length``, in their order, every batch padded to ``--length``."""
     data = load_stsb("test")
     sentences = list(data.sentences1) + list(data.sentences2)
     texts = (sentences * (args.texts // len(sentences) + 1))[: args.texts]
+    if not args.fixed_length:
+        lengths = [len(ids) for ids in tokenizer(texts, truncation=True, max_length=args.length)["input_ids"]]
+        texts = [texts[i] for i in np.argsort(lengths, kind="stable")]
     out = []
     for start in range(0, len(texts), args.batch):
         enc = tokenizer(
             texts[start : start + args.batch],
-            padding="max_length",
+            padding="max_length" if args.fixed_length else "longest",
+            pad_to_multiple_of=None if args.fixed_length else 16,
             truncation=True,
             max_length=args.length,
             return_tensors="np",
@@ -131,6 +140,7 @@ def main(argv=None):
     ap.add_argument("--texts", type=int_at_least(1), default=2000)
     ap.add_argument("--batch", type=int_at_least(1), default=64)
     ap.add_argument("--length", type=int_at_least(2), default=128)
+    ap.add_argument("--fixed-length", action="store_true", help="pad every batch to --length, texts unsorted")
     ap.add_argument("--repeats", type=int_at_least(1), default=2)
     ap.add_argument("--rounds", type=int_at_least(1), default=2)
     ap.add_argument("--side", choices=("isojax", "pytorch"), help="run one side in this process (a child's job)")
@@ -140,6 +150,7 @@ def main(argv=None):
         return
     child = [sys.executable, "-m", "experiments.benchmarks.analyze", "--model", args.model, "--texts", str(args.texts)]
     child += ["--batch", str(args.batch), "--length", str(args.length), "--repeats", str(args.repeats)]
+    child += ["--fixed-length"] if args.fixed_length else []
     results = sides_in_processes(child, args.rounds)
     first = {side: rounds[0] for side, rounds in results.items()}
     agree = max(abs(a - b) for a, b in zip(first["isojax"]["isoscore"], first["pytorch"]["isoscore"]))

@@ -7,6 +7,7 @@ import platform
 import statistics
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -51,13 +52,28 @@ def interleaved_ms(fns: Mapping[str, Callable[[], object]], repeats: int) -> dic
     return {name: np.array(t) for name, t in times.items()}
 
 
+VECTOR_EXTENSIONS = ("fma", "avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_bf16")
+"""The /proc/cpuinfo flags that decide which kernels XLA's and PyTorch's CPU backends run."""
+
+
+def cpu_model() -> str:
+    """The CPU's model name and which of :data:`VECTOR_EXTENSIONS` it has (from /proc/cpuinfo on Linux), e.g.
+    ``AMD EPYC [fma avx2 avx512f avx512_vnni avx512_bf16]``; the platform's processor name elsewhere."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or platform.machine()
+    fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    flags = set(fields.get("flags", "").split())
+    return f"{fields.get('model name', platform.machine())} [{' '.join(f for f in VECTOR_EXTENSIONS if f in flags)}]"
+
+
 def machine() -> str:
-    """One line naming the JAX backend, device and CPU count."""
+    """One line naming the JAX backend, device, CPU count, CPU model and its vector extensions: every figure a
+    benchmark prints is for this machine class only."""
     dev = jax.devices()[0]
-    return (
-        f"jax {jax.__version__} on {dev.platform} ({dev.device_kind}), {os.cpu_count()} CPU cores, "
-        f"{platform.processor() or platform.machine()}"
-    )
+    return f"jax {jax.__version__} on {dev.platform} ({dev.device_kind}), {os.cpu_count()} CPU cores, {cpu_model()}"
 
 
 def report(rows: list[tuple[str, float, float]], left: str = "isojax", right: str = "reference") -> None:

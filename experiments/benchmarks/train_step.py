@@ -1,14 +1,15 @@
 """isojax training steps per second vs a plain PyTorch loop on the same model, batch and sequence length.
 
     python -m experiments.benchmarks.train_step [--layers 6 --hidden 384 --heads 12 --batch 32 --length 128]
-                                                [--repeats 5] [--quick]
+                                                [--repeats 5] [--rounds 2] [--quick]
 
 One step = forward, cross-entropy on a 2-class head over [CLS], backward, global-norm clipping and an AdamW
 update, dropout on. isojax: :func:`isojax.train.make_train_step` under ``jit`` (state donated); PyTorch:
 ``transformers.BertModel`` + ``nn.Linear`` head with ``torch.optim.AdamW`` in eager mode, the same weights
-(PyTorch's init, converted) and the same threads, both in this process, timed alternately step by step after
-warm-up (a change in the machine's load reaches both sides alike). Defaults are the bundled model's shape
-(all-MiniLM-L6-v2: 6 layers, 384 wide). Prints median ms per step, steps/s and the ratio isojax / PyTorch.
+(PyTorch's init, converted) and the same threads. Each side runs in a process of its own (in one process the thread
+pool of one side holds the cores while the other runs), ``--rounds`` times alternately, and times the median step
+after warm-up. Defaults are the bundled model's shape (all-MiniLM-L6-v2: 6 layers, 384 wide). Prints each round's
+median ms per step, steps/s and the ratio of the best rounds isojax / PyTorch (goal on CPU: <= 1.0).
 On a GPU it also times a BERT-base bf16 step and prints its model FLOPs utilisation (3 x forward matmul FLOPs
 per step / time / ``--peak-tflops``; goal above 40%).
 """
@@ -16,6 +17,8 @@ per step / time / ``--peak-tflops``; goal above 40%).
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from collections.abc import Callable
 
 import jax
@@ -26,12 +29,13 @@ from experiments.benchmarks.common import (
     add_model_arguments,
     bert_config,
     cpu_count,
-    interleaved_medians,
     machine,
     median_ms,
     report,
+    sides_in_processes,
 )
 from experiments.benchmarks.encoder_forward import forward_flops
+from isojax.argtypes import int_at_least
 from isojax.models import TransformerConfig, build_encoder, config_to_hf
 from isojax.models.bert import BERT_HF_NAMES
 from isojax.models.checkpoint import params_from_state_dict
@@ -82,27 +86,17 @@ def step_runner(step, state, batch: dict) -> Callable[[], jax.Array]:
     return run
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_model_arguments(ap, repeats=5)
-    ap.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak of the GPU (H100 SXM: 989)")
-    ap.add_argument("--quick", action="store_true", help="2 layers, 128 wide, batch 4 x 32, 3 repeats")
-    args = ap.parse_args(argv)
-    if args.quick:
-        args.layers, args.hidden, args.heads, args.batch, args.length, args.repeats = 2, 128, 4, 4, 32, 3
-
+def run_side(args) -> dict:
+    """One side in this process: the median ms of ``--repeats`` steps after warm-up (and, on a GPU, the isojax
+    side's BERT-base bf16 step)."""
     import torch
     import transformers
 
-    torch.set_num_threads(cpu_count())
+    torch.set_num_threads(cpu_count() if args.side == "pytorch" else 1)  # the isojax side leaves the cores to XLA
     cfg = bert_config(args)
     torch.manual_seed(0)
     encoder = transformers.BertModel(transformers.BertConfig(**config_to_hf(cfg)))
     head = torch.nn.Linear(args.hidden, 2)
-    dummy = jnp.zeros((1, 2), jnp.int32)
-    template = jax.eval_shape(lambda: build_encoder(cfg).init(jax.random.key(0), dummy)["params"])
-    params = params_from_state_dict({k: v.numpy() for k, v in encoder.state_dict().items()}, BERT_HF_NAMES, template)
-
     rng = np.random.default_rng(0)
     ids = rng.integers(0, cfg.vocab_size, (args.batch, args.length)).astype(np.int32)
     batch = {
@@ -111,7 +105,22 @@ def main(argv=None):
         "token_type_ids": np.zeros_like(ids),
         "labels": rng.integers(0, 2, args.batch).astype(np.int32),
     }
-    jax_step = step_runner(*isojax_step(cfg, jax.device_put(params)), jax.device_put(batch))
+    if args.side == "isojax":
+        dummy = jnp.zeros((1, 2), jnp.int32)
+        template = jax.eval_shape(lambda: build_encoder(cfg).init(jax.random.key(0), dummy)["params"])
+        state = {k: v.numpy() for k, v in encoder.state_dict().items()}
+        params = params_from_state_dict(state, BERT_HF_NAMES, template)
+        run = step_runner(*isojax_step(cfg, jax.device_put(params)), jax.device_put(batch))
+        out = {"ms": median_ms(run, repeats=args.repeats)}
+        if jax.devices()[0].platform == "gpu":
+            base = TransformerConfig.bert_base()
+            base_params = build_encoder(base).init(jax.random.key(0), dummy)["params"]
+            ids16 = rng.integers(0, base.vocab_size, (args.batch, args.length)).astype(np.int32)
+            bf16_step = step_runner(
+                *isojax_step(base, base_params, dtype=jnp.bfloat16), jax.device_put(dict(batch, input_ids=ids16))
+            )
+            out["bf16_ms"] = median_ms(bf16_step, repeats=max(args.repeats, 10))
+        return out
 
     encoder.train()
     modules = torch.nn.ModuleList([encoder, head])
@@ -131,27 +140,41 @@ def main(argv=None):
         opt.step()
         return loss.detach()
 
-    print(machine(), f"| torch {torch.__version__}, {torch.get_num_threads()} threads")
+    return {"ms": median_ms(torch_step, repeats=args.repeats), "threads": torch.get_num_threads()}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_model_arguments(ap, repeats=5)
+    ap.add_argument("--rounds", type=int_at_least(1), default=2)
+    ap.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak of the GPU (H100 SXM: 989)")
+    ap.add_argument("--quick", action="store_true", help="2 layers, 128 wide, batch 4 x 32, 3 repeats, 1 round")
+    ap.add_argument("--side", choices=("isojax", "pytorch"), help="run one side in this process (a child's job)")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.layers, args.hidden, args.heads, args.batch, args.length, args.repeats = 2, 128, 4, 4, 32, 3
+        args.rounds = 1
+    if args.side:
+        print(json.dumps(run_side(args)))
+        return
+    child = [sys.executable, "-m", "experiments.benchmarks.train_step", "--layers", str(args.layers)]
+    child += ["--hidden", str(args.hidden), "--heads", str(args.heads), "--batch", str(args.batch)]
+    child += ["--length", str(args.length), "--repeats", str(args.repeats)]
+    results = sides_in_processes(child, args.rounds)
+    best = {side: min(r["ms"] for r in rounds) for side, rounds in results.items()}
+    print(machine(), f"| {results['pytorch'][0]['threads']} PyTorch threads; one process a side, {args.rounds} rounds")
     print(
         f"BERT {args.layers} layers x {args.hidden} wide, {args.heads} heads; train step on batch {args.batch} x "
         f"{args.length} (fwd + bwd + clip + AdamW), float32"
     )
-    ms = interleaved_medians({"isojax": jax_step, "pytorch": torch_step}, repeats=args.repeats)
-    jax_ms, torch_ms = ms["isojax"], ms["pytorch"]
-    report([("train step float32", jax_ms, torch_ms)], "isojax", "pytorch")
-    print(f"steps/s: isojax {1e3 / jax_ms:.2f}, pytorch {1e3 / torch_ms:.2f}")
-
-    if jax.devices()[0].platform == "gpu":
+    for side, rounds in results.items():
+        print(f"{side}: median ms per round " + ", ".join(f"{r['ms']:.1f}" for r in rounds))
+    report([("train step float32, best round", best["isojax"], best["pytorch"])], "isojax", "pytorch")
+    print(f"steps/s: isojax {1e3 / best['isojax']:.2f}, pytorch {1e3 / best['pytorch']:.2f}")
+    bf16_ms = results["isojax"][0].get("bf16_ms")
+    if bf16_ms is not None:
         base = TransformerConfig.bert_base()
-        base_params = build_encoder(base).init(jax.random.key(0), jnp.zeros((1, 2), jnp.int32))["params"]
-        ids16 = rng.integers(0, base.vocab_size, (args.batch, args.length)).astype(np.int32)
-        bf16_step = step_runner(
-            *isojax_step(base, base_params, dtype=jnp.bfloat16), jax.device_put(dict(batch, input_ids=ids16))
-        )
-
-        bf16_ms = median_ms(bf16_step, repeats=max(args.repeats, 10))
-        flops = 3 * forward_flops(base, args.batch, args.length)
-        tflops = flops / (bf16_ms * 1e-3) / 1e12
+        tflops = 3 * forward_flops(base, args.batch, args.length) / (bf16_ms * 1e-3) / 1e12
         print(
             f"BERT-base bf16 train step, batch {args.batch} x {args.length}: {bf16_ms:.2f} ms, "
             f"{args.batch * args.length / (bf16_ms * 1e-3):,.0f} tokens/s, {tflops:.1f} TFLOP/s = MFU "
