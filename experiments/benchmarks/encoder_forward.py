@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import cast
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.benchmarks.common import cpu_count, machine, median_ms, report, sides_in_processes
+from experiments.benchmarks.common import add_side_arguments, compare_sides, cpu_count, median_ms
 from isojax.argtypes import int_at_least
 from isojax.models import EncoderOutput, TransformerConfig, build_encoder, config_to_hf
 from isojax.models.bert import BERT_HF_NAMES
@@ -75,28 +74,25 @@ def main(argv=None):
     ap.add_argument("--length", type=int_at_least(1), default=128)
     ap.add_argument("--repeats", type=int_at_least(1), default=10)
     ap.add_argument("--layers", type=int_at_least(1), default=12)
-    ap.add_argument("--rounds", type=int_at_least(1), default=2)
-    ap.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak of the GPU (H100 SXM: 989)")
+    add_side_arguments(ap)
     ap.add_argument("--quick", action="store_true", help="2 layers, batch 4 x 32, 3 repeats, 1 round")
-    ap.add_argument("--side", choices=("isojax", "pytorch"), help="run one side in this process (a child's job)")
     args = ap.parse_args(argv)
     if args.quick:
         args.batch, args.length, args.repeats, args.layers, args.rounds = 4, 32, 3, 2, 1
     if args.side:
         print(json.dumps(run_side(args)))
         return
-    child = [sys.executable, "-m", "experiments.benchmarks.encoder_forward", "--batch", str(args.batch)]
-    child += ["--length", str(args.length), "--repeats", str(args.repeats), "--layers", str(args.layers)]
-    results = sides_in_processes(child, args.rounds)
-    best = {side: min(r["ms"] for r in rounds) for side, rounds in results.items()}
-    print(machine(), f"| {results['pytorch'][0]['threads']} PyTorch threads; one process a side, {args.rounds} rounds")
-    print(
-        f"BERT-base ({args.layers} layers) forward, batch {args.batch} x {args.length}; "
-        f"max |isojax - torch| = {results['isojax'][0]['err']:.2e}"
+    options = ["--batch", str(args.batch), "--length", str(args.length), "--repeats", str(args.repeats)]
+    results, _ = compare_sides(
+        "experiments.benchmarks.encoder_forward",
+        [*options, "--layers", str(args.layers)],
+        args.rounds,
+        "forward float32, best round",
+        lambda results: (
+            f"BERT-base ({args.layers} layers) forward, batch {args.batch} x {args.length}; "
+            f"max |isojax - torch| = {results['isojax'][0]['err']:.2e}"
+        ),
     )
-    for side, rounds in results.items():
-        print(f"{side}: median ms per round " + ", ".join(f"{r['ms']:.1f}" for r in rounds))
-    report([("forward float32, best round", best["isojax"], best["pytorch"])], "isojax", "pytorch")
     bf16_ms = results["isojax"][0].get("bf16_ms")
     if bf16_ms is not None:
         cfg = TransformerConfig.bert_base(num_hidden_layers=args.layers)

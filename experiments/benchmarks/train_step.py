@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Callable
 
 import jax
@@ -27,15 +26,13 @@ import numpy as np
 
 from experiments.benchmarks.common import (
     add_model_arguments,
+    add_side_arguments,
     bert_config,
+    compare_sides,
     cpu_count,
-    machine,
     median_ms,
-    report,
-    sides_in_processes,
 )
 from experiments.benchmarks.encoder_forward import forward_flops
-from isojax.argtypes import int_at_least
 from isojax.models import TransformerConfig, build_encoder, config_to_hf
 from isojax.models.bert import BERT_HF_NAMES
 from isojax.models.checkpoint import params_from_state_dict
@@ -146,10 +143,8 @@ def run_side(args) -> dict:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_arguments(ap, repeats=5)
-    ap.add_argument("--rounds", type=int_at_least(1), default=2)
-    ap.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak of the GPU (H100 SXM: 989)")
+    add_side_arguments(ap)
     ap.add_argument("--quick", action="store_true", help="2 layers, 128 wide, batch 4 x 32, 3 repeats, 1 round")
-    ap.add_argument("--side", choices=("isojax", "pytorch"), help="run one side in this process (a child's job)")
     args = ap.parse_args(argv)
     if args.quick:
         args.layers, args.hidden, args.heads, args.batch, args.length, args.repeats = 2, 128, 4, 4, 32, 3
@@ -157,19 +152,18 @@ def main(argv=None):
     if args.side:
         print(json.dumps(run_side(args)))
         return
-    child = [sys.executable, "-m", "experiments.benchmarks.train_step", "--layers", str(args.layers)]
-    child += ["--hidden", str(args.hidden), "--heads", str(args.heads), "--batch", str(args.batch)]
-    child += ["--length", str(args.length), "--repeats", str(args.repeats)]
-    results = sides_in_processes(child, args.rounds)
-    best = {side: min(r["ms"] for r in rounds) for side, rounds in results.items()}
-    print(machine(), f"| {results['pytorch'][0]['threads']} PyTorch threads; one process a side, {args.rounds} rounds")
-    print(
-        f"BERT {args.layers} layers x {args.hidden} wide, {args.heads} heads; train step on batch {args.batch} x "
-        f"{args.length} (fwd + bwd + clip + AdamW), float32"
+    options = ["--layers", str(args.layers), "--hidden", str(args.hidden), "--heads", str(args.heads)]
+    options += ["--batch", str(args.batch), "--length", str(args.length), "--repeats", str(args.repeats)]
+    results, best = compare_sides(
+        "experiments.benchmarks.train_step",
+        options,
+        args.rounds,
+        "train step float32, best round",
+        lambda results: (
+            f"BERT {args.layers} layers x {args.hidden} wide, {args.heads} heads; train step on batch "
+            f"{args.batch} x {args.length} (fwd + bwd + clip + AdamW), float32"
+        ),
     )
-    for side, rounds in results.items():
-        print(f"{side}: median ms per round " + ", ".join(f"{r['ms']:.1f}" for r in rounds))
-    report([("train step float32, best round", best["isojax"], best["pytorch"])], "isojax", "pytorch")
     print(f"steps/s: isojax {1e3 / best['isojax']:.2f}, pytorch {1e3 / best['pytorch']:.2f}")
     bf16_ms = results["isojax"][0].get("bf16_ms")
     if bf16_ms is not None:
