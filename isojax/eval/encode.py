@@ -181,9 +181,11 @@ def encoded_batches(
     fills = {"input_ids": pad_id, "attention_mask": 0, "token_type_ids": 0}
     enc = {k: np.pad(v, ((0, 0), (0, round_up(widest) - widest)), constant_values=fills[k]) for k, v in enc.items()}
     order = np.argsort(lengths, kind="stable")
-    for start in tqdm(range(0, len(texts), batch_size), desc=desc, disable=not progress):
-        idx = order[start : start + batch_size]
-        width = round_up(int(lengths[idx].max()))
-        ids, mask, types = (enc[k][idx, :width] for k in ("input_ids", "attention_mask", "token_type_ids"))
-        mask = mask.astype(bool)
-        yield idx, ids, mask, fn(params, ids, mask, token_types(module.config, types))
+    with tqdm(total=int(lengths.sum()), desc=desc, unit="tok", unit_scale=True, disable=not progress) as bar:
+        for start in range(0, len(texts), batch_size):
+            idx = order[start : start + batch_size]
+            width = round_up(int(lengths[idx].max()))
+            ids, mask, types = (enc[k][idx, :width] for k in ("input_ids", "attention_mask", "token_type_ids"))
+            mask = mask.astype(bool)
+            yield idx, ids, mask, fn(params, ids, mask, token_types(module.config, types))
+            bar.update(int(lengths[idx].sum()))  # real tokens: the bar's rate is tokens/s
