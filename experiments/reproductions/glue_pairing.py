@@ -83,15 +83,26 @@ def dropout_masks(weights_seed: int = 0) -> str:
     """Fingerprint of the dropout masks themselves: the same small encoder in training mode, every dropout site's
     pattern of dropped entries (output 0 where the input was not), in call order, packed into bits and hashed.
     The device's arithmetic and the weights (``weights_seed``) do not change it; which entries are dropped
-    (the mask generator, the per-site keys, the sites) does."""
+    (the mask generator, the per-site keys, the sites) does; a site that applies its mask itself (attention) gives
+    the entries its keep mask drops."""
     from isojax.models.dropout import Dropout
 
-    patterns = []
+    patterns, applying = [], []
 
     def record(next_fun, args, kwargs, context):
-        out = next_fun(*args, **kwargs)
-        if isinstance(context.module, Dropout) and context.method_name == "__call__":
+        dropout = isinstance(context.module, Dropout)
+        if dropout and context.method_name == "__call__":
+            applying.append(True)
+            try:
+                out = next_fun(*args, **kwargs)
+            finally:
+                applying.pop()
             patterns.append(np.asarray((out == 0) & (args[0] != 0)).ravel())
+            return out
+        out = next_fun(*args, **kwargs)
+        if dropout and context.method_name == "keep_mask" and not applying and out is not None:
+            # a site that applies the mask itself (attention, over softmax weights, which are nonzero here)
+            patterns.append(np.asarray(~out).ravel())
         return out
 
     _small_encoder_in_training(weights_seed, record)

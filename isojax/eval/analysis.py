@@ -175,8 +175,8 @@ def _layers_array(hidden_states):
 
 
 def _massive_map(running: _Running) -> dict:
-    """The :data:`MAP_DIMENSIONS` dimensions whose largest |h| over all real tokens is largest in some layer, ranked
-    by it, with every layer's largest |h| in them and its token's position."""
+    """The :data:`MAP_DIMENSIONS` dimensions whose largest ``|h|`` over all real tokens is largest in some layer, ranked
+    by it, with every layer's largest ``|h|`` in them and its token's position."""
     largest = np.asarray(running.max_abs, np.float64)  # [layers, d]
     dims = np.argsort(-largest.max(axis=0), kind="stable")[:MAP_DIMENSIONS]
     return {
@@ -226,7 +226,7 @@ def analyze_hidden_states(
       A JSON-ready dict: ``layers`` (0, 1, ...), one list per column of ``SENTENCE_COLUMNS`` and ``CORPUS_COLUMNS``
       (one value per layer; ``twonn`` NaN with fewer than 3 tokens sampled), ``SINK_COLUMNS`` when the batches carry
       ``first_attention`` (mean α₁ and Sink_0.3, the share of (text, head) with α₁ > 0.3, per layer),
-      ``max_abs_dim`` and ``max_abs_position``, ``massive_map`` (``dims``: the dimensions holding the largest |h|
+      ``max_abs_dim`` and ``max_abs_position``, ``massive_map`` (``dims``: the dimensions holding the largest ``|h|``
       over all real tokens, special ones included; ``max_abs`` and ``position`` ``[layers][dims]``), ``cdf_grid``,
       ``cdf`` (one list per layer), ``num_texts``, ``num_sentence_texts`` (the texts of 2 or more tokens, which the
       sentence columns average), ``num_tokens`` (the content tokens counted), ``twonn_tokens`` (those sampled).

@@ -128,7 +128,7 @@ def _table(result: dict, keys: list[str]) -> str:
 
 
 def _massive_map(result: dict) -> str:
-    """Layers × the dimensions of ``massive_map``: every cell the layer's largest |h| in that dimension, shaded by it,
+    """Layers × the dimensions of ``massive_map``: every cell the layer's largest ``|h|`` in that dimension, shaded by it,
     with the position of its token."""
     title = "<h2>Massive activations</h2>"
     found = result.get("massive_map")
@@ -163,8 +163,8 @@ def write_report(result: dict, path: str, *, title: str = "") -> str:
 
     Args:
       result: an :func:`isojax.eval.analysis.analyze_layers` or :func:`~isojax.eval.analysis.analyze_hidden_states`
-        dict (``layers`` and any of its columns; ``cdf`` and ``cdf_grid`` for the CDF figure, ``max_abs`` and
-        ``max_abs_dim`` for the massive-activation map), with ``model``, ``data``, ``split``, ``texts``, ``date``
+        dict (``layers`` and any of its columns; ``cdf`` and ``cdf_grid`` for the CDF figure, ``massive_map`` for
+        the massive-activation map), with ``model``, ``data``, ``split``, ``texts``, ``date``
         shown when present.
       path: the HTML file to write (overwritten; missing directories are created; written whole or not at all).
       title: the page title; ``""``: "Anisotropy analysis" and the model when the result names one.
@@ -174,13 +174,14 @@ def write_report(result: dict, path: str, *, title: str = "") -> str:
 
     Examples:
       >>> import os.path, tempfile
-      >>> result = {"layers": [0, 1], "ev1": [0.5, 0.25], "max_abs": [3.0, 40.0], "max_abs_dim": [7, 2]}
+      >>> result = {"layers": [0, 1], "ev1": [0.5, 0.25], "max_abs": [3.0, 40.0]}
+      >>> result["massive_map"] = {"dims": [2, 7], "max_abs": [[1.0, 3.0], [40.0, 2.0]], "position": [[0, 4], [0, 1]]}
       >>> path = write_report(result, os.path.join(tempfile.mkdtemp(), "report.html"))
       >>> page = open(path).read()
       >>> page.count('<img src="data:image/png;base64,'), "<script" in page  # the figures of EV_1 and max |h|, inlined
       (2, False)
-      >>> "<th>dim 2</th><th>dim 7</th>" in page  # the massive-activation map's columns, largest |h| first
-      True
+      >>> "<th>dim 2</th><th>dim 7</th>" in page, "40.0000, pos 0" in page  # the map: dimensions, |h| and position
+      (True, True)
     """
     keys = _per_layer_keys(result)
     title = title or "Anisotropy analysis" + (f": {result['model']}" if "model" in result else "")
