@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 
 import jax
@@ -28,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import isojax
-from experiments.benchmarks.common import cpu_count, machine, sides_in_processes
+from experiments.benchmarks.common import add_side_arguments, compare_sides, cpu_count
 from isojax import stats
 from isojax.argtypes import int_at_least
 from isojax.data.sts import load_stsb
@@ -71,7 +70,7 @@ def corpus_batches(args, tokenizer) -> list[tuple[np.ndarray, np.ndarray]]:
 
 def run_side(args) -> dict:
     """One side, in this process: a warm-up pass, then ``--repeats`` timed passes over the corpus; the per-layer
-    IsoScores of the covariance, the best seconds, and (isojax) the compilations of the timed passes."""
+    IsoScores of the covariance, the best pass in ms, and (isojax) the compilations of the timed passes."""
     module, params, tokenizer = isojax.from_pretrained(args.model)
     batches = corpus_batches(args, tokenizer)
     layers, d = module.config.num_hidden_layers + 1, module.config.hidden_size
@@ -127,7 +126,7 @@ def run_side(args) -> dict:
         run()
         seconds.append(time.perf_counter() - began)
     return {
-        "seconds": min(seconds),
+        "ms": min(seconds) * 1e3,
         "isoscore": [isoscore_of_covariance(c) for c in cov],
         "tokens": int(sum(mask.sum() for _, mask in batches)),
         "compiles": len(compiles),
@@ -142,29 +141,30 @@ def main(argv=None):
     ap.add_argument("--length", type=int_at_least(2), default=128)
     ap.add_argument("--fixed-length", action="store_true", help="pad every batch to --length, texts unsorted")
     ap.add_argument("--repeats", type=int_at_least(1), default=2)
-    ap.add_argument("--rounds", type=int_at_least(1), default=2)
-    ap.add_argument("--side", choices=("isojax", "pytorch"), help="run one side in this process (a child's job)")
+    add_side_arguments(ap)
     args = ap.parse_args(argv)
     if args.side:
         print(json.dumps(run_side(args)))
         return
-    child = [sys.executable, "-m", "experiments.benchmarks.analyze", "--model", args.model, "--texts", str(args.texts)]
-    child += ["--batch", str(args.batch), "--length", str(args.length), "--repeats", str(args.repeats)]
-    child += ["--fixed-length"] if args.fixed_length else []
-    results = sides_in_processes(child, args.rounds)
-    first = {side: rounds[0] for side, rounds in results.items()}
-    agree = max(abs(a - b) for a, b in zip(first["isojax"]["isoscore"], first["pytorch"]["isoscore"]))
-    best = {side: min(r["seconds"] for r in rounds) for side, rounds in results.items()}
-    tokens = first["isojax"]["tokens"]
-    print(machine(), f"| {cpu_count()} threads each side, one process each, {args.rounds} alternating rounds")
-    print(
-        f"{args.model}: {args.texts} texts, {tokens} real tokens; max |per-layer IsoScore difference| {agree:.1e}; "
-        f"compilations in the timed isojax passes: {[r['compiles'] for r in results['isojax']]}"
+    options = ["--model", args.model, "--texts", str(args.texts), "--batch", str(args.batch)]
+    options += ["--length", str(args.length), "--repeats", str(args.repeats)]
+    compare_sides(
+        "experiments.benchmarks.analyze",
+        options + (["--fixed-length"] if args.fixed_length else []),
+        args.rounds,
+        "corpus covariance statistics, best round",
+        lambda results: (
+            f"{args.model}: {args.texts} texts, {results['isojax'][0]['tokens']} real tokens; max "
+            f"|per-layer IsoScore difference| {isoscore_gap(results):.1e}; compilations in the timed isojax passes: "
+            f"{[r['compiles'] for r in results['isojax']]}"
+        ),
+        tokens=lambda results: results["isojax"][0]["tokens"],
     )
-    for side in ("isojax", "pytorch"):
-        rounds = ", ".join(f"{r['seconds']:.2f}" for r in results[side])
-        print(f"{side}: {best[side]:.2f} s, {tokens / best[side]:,.0f} tokens/s; rounds {rounds} s")
-    print(f"ratio isojax / pytorch: {best['isojax'] / best['pytorch']:.3f}")
+
+
+def isoscore_gap(results: dict) -> float:
+    """The largest |difference| of the two sides' per-layer IsoScores (first rounds)."""
+    return max(abs(a - b) for a, b in zip(results["isojax"][0]["isoscore"], results["pytorch"][0]["isoscore"]))
 
 
 if __name__ == "__main__":

@@ -119,26 +119,30 @@ def sides_in_processes(child: list[str], rounds: int, sides=("isojax", "pytorch"
     return results
 
 
-def compare_sides(module: str, options: list[str], rounds: int, case: str, header) -> tuple[dict, dict[str, float]]:
+def compare_sides(
+    module: str, options: list[str], rounds: int, case: str, header, tokens=None
+) -> tuple[dict, dict[str, float]]:
     """Run ``python -m module *options --side SIDE`` for isojax and PyTorch in :func:`sides_in_processes` (each child
-    prints a JSON report with ``ms``, the PyTorch one also ``threads``); print the machine, ``header(results)``, each
-    side's per-round medians and the best rounds' ratio as row ``case``. Returns ``(results, best ms per side)``."""
+    prints a JSON report with its time ``ms``); print the machine, ``header(results)``, each side's per-round times
+    and the best rounds' ratio as row ``case``, and each side's tokens/s when ``tokens(results)`` gives the tokens of
+    one timed pass. Returns ``(results, best ms per side)``."""
     import sys
 
     results = sides_in_processes([sys.executable, "-m", module, *options], rounds)
     best = {side: min(r["ms"] for r in runs) for side, runs in results.items()}
-    print(machine(), f"| {results['pytorch'][0]['threads']} PyTorch threads; one process a side, {rounds} rounds")
+    print(machine(), f"| {cpu_count()} threads a side, one process a side, {rounds} alternating rounds")
     print(header(results))
     for side, runs in results.items():
-        print(f"{side}: median ms per round " + ", ".join(f"{r['ms']:.1f}" for r in runs))
+        print(f"{side}: ms per round " + ", ".join(f"{r['ms']:.1f}" for r in runs))
     report([(case, best["isojax"], best["pytorch"])], "isojax", "pytorch")
+    if tokens is not None:
+        n = tokens(results)
+        print("tokens/s: " + ", ".join(f"{side} {n / (ms * 1e-3):,.0f}" for side, ms in best.items()))
     return results, best
 
 
 def add_side_arguments(ap) -> None:
-    """``--rounds`` (alternating rounds of the two sides, default 2), ``--peak-tflops`` (the GPU's dense bf16 peak,
-    for MFU) and ``--side`` (run one side in this process: a child's job) of the benchmarks that run each side in a
-    process of its own."""
+    """``--rounds`` (alternating rounds of the two sides, default 2) and ``--side`` (run one side in this process: a
+    child's job) of the benchmarks that run each side in a process of its own (:func:`compare_sides`)."""
     ap.add_argument("--rounds", type=int_at_least(1), default=2)
-    ap.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak of the GPU (H100 SXM: 989)")
     ap.add_argument("--side", choices=("isojax", "pytorch"), help="run one side in this process (a child's job)")

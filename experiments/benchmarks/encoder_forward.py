@@ -52,7 +52,7 @@ def run_side(args) -> dict:
             return ref(input_ids=t_ids, attention_mask=t_mask).last_hidden_state
 
     if args.side == "pytorch":
-        return {"ms": median_ms(torch_forward, repeats=args.repeats), "threads": torch.get_num_threads()}
+        return {"ms": median_ms(torch_forward, repeats=args.repeats)}
     module = build_encoder(cfg)
     template = jax.eval_shape(lambda: module.init(jax.random.key(0), jnp.zeros((1, 2), jnp.int32))["params"])
     state = {k: v.numpy() for k, v in ref.state_dict().items()}
@@ -75,6 +75,7 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int_at_least(1), default=10)
     ap.add_argument("--layers", type=int_at_least(1), default=12)
     add_side_arguments(ap)
+    ap.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak of the GPU (H100 SXM: 989)")
     ap.add_argument("--quick", action="store_true", help="2 layers, batch 4 x 32, 3 repeats, 1 round")
     args = ap.parse_args(argv)
     if args.quick:

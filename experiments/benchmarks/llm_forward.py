@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 import numpy as np
 
-from experiments.benchmarks.common import cpu_count, machine, median_ms, sides_in_processes
+from experiments.benchmarks.common import add_side_arguments, compare_sides, cpu_count, median_ms
 from isojax.argtypes import int_at_least
 
 MODEL = "smollm2-135m-instruct"
@@ -72,8 +71,7 @@ def main(argv=None):
     ap.add_argument("--batch", type=int_at_least(1), default=8)
     ap.add_argument("--length", type=int_at_least(1), default=128)
     ap.add_argument("--repeats", type=int_at_least(1), default=10)
-    ap.add_argument("--rounds", type=int_at_least(1), default=2)
-    ap.add_argument("--side", choices=("isojax", "pytorch"), help="run one side in this process (a child's job)")
+    add_side_arguments(ap)
     args = ap.parse_args(argv)
     if args.side:
         print(json.dumps(run_side(args)))
@@ -82,19 +80,23 @@ def main(argv=None):
 
     if assets.local_path(MODEL) is None:
         raise SystemExit(f"{MODEL} is not installed: {assets.how_to_get(MODEL)}")
-    child = [sys.executable, "-m", "experiments.benchmarks.llm_forward", "--batch", str(args.batch)]
-    child += ["--length", str(args.length), "--repeats", str(args.repeats)]
-    results = sides_in_processes(child, args.rounds)
+    compare_sides(
+        "experiments.benchmarks.llm_forward",
+        ["--batch", str(args.batch), "--length", str(args.length), "--repeats", str(args.repeats)],
+        args.rounds,
+        "forward float32, best round",
+        lambda results: (
+            f"SmolLM2-135M forward, batch {args.batch} x {args.length}; max |isojax - torch| / max "
+            f"|logit| = {logit_error(results):.2e}"
+        ),
+        tokens=lambda _: args.batch * args.length,
+    )
+
+
+def logit_error(results: dict) -> float:
+    """max |isojax - PyTorch| over the first logits of the first rounds, relative to the largest |logit|."""
     mine, theirs = (np.asarray(results[s][0]["logits"]) for s in ("isojax", "pytorch"))
-    err = float(np.abs(mine - theirs).max() / np.abs(theirs).max())
-    best = {side: min(r["ms"] for r in rounds) for side, rounds in results.items()}
-    tokens = args.batch * args.length
-    print(machine(), f"| {cpu_count()} threads each side, one process each, {args.rounds} alternating rounds")
-    print(f"SmolLM2-135M forward, batch {args.batch} x {args.length}; max |isojax - torch| / max |logit| = {err:.2e}")
-    for side in ("isojax", "pytorch"):
-        rounds = ", ".join(f"{r['ms']:.0f}" for r in results[side])
-        print(f"{side}: {best[side]:.1f} ms ({tokens / (best[side] * 1e-3):,.0f} tokens/s); rounds {rounds} ms")
-    print(f"ratio isojax / pytorch: {best['isojax'] / best['pytorch']:.3f}")
+    return float(np.abs(mine - theirs).max() / np.abs(theirs).max())
 
 
 if __name__ == "__main__":

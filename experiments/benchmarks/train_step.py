@@ -137,13 +137,14 @@ def run_side(args) -> dict:
         opt.step()
         return loss.detach()
 
-    return {"ms": median_ms(torch_step, repeats=args.repeats), "threads": torch.get_num_threads()}
+    return {"ms": median_ms(torch_step, repeats=args.repeats)}
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_arguments(ap, repeats=5)
     add_side_arguments(ap)
+    ap.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak of the GPU (H100 SXM: 989)")
     ap.add_argument("--quick", action="store_true", help="2 layers, 128 wide, batch 4 x 32, 3 repeats, 1 round")
     args = ap.parse_args(argv)
     if args.quick:

@@ -142,14 +142,7 @@ def _corpus_measures(state, running):
     """The corpus columns of a state and the TwoNN dimension of the sampled tokens per layer (NaN with fewer than 3
     sampled: one compiled function rather than op-by-op dispatch of each finaliser)."""
     rogue, top = stats.rogue_dimensions(state), stats.massive_activation(state)
-    sampled = jnp.isfinite(running.keys)
-    twonn = (
-        jnp.full(running.states.shape[0], jnp.nan)
-        if running.keys.shape[0] < 3
-        else metrics.twonn_dimension(running.states, mask=jnp.broadcast_to(sampled, running.states.shape[:2]))
-    )
-    return dict(
-        twonn=jnp.where(sampled.sum() >= 3, twonn, jnp.nan),
+    measures = dict(
         isoscore=stats.isoscore(state),
         anisotropy=stats.anisotropy(state),
         anisotropy_centered=stats.anisotropy(state, centered=True),
@@ -160,6 +153,14 @@ def _corpus_measures(state, running):
         max_abs_dim=top.dimension,
         max_abs_position=top.position,
     )
+    if running.keys.shape[0]:  # the sample's TwoNN: NaN while fewer than 3 tokens are in it
+        sampled = jnp.isfinite(running.keys)
+        twonn = jnp.full(running.states.shape[0], jnp.nan)
+        if running.keys.shape[0] >= 3:
+            mask = jnp.broadcast_to(sampled, running.states.shape[:2])
+            twonn = jnp.where(sampled.sum() >= 3, metrics.twonn_dimension(running.states, mask=mask), jnp.nan)
+        measures["twonn"] = twonn
+    return measures
 
 
 def _layers_array(hidden_states):
@@ -294,8 +295,6 @@ def analyze_hidden_states(
     result["num_tokens"] = count
     result.update({k: np.asarray(v).tolist() for k, v in jit_once(_corpus_measures)(state, running).items()})
     result["twonn_tokens"] = int(np.isfinite(np.asarray(running.keys)).sum())
-    if not twonn_tokens:
-        del result["twonn"]
     if with_sinks:
         result["sink_alpha1"] = (totals["sink_alpha1"] / totals["sink_entries"]).tolist()
         result["sink_rate"] = (totals["sink_count"] / totals["sink_entries"]).tolist()
