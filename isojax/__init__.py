@@ -10,9 +10,25 @@ from isojax._transformers_notice import drop_torch_notice
 
 drop_torch_notice()  # before anything imports transformers
 
-from isojax import calibrate, gradients, losses, metrics, spectral, stats, topology  # noqa: E402
-from isojax.models import from_pretrained, save_pretrained  # noqa: E402
-from isojax.softdecay import SoftDecay, soft_decay  # noqa: E402
+from typing import TYPE_CHECKING  # noqa: E402
+
+from isojax._lazy import lazy_attributes  # noqa: E402
+
+if TYPE_CHECKING:
+    from isojax import calibrate, gradients, losses, metrics, spectral, stats, topology
+    from isojax.models import from_pretrained, save_pretrained
+    from isojax.softdecay import SoftDecay, soft_decay
+
+__getattr__ = lazy_attributes(
+    "isojax",
+    {
+        **{m: f"isojax.{m}" for m in ("calibrate", "gradients", "losses", "metrics", "spectral", "stats", "topology")},
+        "from_pretrained": "isojax.models",
+        "save_pretrained": "isojax.models",
+        "SoftDecay": "isojax.softdecay",
+        "soft_decay": "isojax.softdecay",
+    },
+)
 
 __version__ = "0.1.0"
 

@@ -34,12 +34,12 @@ from isojax.train.config import (
     Seq2SeqConfig,
     TaskConfig,
     TrainConfig,
-    parse_regularizer,
     setting_of,
 )
-from isojax.train.hyperparams import StepSchedule
 from isojax.train.loop import _check_resumable
-from isojax.train.objective import COMBINATIONS, Regularizer
+from isojax.train.methods import RegularizerSpec
+from isojax.train.model import make_flow
+from isojax.train.objective import COMBINATIONS
 from isojax.train.optim import SCHEDULES
 from isojax.train.parallel import PARALLEL_MODES
 
@@ -58,7 +58,7 @@ def _changed_everywhere() -> TrainConfig:
         model=ModelConfig("facebook/bart-base", dtype="bfloat16", dropout=False),
         method=MethodConfig(
             "cosine",
-            regularizers=(parse_regularizer("spectrum_pol=linear:0:1:500@tokens,gamma=-0.4"),),
+            regularizers=(RegularizerSpec.parse("spectrum_pol=linear:0:1:500@tokens,gamma=-0.4"),),
             combine="weighted",
             joint_alpha="linear:1:0.5:300",
             balancer_smoothing=0.3,
@@ -85,7 +85,7 @@ def test_optional_sections_default_where_they_apply():
     assert TrainConfig().seq2seq is None and TrainConfig().flow is None
     assert TrainConfig(task=TaskConfig("seq2seq")).seq2seq == Seq2SeqConfig()
     assert TrainConfig(method=MethodConfig("flow")).flow == FlowConfig()
-    assert TrainConfig(method=MethodConfig("flow")).make_flow().levels == 3
+    assert make_flow(TrainConfig(method=MethodConfig("flow"))).levels == 3
 
 
 def test_dotted_overrides_convert_text_to_each_fields_type():
@@ -108,8 +108,8 @@ def test_dotted_overrides_convert_text_to_each_fields_type():
     assert config.task.buckets == (16, 32, 64)  # sorted
     assert isinstance(config.optim.epochs, float) and config.optim.epochs == 2.0
     assert config.placement.devices is None and config.model.scan_layers is True and config.seed == 4
-    assert config.method.regularizers == (Regularizer("isoscore", 0.5, "cls"), Regularizer("cosine", 2.0))
-    assert config.method.balancer_smoothing == StepSchedule("warmup", (0.2, 10.0))
+    assert config.method.regularizers == (RegularizerSpec("isoscore", 0.5, "cls"), RegularizerSpec("cosine", 2.0))
+    assert config.method.balancer_smoothing == "warmup:0.2:10"
     assert config.flow == FlowConfig(levels=2)  # the section is created by its first override
     assert config.optim.batch_size == OptimConfig().batch_size  # untouched settings keep their defaults
 
@@ -122,7 +122,10 @@ def test_dotted_overrides_convert_text_to_each_fields_type():
         ({"optim.learning_rate": "fast"}, r"optim.learning_rate \(--lr\) must be a number, got 'fast'"),
         ({"model.dropout": "maybe"}, r"model.dropout \(--no-dropout\) must be true or false, got 'maybe'"),
         ({"optim.batch_size": 0}, r"optim.batch_size \(--batch-size\) must be a positive integer, got 0"),
-        ({"method.regularizers": "entropy=1"}, r"method.regularizers \(--reg\): unknown regulariser 'entropy'"),
+        (
+            {"method.regularizers": "entropy=1"},
+            r"method.regularizers \(--reg\): regulariser 'entropy=1': unknown regulariser 'entropy'",
+        ),
         ({"method.balancer_smoothing": 0.0}, r"method.balancer_smoothing \(--balancer-smoothing\) must be in \(0, 1\]"),
         ({"optim.warmup_ratio": 1.0}, r"optim.warmup_ratio \(--warmup-ratio\) must be in \[0, 1\), got 1.0"),
         ({"model.pooling": "max"}, r"model.pooling \(--pooling\) must be one of \['cls', 'last', 'pooler'"),
@@ -187,7 +190,7 @@ def test_flags_build_the_same_config_as_python():
         task=TaskConfig("rte"),
         model=ModelConfig("m", pooling="mean", scan_layers=True, remat="dots", dropout=False),
         method=MethodConfig(
-            "isotropy_layer", (Regularizer("istar", 1.0, "cls", (("c0", "data"),)),), "weighted", joint_alpha=0.25
+            "isotropy_layer", (RegularizerSpec("istar", 1.0, "cls", (("c0", "data"),)),), "weighted", joint_alpha=0.25
         ),
         optim=OptimConfig(learning_rate=3e-5, steps=8, stage2_steps=2),
         placement=PlacementConfig(devices=8, fsdp=True),
@@ -339,3 +342,29 @@ def test_the_command_line_prints_no_traceback_and_verbose_shows_one():
     )
     loud = subprocess.run([*argv[:3], "-v", *argv[3:]], capture_output=True, text=True, env=env)
     assert loud.returncode == 1 and "Traceback" in loud.stderr
+
+
+def test_the_configuration_module_imports_no_jax_numpy_model_or_data():
+    """Reading or writing a configuration is plain Python: importing it loads no JAX, NumPy, model or data code."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, isojax.train.config; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'numpy', 'flax', 'optax') "
+        "or m.startswith(('isojax.models', 'isojax.data'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_the_configurations_names_are_those_of_the_modules_that_use_them():
+    """The leaf keeps copies of a few names of the data and model modules; they must stay the same lists."""
+    from isojax.data.batching import DEFAULT_BUCKETS
+    from isojax.data.glue import GLUE_TASKS
+    from isojax.data.seq2seq import SEQ2SEQ_TASKS
+    from isojax.train import config
+
+    assert set(config.GLUE_TASK_NAMES) == set(GLUE_TASKS) and set(config.SEQ2SEQ_TASK_NAMES) == set(SEQ2SEQ_TASKS)
+    assert config.POOLINGS == POOLINGS and config.TRANSFORM_PLACEMENTS == TRANSFORM_PLACEMENTS
+    assert config.REMATS == ("none", *REMAT_POLICIES) and config.DEFAULT_BUCKETS == DEFAULT_BUCKETS

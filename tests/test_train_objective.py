@@ -22,10 +22,18 @@ from isojax.cli import config_from_argv
 from isojax.models import TransformerConfig, build_encoder
 from isojax.train import fit
 from isojax.train.collectives import GLOBAL
-from isojax.train.config import MethodConfig, TrainConfig, parse_regularizer
+from isojax.train.config import MethodConfig, TrainConfig
 from isojax.train.hyperparams import StepSchedule
+from isojax.train.methods import RegularizerSpec
 from isojax.train.model import TaskModel, TaskOutput, init_variables
-from isojax.train.objective import Objective, Regularizer, class_ids, resolve_auto_options, task_losses
+from isojax.train.objective import (
+    Objective,
+    Regularizer,
+    class_ids,
+    parse_regularizer,
+    resolve_auto_options,
+    task_losses,
+)
 from isojax.train.optim import make_optimizer, param_labels, schedule
 from isojax.train.state import create_state
 from isojax.train.step import make_train_step
@@ -448,15 +456,15 @@ def test_weight_schedule_text_follows_its_closed_form_and_round_trips(text, clos
     np.testing.assert_allclose(
         [float(reg.weight(jnp.asarray(k, jnp.int32))) for k in range(12)], closed_form(t), rtol=1e-6, atol=1e-7
     )
-    saved = json.loads(json.dumps(TrainConfig(method=MethodConfig(regularizers=(reg,))).to_json()))["method"]
+    spec = RegularizerSpec.parse(f"istar={text}@cls")
+    saved = json.loads(json.dumps(TrainConfig(method=MethodConfig(regularizers=(spec,))).to_json()))["method"]
     saved = saved["regularizers"][0]
-    assert saved["weight"] == str(reg.weight) and Regularizer(**saved) == reg
+    assert saved["weight"] == str(reg.weight) and Regularizer.of(RegularizerSpec.from_json(saved)) == reg
 
 
-def test_constant_weights_keep_their_json_form():
-    """A configuration without schedules writes the same JSON as before schedules existed (``dataclasses.asdict``
-    of each regulariser), so checkpoints of earlier runs still resume."""
-    regs = (Regularizer("isoscore", 0.5, "cls"), parse_regularizer("persistent_entropy=0.1@cls,bars=all"))
+def test_a_configured_regulariser_is_written_as_its_fields():
+    """A regulariser with constant weights is written to JSON as its four fields, every option filled."""
+    regs = (RegularizerSpec("isoscore", 0.5, "cls"), RegularizerSpec.parse("persistent_entropy=0.1@cls,bars=all"))
     saved = json.loads(json.dumps(TrainConfig(method=MethodConfig(regularizers=regs)).to_json()))["method"]
     saved = saved["regularizers"]
     assert saved == json.loads(json.dumps([dataclasses.asdict(r) for r in regs]))
@@ -523,12 +531,12 @@ def test_cli_weight_schedule_runs_compiled_once_and_logs_the_weight(default_mode
 
 
 def test_cli_joint_alpha_takes_a_number_or_a_schedule():
-    """``--joint-alpha`` is read by TrainConfig: a number as before, a schedule as a StepSchedule kept as text in
-    the JSON; bad text names the field."""
+    """``--joint-alpha`` is read by TrainConfig: a number, or a schedule kept as its canonical text; bad text names
+    the field."""
     base = ["finetune", "--combine", "weighted", "--reg", "istar@cls"]
     assert config_from_argv(base + ["--joint-alpha", "0.3"]).method.joint_alpha == 0.3
     config = config_from_argv(base + ["--joint-alpha", "linear:1:0.5:300"])
-    assert config.method.joint_alpha == StepSchedule("linear", (1.0, 0.5, 300))
+    assert config.method.joint_alpha == "linear:1.0:0.5:300"
     assert config.to_json()["method"]["joint_alpha"] == "linear:1.0:0.5:300"
     assert TrainConfig().to_json()["method"]["joint_alpha"] == 0.5
     with pytest.raises(ValueError, match="joint_alpha 'half' is not a number or a schedule"):

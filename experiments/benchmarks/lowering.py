@@ -532,11 +532,12 @@ def train_step(method: str, layout: str, *, dtype="bfloat16", remat="full"):
     model is built from a config as :func:`isojax.train.tasks.classification.build_task_model` builds it from a checkpoint, and the
     flow starts from random rows. ``step`` is the runner's compiled function (``jit`` with its shardings, or
     ``pmap``)."""
+    from isojax.data.glue import glue_task
     from isojax.models import build_encoder, init_params
     from isojax.softdecay import SoftDecay
     from isojax.train import loop
     from isojax.train.config import MethodConfig, ModelConfig, OptimConfig, PlacementConfig, TaskConfig, TrainConfig
-    from isojax.train.model import TaskModel, init_variables
+    from isojax.train.model import TaskModel, init_variables, make_flow
     from isojax.train.objective import data_references
     from isojax.train.state import create_state
     from isojax.train.tasks.classification import ClassificationRecipe
@@ -560,12 +561,12 @@ def train_step(method: str, layout: str, *, dtype="bfloat16", remat="full"):
     )
     model = TaskModel(
         encoder,
-        num_labels=config.num_labels,
+        num_labels=glue_task(config.task.name).num_labels,
         pooling=config.model.pooling,
         dropout_rate=0.1,
         use_isobn=spec.isobn,
         use_isotropy_layer=spec.isotropy_layer,
-        flow=config.make_flow(),
+        flow=make_flow(config),
     )
     rows = np.random.default_rng(0).standard_normal((16, cfg.hidden_size)).astype(np.float32)
     variables = init_variables(
@@ -589,7 +590,7 @@ def train_step(method: str, layout: str, *, dtype="bfloat16", remat="full"):
 
 def train_entries(methods=None, layouts=tuple(TRAIN_LAYOUTS)) -> list[Entry]:
     """Every fine-tuning method's train step in every layout that fits the devices this process sees."""
-    from isojax.train.config import METHODS
+    from isojax.train.methods import METHODS
 
     layouts = [layout for layout in layouts if TRAIN_LAYOUTS[layout]["devices"] <= jax.device_count()]
     return [

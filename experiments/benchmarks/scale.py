@@ -296,6 +296,7 @@ class _LanguageCodes:
 def build_step(name: str, layout: Layout, *, dtype: str, remat: str, batch: int, length: int):
     """``(jitted step, abstract state, abstract batch, config)``: the runner's train step of the cell (module
     docstring) and its arguments as ``ShapeDtypeStruct`` s with the runner's shardings."""
+    from isojax.data.glue import glue_task
     from isojax.models import build_encoder, build_model, init_params
     from isojax.train import loop
     from isojax.train.model import TaskModel, init_variables
@@ -321,7 +322,9 @@ def build_step(name: str, layout: Layout, *, dtype: str, remat: str, batch: int,
     else:
         recipe = classification.ClassificationRecipe(config)
         network = build_encoder(cfg, dtype=compute, remat=remat)
-        model = TaskModel(network, num_labels=config.num_labels, pooling=config.model.pooling, dropout_rate=0.1)
+        model = TaskModel(
+            network, num_labels=glue_task(config.task.name).num_labels, pooling=config.model.pooling, dropout_rate=0.1
+        )
         init = init_variables
         rows = {k: (batch, length) for k in TaskModel.INPUTS} | {"labels": (batch,)}
     loop.check_setup(config, model)

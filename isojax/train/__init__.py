@@ -13,29 +13,52 @@ numbers or schedules of the step), :mod:`~isojax.train.optim`, :mod:`~isojax.tra
 :mod:`~isojax.train.cli`.
 """
 
-from isojax.train.config import (
-    METHODS,
-    FlowConfig,
-    LoggingConfig,
-    Method,
-    MethodConfig,
-    ModelConfig,
-    OptimConfig,
-    PlacementConfig,
-    Seq2SeqConfig,
-    TaskConfig,
-    TrainConfig,
-    parse_regularizer,
+from typing import TYPE_CHECKING
+
+from isojax._lazy import lazy_attributes
+
+if TYPE_CHECKING:
+    from isojax.train.config import (
+        FlowConfig,
+        LoggingConfig,
+        MethodConfig,
+        ModelConfig,
+        OptimConfig,
+        PlacementConfig,
+        Seq2SeqConfig,
+        TaskConfig,
+        TrainConfig,
+    )
+    from isojax.train.hyperparams import StepSchedule
+    from isojax.train.loop import FitResult, fit
+    from isojax.train.methods import METHODS, REGULARIZERS, REPRESENTATIONS, Method, RegularizerSpec
+    from isojax.train.model import TaskModel, init_variables
+    from isojax.train.objective import Objective, Regularizer, parse_regularizer
+    from isojax.train.optim import make_optimizer
+    from isojax.train.parallel import make_mesh, make_runner
+    from isojax.train.preemption import TrainingStopped
+    from isojax.train.state import TrainState, create_state
+    from isojax.train.step import make_predict_step, make_train_step
+
+_DEFINED_IN = {
+    "config": (
+        "FlowConfig LoggingConfig MethodConfig ModelConfig OptimConfig PlacementConfig Seq2SeqConfig TaskConfig "
+        "TrainConfig"
+    ),
+    "hyperparams": "StepSchedule",
+    "loop": "FitResult fit",
+    "methods": "METHODS REGULARIZERS REPRESENTATIONS Method RegularizerSpec",
+    "model": "TaskModel init_variables",
+    "objective": "Objective Regularizer parse_regularizer",
+    "optim": "make_optimizer",
+    "parallel": "make_mesh make_runner",
+    "preemption": "TrainingStopped",
+    "state": "TrainState create_state",
+    "step": "make_predict_step make_train_step",
+}
+__getattr__ = lazy_attributes(
+    "isojax.train", {name: f"isojax.train.{module}" for module, names in _DEFINED_IN.items() for name in names.split()}
 )
-from isojax.train.hyperparams import StepSchedule
-from isojax.train.loop import FitResult, fit
-from isojax.train.model import REPRESENTATIONS, TaskModel, init_variables
-from isojax.train.objective import REGULARIZERS, Objective, Regularizer
-from isojax.train.optim import make_optimizer
-from isojax.train.parallel import make_mesh, make_runner
-from isojax.train.preemption import TrainingStopped
-from isojax.train.state import TrainState, create_state
-from isojax.train.step import make_predict_step, make_train_step
 
 __all__ = [
     "METHODS",
@@ -51,6 +74,7 @@ __all__ = [
     "OptimConfig",
     "PlacementConfig",
     "Regularizer",
+    "RegularizerSpec",
     "Seq2SeqConfig",
     "StepSchedule",
     "TaskConfig",

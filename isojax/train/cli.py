@@ -31,9 +31,9 @@ import json
 from typing import Any
 
 from isojax.argtypes import host_port, int_at_least
-from isojax.train.config import METHOD_ALIASES, METHODS, SETTINGS, Setting, TrainConfig
-from isojax.train.model import REPRESENTATIONS
-from isojax.train.objective import REGULARIZERS
+from isojax.train.config import SETTINGS, Setting, TrainConfig
+from isojax.train.methods import METHOD_ALIASES, METHODS, REGULARIZERS, REPRESENTATIONS
+from isojax.train.objective import Regularizer
 
 
 def _methods_help() -> str:
@@ -161,7 +161,11 @@ def config_from_args(args) -> TrainConfig:
             raise ValueError(f"--config {args.config}: not JSON ({e})") from None
         if not isinstance(base, dict):
             raise ValueError(f"--config {args.config}: expected a JSON object of settings, got {type(base).__name__}")
-    return TrainConfig.from_json(base, {s.path: vars(args)[s.path] for s in SETTINGS if s.path in vars(args)})
+    config = TrainConfig.from_json(base, {s.path: vars(args)[s.path] for s in SETTINGS if s.path in vars(args)})
+    for stage in config.stages():
+        for spec in stage.regularizers:
+            Regularizer.of(spec)  # an option value the regulariser refuses fails here, before the model loads
+    return config
 
 
 def cmd_finetune(args) -> int:

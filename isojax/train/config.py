@@ -1,25 +1,8 @@
 """What a fine-tuning run is: task, model, isotropy method, hyperparameters, devices. Checked on construction.
 
-Methods (:data:`METHODS`; extra regularisers can be added to any of them with ``regularizers``):
-
-    baseline              task loss only (alias: none)
-    softdecay             SoftDecay on the last layer's token states, alpha learned (softdecay §5.2, Table 2);
-                          softdecay_placement "output" (the paper) or "block" (the authors' code: inside the last
-                          block before its LayerNorm, residual added twice)
-    cosine                + cosine regularisation of the word embedding matrix (calibration-evaluation Table 1)
-    spectrum_pol          + polynomial spectrum control of the word embedding matrix (Table 1)
-    spectrum_exp          + exponential spectrum control of the word embedding matrix (Table 1)
-    isoscore              + log(1/IsoScore) of the batch's [CLS] vectors
-    istar                 + 1 - IsoScore* of the batch's [CLS] vectors (I-STAR)
-    persistent_entropy    + class-wise persistent entropy of selected 0-dim bars of [CLS] (shrink-the-longest)
-    persistent_entropy_all  the same over all bars (the paper's ablation)
-    isobn                 IsoBN on the pooled representation before the head (Zhou et al. 2021)
-    isotropy_layer        two stages (isotropy-layer-joint-loss §3): fine-tune encoder + head; then freeze
-                          both and train an Isotropy Layer before the head on the balanced joint loss
-                          L1 = task loss, L2 = log(1/IsoScore) of the head input
-    flow                  flow calibration (calibration-evaluation Tables 1, 2, 3): a Glow flow between the
-                          representation and the head, trained by maximum likelihood alongside the task
-                          (:mod:`isojax.train.model`; sequence-to-sequence: :mod:`isojax.train.tasks.seq2seq`)
+Each section is a frozen dataclass checked on construction; this module imports only the standard library and
+:mod:`isojax.train.methods` (the methods and regularisers, defined there once), so reading or writing a
+configuration loads no JAX, model or data.
 
 Tasks: a GLUE task (:mod:`isojax.data.glue`; a classifier, :class:`~isojax.train.model.TaskModel`) or a
 sequence-to-sequence task (:mod:`isojax.data.seq2seq`; an encoder-decoder, :mod:`isojax.train.tasks.seq2seq`), which
@@ -35,92 +18,42 @@ import os
 import typing
 from typing import Any, ClassVar
 
-from isojax.calibrate import Flow
-from isojax.data.batching import DEFAULT_BUCKETS
-from isojax.data.datadir import DATA_DIR_HELP
-from isojax.data.glue import GLUE_TASKS, glue_task
-from isojax.data.seq2seq import SEQ2SEQ_TASKS, seq2seq_task
-from isojax.models.encoder import TRANSFORM_PLACEMENTS
-from isojax.models.heads import POOLINGS
-from isojax.models.stack import REMAT_POLICIES
-from isojax.train.hyperparams import (
-    Hyperparameter,
-    StepSchedule,
-    hyperparameter,
+from isojax.train.methods import (
+    ISOTROPY_LAYER_TERM,
+    METHOD_ALIASES,
+    METHODS,
+    SEQ2SEQ_METHODS,
+    SEQ2SEQ_REPRESENTATIONS,
+    Method,
+    RegularizerSpec,
+    check_number_or_schedule,
     is_schedule_text,
-    is_scheduled,
-    to_json,
+    method,
 )
-from isojax.train.objective import COMBINATIONS, Regularizer
-from isojax.train.optim import SCHEDULES
-from isojax.train.parallel import FSDP_NEEDS_MESH, PARALLEL_MODES
 
-
-@dataclasses.dataclass(frozen=True)
-class Method:
-    """An isotropy method: model changes and the regularisers it adds to the task loss.
-
-    Attributes:
-      description: one line, shown by ``isojax finetune --help``.
-      regularizers: the :class:`~isojax.train.objective.Regularizer` terms it adds to the task loss.
-      softdecay: whether SoftDecay acts on the encoder's last layer.
-      isobn: whether IsoBN normalises the pooled representation.
-      isotropy_layer: whether an Isotropy Layer stage follows fine-tuning.
-      flow: whether a Glow flow sits before the head.
-    """
-
-    description: str
-    regularizers: tuple[Regularizer, ...] = ()
-    softdecay: bool = False
-    isobn: bool = False
-    isotropy_layer: bool = False
-    flow: bool = False
-
-
-METHODS: dict[str, Method] = {
-    "baseline": Method("task loss only"),
-    "softdecay": Method("SoftDecay on the last layer, learnable alpha", softdecay=True),
-    "cosine": Method("cosine regularisation of the word embeddings", (Regularizer("cosine", 1.0),)),
-    "spectrum_pol": Method("polynomial spectrum control of the word embeddings", (Regularizer("spectrum_pol", 1e-3),)),
-    "spectrum_exp": Method("exponential spectrum control of the word embeddings", (Regularizer("spectrum_exp", 1e-3),)),
-    "isoscore": Method("log(1/IsoScore) of the batch's [CLS] vectors", (Regularizer("isoscore", 0.1),)),
-    "istar": Method("I-STAR: 1 - IsoScore* of the batch's [CLS] vectors", (Regularizer("istar", 1.0),)),
-    "persistent_entropy": Method(
-        "class-wise persistent entropy of the selected bars of [CLS]", (Regularizer("persistent_entropy", 0.1),)
-    ),
-    "persistent_entropy_all": Method(
-        "class-wise persistent entropy of all bars of [CLS]",
-        (Regularizer("persistent_entropy", 0.1, options=(("bars", "all"),)),),
-    ),
-    "isobn": Method("IsoBN on the pooled representation", isobn=True),
-    "isotropy_layer": Method("two-stage Isotropy Layer with the balanced joint loss", isotropy_layer=True),
-    "flow": Method("flow calibration: a Glow flow before the head, trained by maximum likelihood", flow=True),
-}
-METHOD_ALIASES = {"none": "baseline"}
-SEQ2SEQ_METHODS = ("baseline", "cosine", "spectrum_pol", "spectrum_exp", "flow")
-"""The methods of isotropy-calibration-evaluation §3 that act on a sequence-to-sequence model (Tables 2, 3)."""
-SEQ2SEQ_REPRESENTATIONS = ("embedding", "tokens")
-
-
-def method(name: str) -> Method:
-    """Look a method up by name (or alias); ``ValueError`` listing the choices for an unknown one.
-
-    Args:
-      name: a key of :data:`METHODS` or an alias (``"none"`` is ``"baseline"``).
-
-    Returns:
-      Its :class:`Method`.
-
-    Examples:
-      >>> [(reg.name, reg.weight, reg.representation) for reg in method("istar").regularizers]
-      [('istar', 1.0, 'cls')]
-      >>> method("none") == method("baseline"), method("softdecay").softdecay
-      (True, True)
-    """
-    key = METHOD_ALIASES.get(name, name)
-    if key not in METHODS:
-        raise ValueError(f"method: unknown method {name!r}; expected one of {sorted(METHODS) + sorted(METHOD_ALIASES)}")
-    return METHODS[key]
+GLUE_TASK_NAMES = ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli")
+"""The keys of :data:`isojax.data.glue.GLUE_TASKS` (a test keeps the two equal)."""
+SEQ2SEQ_TASK_NAMES = ("wmt16_en_ro", "wmt16_de_en", "cnn_dailymail", "seq2seq")
+"""The keys of :data:`isojax.data.seq2seq.SEQ2SEQ_TASKS`."""
+POOLINGS = ("cls", "last", "pooler", "mean", "first_last_avg", "last2avg")
+""":data:`isojax.models.heads.POOLINGS`."""
+TRANSFORM_PLACEMENTS = ("output", "block")
+""":data:`isojax.models.encoder.TRANSFORM_PLACEMENTS`."""
+DEFAULT_BUCKETS = (32, 64, 128, 256, 512)
+""":data:`isojax.data.batching.DEFAULT_BUCKETS`."""
+DTYPES = ("float32", "bfloat16")
+REMATS = ("none", "full", "dots")
+"""``"none"`` and the keys of :data:`isojax.models.stack.REMAT_POLICIES`."""
+COMBINATIONS = ("sum", "balanced", "weighted")
+"""How the task loss and the regularisers join (:class:`isojax.train.objective.Objective`)."""
+SCHEDULES = ("linear", "cosine", "constant")
+"""Learning-rate schedules after the warm-up (:func:`isojax.train.optim.make_optimizer`)."""
+PARALLEL_MODES = ("mesh", "pmap")
+FSDP_NEEDS_MESH = "fsdp=True needs parallel='mesh' (pmap keeps a whole copy of the state on every device)"
+DATA_DIR_HELP = (
+    "directory of the original data releases: sts/STS12..STS16, sick/, glue/<Task>/ (default $ISOJAX_DATA_DIR; "
+    "without either, the Hugging Face Hub)"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,14 +71,10 @@ class Stage:
 
     name: str
     frozen: tuple[str, ...]
-    regularizers: tuple[Regularizer, ...]
+    regularizers: tuple[RegularizerSpec, ...]
     combine: str
     epochs: float
     steps: int | None
-
-
-DTYPES = ("float32", "bfloat16")
-REMATS = ("none", *REMAT_POLICIES)
 
 
 def setting(default: Any = None, flag: str | None = None, help: str = "", **meta: Any) -> Any:
@@ -212,9 +141,9 @@ class Setting:
         """``value`` as the field's type: text (a command line, a dotted override) is converted; ``ValueError``
         naming the setting when it cannot be."""
         if self.field.name == "regularizers":
-            items = [value] if isinstance(value, (str, Regularizer, dict)) else list(value)
+            items = [value] if isinstance(value, (str, RegularizerSpec, dict)) else list(value)
             try:
-                return tuple(_regularizer(item) for item in items)
+                return tuple(RegularizerSpec.from_json(item) for item in items)
             except (TypeError, ValueError) as e:
                 raise type(e)(f"{self.label}: {e}") from None
         if self.kind == tuple[int, ...]:
@@ -227,7 +156,7 @@ class Setting:
                 raise ValueError(f"{self.label} must be comma-separated integers, got {value!r}") from None
         if self.kind is float and isinstance(value, int) and not isinstance(value, bool):
             return float(value)
-        if not isinstance(value, str) or self.kind in (str, Any, Hyperparameter):
+        if not isinstance(value, str) or self.kind in (str, Any, float | str):
             return value
         text = value.strip()
         if self.kind == int | None and text.lower() in ("none", "null"):
@@ -243,14 +172,6 @@ class Setting:
             raise ValueError(
                 f"{self.label} must be {'a number' if cast is float else 'an integer'}, got {value!r}"
             ) from None
-
-
-def _regularizer(item: Any) -> Regularizer:
-    if isinstance(item, Regularizer):
-        return item
-    if isinstance(item, str):
-        return parse_regularizer(item)
-    return Regularizer(**{**item, "options": tuple(tuple(o) for o in item.get("options", ()))})
 
 
 class Section:
@@ -309,8 +230,8 @@ class TaskConfig(Section):
     name: str = setting(
         "stsb",
         "--task",
-        f"GLUE task: {', '.join(GLUE_TASKS)}; or sequence-to-sequence task (an encoder-decoder model): "
-        f"{', '.join(SEQ2SEQ_TASKS)}",
+        f"GLUE task: {', '.join(GLUE_TASK_NAMES)}; or sequence-to-sequence task (an encoder-decoder model): "
+        f"{', '.join(SEQ2SEQ_TASK_NAMES)}",
         flat="task",
     )
     max_length: int = setting(
@@ -392,7 +313,7 @@ class MethodConfig(Section):
     name: str = setting(
         "baseline", "--method", "isotropy method (list below)", choices=(*METHODS, *METHOD_ALIASES), flat="method"
     )
-    regularizers: tuple[Regularizer, ...] = setting(
+    regularizers: tuple[RegularizerSpec, ...] = setting(
         (),
         "--reg",
         "extra regulariser NAME[=WEIGHT][@REPRESENTATION][,KEY=VALUE...] (repeatable); WEIGHT and float VALUEs are "
@@ -406,10 +327,10 @@ class MethodConfig(Section):
         "isotropy_layer's second stage is balanced unless 'weighted'",
         choices=COMBINATIONS,
     )
-    joint_alpha: Hyperparameter = setting(
+    joint_alpha: float | str = setting(
         0.5, "--joint-alpha", "alpha of --combine weighted, in [0, 1]: a number or a schedule of the step (below)"
     )
-    balancer_smoothing: Hyperparameter = setting(
+    balancer_smoothing: float | str = setting(
         0.15,
         "--balancer-smoothing",
         "smoothing of --combine balanced's moving averages, in (0, 1]: a number or a schedule of the step",
@@ -427,19 +348,19 @@ class MethodConfig(Section):
         self._check_choices()
         object.__setattr__(self, "regularizers", tuple(self.regularizers))
         for reg in self.regularizers:
-            if not isinstance(reg, Regularizer):
-                raise TypeError(f"{self.label('regularizers')} must hold Regularizer objects, got {type(reg).__name__}")
-            reg.check()
-        for reg in self.spec.regularizers:
-            reg.check()
+            if type(reg) is not RegularizerSpec:
+                raise TypeError(
+                    f"{self.label('regularizers')} must hold RegularizerSpec settings (an objective's Regularizer is "
+                    f"built from them), got {type(reg).__name__}"
+                )
         for name in ("joint_alpha", "balancer_smoothing"):
             try:
-                object.__setattr__(self, name, hyperparameter(getattr(self, name), name))
+                object.__setattr__(self, name, check_number_or_schedule(getattr(self, name), name))
             except ValueError as e:
                 raise ValueError(f"{self.label(name)}: {e}") from None
-        if not is_scheduled(self.joint_alpha):
+        if not is_schedule_text(self.joint_alpha):
             self._within("joint_alpha", 0, 1, closed="[]")
-        if not is_scheduled(self.balancer_smoothing):
+        if not is_schedule_text(self.balancer_smoothing):
             self._within("balancer_smoothing", 0, 1, closed="(]")
         self._within("softdecay_alpha", -1, 0, closed="()")
         if self.combine != "sum" and not (self.regularizers or self.spec.regularizers or self.spec.isotropy_layer):
@@ -621,12 +542,13 @@ class TrainConfig:
       seed: the seed of the initialisation, dropout and batch order (``--seed``).
 
     Examples:
-      The two forms above give the same run; RTE is a two-class task, and method ``flow`` fills its section:
+      The two forms above give the same run (the task's name is read in any case), and method ``flow`` fills its
+      section:
 
       >>> a = TrainConfig(task=TaskConfig("RTE"), optim=OptimConfig(learning_rate=3e-5))
       >>> b = TrainConfig().override({"task.name": "rte", "optim.learning_rate": "3e-5"})
-      >>> a == b, a.num_labels, a.flow
-      (True, 2, None)
+      >>> a == b, a.task.name, a.flow
+      (True, 'rte', None)
       >>> TrainConfig(method=MethodConfig("flow")).flow
       FlowConfig(levels=3, depth=3, hidden=32, init_batches=1)
       >>> TrainConfig.from_json(a.to_json()) == a
@@ -688,21 +610,10 @@ class TrainConfig:
     def method_spec(self) -> Method:
         return self.method.spec
 
-    def make_flow(self) -> Flow | None:
-        """The flow of method ``flow`` (:class:`isojax.calibrate.Flow` of the ``flow`` section), else None."""
-        if not self.method_spec.flow:
-            return None
-        assert self.flow is not None  # __post_init__ fills the section for method flow
-        return Flow(levels=self.flow.levels, depth=self.flow.depth, hidden=self.flow.hidden)
-
     @property
     def is_seq2seq(self) -> bool:
         """Whether the task is a sequence-to-sequence task (else a GLUE task)."""
-        return self.task.name in SEQ2SEQ_TASKS
-
-    @property
-    def num_labels(self) -> int:
-        return glue_task(self.task.name).num_labels
+        return self.task.name in SEQ2SEQ_TASK_NAMES
 
     def stages(self) -> tuple[Stage, ...]:
         """The run's stages: fine-tuning (``method.combine`` joins its task loss and regularisers), then, for
@@ -718,7 +629,7 @@ class TrainConfig:
             Stage(
                 "isotropy_layer",
                 ("encoder", "head"),
-                (Regularizer("isoscore", 1.0, "head_input"),),
+                (ISOTROPY_LAYER_TERM,),
                 joint,
                 optim.stage2_epochs,
                 optim.stage2_steps,
@@ -830,17 +741,9 @@ def setting_of(path: str) -> Setting:
 
 
 def _json_value(value: Any) -> Any:
-    if isinstance(value, tuple) and all(isinstance(r, Regularizer) for r in value):
-        return [
-            {
-                "name": r.name,
-                "weight": to_json(r.weight),
-                "representation": r.representation,
-                "options": tuple((k, to_json(v)) for k, v in r.options),
-            }
-            for r in value
-        ]
-    return to_json(value) if is_scheduled(value) else value
+    if isinstance(value, tuple) and value and all(isinstance(r, RegularizerSpec) for r in value):
+        return [r.to_json() for r in value]
+    return value
 
 
 def _is_flat(data: dict) -> bool:
@@ -889,64 +792,16 @@ def _build(values: dict[str, Any]) -> TrainConfig:
 
 
 def _task_name(task: str) -> str:
-    """The canonical name of a GLUE or sequence-to-sequence task; ``ValueError`` listing both kinds."""
-    try:
-        return glue_task(task).name
-    except ValueError as e:
-        try:
-            return seq2seq_task(task).name
-        except ValueError:
-            raise ValueError(f"{e}; or a sequence-to-sequence task: {sorted(SEQ2SEQ_TASKS)}") from None
-
-
-def parse_regularizer(text: str) -> Regularizer:
-    """Parse ``NAME[=WEIGHT][@REPRESENTATION][,KEY=VALUE...]``, e.g. ``isoscore=0.5@cls``,
-    ``persistent_entropy=0.1@cls,bars=all,classwise=false`` or ``istar=linear:0:1:500@cls``.
-
-    WEIGHT is a number or a schedule of the step (:mod:`isojax.train.hyperparams`: ``constant:V``,
-    ``linear:A:B:N[:S]``, ``warmup:V:N[:S]``, ``cosine:A:N[:F]``); option values parse as bool, int, float,
-    schedule or string.
-
-    Args:
-      text: the specification (``isojax finetune --reg``).
-
-    Returns:
-      The :class:`~isojax.train.objective.Regularizer`; ``ValueError`` naming ``text`` for a malformed one.
-
-    Examples:
-      Options not given take the regulariser's defaults:
-
-      >>> reg = parse_regularizer("persistent_entropy=0.1@cls,bars=all,classwise=false")
-      >>> reg.name, reg.weight, reg.representation, reg.options
-      ('persistent_entropy', 0.1, 'cls',
-       (('bars', 'all'), ('bins', 5), ('classwise', False), ('in_cluster_weight', 0.0)))
-      >>> parse_regularizer("istar=linear:0:1:500").weight
-      StepSchedule(kind='linear', args=(0.0, 1.0, 500))
-    """
-    head, *opts = [p.strip() for p in text.split(",")]
-    head, _, rep = head.partition("@")
-    name, _, weight = head.partition("=")
-    options = []
-    for opt in opts:
-        key, sep, value = opt.partition("=")
-        if not sep:
-            raise ValueError(f"regulariser {text!r}: option {opt!r} is not KEY=VALUE")
-        options.append((key.strip(), _parse_value(value.strip())))
-    try:
-        weight_value = hyperparameter(weight.strip() or 1.0, "weight")
-    except ValueError as e:
-        raise ValueError(f"regulariser {text!r}: {e}") from None
-    return Regularizer(name.strip(), weight_value, rep.strip() or None, tuple(options))
-
-
-def _parse_value(value: str):
-    if value.lower() in ("true", "false"):
-        return value.lower() == "true"
-    if is_schedule_text(value):
-        return StepSchedule.parse(value)
-    for cast in (int, float):
-        try:
-            return cast(value)
-        except ValueError:
-            pass
-    return value
+    """The canonical name of a GLUE or sequence-to-sequence task (case, dashes and underscores as
+    :func:`isojax.data.glue.glue_task` and :func:`isojax.data.seq2seq.seq2seq_task` read them); ``ValueError``
+    listing both kinds."""
+    glue = str(task).lower().replace("-", "").replace("_", "")
+    if glue in GLUE_TASK_NAMES:
+        return glue
+    seq2seq = str(task).lower().replace("-", "_")
+    if seq2seq in SEQ2SEQ_TASK_NAMES:
+        return seq2seq
+    raise ValueError(
+        f"task: unknown GLUE task {task!r}; expected one of {sorted(GLUE_TASK_NAMES)}; or a sequence-to-sequence "
+        f"task: {sorted(SEQ2SEQ_TASK_NAMES)}"
+    )

@@ -29,20 +29,20 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from isojax.train.methods import SCHEDULE_KINDS, is_schedule_text, parse_schedule, schedule_args
+
 if TYPE_CHECKING:
     from typing_extensions import TypeIs
 
 Hyperparameter = float | Callable[[Any], Any]
 
-# kind -> (argument names, how many of them are required, the optax schedule of the arguments)
-_KINDS: dict[str, tuple[tuple[str, ...], int, Callable[..., optax.Schedule]]] = {
-    "constant": (("V",), 1, optax.constant_schedule),
-    "linear": (("A", "B", "N", "S"), 3, lambda a, b, n, s=0: optax.linear_schedule(a, b, n, s)),
-    "warmup": (("V", "N", "S"), 2, lambda v, n, s=0: optax.linear_schedule(0.0, v, n, s)),
-    "cosine": (("A", "N", "F"), 2, lambda a, n, f=0.0: optax.cosine_decay_schedule(a, n, alpha=f)),
+# kind -> the optax schedule of its arguments (the text forms: isojax.train.methods.SCHEDULE_ARGUMENTS)
+_OPTAX: dict[str, Callable[..., optax.Schedule]] = {
+    "constant": optax.constant_schedule,
+    "linear": lambda a, b, n, s=0: optax.linear_schedule(a, b, n, s),
+    "warmup": lambda v, n, s=0: optax.linear_schedule(0.0, v, n, s),
+    "cosine": lambda a, n, f=0.0: optax.cosine_decay_schedule(a, n, alpha=f),
 }
-SCHEDULE_KINDS = tuple(_KINDS)
-_STEP_ARGUMENTS = {"N": "a positive integer", "S": "a non-negative integer"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,63 +71,18 @@ class StepSchedule:
     args: tuple[float, ...]
 
     def __post_init__(self):
-        if self.kind not in _KINDS:
-            raise ValueError(f"schedule kind must be one of {list(_KINDS)}, got {self.kind!r}")
-        names, required, _ = _KINDS[self.kind]
-        if not required <= len(self.args) <= len(names):
-            raise ValueError(
-                f"schedule {self.kind} takes {self.kind}:{':'.join(names)} ({required} to {len(names)} "
-                f"numbers), got {len(self.args)}: {self.args!r}"
-            )
-        args = []
-        for name, value in zip(names, self.args):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ValueError(f"schedule {self.kind}: {name} must be a finite number, got {value!r}")
-            if name in _STEP_ARGUMENTS:
-                if value != int(value) or value < (1 if name == "N" else 0):
-                    raise ValueError(
-                        f"schedule {self.kind}: {name} (steps) must be {_STEP_ARGUMENTS[name]}, got {value!r}"
-                    )
-                value = int(value)
-            else:
-                value = float(value)
-            args.append(value)
-        object.__setattr__(self, "args", tuple(args))
+        object.__setattr__(self, "args", schedule_args(self.kind, self.args))
 
     @classmethod
     def parse(cls, text: str) -> StepSchedule:
         """``"linear:0:1:500"`` -> ``StepSchedule("linear", (0.0, 1.0, 500))``; ``ValueError`` naming the text."""
-        kind, *fields = [f.strip() for f in text.split(":")]
-        try:
-            args = tuple(float(f) for f in fields)
-        except ValueError:
-            raise ValueError(f"schedule {text!r}: the fields after {kind!r} must be numbers") from None
-        try:
-            return cls(kind, args)
-        except ValueError as e:
-            raise ValueError(f"schedule {text!r}: {e}") from None
+        return cls(*parse_schedule(text))
 
     def __str__(self) -> str:
         return ":".join([self.kind, *map(repr, self.args)])
 
     def __call__(self, step):
-        return _KINDS[self.kind][2](*self.args)(step)
-
-
-def is_schedule_text(text: str) -> bool:
-    """Whether ``text`` is written as a schedule (``KIND:...`` with a kind of :data:`SCHEDULE_KINDS`).
-
-    Args:
-      text: a hyperparameter as written on the command line or in JSON.
-
-    Returns:
-      A bool.
-
-    Examples:
-      >>> is_schedule_text("warmup:0.1:500"), is_schedule_text("0.1"), is_schedule_text("step:1")
-      (True, False, False)
-    """
-    return text.partition(":")[0].strip() in _KINDS and ":" in text
+        return _OPTAX[self.kind](*self.args)(step)
 
 
 def hyperparameter(value, name: str) -> Hyperparameter:

@@ -31,15 +31,7 @@ from jax.sharding import PartitionSpec as P
 from isojax.calibrate import Flow, IsoBN, IsotropyLayer
 from isojax.models import registry
 from isojax.models.heads import ClassificationHead, pool
-
-REPRESENTATIONS = {
-    "cls": "last-layer [CLS] state (a causal LM's: its last real token, what its classification head reads), [B, H]",
-    "pooler": "the encoder's pooler output tanh(W h_[CLS] + b), [B, H] (models with a pooler)",
-    "sentence": "the pooled sentence embedding (--pooling), [B, H]",
-    "head_input": "what the head reads: the sentence embedding after IsoBN / Isotropy Layer, [B, H]",
-    "tokens": "all real last-layer token states of the batch as one cloud, [B*L, H] with the attention mask",
-    "embedding": "the word (= tied output) embedding matrix W, [V, H]",
-}
+from isojax.train.config import TrainConfig
 
 
 @flax.struct.dataclass
@@ -197,3 +189,12 @@ def init_variables(model: TaskModel, encoder_params, key, flow_rows=None) -> dic
         "batch_stats": variables.get("batch_stats", {}),
         "constants": variables.get("constants", {}),
     }
+
+
+def make_flow(config: TrainConfig) -> Flow | None:
+    """The flow of method ``flow`` (:class:`isojax.calibrate.Flow` of the configuration's ``flow`` section), else
+    None."""
+    if not config.method_spec.flow:
+        return None
+    assert config.flow is not None  # TrainConfig fills the section for method flow
+    return Flow(levels=config.flow.levels, depth=config.flow.depth, hidden=config.flow.hidden)

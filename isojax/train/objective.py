@@ -14,7 +14,7 @@ embeddings, or the real target tokens of a sequence-to-sequence batch) is added 
 (:class:`isojax.calibrate.Flow`), so a weight would only rescale the flow's own gradient, which its optimiser
 normalises (:mod:`isojax.train.optim`). It is logged as ``flow``.
 
-Regularisers (:data:`REGULARIZERS`; each is minimised, options in brackets with their defaults):
+Regularisers (:data:`~isojax.train.methods.REGULARIZERS`, their functions :data:`REGULARIZER_FUNCTIONS`; each is minimised, options in brackets with their defaults):
 
     cosine              Gao et al. cosine regularisation (losses.cosine_regularization)        [embedding]
     spectrum_pol        sum_k (s_k - c1 k^gamma)^2 (losses.spectrum_polynomial)                [embedding]
@@ -48,7 +48,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 import jax
 import jax.numpy as jnp
@@ -57,12 +57,12 @@ import optax
 from isojax import losses, topology
 from isojax._stats import select_rows
 from isojax.train.collectives import Collectives
+from isojax.train.config import COMBINATIONS
 from isojax.train.hyperparams import Hyperparameter, hyperparameter, is_schedule_text, is_scheduled, value_at
-from isojax.train.model import REPRESENTATIONS, word_embeddings
+from isojax.train.methods import RegularizerSpec, regularizer_fields
+from isojax.train.model import word_embeddings
 
 REGRESSION_RANGE = (0.0, 5.0)  # STS-B scores, GLUE's only regression task
-COMBINATIONS = ("sum", "balanced", "weighted")
-_BATCH_REPRESENTATIONS = tuple(r for r in REPRESENTATIONS if r != "embedding")
 
 
 def _cosine(x, mask, labels, num_classes):
@@ -96,62 +96,32 @@ def _persistent_entropy(x, mask, labels, num_classes, *, bars, classwise, in_clu
     )
 
 
-@dataclasses.dataclass(frozen=True)
-class RegularizerKind:
-    """A regulariser ``fn(x [n, d], mask [n] | None, labels [n], num_classes, **options) -> scalar``, its
-    default representation, the representations it accepts, and its options with their defaults."""
-
-    fn: Callable[..., jax.Array]
-    representation: str
-    description: str
-    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    representations: tuple[str, ...] = tuple(REPRESENTATIONS)
-
-
-REGULARIZERS: dict[str, RegularizerKind] = {
-    "cosine": RegularizerKind(_cosine, "embedding", "mean pairwise cosine of the rows (Gao et al. 2019)"),
-    "spectrum_pol": RegularizerKind(
-        _spectrum_pol, "embedding", "spectrum control, polynomial prior c1 k^gamma", {"c1": "auto", "gamma": -0.5}
-    ),
-    "spectrum_exp": RegularizerKind(
-        _spectrum_exp,
-        "embedding",
-        "spectrum control, exponential prior c1 exp(-c2 k^gamma)",
-        {"c1": "auto", "c2": 0.005, "gamma": 1.0},
-    ),
-    "isoscore": RegularizerKind(_isoscore, "cls", "log(1/IsoScore) of the batch", {}, _BATCH_REPRESENTATIONS),
-    "istar": RegularizerKind(
-        _istar,
-        "cls",
-        "1 - IsoScore* (I-STAR) of the batch; c0 = identity or data "
-        "(covariance of the representation over the training set at the start)",
-        {"zeta": 0.2, "c0": "identity"},
-        _BATCH_REPRESENTATIONS,
-    ),
-    "persistent_entropy": RegularizerKind(
-        _persistent_entropy,
-        "cls",
-        "minus the persistent entropy of the 0-dim barcode, per class",
-        {"bars": "selected", "classwise": True, "in_cluster_weight": 0.0, "bins": 5},
-        _BATCH_REPRESENTATIONS,
-    ),
+REGULARIZER_FUNCTIONS: dict[str, Callable[..., jax.Array]] = {
+    "cosine": _cosine,
+    "spectrum_pol": _spectrum_pol,
+    "spectrum_exp": _spectrum_exp,
+    "isoscore": _isoscore,
+    "istar": _istar,
+    "persistent_entropy": _persistent_entropy,
 }
+"""Each regulariser of :data:`~isojax.train.methods.REGULARIZERS` as ``fn(x [n, d], mask [n] | None, labels [n],
+num_classes, **options) -> scalar``."""
 
 
 @dataclasses.dataclass(frozen=True)
-class Regularizer:
+class Regularizer(RegularizerSpec):
     """One weighted regulariser term: ``weight(step) * REGULARIZERS[name](representation, **options(step))``.
 
-    Unknown names, options or representations, and a weight that is not a float scalar or a schedule, raise
-    ``ValueError`` here, at construction. The dataclass is frozen and hashable, so objectives can be static under
+    Unknown names, options or representations, a weight that is not a float scalar or a schedule, and an option
+    value the regulariser refuses (:meth:`check`) raise ``ValueError`` here, at construction. The dataclass is frozen and hashable, so objectives can be static under
     ``jit``.
 
     Attributes:
-      name: a key of :data:`REGULARIZERS` (``"cosine"``, ``"spectrum_pol"``, ``"spectrum_exp"``, ``"isoscore"``,
+      name: a key of :data:`~isojax.train.methods.REGULARIZERS` (``"cosine"``, ``"spectrum_pol"``, ``"spectrum_exp"``, ``"isoscore"``,
         ``"istar"``, ``"persistent_entropy"``).
       weight: ``lambda``: a number, a 0-d float NumPy / JAX scalar (kept as a Python float) or a schedule of the step
         (:mod:`isojax.train.hyperparams`; text such as ``"linear:0:1:500"`` is read as one).
-      representation: what the term acts on, a key of :data:`~isojax.train.model.REPRESENTATIONS` that the
+      representation: what the term acts on, a key of :data:`~isojax.train.methods.REPRESENTATIONS` that the
         regulariser accepts; ``None``: its default (``embedding`` or ``cls``).
       options: ``(name, value)`` pairs overriding the regulariser's defaults; after construction, every option with
         its value, sorted by name. Float options may be schedules too.
@@ -167,34 +137,20 @@ class Regularizer:
       ValueError: regulariser istar: unknown or unsupported representation 'embedding'; expected one of [...]
     """
 
-    name: str
     weight: Hyperparameter = 1.0
-    representation: str | None = None
-    options: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self):
-        kind = REGULARIZERS.get(self.name)
-        if kind is None:
-            raise ValueError(f"unknown regulariser {self.name!r}; expected one of {sorted(REGULARIZERS)}")
+        representation, options = regularizer_fields(self.name, self.representation, self.options)
+        object.__setattr__(self, "representation", representation)
         object.__setattr__(self, "weight", hyperparameter(self.weight, f"regulariser {self.name}: weight"))
-        if self.representation is None:
-            object.__setattr__(self, "representation", kind.representation)
-        if self.representation not in kind.representations:
-            raise ValueError(
-                f"regulariser {self.name}: unknown or unsupported representation "
-                f"{self.representation!r}; expected one of {list(kind.representations)}"
-            )
-        options = dict(self.options)
-        unknown = sorted(set(options) - set(kind.options))
-        if unknown:
-            raise ValueError(f"regulariser {self.name}: unknown option(s) {unknown}; it takes {dict(kind.options)}")
-        options = {k: _option_value(v, f"regulariser {self.name}: option {k}") for k, v in options.items()}
-        object.__setattr__(self, "options", tuple(sorted({**kind.options, **options}.items())))
+        options = tuple((k, _option_value(v, f"regulariser {self.name}: option {k}")) for k, v in options)
+        object.__setattr__(self, "options", options)
+        self.check()
 
-    @property
-    def label(self) -> str:
-        """``name@representation``, the key of this term in the logged metrics."""
-        return f"{self.name}@{self.representation}"
+    @classmethod
+    def of(cls, spec: RegularizerSpec) -> Regularizer:
+        """The term of a configured :class:`~isojax.train.methods.RegularizerSpec` (schedule text read)."""
+        return spec if isinstance(spec, Regularizer) else cls(spec.name, spec.weight, spec.representation, spec.options)
 
     @property
     def kwargs(self) -> dict:
@@ -203,17 +159,14 @@ class Regularizer:
 
     def fn(self, step=None) -> Callable:
         """``fn(x, mask, labels, num_classes)`` with the options bound (scheduled ones at ``step``)."""
-        return functools.partial(REGULARIZERS[self.name].fn, **{k: value_at(v, step) for k, v in self.kwargs.items()})
+        return functools.partial(
+            REGULARIZER_FUNCTIONS[self.name], **{k: value_at(v, step) for k, v in self.kwargs.items()}
+        )
 
     def scheduled_values(self, step) -> dict:
         """``{"<label>/weight" | "<label>/<option>": value at step}`` of the scheduled weight and options."""
         values = (("weight", self.weight), *self.options)
         return {f"{self.label}/{k}": value_at(v, step) for k, v in values if is_scheduled(v)}
-
-    @property
-    def needs_reference(self) -> bool:
-        """Whether the term needs a reference statistic of the training data (I-STAR with ``c0="data"``)."""
-        return dict(self.options).get("c0") == "data"
 
     @functools.cache  # noqa: B019 - a frozen, hashable value: its check never changes
     def check(self) -> None:
@@ -224,7 +177,7 @@ class Regularizer:
                 f"regulariser {self.label}: c0 must be 'identity' or 'data', got {dict(self.options)['c0']!r}"
             )
         kwargs = {k: (1.0 if v == "auto" else value_at(v, 0)) for k, v in self.kwargs.items()}
-        fn = functools.partial(REGULARIZERS[self.name].fn, **kwargs)
+        fn = functools.partial(REGULARIZER_FUNCTIONS[self.name], **kwargs)
         try:
             jax.eval_shape(
                 lambda x, y: fn(x, None, y, 2),
@@ -233,6 +186,27 @@ class Regularizer:
             )
         except (TypeError, ValueError) as e:
             raise ValueError(f"regulariser {self.label}: {e}") from e
+
+
+def parse_regularizer(text: str) -> Regularizer:
+    """The term of ``NAME[=WEIGHT][@REPRESENTATION][,KEY=VALUE...]`` (``isojax finetune --reg``;
+    :meth:`~isojax.train.methods.RegularizerSpec.parse`), its schedule text read as schedules.
+
+    Args:
+      text: the specification, e.g. ``"istar=linear:0:1:500@cls,zeta=0.3"``.
+
+    Returns:
+      The :class:`Regularizer`; ``ValueError`` naming ``text`` for a malformed or unknown one.
+
+    Examples:
+      >>> reg = parse_regularizer("persistent_entropy=0.1@cls,bars=all,classwise=false")
+      >>> reg.name, reg.weight, reg.representation, reg.options
+      ('persistent_entropy', 0.1, 'cls',
+       (('bars', 'all'), ('bins', 5), ('classwise', False), ('in_cluster_weight', 0.0)))
+      >>> parse_regularizer("istar=linear:0:1:500").weight
+      StepSchedule(kind='linear', args=(0.0, 1.0, 500))
+    """
+    return Regularizer.of(RegularizerSpec.parse(text))
 
 
 def _option_value(value, name: str):
@@ -250,7 +224,7 @@ def resolve_auto_options(regularizers, params) -> tuple[Regularizer, ...]:
     with every batch): ``"auto"`` elsewhere raises ``ValueError``.
     """
     out = []
-    for reg in regularizers:
+    for reg in map(Regularizer.of, regularizers):
         opts = dict(reg.options)
         if opts.get("c1") == "auto":
             if reg.representation != "embedding":
@@ -365,7 +339,7 @@ class Objective:
             raise ValueError(f"combine must be one of {COMBINATIONS}, got {self.combine!r}")
         if self.combine != "sum" and not self.regularizers:
             raise ValueError(f"combine={self.combine!r} joins the task loss with regularisers; none were given")
-        object.__setattr__(self, "regularizers", tuple(self.regularizers))
+        object.__setattr__(self, "regularizers", tuple(map(Regularizer.of, self.regularizers)))
         for name in ("alpha", "smoothing"):
             object.__setattr__(self, name, hyperparameter(getattr(self, name), name))
         if not is_scheduled(self.alpha) and not 0.0 <= self.alpha <= 1.0:

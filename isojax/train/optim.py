@@ -30,8 +30,8 @@ import optax
 
 from isojax.calibrate.flow import scale_lu_updates
 from isojax.models import TRANSFORM, registry
+from isojax.train.config import SCHEDULES
 
-SCHEDULES = ("linear", "cosine", "constant")
 TRANSFORM_PREFIXES = (("encoder", TRANSFORM), ("isotropy_layer",))
 FLOW_PREFIX = ("flow",)
 

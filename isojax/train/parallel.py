@@ -79,14 +79,13 @@ from jax.sharding import PartitionSpec as P
 from isojax._validate import check_positive_int
 from isojax.models.partitioning import FSDP_AXIS, fsdp_spec
 from isojax.train.collectives import GLOBAL, AxisCollectives, Collectives
+from isojax.train.config import FSDP_NEEDS_MESH, PARALLEL_MODES
 
 log = logging.getLogger(__name__)
 
-PARALLEL_MODES = ("mesh", "pmap")
 
 _TASK_COUNT_ENV = ("SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE")
 
-FSDP_NEEDS_MESH = "fsdp=True needs parallel='mesh' (pmap keeps a whole copy of the state on every device)"
 
 FSDP_FIELDS = ("params", "opt_state")
 """The fields of the train state that FSDP splits over the data axis, the parameters and the optimiser state (Adam's

@@ -22,7 +22,8 @@ from isojax.softdecay import SoftDecay
 from isojax.train import evaluation
 from isojax.train.config import Stage, TrainConfig
 from isojax.train.feed import Split
-from isojax.train.model import TaskModel, init_variables
+from isojax.train.hyperparams import hyperparameter
+from isojax.train.model import TaskModel, init_variables, make_flow
 from isojax.train.objective import Objective, data_references, resolve_auto_options
 from isojax.train.state import TrainState
 from isojax.train.step import make_predict_step
@@ -34,7 +35,7 @@ def build_task_model(config: TrainConfig) -> tuple[TaskModel, dict, Any]:
 
     The encoder is loaded by :func:`isojax.from_pretrained` (``config.model.name``) with the configuration's SoftDecay,
     dtype, dropout, scanned layers and remat; the :class:`~isojax.train.model.TaskModel` adds the method's isotropy
-    modules and a head of ``config.num_labels`` outputs.
+    modules and a head of the task's ``num_labels`` outputs.
 
     Args:
       config: the run (:class:`~isojax.train.config.TrainConfig`) of a GLUE task.
@@ -72,12 +73,12 @@ def build_task_model(config: TrainConfig) -> tuple[TaskModel, dict, Any]:
             )
     model = TaskModel(
         encoder,
-        num_labels=config.num_labels,
+        num_labels=glue_task(config.task.name).num_labels,
         pooling=config.model.pooling,
         dropout_rate=dropout,
         use_isobn=spec.isobn,
         use_isotropy_layer=spec.isotropy_layer,
-        flow=config.make_flow(),
+        flow=make_flow(config),
     )
     return model, params, tokenizer
 
@@ -233,11 +234,11 @@ class ClassificationRecipe:
     def objective(self, stage: Stage, params: dict, references: Mapping[str, jax.Array]) -> Objective:
         c = self.config
         return Objective(
-            num_labels=c.num_labels,
+            num_labels=self.task.num_labels,
             regularizers=resolve_auto_options(stage.regularizers, params),
             combine=stage.combine,
-            alpha=c.method.joint_alpha,
-            smoothing=c.method.balancer_smoothing,
+            alpha=hyperparameter(c.method.joint_alpha, "method.joint_alpha"),
+            smoothing=hyperparameter(c.method.balancer_smoothing, "method.balancer_smoothing"),
             references=references,
         )
 

@@ -59,7 +59,8 @@ from isojax.train.collectives import Collectives
 from isojax.train.config import Seq2SeqConfig, Stage, TrainConfig
 from isojax.train.evaluation import predict_all
 from isojax.train.feed import TokenGroup
-from isojax.train.model import HEAD_PARTITION_RULES, word_embeddings
+from isojax.train.hyperparams import hyperparameter
+from isojax.train.model import HEAD_PARTITION_RULES, make_flow, word_embeddings
 from isojax.train.objective import ModelOutput, Objective, Regularizer, resolve_auto_options
 from isojax.train.state import TrainState
 from isojax.train.tasks.base import PredictStep, Runner, check_length, check_room
@@ -492,7 +493,7 @@ class Seq2SeqRecipe:
         if self.task.source_lang and hasattr(tokenizer, "src_lang"):
             tokenizer.src_lang, tokenizer.tgt_lang = self.task.source_lang, self.task.target_lang
         self.model_config, self.tokenizer = network.config, tokenizer
-        return Seq2SeqModel(network, flow=c.make_flow()), params, tokenizer
+        return Seq2SeqModel(network, flow=make_flow(c)), params, tokenizer
 
     @property
     def mbart(self) -> bool:
@@ -544,8 +545,8 @@ class Seq2SeqRecipe:
             num_labels=self.model_config.vocab_size,
             regularizers=resolve_auto_options(stage.regularizers, params),
             combine=stage.combine,
-            alpha=c.method.joint_alpha,
-            smoothing=c.method.balancer_smoothing,
+            alpha=hyperparameter(c.method.joint_alpha, "method.joint_alpha"),
+            smoothing=hyperparameter(c.method.balancer_smoothing, "method.balancer_smoothing"),
             references=references,
             label_smoothing=self.settings.label_smoothing,
         )
