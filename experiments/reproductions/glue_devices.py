@@ -115,7 +115,7 @@ def sections(result: dict, a: str, b: str) -> list[str]:
     ]
     return [
         f"Runs recorded in both `{a}` (a) and `{b}` (b): same configuration, data order and dropout keys "
-        "(the masks are the same where the pair keys agree; older stream fingerprints can differ by arithmetic alone). "
+        "(the masks are the same where the pair keys agree). "
         f"Machines: {'; '.join(f'`{m}`' for m in machines)}.",
         "## Per run\n\n"
         + markdown_table(
