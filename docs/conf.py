@@ -177,7 +177,8 @@ def generate_results():
         toc.append(stem)
     text = (
         "# Result files\n\nEach committed table of `experiments/results/`, as written by the command that made it "
-        "(its command, commit and machine are in the file).\n\n```{toctree}\n:maxdepth: 1\n\n"
+        "(its command, commit and machine are in the file; under its title, the git tag `results/<name>` that "
+        "reproduces it, made by `python -m experiments.tooling.tag_results`).\n\n```{toctree}\n:maxdepth: 1\n\n"
         + "\n".join(toc)
         + "\n```\n"
     )

@@ -1,5 +1,5 @@
-"""Regression tests for the observations of issue 25 (items 1 and 2) and issue 29 (item 3): non-finite, extreme
-and mistaken input never hangs, never gives a believable number, and masked rows never count.
+"""Bad input: non-finite, extreme and mistaken input never hangs, never gives a believable number, and masked
+rows never count; integer masks hold only 0 and 1; no isojax function is jitted where it is defined.
 
 References are independent of isojax: numpy formulas (IsoScore as the participation ratio of the covariance,
 Rudman et al. 2022), scipy's minimum spanning tree for the 0-dim barcode.
@@ -120,7 +120,7 @@ def test_a_single_string_is_not_a_sequence_of_texts():
 
 
 def test_integer_masks_hold_only_zero_and_one(cloud):
-    """Issue 29: an integer mask holding 0/2 was accepted as a mask."""
+    """An integer mask holding a value other than 0 and 1 is refused (eagerly) or gives NaN (traced)."""
     x = cloud[0]
     with pytest.raises(ValueError, match=r"mask must be boolean or hold only 0 and 1, found the values \[0, 1, 2\]"):
         metrics.isoscore(x, mask=np.array([1, 1, 2, 1, 0, 1]))
@@ -137,8 +137,7 @@ def test_integer_masks_hold_only_zero_and_one(cloud):
 
 
 def test_nothing_is_jitted_at_definition():
-    """Issue 29: no public or private function of any isojax module is wrapped in jax.jit where it is defined
-    (topology._cloud_losses was; so were helpers of calibrate.flow, eval, train and models.generate). A jitted
+    """No public or private function of any isojax module is wrapped in jax.jit where it is defined. A jitted
     function is recognised by its ``lower`` method."""
     import importlib
     import pkgutil

@@ -1,7 +1,7 @@
 """Seconds of I-STAR's ``c0="data"`` reference pass: the covariance of the head input over a GLUE training split,
 as :func:`isojax.train.tasks.classification.representation_covariance` streams it (rows shortest first, each batch
 cut to the split's bucket width of its longest row), against the same stream in the rows' own order with the
-default buckets (32, 64, ...), as it ran before (the campaign's I-STAR runs up to session 54).
+default buckets (32, 64, ...).
 
     python -m experiments.benchmarks.reference_covariance [--config experiments/reproductions/configs/glue_methods.json]
         [--data-dir ../shared/data] [--tasks sst2,cola] [--limit 4096] [--repeats 2]

@@ -465,8 +465,7 @@ def header(
         "the data order and the per-site dropout "
         "keys, but the masks act on other activations. The added loss terms (a regulariser, or the flow's "
         "negative log-likelihood per dimension) are the mean over seeds of the unweighted term at the first "
-        "and the last logged training step (the stage's last step itself in runs from commit 4e5d195 on): "
-        "whether the optimiser moved it. s / epoch is each run's own training time per "
+        "and the last logged training step: whether the optimiser moved it. s / epoch is each run's own training time per "
         "epoch (evaluation and checkpoints left out): runs made at different times on a shared machine "
         "differ by its load as well; `experiments/results/glue_cost.md` gives the measured cost per "
         'task. A method with no finished seed says "not run" and why. Protocols:\n\n'

@@ -14,14 +14,12 @@ Within one protocol and seed, every ``isojax finetune`` run
   order and the per-site keys with the baseline, but the masks act on other activations, so the pairing is
   weaker (the report marks them).
 
-Pairing also needs the same dropout implementation: the campaign's code changed its mask generator once (commit
-4f6c0e6), so runs made before and after draw different masks for the same key. Each run records
-:func:`dropout_masks`, a fingerprint of the masks a small encoder draws for a fixed key, which the device's
-arithmetic does not change, so that runs on a CPU and on a GPU can pair; runs pair only when their fingerprints
-agree (:func:`pair_key`). Records made before it carry :func:`dropout_stream`, which the arithmetic can change (an
-H200 gave another stream than the CPU for the same code), and records made before that their commit; such
-records pair with runs of the same stream or commit, and through :data:`STREAM_OF_MASKS` with the runs whose masks
-that stream's code draws.
+Pairing also needs the same dropout masks. Each run records :func:`dropout_masks`, a fingerprint of the masks a
+small encoder draws for a fixed key, which the device's arithmetic does not change, so that runs on a CPU and on a
+GPU can pair; runs pair only when their pair keys agree (:func:`pair_key`). A record without that fingerprint pairs
+by its :func:`dropout_stream` (a rounded output, which the arithmetic can change), else by its commit;
+:data:`STREAM_OF_MASKS` names the stream whose code draws a given fingerprint's masks, so such records pair with the
+runs that draw the same masks.
 """
 
 from __future__ import annotations
@@ -131,7 +129,7 @@ def pairing_record(config: TrainConfig, commit: str, stream: str | None, masks: 
 
 
 def pair_key(record: dict) -> str:
-    """The stream a run's masks come from: its mask fingerprint (named by the older stream that draws the same masks,
+    """The stream a run's masks come from: its mask fingerprint (named by the recorded stream that draws the same masks,
     :data:`STREAM_OF_MASKS`, where there is one), else its recorded stream, else its commit."""
     pairing = record.get("pairing") or {}
     masks = pairing.get("dropout_masks")

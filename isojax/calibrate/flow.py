@@ -6,17 +6,12 @@ steps of
 
 1. ActNorm ``h = (x - c) * exp(log_scale) + b`` (``log|det| = sum log_scale``), started from the data so that
    ``h`` has zero mean and unit variance per feature: ``c`` = the mean (a constant), ``b = 0``,
-   ``log_scale = -log(max(std, 1e-4 * s))`` with ``s`` the root-mean-square std over features. The floor keeps
-   constant features (three of all-MiniLM-L6-v2's 384 dimensions are numerically dead on STS-B) near zero
-   instead of multiplying them by ``1/eps``. The shift ``b`` is trained in output units, so that an Adam step
-   of size ``lr`` moves ``h`` by about ``lr`` on every feature; Glow's ``(x + b) * exp(log_scale)`` moves it by
-   ``lr / std``, which is ``1e3`` on a dead feature;
+   ``log_scale = -log(max(std, 1e-4 * s))`` with ``s`` the root-mean-square std over features (the floor keeps a
+   constant feature near zero; the shift ``b`` is trained in output units);
 2. an invertible linear map ``h = W x`` with ``W = P L (U + diag(sign * exp(log_s)))`` (LU parameterisation:
    fixed permutation ``P`` and signs, unit lower-triangular ``L``, strictly upper ``U``;
-   ``log|det| = sum log_s``), initialised at a random rotation. Its optimiser steps on ``L`` and ``U`` are
-   scaled by ``1/sqrt(m)`` (:func:`scale_lu_updates`): Adam moves each of their ``m^2 / 2`` entries by about the
-   learning rate, so an unscaled step changes ``W`` by a matrix of norm up to ``lr * m``, which diverges at
-   BERT-base width;
+   ``log|det| = sum log_s``), initialised at a random rotation; the optimiser steps on ``L`` and ``U`` are
+   scaled by ``1/sqrt(m)`` (:func:`scale_lu_updates`);
 3. an additive coupling ``(x_a, x_b) -> (x_a, x_b + t(x_a))`` with ``t`` a two-hidden-layer ReLU MLP of width
    ``hidden`` whose last layer starts at zero (``log|det| = 0``);
 
@@ -28,6 +23,8 @@ Two ways to use it: :func:`fit_flow` fits the flow post hoc on frozen embeddings
 setting) and :func:`apply_flow` / :func:`invert_flow` apply the fitted :class:`FlowState`; :class:`Flow` is the
 same flow as a Linen layer trained *during* fine-tuning (BERT-flow's supervised setting; ``isojax finetune --method
 flow``), whose parameters and constants are those of a :class:`FlowState`.
+
+Why ActNorm and the LU steps differ from Glow's, with the measurements: ``docs/design/flow.md``.
 """
 
 from __future__ import annotations
@@ -128,11 +125,7 @@ def scale_lu_updates() -> optax.GradientTransformation:
     Why: Adam (and AdamW) moves every coordinate by about its learning rate ``lr`` per step, so one step changes a
     triangular factor by ``Delta`` with ``|Delta_ij| ~ lr``: spectral norm ``~ lr sqrt(m)`` for independent signs,
     up to ``lr m`` for coherent ones. At ``m = 768`` and BERT-flow's ``lr = 1e-3`` that is a change of order one
-    in ``W`` per step. Measured on all-mpnet-base-v2's mean-pooled STS15 embeddings (4000 x 768, Adam 1e-3,
-    300 steps): unscaled, the mean log-likelihood per dimension falls from 0.96 to -8.7 within two steps and
-    ``mean ||z||`` ends at 1.1e5; scaled by ``1/sqrt(m)`` it rises to 1.62 with ``mean ||z||`` 25.7 (a standard
-    Gaussian's is ~sqrt(768) = 27.7); scaled by ``1/m`` it rises more slowly (1.33). At 384 features the unscaled
-    fit converged, more slowly than the scaled one at 768.
+    in ``W`` per step; the measurements are in ``docs/design/flow.md``.
 
     Returns:
       An ``optax.GradientTransformation`` (stateless) that divides each update leaf named ``lower`` or ``upper``

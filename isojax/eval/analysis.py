@@ -29,7 +29,7 @@ statistics (:mod:`isojax.stats`), so all of them count, however many::
     max_abs, max_abs_dim,       the largest |x| of all content tokens, its dimension and its position in its
     max_abs_position            text (Sun et al.'s massive activations)            (stats.massive_activation)
 
-With ``tokens_per_text=K`` only the first K content tokens of each text count (the sampling of earlier versions).
+With ``tokens_per_text=K`` only the first K content tokens of each text count.
 """
 
 from __future__ import annotations
