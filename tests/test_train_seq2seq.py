@@ -27,7 +27,7 @@ from isojax.train import (
     TrainConfig,
     fit,
 )
-from isojax.train.model import TaskModel, init_variables
+from isojax.train.model import TaskModel, init_variables, make_flow
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +128,7 @@ def test_glue_flow_log_likelihood_is_the_fitted_flows_log_density():
     config = TrainConfig(
         task=TaskConfig(name="rte"), method=MethodConfig(name="flow"), flow=FlowConfig(levels=2, depth=2, hidden=8)
     )
-    model = TaskModel(encoder, num_labels=2, flow=config.make_flow())
+    model = TaskModel(encoder, num_labels=2, flow=make_flow(config))
     rng = np.random.default_rng(0)
     ids, mask = rng.integers(1, 50, (6, 8)).astype(np.int32), np.ones((6, 8), np.int32)
     sentence, _ = model.apply({"params": {"encoder": params}}, ids, mask, method="flow_features")

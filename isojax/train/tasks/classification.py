@@ -150,7 +150,7 @@ def representation_covariance(
 
     ``covariance(name)`` runs ``model`` (deterministic, jitted) over ``data`` tokenised in batches of ``batch_size``
     (in a multi-process run, every process does) and returns the covariance (ddof 1, float64 sums over the real rows:
-    every token of ``tokens``) of the representation ``name`` of :data:`~isojax.train.model.REPRESENTATIONS`
+    every token of ``tokens``) of the representation ``name`` of :data:`~isojax.train.methods.REPRESENTATIONS`
     (``embedding`` excepted). I-STAR's ``c0="data"`` reads it (:func:`~isojax.train.objective.data_references`).
     The sums do not depend on the order of the rows, so the batches take them shortest first, each cut to the
     split's bucket width of its longest row (``data.buckets``): a batch pads to rows of about its own length rather
