@@ -23,7 +23,7 @@ from pathlib import Path
 
 from isojax._files import write_json
 from isojax.argtypes import int_at_least
-from isojax.train.cli import add_finetune_parser, config_from_args
+from isojax.train.cli import cmd_finetune
 from isojax.train.preemption import TrainingStopped
 
 EXIT_NONFINITE = 3  # exit status of a run stopped by non-finite numbers (module docstring)
@@ -471,7 +471,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--similarity", type=_csv, default=list(SIMILARITIES), help="comma-separated: cosine, inner (default both)"
     )
     p.set_defaults(func=cmd_wordsim)
-    add_finetune_parser(sub)
+    sub.add_parser(  # listed here; its own arguments are parsed by tyro (isojax.train.cli)
+        "finetune",
+        add_help=False,
+        help="fine-tune on a GLUE task or a sequence-to-sequence task with an isotropy method (SoftDecay, "
+        "regularisers, IsoBN, Isotropy Layer, flow); mesh or pmap, checkpoints, resume (isojax finetune --help)",
+    )
     return parser
 
 
@@ -482,24 +487,28 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def config_from_argv(argv: list[str]):
-    """The :class:`~isojax.train.config.TrainConfig` of a ``finetune`` command line (``["finetune", "--task", ...]``)."""
-    return config_from_args(build_parser().parse_args(argv))
-
-
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    head = argv[: argv.index("finetune")] if "finetune" in argv else None
+    if head is not None and all(a in ("-v", "--verbose") for a in head):
+        command, verbose = "finetune", bool(head)
+        rest = argv[len(head) + 1 :]
+        run = lambda: cmd_finetune(rest)  # noqa: E731 - tyro parses finetune's arguments
+    else:
+        args = parser.parse_args(argv)
+        command, verbose = args.command, args.verbose
+        run = lambda: args.func(args)  # noqa: E731
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(message)s")
     try:
-        return args.func(args)
+        return run()
     except TrainingStopped as e:
-        print(f"{parser.prog} {args.command}: {e}", file=sys.stderr)
+        print(f"{parser.prog} {command}: {e}", file=sys.stderr)
         return EXIT_STOPPED
     except (ValueError, TypeError, OSError, FloatingPointError) as e:
-        if args.verbose:
+        if verbose:
             raise
-        print(f"{parser.prog} {args.command}: error: {e}", file=sys.stderr)
+        print(f"{parser.prog} {command}: error: {e}", file=sys.stderr)
         return EXIT_NONFINITE if isinstance(e, FloatingPointError) else 2
 
 

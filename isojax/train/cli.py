@@ -27,11 +27,18 @@ machine, four CPU devices each::
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
+import io
 import json
-from typing import Any
+import re
+from typing import Annotated, Literal
 
-from isojax.argtypes import host_port, int_at_least
-from isojax.train.config import SETTINGS, Setting, TrainConfig
+import tyro
+from tyro.conf import arg
+
+from isojax.argtypes import host_port
+from isojax.train.config import TrainConfig
 from isojax.train.methods import METHOD_ALIASES, METHODS, REGULARIZERS, REPRESENTATIONS
 from isojax.train.objective import Regularizer
 
@@ -71,119 +78,150 @@ as LABEL/weight, LABEL/OPTION or joint/alpha in log.jsonl):
   e.g. --reg istar=linear:0:1.0:500@cls      --reg istar=warmup:0.1:200:100@cls,zeta=linear:0.5:0.2:1000"""
 
 
-def add_finetune_parser(subparsers) -> argparse.ArgumentParser:
-    """Add the ``finetune`` command to an argparse ``subparsers`` object; returns its parser. Its options are
-    derived from :data:`~isojax.train.config.SETTINGS` (flag, help, choices and default of each field), one group
-    per section, beside ``--config`` and the multi-process options."""
-    p = subparsers.add_parser(
-        "finetune",
-        help="fine-tune on a GLUE task or a sequence-to-sequence task with an isotropy method (SoftDecay, "
-        "regularisers, IsoBN, Isotropy Layer, flow); mesh or pmap, checkpoints, resume",
-        description=__doc__,
-        epilog=_methods_help(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument(
-        "--config",
-        default=None,
-        metavar="PATH",
-        help="a JSON configuration (TrainConfig.to_json()); the options below override it",
-    )
-    groups: dict[str, Any] = {}
-    for s in SETTINGS:
-        section = s.path.rpartition(".")[0] or "run"
-        if section not in groups:
-            doc = (s.section.__doc__ or "").split(":")[0].split("\n")[0].rstrip(".") if section != "run" else "the run"
-            groups[section] = p.add_argument_group(f"{section} ({doc})")
-        _add_setting(groups[section], s)
-    r = p.add_argument_group("multi-process")
-    r.add_argument(
-        "--distributed",
-        default="auto",
-        choices=("auto", "on", "off"),
-        help="jax.distributed.initialize(): auto = when the options below or the environment describe a "
-        "multi-process job",
-    )
-    r.add_argument(
-        "--coordinator",
-        type=host_port,
-        default=None,
-        metavar="HOST:PORT",
-        help="multi-process: address of process 0's coordinator (default: JAX_COORDINATOR_ADDRESS or the "
-        "cluster environment)",
-    )
-    r.add_argument("--num-processes", type=int_at_least(1), default=None, help="multi-process: number of processes")
-    r.add_argument(
-        "--process-id", type=int_at_least(0), default=None, help="multi-process: this process's index, 0 .. N-1"
-    )
-    r.add_argument(
-        "--coordinator-timeout",
-        type=int_at_least(1),
-        default=300,
-        metavar="SECONDS",
-        help="multi-process: how long to wait for the coordinator and every process to connect (default 300); a "
-        "process other than 0 that reaches no coordinator in time stops with an error naming the address",
-    )
-    p.set_defaults(func=cmd_finetune)
-    return p
+@dataclasses.dataclass(frozen=True)
+class MultiProcess:
+    """One process per host (module docstring)."""
+
+    distributed: Literal["auto", "on", "off"] = "auto"
+    """jax.distributed.initialize(): auto = when the options below or the environment describe a multi-process
+    job"""
+    coordinator: Annotated[str | None, arg(metavar="HOST:PORT")] = None
+    """address of process 0's coordinator (default: JAX_COORDINATOR_ADDRESS or the cluster environment)"""
+    num_processes: int | None = None
+    """number of processes"""
+    process_id: int | None = None
+    """this process's index, 0 .. N-1"""
+    coordinator_timeout: Annotated[int, arg(metavar="SECONDS")] = 300
+    """how long to wait for the coordinator and every process to connect; a process other than 0 that reaches no
+    coordinator in time stops with an error naming the address"""
+
+    def __post_init__(self):
+        if self.coordinator is not None:
+            try:
+                host_port(self.coordinator)
+            except argparse.ArgumentTypeError as e:
+                raise ValueError(f"--coordinator: {e}") from None
+        for name, low in (("num_processes", 1), ("process_id", 0), ("coordinator_timeout", 1)):
+            value = getattr(self, name)
+            if value is not None and value < low:
+                raise ValueError(f"--{name.replace('_', '-')}: expected an integer >= {low}, got {value!r}")
 
 
-def _add_setting(group, s: Setting) -> None:
-    """The option of a setting: a switch for a bool (setting the opposite of its default), ``--reg`` repeatable,
-    else a value kept as text (:meth:`~isojax.train.config.Setting.parse` converts it, naming the setting when it
-    cannot). Given options are stored under their dotted paths; the others are left out."""
-    field = s.field
-    default = field.default_factory() if callable(field.default_factory) else field.default
-    text = ",".join(map(str, default)) if isinstance(default, tuple) else default
-    shown = "" if default in (None, (), True, False) else f" (default {text})"
-    kwargs: dict[str, Any] = {"dest": s.path, "default": argparse.SUPPRESS, "help": f"{field.metadata['help']}{shown}"}
-    if s.kind is bool:
-        group.add_argument(s.flag, action="store_const", const=not default, **kwargs)
-        return
-    if field.metadata["choices"]:
-        kwargs["choices"] = field.metadata["choices"]
-    if "metavar" in field.metadata:
-        kwargs["metavar"] = field.metadata["metavar"]
-    group.add_argument(s.flag, action="append" if s.path == "method.regularizers" else "store", **kwargs)
+@dataclasses.dataclass(frozen=True)
+class Finetune:
+    """``isojax finetune``'s arguments: the run's configuration and how its processes meet."""
+
+    config: Annotated[str | None, arg(metavar="PATH")] = None
+    """a JSON configuration (TrainConfig.to_json(), as results.json's "config" holds it); the options below
+    override it"""
+    run: Annotated[TrainConfig, arg(name="")] = TrainConfig()
+    multi_process: Annotated[MultiProcess, arg(name="")] = MultiProcess()
 
 
-def config_from_args(args) -> TrainConfig:
-    """The :class:`TrainConfig` of parsed ``finetune`` arguments: ``--config``'s file (else the defaults) with the
-    options given as dotted overrides."""
-    base = {}
-    if args.config:
-        try:
-            with open(args.config) as f:
-                base = json.load(f)
-        except OSError as e:
-            raise ValueError(f"--config {args.config}: cannot be read ({e.strerror})") from None
-        except json.JSONDecodeError as e:
-            raise ValueError(f"--config {args.config}: not JSON ({e})") from None
-        if not isinstance(base, dict):
-            raise ValueError(f"--config {args.config}: expected a JSON object of settings, got {type(base).__name__}")
-    config = TrainConfig.from_json(base, {s.path: vars(args)[s.path] for s in SETTINGS if s.path in vars(args)})
-    for stage in config.stages():
-        for spec in stage.regularizers:
-            Regularizer.of(spec)  # an option value the regulariser refuses fails here, before the model loads
-    return config
+RENAMED = {"--quiet": "--no-progress", "--logging.quiet": "--no-progress"}
+"""Flags of earlier versions and their spelling now."""
 
 
-def cmd_finetune(args) -> int:
+def parse_finetune(argv: list[str]) -> Finetune:
+    """The arguments of ``isojax finetune ARGV``: ``--config``'s file (else the defaults) with the options on top,
+    parsed by tyro. ``--help`` prints and exits; a bad option or value is a ``ValueError`` with tyro's message on
+    one line, naming the option."""
+    for i, token in enumerate(argv):
+        name = token.split("=")[0]
+        if name in RENAMED:
+            raise ValueError(f"{name} is now spelled {RENAMED[name]}")
+        if (
+            name in ("--buckets", "--task.buckets")
+            and "," in (token.partition("=")[2] or argv[i + 1 : i + 2] or [""])[0]
+        ):
+            raise ValueError(f"{name} takes widths separated by spaces now: {name} 32 64 128")
+    base = TrainConfig()
+    if "--config" in argv[:-1]:
+        base = read_config(argv[argv.index("--config") + 1])
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            return tyro.cli(
+                Finetune,
+                args=argv,
+                default=Finetune(run=base),
+                prog="isojax finetune",
+                description=f"{__doc__}\n{_methods_help()}",
+            )
+    except SystemExit as e:
+        if e.code:
+            raise ValueError(_one_line(err.getvalue())) from None
+        raise
+
+
+def read_config(path: str) -> TrainConfig:
+    """The :class:`TrainConfig` of a JSON file; ``ValueError`` naming the file when it cannot be read as one."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except OSError as e:
+        raise ValueError(f"--config {path}: cannot be read ({e.strerror})") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--config {path}: not JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"--config {path}: expected a JSON object of settings, got {type(data).__name__}")
+    try:
+        return TrainConfig.from_json(data)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"--config {path}: {e}") from None
+
+
+def _one_line(text: str) -> str:
+    """tyro's boxed error as one line."""
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith("\u256d")]  # the box's title
+    words = " ".join(re.sub(r"[\u2500-\u257f]+", " ", line) for line in lines).split()
+    return " ".join(words).split(" Argument helptext:")[0].split(" For full helptext")[0]
+
+
+def cmd_finetune(argv: list[str]) -> int:
     """Run ``isojax finetune``: print the final evaluation of every stage (also in ``<out>/results.json``)."""
     from isojax.train.loop import fit
     from isojax.train.parallel import initialize_distributed
 
     # bad settings fail here, before a multi-process job waits for its other processes or loads the model or data
-    config = config_from_args(args)
+    args = parse_finetune(argv)
+    check_terms(args.run)
+    multi = args.multi_process
     initialize_distributed(
-        args.distributed,
-        coordinator_address=args.coordinator,
-        num_processes=args.num_processes,
-        process_id=args.process_id,
-        initialization_timeout=args.coordinator_timeout,
+        multi.distributed,
+        coordinator_address=multi.coordinator,
+        num_processes=multi.num_processes,
+        process_id=multi.process_id,
+        initialization_timeout=multi.coordinator_timeout,
     )  # before any JAX computation (reading the configuration does none)
-    result = fit(config)
+    result = fit(args.run)
     for stage, metrics in result.stages.items():
         print(f"{stage}: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
     print(f"step {result.step}; outputs in {result.output_dir} (results.json, log.jsonl, curves.png, checkpoints/)")
     return 0
+
+
+def check_terms(config: TrainConfig) -> None:
+    """Build every regulariser of the run once, so that an option value the regulariser refuses fails before the
+    model and data load."""
+    for stage in config.stages():
+        for spec in stage.regularizers:
+            Regularizer.of(spec)
+
+
+def config_from_argv(argv: list[str]) -> TrainConfig:
+    """The :class:`TrainConfig` of an ``isojax finetune`` command line (``["finetune", "--task", ...]``).
+
+    Args:
+      argv: the command line after ``isojax``.
+
+    Returns:
+      The configuration; ``ValueError`` naming a bad option or value.
+
+    Examples:
+      >>> config_from_argv(["finetune", "--task", "rte", "--lr", "3e-5", "--optim.steps", "10"]).optim
+      OptimConfig(learning_rate=3e-05, ...)
+    """
+    config = parse_finetune(list(argv[1:])).run
+    check_terms(config)
+    return config

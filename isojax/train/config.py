@@ -1,22 +1,29 @@
-"""What a fine-tuning run is: task, model, isotropy method, hyperparameters, devices. Checked on construction.
+"""What a fine-tuning run is: task, model, isotropy method, optimiser, placement, outputs and seed, as plain frozen
+dataclasses checked on construction.
 
-Each section is a frozen dataclass checked on construction; this module imports only the standard library and
-:mod:`isojax.train.methods` (the methods and regularisers, defined there once), so reading or writing a
-configuration loads no JAX, model or data.
+This module imports only the standard library, :mod:`isojax.train.methods` (the methods and regularisers, each
+defined there once) and ``tyro.conf``'s annotations: reading or writing a configuration loads no JAX, model or
+data. Every leaf has a dotted path (``optim.learning_rate``), the ``isojax finetune`` flag that sets it (tyro:
+``--optim.learning-rate`` and the short alias ``--lr``) and its help (the docstring under the field). The objects
+the settings describe (the objective's regularisers, optax schedules, the flow, the task's data) are built where
+they are used.
 
 Tasks: a GLUE task (:mod:`isojax.data.glue`; a classifier, :class:`~isojax.train.model.TaskModel`) or a
 sequence-to-sequence task (:mod:`isojax.data.seq2seq`; an encoder-decoder, :mod:`isojax.train.tasks.seq2seq`), which
-takes the methods of :data:`SEQ2SEQ_METHODS` and regularisers of the ``embedding`` or ``tokens`` representation.
+takes the methods of :data:`~isojax.train.methods.SEQ2SEQ_METHODS` and regularisers of the ``embedding`` or
+``tokens`` representation.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import math
 import os
 import typing
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
+
+from tyro.conf import UseAppendAction, arg
+from tyro.constructors import PrimitiveConstructorSpec
 
 from isojax.train.methods import (
     ISOTROPY_LAYER_TERM,
@@ -32,28 +39,58 @@ from isojax.train.methods import (
 )
 
 GLUE_TASK_NAMES = ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli")
-"""The keys of :data:`isojax.data.glue.GLUE_TASKS` (a test keeps the two equal)."""
+"""The keys of :data:`isojax.data.glue.GLUE_TASKS` (a test keeps the copies here equal to their modules')."""
 SEQ2SEQ_TASK_NAMES = ("wmt16_en_ro", "wmt16_de_en", "cnn_dailymail", "seq2seq")
 """The keys of :data:`isojax.data.seq2seq.SEQ2SEQ_TASKS`."""
-POOLINGS = ("cls", "last", "pooler", "mean", "first_last_avg", "last2avg")
-""":data:`isojax.models.heads.POOLINGS`."""
-TRANSFORM_PLACEMENTS = ("output", "block")
-""":data:`isojax.models.encoder.TRANSFORM_PLACEMENTS`."""
 DEFAULT_BUCKETS = (32, 64, 128, 256, 512)
 """:data:`isojax.data.batching.DEFAULT_BUCKETS`."""
-DTYPES = ("float32", "bfloat16")
-REMATS = ("none", "full", "dots")
+Pooling = Literal["cls", "last", "pooler", "mean", "first_last_avg", "last2avg"]
+""":data:`isojax.models.heads.POOLINGS`."""
+Placement = Literal["output", "block"]
+""":data:`isojax.models.encoder.TRANSFORM_PLACEMENTS`."""
+Remat = Literal["none", "full", "dots"]
 """``"none"`` and the keys of :data:`isojax.models.stack.REMAT_POLICIES`."""
-COMBINATIONS = ("sum", "balanced", "weighted")
+Combination = Literal["sum", "balanced", "weighted"]
+Schedule = Literal["linear", "cosine", "constant"]
+Parallel = Literal["mesh", "pmap"]
+POOLINGS, TRANSFORM_PLACEMENTS, REMATS = typing.get_args(Pooling), typing.get_args(Placement), typing.get_args(Remat)
+DTYPES = ("float32", "bfloat16")
+COMBINATIONS = typing.get_args(Combination)
 """How the task loss and the regularisers join (:class:`isojax.train.objective.Objective`)."""
-SCHEDULES = ("linear", "cosine", "constant")
+SCHEDULES = typing.get_args(Schedule)
 """Learning-rate schedules after the warm-up (:func:`isojax.train.optim.make_optimizer`)."""
-PARALLEL_MODES = ("mesh", "pmap")
+PARALLEL_MODES = typing.get_args(Parallel)
 FSDP_NEEDS_MESH = "fsdp=True needs parallel='mesh' (pmap keeps a whole copy of the state on every device)"
-DATA_DIR_HELP = (
-    "directory of the original data releases: sts/STS12..STS16, sick/, glue/<Task>/ (default $ISOJAX_DATA_DIR; "
-    "without either, the Hugging Face Hub)"
+
+METHOD_NAMES = Literal[
+    "baseline",
+    "softdecay",
+    "cosine",
+    "spectrum_pol",
+    "spectrum_exp",
+    "isoscore",
+    "istar",
+    "persistent_entropy",
+    "persistent_entropy_all",
+    "isobn",
+    "isotropy_layer",
+    "flow",
+    "none",
+]
+"""The keys of :data:`~isojax.train.methods.METHODS` and their aliases."""
+
+_REGULARIZER_TEXT = PrimitiveConstructorSpec(
+    nargs=1,
+    metavar="SPEC",
+    instance_from_str=lambda args: RegularizerSpec.parse(args[0]),
+    is_instance=lambda value: isinstance(value, RegularizerSpec),
+    str_from_instance=lambda spec: [spec.text],
 )
+
+
+def flag(alias: str, **options: Any) -> Any:
+    """The ``tyro.conf.arg`` of a setting: its short ``isojax finetune`` flag beside the dotted one."""
+    return arg(aliases=(alias,), **options)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,149 +114,120 @@ class Stage:
     steps: int | None
 
 
-def setting(default: Any = None, flag: str | None = None, help: str = "", **meta: Any) -> Any:
-    """A configuration field: its default, its ``isojax finetune`` flag and help, and in ``meta`` its other
-    properties.
-
-    Args:
-      default: the field's default.
-      flag: its ``isojax finetune`` flag (``"--lr"``), or None.
-      help: its help text.
-      **meta: ``choices`` (taken from the module constants), ``resumable=True`` when it may change when a run is
-        resumed, ``flat`` its name in the flat configurations written before the sections (default: the field's
-        name; the refusal of such a configuration names each key's dotted path), ``factory`` for a default built per instance, ``metavar`` for the command line.
-
-    Returns:
-      A ``dataclasses.Field`` whose ``metadata`` holds ``flag``, ``help``, ``choices`` and ``meta``.
-
-    Examples:
-      >>> field = setting(3, "--levels", "Glow levels", flat="flow_levels")
-      >>> field.default, field.metadata["flag"], field.metadata["flat"], field.metadata["choices"]
-      (3, '--levels', 'flow_levels', ())
-    """
-    metadata = {"flag": flag, "help": help, "choices": tuple(meta.get("choices", ())), **meta}
-    if "factory" in meta:
-        return dataclasses.field(default_factory=meta["factory"], metadata=metadata)
-    return dataclasses.field(default=default, metadata=metadata)
-
-
-@dataclasses.dataclass(frozen=True)
-class Setting:
-    """One leaf of :class:`TrainConfig`: its dotted ``path`` (``"optim.learning_rate"``), its section's class and
-    field, and the field's type hint.
-
-    Attributes:
-      path: the dotted path.
-      section: the section's class (:class:`TrainConfig` for ``seed``).
-      field: the dataclass field (its ``metadata`` from :func:`setting`).
-      kind: the field's type hint, which :meth:`parse` converts text to.
-    """
-
-    path: str
-    section: type
-    field: dataclasses.Field
-    kind: Any
-
-    @property
-    def flag(self) -> str:
-        return self.field.metadata["flag"]
-
-    @property
-    def label(self) -> str:
-        """How errors name it: ``optim.learning_rate (--lr)``."""
-        return f"{self.path} ({self.flag})"
-
-    @property
-    def resumable(self) -> bool:
-        return self.field.metadata.get("resumable", False)
-
-    @property
-    def flat(self) -> str:
-        return self.field.metadata.get("flat", self.field.name)
-
-    def parse(self, value: Any) -> Any:
-        """``value`` as the field's type: text (a command line, a dotted override) is converted; ``ValueError``
-        naming the setting when it cannot be."""
-        if self.field.name == "regularizers":
-            items = [value] if isinstance(value, (str, RegularizerSpec, dict)) else list(value)
-            try:
-                return tuple(RegularizerSpec.from_json(item) for item in items)
-            except (TypeError, ValueError) as e:
-                raise type(e)(f"{self.label}: {e}") from None
-        if self.kind == tuple[int, ...]:
-            widths = value.split(",") if isinstance(value, str) else value
-            if not isinstance(widths, (list, tuple)):
-                raise ValueError(f"{self.label} must be comma-separated integers or a list of them, got {value!r}")
-            try:
-                return tuple(int(v) if isinstance(v, str) else v for v in widths)
-            except ValueError:
-                raise ValueError(f"{self.label} must be comma-separated integers, got {value!r}") from None
-        if self.kind is float and isinstance(value, int) and not isinstance(value, bool):
-            return float(value)
-        if not isinstance(value, str) or self.kind in (str, Any, float | str):
-            return value
-        text = value.strip()
-        if self.kind == int | None and text.lower() in ("none", "null"):
-            return None
-        if self.kind is bool:
-            if text.lower() not in ("true", "false"):
-                raise ValueError(f"{self.label} must be true or false, got {value!r}")
-            return text.lower() == "true"
-        cast = float if self.kind is float else int
-        try:
-            return cast(text)
-        except ValueError:
-            raise ValueError(
-                f"{self.label} must be {'a number' if cast is float else 'an integer'}, got {value!r}"
-            ) from None
-
-
 class Section:
-    """A part of :class:`TrainConfig`. Checks its fields on construction.
-
-    Attributes:
-      SECTION: its field name in :class:`TrainConfig` (a class attribute).
-    """
+    """A part of :class:`TrainConfig`: each field's value is checked against its type on construction (text is
+    not converted here: the command line is parsed by tyro, JSON gives typed values), then :meth:`check` checks
+    the section's own rules."""
 
     SECTION: ClassVar[str]
-    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field]]  # every section is a dataclass
+
+    def __post_init__(self):
+        hints = _hints(type(self))
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            object.__setattr__(self, f.name, _typed(self.label(f.name), getattr(self, f.name), hints[f.name]))
+        self.check()
+
+    def check(self) -> None:
+        """The section's rules beyond each field's type."""
 
     @classmethod
     def label(cls, name: str) -> str:
-        return setting_of(f"{cls.SECTION}.{name}").label
+        """How errors name a field: ``optim.learning_rate (--lr)``."""
+        hint = _hints(cls)[name]
+        aliases = [a for m in getattr(hint, "__metadata__", ()) for a in (getattr(m, "aliases", None) or ())]
+        path = f"{cls.SECTION}.{name}" if cls.SECTION else name
+        return f"{path} ({aliases[0]})" if aliases else path
 
-    def _check_choices(self) -> None:
-        for f in dataclasses.fields(self):
-            allowed = f.metadata["choices"]
-            if allowed and getattr(self, f.name) not in allowed:
-                raise ValueError(f"{self.label(f.name)} must be one of {list(allowed)}, got {getattr(self, f.name)!r}")
-
-    def _positive(self, names: tuple[str, ...], *, integer: bool = False, allow_zero: bool = False) -> None:
+    def _at_least(self, low: int, *names: str) -> None:
+        """Each of ``names`` (None allowed) at least ``low``: 0 (non-negative) or 1 (a positive integer)."""
         for name in names:
             value = getattr(self, name)
-            if value is None and self.__dataclass_fields__[name].default is None:
-                continue
-            ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
-            if (
-                isinstance(value, bool)
-                or not ok_type
-                or not (value >= 0 if allow_zero else value > 0)
-                or (not integer and not math.isfinite(value))
-            ):
-                kind = f"{'non-negative' if allow_zero else 'positive'} {'integer' if integer else 'number'}"
-                raise ValueError(f"{self.label(name)} must be a {kind}, got {value!r}")
+            if value is not None and value < low:
+                kind = "a positive integer" if low == 1 else "non-negative"
+                raise ValueError(f"{self.label(name)} must be {kind}, got {value!r}")
 
-    def _finite(self, name: str) -> None:
-        value = getattr(self, name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise ValueError(f"{self.label(name)} must be a finite number, got {value!r}")
+    def _positive(self, *names: str) -> None:
+        for name in names:
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{self.label(name)} must be a positive number, got {getattr(self, name)!r}")
 
-    def _within(self, name: str, low: float, high: float, *, closed: str = "[)") -> None:
+    def _within(self, name: str, low: float, high: float, closed: str = "[)") -> None:
         value = getattr(self, name)
         low_ok = value >= low if closed[0] == "[" else value > low
         high_ok = value <= high if closed[1] == "]" else value < high
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (low_ok and high_ok):
+        if not (low_ok and high_ok):
             raise ValueError(f"{self.label(name)} must be in {closed[0]}{low:g}, {high:g}{closed[1]}, got {value!r}")
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls, include_extras=True)
+    return _HINTS[cls]
+
+
+def _typed(label: str, value: Any, hint: Any) -> Any:
+    """``value`` checked against the type ``hint`` (and normalised: an int for a float is a float, a list for a
+    tuple a tuple, a path a string); ``TypeError`` / ``ValueError`` naming ``label``."""
+    hint = typing.get_args(hint)[0] if typing.get_origin(hint) is Annotated else hint
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Literal:
+        if value not in args:
+            raise ValueError(f"{label} must be one of {list(args)}, got {value!r}")
+        return value
+    if hint == float | str:
+        try:
+            return check_number_or_schedule(value, label)
+        except (TypeError, ValueError) as e:
+            raise type(e)(str(e).replace(f"{label} {label}", label)) from None
+    if origin in (typing.Union, type(int | None)) and type(None) in args:
+        return None if value is None else _typed(label, value, next(a for a in args if a is not type(None)))
+    if origin is tuple:
+        if not isinstance(value, (tuple, list)):
+            raise TypeError(f"{label} must be a list, got {value!r}")
+        return tuple(_typed(label, v, args[0]) for v in value)
+    if hint is RegularizerSpec:
+        spec = RegularizerSpec.from_json(value)
+        if type(spec) is not RegularizerSpec:
+            raise TypeError(
+                f"{label} must hold RegularizerSpec settings (an objective's Regularizer is built from them), got "
+                f"{type(spec).__name__}"
+            )
+        return spec
+    if hint is str:
+        value = os.fspath(value) if isinstance(value, os.PathLike) else value
+        if not isinstance(value, str):
+            raise TypeError(f"{label} must be a string, got {value!r}")
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise TypeError(f"{label} must be true or false, got {value!r}")
+        return value
+    if hint in (int, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (hint is int and value != int(value)):
+            raise TypeError(f"{label} must be {'an integer' if hint is int else 'a number'}, got {value!r}")
+        if not math.isfinite(value):
+            raise ValueError(f"{label} must be finite, got {value!r}")
+        return hint(value)
+    return value
+
+
+def _task_name(task: str) -> str:
+    """The canonical name of a GLUE or sequence-to-sequence task (case, dashes and underscores as
+    :func:`isojax.data.glue.glue_task` and :func:`isojax.data.seq2seq.seq2seq_task` read them); ``ValueError``
+    listing both kinds."""
+    glue = str(task).lower().replace("-", "").replace("_", "")
+    if glue in GLUE_TASK_NAMES:
+        return glue
+    seq2seq = str(task).lower().replace("-", "_")
+    if seq2seq in SEQ2SEQ_TASK_NAMES:
+        return seq2seq
+    raise ValueError(
+        f"task: unknown GLUE task {task!r}; expected one of {sorted(GLUE_TASK_NAMES)}; or a sequence-to-sequence "
+        f"task: {sorted(SEQ2SEQ_TASK_NAMES)}"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,57 +235,43 @@ class TaskConfig(Section):
     """The task and its data."""
 
     SECTION: ClassVar[str] = "task"
-    name: str = setting(
-        "stsb",
-        "--task",
-        f"GLUE task: {', '.join(GLUE_TASK_NAMES)}; or sequence-to-sequence task (an encoder-decoder model): "
-        f"{', '.join(SEQ2SEQ_TASK_NAMES)}",
-        flat="task",
-    )
-    max_length: int = setting(
-        128, "--max-length", "tokens per example, at most the model's positions (sequence-to-sequence: of the source)"
-    )
-    buckets: tuple[int, ...] = setting(
-        DEFAULT_BUCKETS,
-        "--buckets",
-        "batch widths in tokens, comma-separated: each batch is cut to the smallest that holds its longest row "
-        "(capped at --max-length); finer buckets pad short texts less and compile more batch shapes",
-        metavar="W,W,...",
-    )
-    train_limit: int = setting(0, "--train-limit", "use the first N training rows (0 = all)")
-    eval_limit: int = setting(0, "--eval-limit", "evaluate on the first N >= 2 dev rows (0 = all)", resumable=True)
-    data_source: Any = setting(
-        "auto",
-        "--data-source",
-        "GLUE source: auto (--data-dir, else $ISOJAX_DATA_DIR, else the Hub; STS-B falls back to the offline "
-        "package), hub, package, or a local directory/file in the Hub's layout; sequence-to-sequence: auto (the "
-        "Hub) or a local directory/file (task seq2seq: columns source, target)",
-    )
-    data_dir: Any = setting(None, "--data-dir", DATA_DIR_HELP, metavar="DIR")
+    name: Annotated[str, flag("--task")] = "stsb"
+    """GLUE task (cola, sst2, mrpc, qqp, stsb, mnli, qnli, rte, wnli) or sequence-to-sequence task (an
+    encoder-decoder model: wmt16_en_ro, wmt16_de_en, cnn_dailymail, seq2seq)"""
+    max_length: Annotated[int, flag("--max-length")] = 128
+    """tokens per example, at most the model's positions (sequence-to-sequence: of the source)"""
+    buckets: Annotated[tuple[int, ...], flag("--buckets")] = DEFAULT_BUCKETS
+    """batch widths in tokens: each batch is cut to the smallest that holds its longest row (capped at
+    --max-length); finer buckets pad short texts less and compile more batch shapes"""
+    train_limit: Annotated[int, flag("--train-limit")] = 0
+    """use the first N training rows (0 = all)"""
+    eval_limit: Annotated[int, flag("--eval-limit")] = 0
+    """evaluate on the first N >= 2 dev rows (0 = all)"""
+    data_source: Annotated[str, flag("--data-source")] = "auto"
+    """GLUE source: auto (--data-dir, else $ISOJAX_DATA_DIR, else the Hub; STS-B falls back to the offline
+    package), hub, package, or a local directory/file in the Hub's layout; sequence-to-sequence: auto (the Hub) or
+    a local directory/file (task seq2seq: columns source, target)"""
+    data_dir: Annotated[str | None, flag("--data-dir", metavar="DIR")] = None
+    """directory of the original data releases: sts/STS12..STS16, sick/, glue/<Task>/ (default $ISOJAX_DATA_DIR;
+    without either, the Hugging Face Hub)"""
 
-    def __post_init__(self):
+    def check(self) -> None:
         try:
             object.__setattr__(self, "name", _task_name(self.name))
         except ValueError as e:
             raise ValueError(f"{self.label('name')}: {str(e).removeprefix('task: ')}") from None
-        for name in ("data_source", "data_dir"):
-            if isinstance(getattr(self, name), os.PathLike):
-                object.__setattr__(self, name, os.fspath(getattr(self, name)))
         if self.data_dir is not None and self.data_source != "auto":
             raise ValueError(
                 f"{self.label('data_dir')} is read with {self.label('data_source')} 'auto', got "
                 f"{self.data_source!r}; pass one of the two"
             )
-        self._positive(("max_length",), integer=True)
-        buckets = self.buckets
-        if (
-            not isinstance(buckets, (tuple, list))
-            or not buckets
-            or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in buckets)
-        ):
-            raise ValueError(f"{self.label('buckets')} must be one or more positive integers, got {buckets!r}")
-        object.__setattr__(self, "buckets", tuple(sorted(set(buckets))))
-        self._positive(("train_limit", "eval_limit"), integer=True, allow_zero=True)
+        self._at_least(1, "max_length")
+        if not self.buckets:
+            raise ValueError(f"{self.label('buckets')} must be one or more positive integers, got ()")
+        if min(self.buckets) < 1:
+            raise ValueError(f"{self.label('buckets')} must be positive integers, got {self.buckets!r}")
+        object.__setattr__(self, "buckets", tuple(sorted(set(self.buckets))))
+        self._at_least(0, "train_limit", "eval_limit")
         if self.eval_limit == 1:  # else the first evaluation, after training, fails in IsoScore / the correlations
             raise ValueError(
                 f"{self.label('eval_limit')} must be 0 (all rows) or at least 2: the dev isotropy measures and "
@@ -290,19 +284,18 @@ class ModelConfig(Section):
     """The pretrained model and how it runs."""
 
     SECTION: ClassVar[str] = "model"
-    name: str = setting("default", "--model", "model directory, Hub id, or 'default' (all-MiniLM-L6-v2)", flat="model")
-    pooling: str = setting("cls", "--pooling", "sentence representation fed to the head", choices=POOLINGS)
-    dtype: str = setting("float32", "--dtype", "compute dtype", choices=DTYPES)
-    scan_layers: bool = setting(
-        False, "--scan-layers", "run the encoder's blocks as one nn.scan loop (compile time flat in depth)"
-    )
-    remat: str = setting(
-        "none", "--remat", "recompute each block's forward in the backward pass (encoders only)", choices=REMATS
-    )
-    dropout: bool = setting(True, "--no-dropout", "turn dropout off")
-
-    def __post_init__(self):
-        self._check_choices()
+    name: Annotated[str, flag("--model")] = "default"
+    """model directory, Hub id, or 'default' (all-MiniLM-L6-v2)"""
+    pooling: Annotated[Pooling, flag("--pooling")] = "cls"
+    """sentence representation fed to the head"""
+    dtype: Annotated[Literal["float32", "bfloat16"], flag("--dtype")] = "float32"
+    """compute dtype"""
+    scan_layers: Annotated[bool, flag("--scan-layers")] = False
+    """run the encoder's blocks as one nn.scan loop (compile time flat in depth)"""
+    remat: Annotated[Remat, flag("--remat")] = "none"
+    """recompute each block's forward in the backward pass (encoders only)"""
+    dropout: Annotated[bool, flag("--dropout")] = True
+    """dropout (--no-dropout: off)"""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -310,54 +303,27 @@ class MethodConfig(Section):
     """The isotropy method, extra regularisers and how they join the task loss."""
 
     SECTION: ClassVar[str] = "method"
-    name: str = setting(
-        "baseline", "--method", "isotropy method (list below)", choices=(*METHODS, *METHOD_ALIASES), flat="method"
-    )
-    regularizers: tuple[RegularizerSpec, ...] = setting(
-        (),
-        "--reg",
-        "extra regulariser NAME[=WEIGHT][@REPRESENTATION][,KEY=VALUE...] (repeatable); WEIGHT and float VALUEs are "
-        "numbers or schedules of the step, e.g. istar=linear:0:1:500@cls (list below)",
-        metavar="SPEC",
-    )
-    combine: str = setting(
-        "sum",
-        "--combine",
-        "task loss + regularisers: sum, balanced (moving-average balancer), weighted (alpha L1 + (1-alpha) L2); "
-        "isotropy_layer's second stage is balanced unless 'weighted'",
-        choices=COMBINATIONS,
-    )
-    joint_alpha: float | str = setting(
-        0.5, "--joint-alpha", "alpha of --combine weighted, in [0, 1]: a number or a schedule of the step (below)"
-    )
-    balancer_smoothing: float | str = setting(
-        0.15,
-        "--balancer-smoothing",
-        "smoothing of --combine balanced's moving averages, in (0, 1]: a number or a schedule of the step",
-    )
-    softdecay_alpha: float = setting(-0.2, "--softdecay-alpha", "initial SoftDecay alpha in (-1, 0)")
-    softdecay_placement: str = setting(
-        "output",
-        "--softdecay-placement",
-        "SoftDecay on the last layer's output (the paper) or inside the last block before its LayerNorm with the "
-        "residual added twice (the authors' code)",
-        choices=TRANSFORM_PLACEMENTS,
-    )
+    name: Annotated[METHOD_NAMES, flag("--method")] = "baseline"
+    """isotropy method (listed in --help's epilogue)"""
+    regularizers: Annotated[
+        tuple[Annotated[RegularizerSpec, _REGULARIZER_TEXT], ...], flag("--reg"), UseAppendAction
+    ] = ()
+    """extra regulariser NAME[=WEIGHT][@REPRESENTATION][,KEY=VALUE...], repeatable (added to --config's);
+    WEIGHT and float VALUEs are numbers or schedules of the step, e.g. istar=linear:0:1:500@cls"""
+    combine: Annotated[Combination, flag("--combine")] = "sum"
+    """task loss + regularisers: sum, balanced (moving-average balancer), weighted (alpha L1 + (1-alpha) L2);
+    isotropy_layer's second stage is balanced unless 'weighted'"""
+    joint_alpha: Annotated[float | str, flag("--joint-alpha")] = 0.5
+    """alpha of --combine weighted, in [0, 1]: a number or a schedule of the step"""
+    balancer_smoothing: Annotated[float | str, flag("--balancer-smoothing")] = 0.15
+    """smoothing of --combine balanced's moving averages, in (0, 1]: a number or a schedule of the step"""
+    softdecay_alpha: Annotated[float, flag("--softdecay-alpha")] = -0.2
+    """initial SoftDecay alpha in (-1, 0)"""
+    softdecay_placement: Annotated[Placement, flag("--softdecay-placement")] = "output"
+    """SoftDecay on the last layer's output (the paper) or inside the last block before its LayerNorm with the
+    residual added twice (the authors' code)"""
 
-    def __post_init__(self):
-        self._check_choices()
-        object.__setattr__(self, "regularizers", tuple(self.regularizers))
-        for reg in self.regularizers:
-            if type(reg) is not RegularizerSpec:
-                raise TypeError(
-                    f"{self.label('regularizers')} must hold RegularizerSpec settings (an objective's Regularizer is "
-                    f"built from them), got {type(reg).__name__}"
-                )
-        for name in ("joint_alpha", "balancer_smoothing"):
-            try:
-                object.__setattr__(self, name, check_number_or_schedule(getattr(self, name), name))
-            except ValueError as e:
-                raise ValueError(f"{self.label(name)}: {e}") from None
+    def check(self) -> None:
         if not is_schedule_text(self.joint_alpha):
             self._within("joint_alpha", 0, 1, closed="[]")
         if not is_schedule_text(self.balancer_smoothing):
@@ -378,29 +344,37 @@ class OptimConfig(Section):
     Isotropy Layer stage."""
 
     SECTION: ClassVar[str] = "optim"
-    learning_rate: float = setting(2e-5, "--lr", "peak learning rate")
-    transform_learning_rate: float = setting(
-        1e-3,
-        "--transform-lr",
-        "learning rate of SoftDecay alpha, the Isotropy Layer and the flow (constant for the flow)",
-    )
-    weight_decay: float = setting(0.01, "--weight-decay", "AdamW weight decay")
-    warmup_ratio: float = setting(0.1, "--warmup-ratio", "fraction of the updates warming up, in [0, 1)")
-    schedule: str = setting("linear", "--schedule", "learning-rate schedule after the warm-up", choices=SCHEDULES)
-    max_grad_norm: float = setting(1.0, "--max-grad-norm", "clip (0 = off)")
-    grad_accumulation: int = setting(1, "--grad-accumulation", "batches per update")
-    batch_size: int = setting(32, "--batch-size", "global batch")
-    eval_batch_size: int = setting(64, "--eval-batch-size", "global batch of the evaluation", resumable=True)
-    epochs: float = setting(3.0, "--epochs", "training epochs")
-    steps: int | None = setting(None, "--steps", "train this many batches instead of --epochs")
-    stage2_epochs: float = setting(1.0, "--stage2-epochs", "Isotropy Layer stage length")
-    stage2_steps: int | None = setting(None, "--stage2-steps", "Isotropy Layer stage length in batches")
+    learning_rate: Annotated[float, flag("--lr")] = 2e-5
+    """peak learning rate"""
+    transform_learning_rate: Annotated[float, flag("--transform-lr")] = 1e-3
+    """learning rate of SoftDecay alpha, the Isotropy Layer and the flow (constant for the flow)"""
+    weight_decay: Annotated[float, flag("--weight-decay")] = 0.01
+    """AdamW weight decay"""
+    warmup_ratio: Annotated[float, flag("--warmup-ratio")] = 0.1
+    """fraction of the updates warming up, in [0, 1)"""
+    schedule: Annotated[Schedule, flag("--schedule")] = "linear"
+    """learning-rate schedule after the warm-up"""
+    max_grad_norm: Annotated[float, flag("--max-grad-norm")] = 1.0
+    """clip (0 = off)"""
+    grad_accumulation: Annotated[int, flag("--grad-accumulation")] = 1
+    """batches per update"""
+    batch_size: Annotated[int, flag("--batch-size")] = 32
+    """global batch"""
+    eval_batch_size: Annotated[int, flag("--eval-batch-size")] = 64
+    """global batch of the evaluation"""
+    epochs: Annotated[float, flag("--epochs")] = 3.0
+    """training epochs"""
+    steps: Annotated[int | None, flag("--steps")] = None
+    """train this many batches instead of --epochs"""
+    stage2_epochs: Annotated[float, flag("--stage2-epochs")] = 1.0
+    """Isotropy Layer stage length"""
+    stage2_steps: Annotated[int | None, flag("--stage2-steps")] = None
+    """Isotropy Layer stage length in batches"""
 
-    def __post_init__(self):
-        self._check_choices()
-        self._positive(("grad_accumulation", "batch_size", "eval_batch_size", "steps", "stage2_steps"), integer=True)
-        self._positive(("learning_rate", "transform_learning_rate", "epochs", "stage2_epochs"))
-        self._positive(("weight_decay", "max_grad_norm"), allow_zero=True)
+    def check(self) -> None:
+        self._at_least(1, "grad_accumulation", "batch_size", "eval_batch_size", "steps", "stage2_steps")
+        self._positive("learning_rate", "transform_learning_rate", "epochs", "stage2_epochs")
+        self._at_least(0, "weight_decay", "max_grad_norm")
         self._within("warmup_ratio", 0, 1)
 
 
@@ -409,26 +383,22 @@ class PlacementConfig(Section):
     """Devices and parallelism (the same run can be repeated on 1 or N devices, under the mesh or pmap)."""
 
     SECTION: ClassVar[str] = "placement"
-    devices: int | None = setting(None, "--devices", "use the first N devices (default all)", resumable=True)
-    parallel: str = setting("mesh", "--parallel", "jit on a mesh, or pmap", choices=PARALLEL_MODES, resumable=True)
-    model_parallel: int = setting(1, "--model-parallel", "size of the mesh's model axis", resumable=True)
-    fsdp: bool = setting(
-        False,
-        "--fsdp",
-        "FSDP: split the parameters and Adam moments over the mesh's data axis (parallel mesh only)",
-        resumable=True,
-    )
+    devices: Annotated[int | None, flag("--devices")] = None
+    """use the first N devices (default all)"""
+    parallel: Annotated[Parallel, flag("--parallel")] = "mesh"
+    """jit on a mesh, or pmap"""
+    model_parallel: Annotated[int, flag("--model-parallel")] = 1
+    """size of the mesh's model axis"""
+    fsdp: Annotated[bool, flag("--fsdp")] = False
+    """FSDP: split the parameters and Adam moments over the mesh's data axis (parallel mesh only)"""
 
-    def __post_init__(self):
-        self._check_choices()
-        self._positive(("devices", "model_parallel"), integer=True)
+    def check(self) -> None:
+        self._at_least(1, "devices", "model_parallel")
         if self.parallel == "pmap" and self.model_parallel != 1:
             raise ValueError(
                 f"{self.label('model_parallel')} > 1 needs parallel='mesh' (pmap is data-parallel only), got "
                 f"{self.model_parallel}"
             )
-        if not isinstance(self.fsdp, bool):
-            raise TypeError(f"{self.label('fsdp')} must be True or False, got {self.fsdp!r}")
         if self.fsdp and self.parallel == "pmap":
             raise ValueError(f"{self.label('fsdp')}: {FSDP_NEEDS_MESH}")
 
@@ -439,32 +409,28 @@ class LoggingConfig(Section):
     with a non-finite loss or gradient is skipped and ``max_nonfinite_steps`` of them in a row stop the run."""
 
     SECTION: ClassVar[str] = "logging"
-    output_dir: str = setting("runs/finetune", "--out", "output directory", resumable=True)
-    save_every: int = setting(0, "--save-every", "checkpoint every N steps (0 = stage ends)", resumable=True)
-    keep_checkpoints: int = setting(3, "--keep-checkpoints", "checkpoints kept", resumable=True)
-    eval_every: int = setting(0, "--eval-every", "evaluate every N steps (0 = stage ends)", resumable=True)
-    log_every: int = setting(
-        10, "--log-every", "log the train records every N steps (and at stage ends)", resumable=True
-    )
-    log_gradients: bool = setting(
-        False,
-        "--log-gradients",
-        "log per-layer gradient norms and the word-embedding gradient's alignment with the mean embedding direction "
-        "(common enemies) every --log-every steps, with a curve in curves.png",
-        resumable=True,
-    )
-    max_nonfinite_steps: int = setting(
-        10,
-        "--max-nonfinite-steps",
-        "stop after this many steps in a row with a non-finite loss or gradient (each is skipped); rerunning "
-        "resumes from the last good checkpoint",
-        resumable=True,
-    )
-    progress: bool = setting(True, "--quiet", "no progress bar", resumable=True)
+    output_dir: Annotated[str, flag("--out")] = "runs/finetune"
+    """output directory"""
+    save_every: Annotated[int, flag("--save-every")] = 0
+    """checkpoint every N steps (0 = stage ends)"""
+    keep_checkpoints: Annotated[int, flag("--keep-checkpoints")] = 3
+    """checkpoints kept"""
+    eval_every: Annotated[int, flag("--eval-every")] = 0
+    """evaluate every N steps (0 = stage ends)"""
+    log_every: Annotated[int, flag("--log-every")] = 10
+    """log the train records every N steps (and at stage ends)"""
+    log_gradients: Annotated[bool, flag("--log-gradients")] = False
+    """log per-layer gradient norms and the word-embedding gradient's alignment with the mean embedding direction
+    (common enemies) every --log-every steps, with a curve in curves.png"""
+    max_nonfinite_steps: Annotated[int, flag("--max-nonfinite-steps")] = 10
+    """stop after this many steps in a row with a non-finite loss or gradient (each is skipped); rerunning resumes
+    from the last good checkpoint"""
+    progress: Annotated[bool, flag("--progress")] = True
+    """progress bar (--no-progress: none)"""
 
-    def __post_init__(self):
-        self._positive(("keep_checkpoints", "max_nonfinite_steps"), integer=True)
-        self._positive(("save_every", "eval_every", "log_every"), integer=True, allow_zero=True)
+    def check(self) -> None:
+        self._at_least(1, "keep_checkpoints", "max_nonfinite_steps")
+        self._at_least(0, "save_every", "eval_every", "log_every")
         if self.log_gradients and not self.log_every:
             raise ValueError(
                 f"{self.label('log_gradients')} needs {self.label('log_every')} > 0 (the statistics go into the "
@@ -476,59 +442,53 @@ class LoggingConfig(Section):
 class Seq2SeqConfig(Section):
     """Sequence-to-sequence tasks: target length, label smoothing of the token cross-entropy, and the decoding of
     the dev set (``num_beams`` 1 = greedy; ``generation_max_length`` counts the decoder start token, default
-    ``max_target_length`` + 1)."""
+    ``max_target_length`` + 1). Unused by GLUE tasks."""
 
     SECTION: ClassVar[str] = "seq2seq"
-    max_target_length: int = setting(128, "--max-target-length", "target tokens per example")
-    label_smoothing: float = setting(0.1, "--label-smoothing", "label smoothing of the token cross-entropy")
-    num_beams: int = setting(1, "--num-beams", "beams of the dev decoding (1 = greedy)", resumable=True)
-    length_penalty: float = setting(1.0, "--length-penalty", "beam search length penalty", resumable=True)
-    generation_max_length: int | None = setting(
-        None,
-        "--generation-max-length",
-        "longest decoded sequence, start token included (default max-target-length + 1)",
-        resumable=True,
-    )
+    max_target_length: Annotated[int, flag("--max-target-length")] = 128
+    """target tokens per example"""
+    label_smoothing: Annotated[float, flag("--label-smoothing")] = 0.1
+    """label smoothing of the token cross-entropy"""
+    num_beams: Annotated[int, flag("--num-beams")] = 1
+    """beams of the dev decoding (1 = greedy)"""
+    length_penalty: Annotated[float, flag("--length-penalty")] = 1.0
+    """beam search length penalty"""
+    generation_max_length: Annotated[int | None, flag("--generation-max-length")] = None
+    """longest decoded sequence, start token included (default max-target-length + 1)"""
 
-    def __post_init__(self):
-        self._positive(("max_target_length", "num_beams", "generation_max_length"), integer=True)
+    def check(self) -> None:
+        self._at_least(1, "max_target_length", "num_beams", "generation_max_length")
         self._within("label_smoothing", 0, 1)
-        self._finite("length_penalty")
 
 
 @dataclasses.dataclass(frozen=True)
 class FlowConfig(Section):
     """The flow of method ``flow``: a Glow of ``levels`` x ``depth`` steps with couplings ``hidden`` wide
     (BERT-flow's 3, 3, 32), its ActNorm started from the pretrained model's representations of the first
-    ``init_batches`` training batches."""
+    ``init_batches`` training batches. Unused by other methods."""
 
     SECTION: ClassVar[str] = "flow"
-    levels: int = setting(3, "--flow-levels", "Glow levels", flat="flow_levels")
-    depth: int = setting(3, "--flow-depth", "steps per level", flat="flow_depth")
-    hidden: int = setting(32, "--flow-hidden", "coupling network width", flat="flow_hidden")
-    init_batches: int = setting(
-        1,
-        "--flow-init-batches",
-        "training batches whose pretrained representations start the flow's ActNorm",
-        flat="flow_init_batches",
-    )
+    levels: Annotated[int, flag("--flow-levels")] = 3
+    """Glow levels"""
+    depth: Annotated[int, flag("--flow-depth")] = 3
+    """steps per level"""
+    hidden: Annotated[int, flag("--flow-hidden")] = 32
+    """coupling network width"""
+    init_batches: Annotated[int, flag("--flow-init-batches")] = 1
+    """training batches whose pretrained representations start the flow's ActNorm"""
 
-    def __post_init__(self):
-        self._positive(("levels", "depth", "hidden", "init_batches"), integer=True)
+    def check(self) -> None:
+        self._at_least(1, "levels", "depth", "hidden", "init_batches")
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainConfig:
-    """A fine-tuning run: typed sections, each checked on construction, and the ``seed``.
+class TrainConfig(Section):
+    """A fine-tuning run: its sections and the ``seed``.
 
-    ``seq2seq`` (:class:`Seq2SeqConfig`) is filled with its defaults for a sequence-to-sequence task and ``flow``
-    (:class:`FlowConfig`) for method ``flow`` when left None; set for another task or method they are unused.
-    Every leaf has a dotted path (``optim.learning_rate``), an ``isojax finetune`` flag (``--lr``) and says whether
-    it may change when a run resumes (:data:`SETTINGS`). ``to_json`` / ``from_json`` round-trip;
-    ``from_json(data, overrides)`` and :meth:`override` take dotted overrides::
+    ``to_json`` / ``from_json`` round-trip; :meth:`override` takes dotted paths::
 
         TrainConfig(task=TaskConfig("rte"), optim=OptimConfig(learning_rate=3e-5, steps=100))
-        TrainConfig().override({"task.name": "rte", "optim.learning_rate": "3e-5"})
+        TrainConfig().override({"task.name": "rte", "optim.learning_rate": 3e-5})
 
     Attributes:
       task: the :class:`TaskConfig`.
@@ -537,46 +497,43 @@ class TrainConfig:
       optim: the :class:`OptimConfig`.
       placement: the :class:`PlacementConfig`.
       logging: the :class:`LoggingConfig`.
-      seq2seq: a :class:`Seq2SeqConfig`, or None.
-      flow: a :class:`FlowConfig`, or None.
+      seq2seq: the :class:`Seq2SeqConfig` (read by sequence-to-sequence tasks).
+      flow: the :class:`FlowConfig` (read by method ``flow``).
       seed: the seed of the initialisation, dropout and batch order (``--seed``).
 
     Examples:
-      The two forms above give the same run (the task's name is read in any case), and method ``flow`` fills its
-      section:
+      The two forms above give the same run (the task's name read in any case):
 
       >>> a = TrainConfig(task=TaskConfig("RTE"), optim=OptimConfig(learning_rate=3e-5))
-      >>> b = TrainConfig().override({"task.name": "rte", "optim.learning_rate": "3e-5"})
-      >>> a == b, a.task.name, a.flow
+      >>> b = TrainConfig().override({"task.name": "rte", "optim.learning_rate": 3e-5})
+      >>> a == b, a.task.name, a.optim.steps
       (True, 'rte', None)
-      >>> TrainConfig(method=MethodConfig("flow")).flow
-      FlowConfig(levels=3, depth=3, hidden=32, init_batches=1)
       >>> TrainConfig.from_json(a.to_json()) == a
       True
+      >>> TrainConfig().override({"optim.lr": 1e-3})
+      Traceback (most recent call last):
+      ValueError: unknown setting 'optim.lr'; the settings of optim are [...]
     """
 
-    task: TaskConfig = setting(factory=TaskConfig)
-    model: ModelConfig = setting(factory=ModelConfig)
-    method: MethodConfig = setting(factory=MethodConfig)
-    optim: OptimConfig = setting(factory=OptimConfig)
-    placement: PlacementConfig = setting(factory=PlacementConfig)
-    logging: LoggingConfig = setting(factory=LoggingConfig)
-    seq2seq: Seq2SeqConfig | None = None
-    flow: FlowConfig | None = None
-    seed: int = setting(0, "--seed", "seed of the initialisation, dropout and batch order")
+    SECTION: ClassVar[str] = ""
+    task: TaskConfig = TaskConfig()
+    model: ModelConfig = ModelConfig()
+    method: MethodConfig = MethodConfig()
+    optim: OptimConfig = OptimConfig()
+    placement: PlacementConfig = PlacementConfig()
+    logging: LoggingConfig = LoggingConfig()
+    seq2seq: Seq2SeqConfig = Seq2SeqConfig()
+    flow: FlowConfig = FlowConfig()
+    seed: int = 0
+    """seed of the initialisation, dropout and batch order"""
 
-    def __post_init__(self):
-        for f in dataclasses.fields(self):
-            cls = _SECTIONS.get(f.name)
-            value = getattr(self, f.name)
-            if cls is not None and not isinstance(value, cls) and (value is not None or f.default is not None):
-                raise TypeError(f"TrainConfig.{f.name} must be a {cls.__name__}, got {type(value).__name__}")
-        if self.seq2seq is None and self.is_seq2seq:
-            object.__setattr__(self, "seq2seq", Seq2SeqConfig())
-        if self.flow is None and self.method_spec.flow:
-            object.__setattr__(self, "flow", FlowConfig())
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"{setting_of('seed').label} must be a non-negative integer, got {self.seed!r}")
+    def check(self) -> None:
+        for name, cls in _SECTIONS.items():
+            if not isinstance(getattr(self, name), cls):
+                raise TypeError(
+                    f"TrainConfig.{name} must be a {cls.__name__}, got {type(getattr(self, name)).__name__}"
+                )
+        self._at_least(0, "seed")
         if self.is_seq2seq:
             self._check_seq2seq()
 
@@ -584,7 +541,7 @@ class TrainConfig:
         task = self.task.name
         if METHOD_ALIASES.get(self.method.name, self.method.name) not in SEQ2SEQ_METHODS:
             raise ValueError(
-                f"{setting_of('method.name').label} {self.method.name!r} does not apply to the sequence-to-sequence "
+                f"{MethodConfig.label('name')} {self.method.name!r} does not apply to the sequence-to-sequence "
                 f"task {task}; expected one of {list(SEQ2SEQ_METHODS)}"
             )
         if self.model.scan_layers or self.model.remat != "none":
@@ -602,7 +559,7 @@ class TrainConfig:
                 raise ValueError(f"regulariser {reg.label}: c0='data' is for classification tasks; use c0=identity")
         if self.task.data_dir is not None:
             raise ValueError(
-                f"{setting_of('task.data_dir').label} holds GLUE/STS releases; the sequence-to-sequence task {task} "
+                f"{TaskConfig.label('data_dir')} holds GLUE/STS releases; the sequence-to-sequence task {task} "
                 "reads task.data_source (the Hub, or a local file or directory)"
             )
 
@@ -637,38 +594,48 @@ class TrainConfig:
         )
 
     def to_json(self) -> dict:
-        """A JSON-ready nested dict, a key per section (None for an unset optional one) and ``seed``: a scheduled
-        ``joint_alpha`` / ``balancer_smoothing`` as the text of its :class:`~isojax.train.hyperparams.StepSchedule`,
-        regularisers as dicts whose scheduled weight or options are such text (:meth:`from_json` reads it back)."""
-        out: dict[str, Any] = {"seed": self.seed}
-        for name in _SECTIONS:
-            section = getattr(self, name)
-            out[name] = None if section is None else {k: _json_value(v) for k, v in vars(section).items()}
-        return out
+        """A JSON-ready nested dict: a key per section and ``seed`` (regularisers as their fields' dicts, schedules
+        as their text)."""
+        out: dict[str, Any] = {name: dataclasses.asdict(getattr(self, name)) for name in _SECTIONS}
+        return {**out, "seed": self.seed}
 
     def flat_json(self) -> dict[str, Any]:
-        """:meth:`to_json` keyed by dotted path (``{"optim.learning_rate": 2e-05, ...}``; an unset optional
-        section as its name -> None)."""
-        out: dict[str, Any] = {}
-        for name, value in self.to_json().items():
-            if isinstance(value, dict):
-                out.update({f"{name}.{k}": v for k, v in value.items()})
-            else:
-                out[name] = value
-        return out
+        """:meth:`to_json` keyed by dotted path (``{"optim.learning_rate": 2e-05, ...}``)."""
+        return {f"{s}.{k}": v for s, values in self.to_json().items() if s != "seed" for k, v in values.items()} | {
+            "seed": self.seed
+        }
 
     @classmethod
     def from_json(cls, data: dict, overrides: dict | None = None) -> TrainConfig:
-        """The configuration of a :meth:`to_json` dict, with dotted ``overrides`` (``{"optim.learning_rate":
-        "3e-5"}``; text is converted to the field's type). ``ValueError`` naming an unknown key, and for the flat
-        dict that runs wrote before the sections (``{"task": "rte", "learning_rate": 2e-05, ...}``), which is not
-        read, naming each key's dotted spelling (``learning_rate -> optim.learning_rate``)."""
-        if _is_flat(data):
+        """The configuration of a :meth:`to_json` dict (a section written as null is its defaults), with dotted
+        ``overrides`` (``{"optim.learning_rate": 3e-5}``). ``ValueError`` naming an unknown key, and for a flat dict
+        without sections naming each key's dotted spelling (``learning_rate -> optim.learning_rate``)."""
+        if not isinstance(data, dict):
+            raise ValueError(f"expected a JSON object of settings, got {type(data).__name__}")
+        if not isinstance(data.get("task", {}), dict):
             raise ValueError(_flat_refusal(data))
-        values = _dotted(data)
-        for path, value in (overrides or {}).items():
-            values[path] = setting_of(path).parse(value)
-        return _build(values)
+        values: dict[str, Any] = {}
+        for key, value in data.items():
+            if key in _SECTIONS and value is not None:
+                if not isinstance(value, dict):
+                    raise ValueError(f"{key}: expected an object of settings, got {value!r}")
+                values.update({f"{key}.{name}": leaf for name, leaf in value.items()})
+            elif key not in _SECTIONS:
+                values[key] = value
+        values.update(overrides or {})
+        sections: dict[str, dict[str, Any]] = {name: {} for name in _SECTIONS}
+        top: dict[str, Any] = {}
+        for path, value in values.items():
+            section, dot, name = path.partition(".")
+            if dot and section in _SECTIONS and name in _FIELDS[section]:
+                sections[section][name] = value
+            elif not dot and path in _FIELDS[""]:
+                top[path] = value
+            elif dot and section in _SECTIONS:
+                raise ValueError(f"unknown setting {path!r}; the settings of {section} are {sorted(_FIELDS[section])}")
+            else:
+                raise ValueError(f"unknown setting {path!r}; the sections are {sorted(_SECTIONS)} and 'seed'")
+        return cls(**{name: _SECTIONS[name](**fields) for name, fields in sections.items()}, **top)
 
     def override(self, overrides: dict) -> TrainConfig:
         """A copy with dotted ``overrides`` (:meth:`from_json`)."""
@@ -685,123 +652,48 @@ _SECTIONS: dict[str, type] = {
     "seq2seq": Seq2SeqConfig,
     "flow": FlowConfig,
 }
-OPTIONAL_SECTIONS = ("seq2seq", "flow")
-
-
-def _document_settings(section: type) -> None:
-    """Append to a section's docstring an ``Attributes:`` entry per field, written from its :func:`setting` (flag,
-    help, default, choices), so that the API reference lists the fields without a second copy of their help text."""
-    entries = []
-    for f in dataclasses.fields(section):
-        choices = ", ".join(f"``{c}``" for c in f.metadata["choices"])
-        default = f"default ``{f.default!r}``" + (f"; one of {choices}" if choices else "")
-        entries.append(f"  {f.name}: ``{f.metadata['flag']}``: {f.metadata['help']} ({default}).")
-    section.__doc__ = inspect.cleandoc(section.__doc__ or "") + "\n\nAttributes:\n" + "\n".join(entries) + "\n"
-
-
-for _section in _SECTIONS.values():
-    _document_settings(_section)
-
-
-def _settings() -> tuple[Setting, ...]:
-    out = []
-    for name, cls in [*_SECTIONS.items(), ("", TrainConfig)]:
-        hints = typing.get_type_hints(cls)
-        out += [
-            Setting(f"{name}.{f.name}" if name else f.name, cls, f, hints[f.name])
-            for f in dataclasses.fields(cls)
-            if f.name not in _SECTIONS
-        ]
-    return tuple(out)
-
-
-SETTINGS: tuple[Setting, ...] = _settings()
-"""Every leaf of :class:`TrainConfig` with its path, flag, help, choices and whether it may change on resume."""
-_BY_PATH = {s.path: s for s in SETTINGS}
-RESUMABLE = frozenset(s.path for s in SETTINGS if s.resumable)
-"""The dotted paths that may differ when a run is resumed: where and how it runs, how often it reports."""
-
-
-def setting_of(path: str) -> Setting:
-    """The :class:`Setting` at a dotted path; ``ValueError`` listing the paths for an unknown one.
-
-    Args:
-      path: a dotted path (``"optim.learning_rate"``; ``"seed"``).
-
-    Returns:
-      The :class:`Setting`.
-
-    Examples:
-      >>> setting_of("optim.learning_rate").label, setting_of("optim.learning_rate").parse("3e-5")
-      ('optim.learning_rate (--lr)', 3e-05)
-    """
-    if path not in _BY_PATH:
-        raise ValueError(f"unknown setting {path!r}; expected one of {sorted(_BY_PATH)}")
-    return _BY_PATH[path]
-
-
-def _json_value(value: Any) -> Any:
-    if isinstance(value, tuple) and value and all(isinstance(r, RegularizerSpec) for r in value):
-        return [r.to_json() for r in value]
-    return value
-
-
-def _is_flat(data: dict) -> bool:
-    return not isinstance(data.get("task", {}), dict)
-
-
-def _dotted(data: dict) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    for key, value in data.items():
-        if key in _SECTIONS and value is None:
-            values[key] = None
-        elif key in _SECTIONS:
-            if not isinstance(value, dict):
-                raise ValueError(f"{key}: expected an object of settings, got {value!r}")
-            for name, leaf in value.items():
-                values[f"{key}.{name}"] = setting_of(f"{key}.{name}").parse(leaf)
-        else:
-            values[key] = setting_of(key).parse(value)
-    return values
+_FIELDS = {name: {f.name for f in dataclasses.fields(cls)} for name, cls in _SECTIONS.items()} | {"": {"seed"}}
+RESUMABLE = frozenset(
+    {
+        "task.eval_limit",
+        "optim.eval_batch_size",
+        *(f"placement.{f}" for f in _FIELDS["placement"]),
+        *(f"logging.{f}" for f in _FIELDS["logging"]),
+        "seq2seq.num_beams",
+        "seq2seq.length_penalty",
+        "seq2seq.generation_max_length",
+    }
+)
+"""The dotted paths that may differ when a run is resumed: where and how it runs, how often it reports, how it is
+evaluated."""
 
 
 def _flat_refusal(data: dict) -> str:
-    """The error for a flat configuration: each of its keys with the dotted path it is spelled as now."""
-    by_flat = {s.flat: s.path for s in SETTINGS}
-    spelled = ", ".join(f"{k} -> {by_flat.get(k, '(no such setting)')}" for k in data)
+    """The error for a flat configuration: each of its keys with the dotted path it is spelled as."""
+    short = {"task": "task.name", "model": "model.name", "method": "method.name"}
+    by_name = {name: f"{s}.{name}" for s, names in _FIELDS.items() if s for name in names}
+    by_name |= {f"flow_{name}": f"flow.{name}" for name in _FIELDS["flow"]} | short | {"seed": "seed"}
+    spelled = ", ".join(f"{k} -> {by_name.get(k, '(no such setting)')}" for k in data)
     return (
-        "a flat configuration (the form runs wrote before the settings had sections) is no longer read; write each "
-        f"setting in its section, as TrainConfig.to_json() does ('optim': {{'learning_rate': ...}}): {spelled}"
+        "a flat configuration (without sections) is not read; write each setting in its section, as "
+        f"TrainConfig.to_json() does ('optim': {{'learning_rate': ...}}): {spelled}"
     )
 
 
-def _build(values: dict[str, Any]) -> TrainConfig:
-    sections: dict[str, dict[str, Any]] = {}
-    top: dict[str, Any] = {}
-    for path, value in values.items():
-        section, dot, name = path.partition(".")
-        if dot:
-            sections.setdefault(section, {})[name] = value
-        elif path in _SECTIONS:
-            top[path] = value  # an unset optional section
-        else:
-            top[path] = value
-    for name, fields in sections.items():
-        top[name] = _SECTIONS[name](**fields)
-    return TrainConfig(**top)
-
-
-def _task_name(task: str) -> str:
-    """The canonical name of a GLUE or sequence-to-sequence task (case, dashes and underscores as
-    :func:`isojax.data.glue.glue_task` and :func:`isojax.data.seq2seq.seq2seq_task` read them); ``ValueError``
-    listing both kinds."""
-    glue = str(task).lower().replace("-", "").replace("_", "")
-    if glue in GLUE_TASK_NAMES:
-        return glue
-    seq2seq = str(task).lower().replace("-", "_")
-    if seq2seq in SEQ2SEQ_TASK_NAMES:
-        return seq2seq
-    raise ValueError(
-        f"task: unknown GLUE task {task!r}; expected one of {sorted(GLUE_TASK_NAMES)}; or a sequence-to-sequence "
-        f"task: {sorted(SEQ2SEQ_TASK_NAMES)}"
-    )
+__all__ = [
+    "COMBINATIONS",
+    "METHODS",
+    "PARALLEL_MODES",
+    "RESUMABLE",
+    "SCHEDULES",
+    "FlowConfig",
+    "LoggingConfig",
+    "MethodConfig",
+    "ModelConfig",
+    "OptimConfig",
+    "PlacementConfig",
+    "Seq2SeqConfig",
+    "Stage",
+    "TaskConfig",
+    "TrainConfig",
+]

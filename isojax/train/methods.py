@@ -261,6 +261,12 @@ class RegularizerSpec:
         except (TypeError, ValueError) as e:
             raise ValueError(f"regulariser {text!r}: {e}") from None
 
+    @property
+    def text(self) -> str:
+        """The ``NAME=WEIGHT@REPRESENTATION[,KEY=VALUE...]`` form that :meth:`parse` reads back."""
+        options = "".join(f",{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in self.options)
+        return f"{self.name}={self.weight}@{self.representation}{options}"
+
     def to_json(self) -> dict:
         return {
             "name": self.name,
