@@ -18,7 +18,7 @@ import transformers
 from conftest import read_json, read_jsonl, save_tiny_encoder
 from jax.sharding import PartitionSpec as P
 
-from isojax.cli import config_from_argv, main
+from isojax.cli import main
 from isojax.models.partitioning import fsdp_spec
 from isojax.train import (
     LoggingConfig,
@@ -31,6 +31,7 @@ from isojax.train import (
     TrainConfig,
 )
 from isojax.train.checkpoint import Checkpoints
+from isojax.train.cli import config_from_argv
 from isojax.train.feed import batch_indices, process_batches
 from isojax.train.loop import prepare
 from isojax.train.parallel import make_runner

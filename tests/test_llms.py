@@ -279,9 +279,9 @@ def test_isojax_finetune_trains_a_llama_classifier_with_softdecay_end_to_end(def
     runs its steps and writes finite results (the head reads the last real token)."""
     from conftest import read_json, read_jsonl
 
-    from isojax.cli import config_from_argv
     from isojax.models import build_model, config_from_hf, init_params
     from isojax.train import fit
+    from isojax.train.cli import config_from_argv
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(default_model_path))
     config = config_from_hf(

@@ -22,7 +22,7 @@ import train_worker
 import transformers
 from conftest import read_json, read_jsonl, save_tiny_encoder
 
-from isojax.cli import EXIT_STOPPED, config_from_argv
+from isojax.cli import EXIT_STOPPED
 from isojax.train import (
     LoggingConfig,
     MethodConfig,
@@ -34,6 +34,7 @@ from isojax.train import (
     TrainConfig,
     fit,
 )
+from isojax.train.cli import config_from_argv
 
 
 @pytest.fixture(scope="module")

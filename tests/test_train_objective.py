@@ -18,9 +18,9 @@ import pytest
 from conftest import read_json, read_jsonl, require, save_tiny_encoder
 
 from isojax import losses
-from isojax.cli import config_from_argv
 from isojax.models import TransformerConfig, build_encoder
 from isojax.train import fit
+from isojax.train.cli import config_from_argv
 from isojax.train.collectives import GLOBAL
 from isojax.train.config import MethodConfig, TrainConfig
 from isojax.train.hyperparams import StepSchedule

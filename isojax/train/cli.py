@@ -172,9 +172,9 @@ def read_config(path: str) -> TrainConfig:
 
 
 def _one_line(text: str) -> str:
-    """tyro's boxed error as one line."""
-    lines = [line for line in text.splitlines() if not line.lstrip().startswith("\u256d")]  # the box's title
-    words = " ".join(re.sub(r"[\u2500-\u257f]+", " ", line) for line in lines).split()
+    """tyro's boxed error (its first line the box's title) as one line."""
+    lines = [line.strip().strip("\u2502|").strip() for line in text.strip().splitlines()[1:]]
+    words = " ".join(line for line in lines if not re.fullmatch(r"[\u2500-\u257f+-]*", line)).split()
     return " ".join(words).split(" Argument helptext:")[0].split(" For full helptext")[0]
 
 

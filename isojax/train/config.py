@@ -189,7 +189,10 @@ def _typed(label: str, value: Any, hint: Any) -> Any:
             raise TypeError(f"{label} must be a list, got {value!r}")
         return tuple(_typed(label, v, args[0]) for v in value)
     if hint is RegularizerSpec:
-        spec = RegularizerSpec.from_json(value)
+        try:
+            spec = RegularizerSpec.from_json(value)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"{label}: {e}") from None
         if type(spec) is not RegularizerSpec:
             raise TypeError(
                 f"{label} must hold RegularizerSpec settings (an objective's Regularizer is built from them), got "
