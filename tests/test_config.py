@@ -172,7 +172,9 @@ def test_every_setting_is_one_finetune_option_with_its_short_alias():
         alias = label.split("(")[1].rstrip(")")
         aliases.append(alias)
         dotted = f"--{section}.{name.replace('_', '-')}"
-        assert re.search(rf"{re.escape(alias)}( [^,\u2502\n]+| \{{[^}}]*\}})?(, --no-[\w-]+)?, {re.escape(dotted)}\b", text), (section, name)
+        assert re.search(
+            rf"{re.escape(alias)}( [^,\u2502\n]+| \{{[^}}]*\}})?(, --no-[\w-]+)?, {re.escape(dotted)}\b", text
+        ), (section, name)
     assert len(set(aliases)) == len(aliases) and "--seed" in text
     assert config_from_argv(["finetune", "--balancer-smoothing", "0.4"]).method.balancer_smoothing == 0.4
     assert config_from_argv(["finetune", "--method.balancer_smoothing", "0.4"]).method.balancer_smoothing == 0.4
@@ -329,7 +331,10 @@ def test_resume_compares_by_setting_and_refuses_a_flat_checkpoint_config():
         (["sts", "--data", "sts17", "--quiet"], "unknown STS data set 'sts17'"),
         (["sts", "--alpha", "abc"], "--alpha must be 'search' or a number in [-1, 0), got abc"),
         (["wordsim", "--model", "/nonexistent/model"], "cannot find model '/nonexistent/model'"),
-        (["finetune", "--steps", "ten"], "--steps/--optim.steps: no type matching {None}|INT could be instantiated from ['ten']"),
+        (
+            ["finetune", "--steps", "ten"],
+            "--steps/--optim.steps: no type matching {None}|INT could be instantiated from ['ten']",
+        ),
         (
             ["finetune", "--config", "/nonexistent/run.json"],
             "--config /nonexistent/run.json: cannot be read (No such file",

@@ -12,12 +12,15 @@ class a field list (``Args:`` or ``Attributes:``).
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import doctest
 import importlib
 import inspect
 import pathlib
 import pkgutil
 import re
+import textwrap
 import tomllib
 import types
 import typing
@@ -205,12 +208,32 @@ def test_all_lists_name_no_typing_constructs():
     assert not aliases
 
 
+def _fields_documented(cls) -> bool:
+    """Whether ``cls`` is a dataclass whose every field has a docstring on the lines after it."""
+    if not dataclasses.is_dataclass(cls):
+        return False
+    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
+    documented = {
+        node.target.id
+        for node, after in zip(body, body[1:])
+        if isinstance(node, ast.AnnAssign)
+        and isinstance(node.target, ast.Name)
+        and isinstance(after, ast.Expr)
+        and isinstance(after.value, ast.Constant)
+        and isinstance(after.value.value, str)
+    }
+    return {f.name for f in dataclasses.fields(cls)} <= documented
+
+
 @pytest.mark.parametrize("module_name", DOCUMENTED)
 def test_public_class_documents_its_fields(module_name):
-    """Every public class has a docstring that lists its constructor arguments (``Args:`` or ``Attributes:``)."""
+    """Every public class has a docstring that lists its constructor arguments (``Args:`` or ``Attributes:``), or
+    is a dataclass with a docstring under each field (what tyro and Sphinx read)."""
     undocumented = [
         name
         for name, obj in _public_objects(module_name)
-        if inspect.isclass(obj) and not any(s in (inspect.getdoc(obj) or "") for s in ("Args:", "Attributes:"))
+        if inspect.isclass(obj)
+        and not any(s in (inspect.getdoc(obj) or "") for s in ("Args:", "Attributes:"))
+        and not _fields_documented(obj)
     ]
     assert not undocumented

@@ -297,7 +297,7 @@ def test_isojax_finetune_fsdp_trains_as_the_replicated_run(runs, tiny, tmp_path,
     argv = ["finetune", "--task", "stsb", "--model", tiny, "--reg", "istar=0.3@cls", "--reg", "cosine=1.0@embedding"]
     argv += ["--max-length", "32", "--batch-size", str(B), "--eval-batch-size", str(B), "--train-limit", str(4 * B)]
     argv += ["--eval-limit", str(B), "--steps", str(STEPS), "--lr", "3e-3", "--no-dropout", "--log-every", "1"]
-    argv += ["--devices", "8", "--fsdp", "--out", str(out), "--quiet"]
+    argv += ["--devices", "8", "--fsdp", "--out", str(out), "--no-progress"]
     assert config_from_argv(argv) == _config(tiny, devices=8, fsdp=True, output_dir=str(out), log_every=1)
     assert main(argv) == 0
     records = read_jsonl(out / "log.jsonl")

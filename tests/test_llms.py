@@ -302,7 +302,7 @@ def test_isojax_finetune_trains_a_llama_classifier_with_softdecay_end_to_end(def
     argv = ["finetune", "--task", "stsb", "--model", str(tmp_path / "llama"), "--method", "softdecay"]
     argv += ["--out", str(tmp_path / "run"), "--max-length", "32", "--batch-size", "8", "--eval-batch-size", "8"]
     argv += ["--train-limit", "32", "--eval-limit", "16", "--steps", "4", "--log-every", "1", "--devices", "1"]
-    argv += ["--lr", "1e-3", "--transform-lr", "1e-1", "--quiet"]
+    argv += ["--lr", "1e-3", "--transform-lr", "1e-1", "--no-progress"]
     fit(config_from_argv(argv))
     results = read_json(tmp_path / "run" / "results.json")
     steps = [r for r in read_jsonl(tmp_path / "run" / "log.jsonl") if "loss" in r]

@@ -85,7 +85,7 @@ def _args(model, out, *extra):
         "1e-2",
         "--devices",
         "1",
-        "--quiet",
+        "--no-progress",
         *extra,
     ]
 
@@ -485,7 +485,7 @@ def test_finetune_reads_glue_from_the_data_dir(tiny, tokenizer, shared_data_dir,
             "2",
             "--devices",
             "1",
-            "--quiet",
+            "--no-progress",
         ]
     )
     assert config.task.data_dir == str(shared_data_dir)

@@ -259,7 +259,7 @@ def _argv(root, model, out):
         "8",
         "--model-parallel",
         "2",
-        "--quiet",
+        "--no-progress",
     ]
 
 

@@ -507,7 +507,7 @@ def test_cli_weight_schedule_runs_compiled_once_and_logs_the_weight(default_mode
                 "1",
                 "--devices",
                 "1",
-                "--quiet",
+                "--no-progress",
             ]
         )
     )
@@ -539,7 +539,7 @@ def test_cli_joint_alpha_takes_a_number_or_a_schedule():
     assert config.method.joint_alpha == "linear:1.0:0.5:300"
     assert config.to_json()["method"]["joint_alpha"] == "linear:1.0:0.5:300"
     assert TrainConfig().to_json()["method"]["joint_alpha"] == 0.5
-    with pytest.raises(ValueError, match="joint_alpha 'half' is not a number or a schedule"):
+    with pytest.raises(ValueError, match=r"method.joint_alpha \(--joint-alpha\) 'half' is not a number or a schedule"):
         config_from_argv(base + ["--joint-alpha", "half"])
     with pytest.raises(ValueError, match=r"method.joint_alpha \(--joint-alpha\) must be in \[0, 1\], got 1.5"):
         config_from_argv(base + ["--joint-alpha", "1.5"])

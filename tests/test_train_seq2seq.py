@@ -75,7 +75,7 @@ def _argv(model, data, out, method, *extra):
         "10",
         "--devices",
         "1",
-        "--quiet",
+        "--no-progress",
         *extra,
     ]
 

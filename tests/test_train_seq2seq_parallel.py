@@ -127,7 +127,7 @@ def _argv(model, data, out):
         "1",
         "--devices",
         "1",
-        "--quiet",
+        "--no-progress",
         "--flow-levels",
         "2",
         "--flow-depth",

@@ -241,7 +241,7 @@ def _first_step_task_loss(root, model, out, *extra):
                 "1",
                 "--seed",
                 "3",
-                "--quiet",
+                "--no-progress",
                 *extra,
             ]
         )
