@@ -84,6 +84,8 @@ nitpick_ignore_regex = [
     ("py:.*", r"(collections\.abc|typing|os|pathlib|dataclasses|enum|logging)\..*"),
     ("py:.*", r"(Path|Callable|Sequence|Mapping|Iterable|Iterator|Any|Literal|NamedTuple|Enum|Self|TypeIs)"),
     ("py:class", r"(int|float|str|bool|bytes|dict|list|tuple|object|None|type|complex)"),
+    # the configuration's fields are Annotated[type, tyro.conf.arg(aliases=...)]: autodoc prints the metadata's parts
+    ("py:class", r"(tyro|types)\..*|\w+=.*|'--[\w-]+'|.*\.Annotated"),
 ]
 
 
@@ -296,7 +298,22 @@ def _skip_flax_hooks(app, what, name, obj, skip, options):
     return None
 
 
+_FIELD_HELP: dict[str, list[str]] = {}
+
+
+def _keep_field_help(app, what, name, obj, options, lines):
+    """Napoleon reads an attribute docstring's first line as ``type: text``; the help under a configuration field is
+    prose (``"GLUE source: auto (...)"``): its text is kept before napoleon runs and put back after."""
+    if what == "attribute" and name.split(".")[-2].endswith("Config"):
+        if name in _FIELD_HELP:
+            lines[:] = _FIELD_HELP.pop(name)
+        else:
+            _FIELD_HELP[name] = list(lines)
+
+
 def setup(app):
+    app.connect("autodoc-process-docstring", _keep_field_help, priority=100)  # before napoleon's (500)
+    app.connect("autodoc-process-docstring", _keep_field_help, priority=900)  # and after it
     app.connect("missing-reference", _resolve_by_identity)
     app.connect("autodoc-process-docstring", _drop_type_docstring)
     app.connect("autodoc-skip-member", _skip_flax_hooks)

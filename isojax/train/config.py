@@ -254,7 +254,7 @@ class TaskConfig(Section):
     """GLUE source: auto (--data-dir, else $ISOJAX_DATA_DIR, else the Hub; STS-B falls back to the offline
     package), hub, package, or a local directory/file in the Hub's layout; sequence-to-sequence: auto (the Hub) or
     a local directory/file (task seq2seq: columns source, target)"""
-    data_dir: Annotated[str | None, flag("--data-dir", metavar="DIR")] = None
+    data_dir: Annotated[str | None, flag("--data-dir")] = None
     """directory of the original data releases: sts/STS12..STS16, sick/, glue/<Task>/ (default $ISOJAX_DATA_DIR;
     without either, the Hugging Face Hub)"""
 
@@ -667,8 +667,8 @@ RESUMABLE = frozenset(
         "seq2seq.generation_max_length",
     }
 )
-"""The dotted paths that may differ when a run is resumed: where and how it runs, how often it reports, how it is
-evaluated."""
+"""The dotted paths that may differ when a run is resumed (where and how it runs, how often it reports, how it is
+evaluated)."""
 
 
 def _flat_refusal(data: dict) -> str:
