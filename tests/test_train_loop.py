@@ -239,18 +239,18 @@ def test_unreadable_latest_checkpoints_fall_back_with_a_warning(tiny, reference,
 def test_a_run_that_fails_mid_stage_writes_its_pending_checkpoint_first(tiny, tmp_path, monkeypatch):
     """An exception in the loop (here: in the evaluation at step 4) still closes the checkpoint manager, so the
     asynchronous save of step 3 is finished on disk when ``fit`` raises and a rerun resumes from it."""
-    import isojax.train.loop as loop
     from isojax.train.checkpoint import Checkpoints
+    from isojax.train.tasks.classification import ClassificationRecipe
 
-    evaluate, closed = loop._evaluate, []
+    evaluate, closed = ClassificationRecipe.evaluate, []
 
-    def failing(run, plan, placed, step, **kwargs):
-        if step == 4:
+    def failing(self, runner, placed, dev):
+        if int(runner.host(placed.step)) == 4:
             raise RuntimeError("evaluation failed at step 4")
-        return evaluate(run, plan, placed, step, **kwargs)
+        return evaluate(self, runner, placed, dev)
 
     close = Checkpoints.close
-    monkeypatch.setattr(loop, "_evaluate", failing)
+    monkeypatch.setattr(ClassificationRecipe, "evaluate", failing)
     monkeypatch.setattr(Checkpoints, "close", lambda self: (closed.append(self.directory), close(self)))
     with pytest.raises(RuntimeError, match="evaluation failed at step 4"):
         fit(config_from_argv(_args(tiny, tmp_path, "--eval-every", "4")))
