@@ -379,11 +379,9 @@ def fit(config: TrainConfig) -> FitResult:
                 records, os.path.join(out, "curves.png"), metrics=recipe.metrics, isotropy=recipe.curves, title=title
             )
             timing = {stage.name: epoch_seconds(records, stage.name, per_epoch) for stage in stages}
+            summary = {"config": config.to_json(), "step": step, "stages": results, "timing": timing}
             # whole or not at all: its presence marks a finished run (a rerun of one killed here resumes and rewrites it)
-            write_json(
-                Path(out, "results.json"),
-                {"config": config.to_json(), "step": step, "stages": results, "timing": timing},
-            )
+            write_json(Path(out, "results.json"), summary)
     return FitResult(out, step, results[stages[-1].name], results, params)
 
 
