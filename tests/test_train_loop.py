@@ -588,3 +588,17 @@ def test_nonfinite_steps_in_a_row_stop_the_run_and_the_rerun_resumes_from_the_la
     result = fit(config_from_argv(argv))
     assert [r["step"] for r in read_jsonl(out / "log.jsonl") if r["kind"] == "resume"] == [6]
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=0, atol=1e-6), result.params, ref.params)
+
+
+def test_a_hook_is_due_every_n_steps_of_the_stage_or_of_the_run_and_as_asked_at_the_stage_end():
+    from isojax.train.loop import Hook
+
+    def due(hook, start, total):
+        return [start + k for k in range(1, total + 1) if hook.due(k, start + k, last=k == total)]
+
+    log, evaluate = Hook(4, print, last=True), Hook(4, print, last=False)
+    save, never = Hook(4, print, run_steps=True), Hook(0, print)
+    assert due(log, 10, 9) == [14, 18, 19]  # counted in the stage, and its last step
+    assert due(evaluate, 10, 8) == [14]  # not at the stage's last step (its end evaluates anyway)
+    assert due(save, 10, 8) == [12, 16]  # counted in the run
+    assert due(never, 0, 8) == [] and due(Hook(0, print, last=True), 0, 8) == [8]
