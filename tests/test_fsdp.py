@@ -1,7 +1,8 @@
 """FSDP: the parameters and Adam moments split over the mesh's data axis train exactly as when replicated, each
 device really holds 1/8 of them, and checkpoints move between FSDP and the other placements and device counts.
 
-The runs are the ones ``isojax finetune`` makes: :func:`isojax.train.loop.prepare` builds the model, optimiser,
+The runs are the ones ``isojax finetune`` makes: :func:`isojax.train.loop.prepare` and
+:func:`~isojax.train.loop.stage_runner` build the model, optimiser,
 train step and runner of a configuration (a 1-layer, 16-wide BERT with the default model's vocabulary, the task
 loss plus I-STAR on [CLS] and the cosine regulariser on the word embeddings, AdamW with warm-up, decay and gradient
 clipping, no dropout), and the batches are those :func:`~isojax.train.loop.fit` feeds.
@@ -33,7 +34,7 @@ from isojax.train import (
 from isojax.train.checkpoint import Checkpoints
 from isojax.train.cli import config_from_argv
 from isojax.train.feed import batch_indices, process_batches
-from isojax.train.loop import prepare
+from isojax.train.loop import checkpoint_meta, prepare, stage_runner, stage_steps
 from isojax.train.parallel import make_runner
 from isojax.train.state import create_state
 
@@ -70,16 +71,21 @@ class Run:
     """A prepared configuration's first stage: its runner, placed state and the batches ``fit`` feeds it."""
 
     def __init__(self, config: TrainConfig):
-        self.config, self.prepared = config, prepare(config)
-        self.plan = self.prepared.plans[0]
-        self.runner, self.history = self.plan.runner, []
-        self.placed = self.runner.place(create_state(self.prepared.variables, self.plan.optimizer, config.seed))
+        self.config, (recipe, model, self.train_rows, _, variables, references) = config, prepare(config)
+        self.per_epoch = len(self.train_rows) // B
+        total = stage_steps(config, self.per_epoch)[0]
+        stage = config.stages()[0]
+        optimizer, self.abstract, self.runner, _ = stage_runner(
+            config, recipe, model, variables, references, stage, start=0, total=total
+        )
+        self.history: list[dict] = []
+        self.placed = self.runner.place(create_state(variables, optimizer, config.seed))
 
     def batch(self, k: int) -> dict:
         """Batch ``k`` of the run, as :func:`isojax.train.loop.fit` draws it (one process: every row)."""
-        epoch, index = divmod(k, self.prepared.per_epoch)
-        order = batch_indices(len(self.prepared.train), B, shuffle=True, seed=self.config.seed, epoch=epoch)
-        return next(process_batches(self.prepared.train, [order[index]], np.arange(B)))
+        epoch, index = divmod(k, self.per_epoch)
+        order = batch_indices(len(self.train_rows), B, shuffle=True, seed=self.config.seed, epoch=epoch)
+        return next(process_batches(self.train_rows, [order[index]], np.arange(B)))
 
     def train(self, steps: int) -> "Run":
         for _ in range(steps):
@@ -97,12 +103,12 @@ class Run:
             checkpoints.save(
                 step,
                 self.runner.checkpoint_view(self.placed),
-                self.plan.meta(step, self.prepared.per_epoch, self.config),
+                checkpoint_meta(self.config, 0, step, start=0, per_epoch=self.per_epoch),
             )
 
     def restore(self, directory) -> "Run":
         with Checkpoints(str(directory)) as checkpoints:
-            _, state, _ = checkpoints.restore_latest(lambda meta: self.runner.restore_target(self.plan.abstract_state))
+            _, state, _ = checkpoints.restore_latest(lambda meta: self.runner.restore_target(self.abstract))
         self.placed = self.runner.from_checkpoint(state)
         return self
 
@@ -308,8 +314,6 @@ def test_isojax_finetune_fsdp_trains_as_the_replicated_run(runs, tiny, tmp_path,
     # the run's final checkpoint (saved under FSDP) read into the replicated placement: the reference's state
     reference = runs["reference"]
     with Checkpoints(str(out / "checkpoints")) as checkpoints:
-        step, state, _ = checkpoints.restore_latest(
-            lambda meta: reference.runner.restore_target(reference.plan.abstract_state)
-        )
+        step, state, _ = checkpoints.restore_latest(lambda meta: reference.runner.restore_target(reference.abstract))
     assert step == STEPS
     assert_same_state(reference.runner.host(state), reference.host())

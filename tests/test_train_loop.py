@@ -240,18 +240,18 @@ def test_unreadable_latest_checkpoints_fall_back_with_a_warning(tiny, reference,
 def test_a_run_that_fails_mid_stage_writes_its_pending_checkpoint_first(tiny, tmp_path, monkeypatch):
     """An exception in the loop (here: in the evaluation at step 4) still closes the checkpoint manager, so the
     asynchronous save of step 3 is finished on disk when ``fit`` raises and a rerun resumes from it."""
-    import isojax.train.loop as loop
     from isojax.train.checkpoint import Checkpoints
+    from isojax.train.tasks.classification import ClassificationRecipe
 
-    evaluate, closed = loop._evaluate, []
+    evaluate, closed = ClassificationRecipe.evaluate, []
 
-    def failing(run, plan, placed, step, **kwargs):
-        if step == 4:
+    def failing(self, runner, placed, dev):
+        if int(runner.host(placed.step)) == 4:
             raise RuntimeError("evaluation failed at step 4")
-        return evaluate(run, plan, placed, step, **kwargs)
+        return evaluate(self, runner, placed, dev)
 
     close = Checkpoints.close
-    monkeypatch.setattr(loop, "_evaluate", failing)
+    monkeypatch.setattr(ClassificationRecipe, "evaluate", failing)
     monkeypatch.setattr(Checkpoints, "close", lambda self: (closed.append(self.directory), close(self)))
     with pytest.raises(RuntimeError, match="evaluation failed at step 4"):
         fit(config_from_argv(_args(tiny, tmp_path, "--eval-every", "4")))
@@ -589,3 +589,17 @@ def test_nonfinite_steps_in_a_row_stop_the_run_and_the_rerun_resumes_from_the_la
     result = fit(config_from_argv(argv))
     assert [r["step"] for r in read_jsonl(out / "log.jsonl") if r["kind"] == "resume"] == [6]
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=0, atol=1e-6), result.params, ref.params)
+
+
+def test_a_hook_is_due_every_n_steps_of_the_stage_or_of_the_run_and_as_asked_at_the_stage_end():
+    from isojax.train.loop import Hook
+
+    def due(hook, start, total):
+        return [start + k for k in range(1, total + 1) if hook.due(k, start + k, last=k == total)]
+
+    log, evaluate = Hook(4, print, last=True), Hook(4, print, last=False)
+    save, never = Hook(4, print, run_steps=True), Hook(0, print)
+    assert due(log, 10, 9) == [14, 18, 19]  # counted in the stage, and its last step
+    assert due(evaluate, 10, 8) == [14]  # not at the stage's last step (its end evaluates anyway)
+    assert due(save, 10, 8) == [12, 16]  # counted in the run
+    assert due(never, 0, 8) == [] and due(Hook(0, print, last=True), 0, 8) == [8]

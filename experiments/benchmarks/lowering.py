@@ -527,7 +527,7 @@ TRAIN_LAYOUTS: dict[str, dict[str, Any]] = {
 
 def train_step(method: str, layout: str, *, dtype="bfloat16", remat="full"):
     """``(step, (state, batch))``: the first stage's train step of ``isojax finetune --method METHOD`` on a tiny
-    BERT (scanned layers, ``remat``, ``dtype``), as :func:`isojax.train.loop.prepare` plans it (its ``plan_stages``:
+    BERT (scanned layers, ``remat``, ``dtype``), as :func:`isojax.train.loop.fit` builds it (its ``stage_runner``:
     objective, optimiser, runner over the layout's devices), without the tokenizer and data it would load: the
     model is built from a config as :func:`isojax.train.tasks.classification.build_task_model` builds it from a checkpoint, and the
     flow starts from random rows. ``step`` is the runner's compiled function (``jit`` with its shardings, or
@@ -575,8 +575,11 @@ def train_step(method: str, layout: str, *, dtype="bfloat16", remat="full"):
     recipe = ClassificationRecipe(config)
     regs = [reg for stage in config.stages() for reg in stage.regularizers]
     references = data_references(regs, lambda name: jnp.eye(cfg.hidden_size))
-    plan = loop.plan_stages(config, recipe, model, variables, per_epoch=1, references=references)[0]
-    state = create_state(variables, plan.optimizer, config.seed)
+    total = loop.stage_steps(config, per_epoch=1)[0]
+    optimizer, _, runner, _ = loop.stage_runner(
+        config, recipe, model, variables, references, config.stages()[0], start=0, total=total
+    )
+    state = create_state(variables, optimizer, config.seed)
     ids = _ids(8, 8)
     batch = {
         "input_ids": ids,
@@ -584,7 +587,6 @@ def train_step(method: str, layout: str, *, dtype="bfloat16", remat="full"):
         "token_type_ids": jnp.zeros_like(ids),
         "labels": jnp.asarray(np.arange(8) % 2, jnp.int32),
     }
-    runner = plan.runner
     return runner.train_step, (runner.place(state), runner.device_batch(batch))
 
 

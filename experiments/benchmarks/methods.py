@@ -7,7 +7,8 @@ The campaign's own seconds per epoch (``results.json``'s ``timing``) come from r
 shared machine they measure its load as much as the method (isotropy-calibration-evaluation reports time per
 epoch per method). Here every method's real train step is built as ``isojax finetune`` builds it for the campaign
 (:mod:`experiments.campaign`' configuration -> the run's ``TrainConfig`` ->
-:func:`isojax.train.loop.prepare`: model, regulariser with its data references, optimiser, runner), fed the same
+:func:`isojax.train.loop.prepare` and :func:`~isojax.train.loop.stage_runner`: model, regulariser with its data
+references, optimiser, runner), fed the same
 first training batch, and timed in rounds that run every step once (:func:`common.interleaved_ms`), so that load
 reaches all alike. One step = forward, loss and regularisers, backward, update, dropout on, state donated.
 Printed per method and stage: median ms per step with its quartiles, seconds per epoch (= ms × the task's batches
@@ -29,8 +30,8 @@ from experiments.benchmarks.train_step import step_runner
 from experiments.campaign.schedule import campaign_selection
 from experiments.campaign.spec import DEFAULT_CONFIG, DEFAULT_DATA, expand, select
 from isojax.argtypes import int_at_least
+from isojax.train import loop
 from isojax.train.feed import batch_indices, process_batches
-from isojax.train.loop import prepare
 from isojax.train.state import create_state
 
 
@@ -38,16 +39,19 @@ def stage_steps(run, data_dir: str, out: str) -> tuple[dict, int]:
     """``({stage name: run()}, batches per epoch)`` for one campaign run: ``run()`` is one train step of that
     stage on the first training batch, from the run's initial variables, its state kept between calls."""
     config = run.config(out, data_dir)
-    prepared = prepare(config)
-    order = batch_indices(
-        len(prepared.train), config.optim.batch_size, shuffle=True, seed=config.seed, epoch=0, drop_last=True
-    )[:1]
-    steps = {}
-    for plan in prepared.plans:
-        batch = next(process_batches(prepared.train, order, plan.runner.process_rows(config.optim.batch_size)))
-        state = plan.runner.place(create_state(prepared.variables, plan.optimizer, config.seed, step=plan.start))
-        steps[plan.stage.name] = step_runner(plan.runner.train, state, batch)
-    return steps, prepared.per_epoch
+    recipe, model, train, _, variables, references = loop.prepare(config)
+    batch_size = config.optim.batch_size
+    order = batch_indices(len(train), batch_size, shuffle=True, seed=config.seed, epoch=0, drop_last=True)[:1]
+    steps, start, per_epoch = {}, 0, len(train) // batch_size
+    for stage, total in zip(config.stages(), loop.stage_steps(config, per_epoch), strict=True):
+        optimizer, _, runner, _ = loop.stage_runner(
+            config, recipe, model, variables, references, stage, start=start, total=total
+        )
+        batch = next(process_batches(train, order, runner.process_rows(batch_size)))
+        state = runner.place(create_state(variables, optimizer, config.seed, step=start))
+        steps[stage.name] = step_runner(runner.train, state, batch)
+        start += total
+    return steps, per_epoch
 
 
 def main(argv=None) -> int:

@@ -6,10 +6,10 @@ step for each placement, against their analytic minima.
                                 [--out experiments/results]
                                 [--keep [--redo "fsdp 8,fsdp 4 x model 2"] [--redo-models bart-large,mbart-large]]
 
-**Step.** The first stage's train step of ``isojax finetune --method baseline`` as :func:`isojax.train.loop.prepare`
-plans it (:func:`isojax.train.loop.plan_stages`: objective, AdamW, clipping, the runner's ``jit`` with its shardings and
-donated state), on a model built from a config (nothing is downloaded, nothing is initialised: the state is abstract,
-``jax.eval_shape``), dropout on, layers unrolled: BERT-base (GLUE RTE, a 2-class head), BART-large (CNN/DailyMail)
+**Step.** The first stage's train step of ``isojax finetune --method baseline`` as :func:`isojax.train.loop.fit`
+builds it (:func:`isojax.train.loop.stage_runner`: objective, AdamW, clipping, the runner's ``jit`` with its
+shardings and donated state), on a model built from a config (nothing is downloaded, nothing is initialised: the
+state is abstract, ``jax.eval_shape``), dropout on, layers unrolled: BERT-base (GLUE RTE, a 2-class head), BART-large (CNN/DailyMail)
 and mBART-large (WMT16 en-ro) shapes, sources and targets of ``--length`` tokens. Each cell is only lowered and
 compiled (``runner.train_step.lower(state, batch).compile()``), never run. ``remat full`` is the encoders' option
 (``TrainConfig`` refuses ``remat`` for a sequence-to-sequence task, so the encoder-decoders have ``none`` only).
@@ -306,7 +306,7 @@ def build_step(name: str, layout: Layout, *, dtype: str, remat: str, batch: int,
     config = train_config(name, layout, dtype=dtype, remat=remat, batch=batch, length=length)
     cfg = model_config(name)
     compute = jnp.dtype(dtype)
-    # each branch pairs a recipe with its own model type, the pairing plan_stages is generic over (a union of the
+    # each branch pairs a recipe with its own model type, the pairing stage_runner is generic over (a union of the
     # two would not say which recipe goes with which model)
     recipe: Any
     model: Any
@@ -329,10 +329,12 @@ def build_step(name: str, layout: Layout, *, dtype: str, remat: str, batch: int,
         rows = {k: (batch, length) for k in TaskModel.INPUTS} | {"labels": (batch,)}
     loop.check_setup(config, model)
     variables = jax.eval_shape(lambda: init(model, init_params(network, jax.random.key(0)), jax.random.key(1)))
-    plan = loop.plan_stages(config, recipe, model, variables, per_epoch=1, references={})[0]
-    runner = plan.runner
+    total = loop.stage_steps(config, per_epoch=1)[0]
+    _, abstract, runner, _ = loop.stage_runner(
+        config, recipe, model, variables, {}, config.stages()[0], start=0, total=total
+    )
     assert isinstance(runner, MeshRunner)  # the layouts here are meshes (module docstring)
-    state = runner.restore_target(plan.abstract_state)
+    state = runner.restore_target(abstract)
     batch_args = {k: jax.ShapeDtypeStruct(s, jnp.int32, sharding=runner.batch_sharding) for k, s in rows.items()}
     return runner.train_step, state, batch_args, config
 

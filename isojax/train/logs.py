@@ -2,7 +2,8 @@
 
 Records carry ``"kind"`` and ``"time"`` (wall clock): ``"train"`` (step, stage, epoch, learning rate, ``seconds`` of
 training since the previous train record, loss and its terms, gradient norm), ``"eval"`` (step, stage, task
-metrics, isotropy metrics), ``"resume"`` (step restored, checkpoint).
+metrics, isotropy metrics), ``"resume"`` (step restored, checkpoint). :func:`epoch_seconds` reads a stage's training
+time per epoch from them.
 """
 
 from __future__ import annotations
@@ -73,6 +74,29 @@ def latest_evaluations(records: list[dict]) -> list[dict]:
     """
     by_step = {r["step"]: r for r in records if r.get("kind") == "eval"}
     return [by_step[s] for s in sorted(by_step)]
+
+
+def epoch_seconds(records: list[dict], stage: str, per_epoch: int) -> dict:
+    """Training wall time of ``stage`` from the ``train`` records of a run's log: ``seconds_per_epoch`` is the mean
+    seconds per step times the steps of an epoch, leaving out the first interval of each session (it holds the
+    step's compilation); ``compile_and_first_seconds`` sums those first intervals. None without records."""
+    train = [r for r in records if r.get("kind") == "resume" or (r.get("kind") == "train" and r["stage"] == stage)]
+    steady, first, steps, last_step = 0.0, 0.0, 0, None
+    for record in train:
+        if record["kind"] == "resume":
+            last_step = None
+            continue
+        if "seconds" not in record:
+            continue
+        if last_step is None:  # the first interval after a (re)start holds the compilation
+            first += record["seconds"]
+        else:
+            steady += record["seconds"]
+            steps += record["step"] - last_step
+        last_step = record["step"]
+    if steps == 0:
+        return {"seconds_per_epoch": None, "compile_and_first_seconds": round(first, 3) if first else None}
+    return {"seconds_per_epoch": round(steady / steps * per_epoch, 3), "compile_and_first_seconds": round(first, 3)}
 
 
 def plot_curves(
@@ -161,4 +185,4 @@ def _plot_gradients(train: list[dict], norms, alignment) -> None:
     alignment.legend(fontsize=7)
 
 
-__all__ = ["JsonLog", "latest_evaluations", "plot_curves"]
+__all__ = ["JsonLog", "epoch_seconds", "latest_evaluations", "plot_curves"]
