@@ -187,7 +187,7 @@ def test_every_choice_list_is_its_constant():
 
     assert config.POOLINGS == POOLINGS and config.TRANSFORM_PLACEMENTS == TRANSFORM_PLACEMENTS
     assert config.REMATS == ("none", *REMAT_POLICIES)
-    assert set(typing.get_args(config.METHOD_NAMES)) == {*METHODS, *METHOD_ALIASES}
+    assert set(typing.get_args(config.MethodName)) == {*METHODS, *METHOD_ALIASES}
     assert config.COMBINATIONS == COMBINATIONS and config.SCHEDULES == SCHEDULES
     assert config.PARALLEL_MODES == PARALLEL_MODES
     sub = next(a for a in build_parser()._actions if a.dest == "command")

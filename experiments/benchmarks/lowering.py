@@ -34,6 +34,7 @@ import os
 import re
 import sys
 import time
+import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -536,7 +537,15 @@ def train_step(method: str, layout: str, *, dtype="bfloat16", remat="full"):
     from isojax.models import build_encoder, init_params
     from isojax.softdecay import SoftDecay
     from isojax.train import loop
-    from isojax.train.config import MethodConfig, ModelConfig, OptimConfig, PlacementConfig, TaskConfig, TrainConfig
+    from isojax.train.config import (
+        MethodConfig,
+        MethodName,
+        ModelConfig,
+        OptimConfig,
+        PlacementConfig,
+        TaskConfig,
+        TrainConfig,
+    )
     from isojax.train.model import TaskModel, init_variables, make_flow
     from isojax.train.objective import data_references
     from isojax.train.state import create_state
@@ -545,7 +554,7 @@ def train_step(method: str, layout: str, *, dtype="bfloat16", remat="full"):
     config = TrainConfig(
         task=TaskConfig("rte", max_length=8),
         model=ModelConfig("tiny", dtype=dtype, scan_layers=True, remat=remat),
-        method=MethodConfig(method),
+        method=MethodConfig(typing.cast(MethodName, method)),
         optim=OptimConfig(batch_size=8, steps=4),
         placement=PlacementConfig(**TRAIN_LAYOUTS[layout]),
     )

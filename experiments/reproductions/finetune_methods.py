@@ -24,6 +24,7 @@ import math
 import os
 import sys
 import time
+import typing
 from collections import defaultdict
 from pathlib import Path
 
@@ -105,6 +106,7 @@ def main(argv=None) -> int:
         TrainConfig,
         fit,
     )
+    from isojax.train.config import MethodName
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--methods", default="all", help=f"comma-separated, or 'all': {','.join(METHODS)}")
@@ -156,7 +158,7 @@ def main(argv=None) -> int:
                         eval_limit=args.eval_limit,
                     ),
                     model=ModelConfig(name=args.model, pooling=args.pooling),
-                    method=MethodConfig(name=method),
+                    method=MethodConfig(name=typing.cast(MethodName, method)),
                     optim=OptimConfig(
                         batch_size=args.batch_size,
                         eval_batch_size=50,

@@ -62,7 +62,7 @@ SCHEDULES = typing.get_args(Schedule)
 PARALLEL_MODES = typing.get_args(Parallel)
 FSDP_NEEDS_MESH = "fsdp=True needs parallel='mesh' (pmap keeps a whole copy of the state on every device)"
 
-METHOD_NAMES = Literal[
+MethodName = Literal[
     "baseline",
     "softdecay",
     "cosine",
@@ -306,7 +306,7 @@ class MethodConfig(Section):
     """The isotropy method, extra regularisers and how they join the task loss."""
 
     SECTION: ClassVar[str] = "method"
-    name: Annotated[METHOD_NAMES, flag("--method")] = "baseline"
+    name: Annotated[MethodName, flag("--method")] = "baseline"
     """isotropy method (listed in --help's epilogue)"""
     regularizers: Annotated[
         tuple[Annotated[RegularizerSpec, _REGULARIZER_TEXT], ...], flag("--reg"), UseAppendAction

@@ -114,7 +114,6 @@ def flow_init_rows(model: nn.Module, params: dict, train: Rows, config: TrainCon
     """``[N, H]``: the real rows of what the flow transforms (``model.flow_features``), computed by the pretrained
     network ``params`` on the first ``flow_init_batches`` training batches (in the order training sees them); the
     flow's ActNorm starts from them. Every process computes them from the whole batches, so that all start alike."""
-    assert config.flow is not None  # TrainConfig fills the section for method flow
     order = batch_indices(len(train), config.optim.batch_size, shuffle=True, seed=config.seed, epoch=0, drop_last=True)
     forward = jax.jit(
         lambda p, b: model.apply({"params": {"encoder": p}}, *(b[k] for k in model.INPUTS), method="flow_features")
