@@ -27,7 +27,6 @@ from isojax.train import (
     ModelConfig,
     OptimConfig,
     PlacementConfig,
-    Regularizer,
     TaskConfig,
     TrainConfig,
 )
@@ -35,6 +34,7 @@ from isojax.train.checkpoint import Checkpoints
 from isojax.train.cli import config_from_argv
 from isojax.train.feed import batch_indices, process_batches
 from isojax.train.loop import checkpoint_meta, prepare, stage_runner, stage_steps
+from isojax.train.methods import RegularizerSpec
 from isojax.train.parallel import make_runner
 from isojax.train.state import create_state
 
@@ -60,7 +60,9 @@ def _config(model, output_dir: str | None = None, log_every: int | None = None, 
     return TrainConfig(
         task=TaskConfig(name="stsb", max_length=32, train_limit=4 * B, eval_limit=B),
         model=ModelConfig(name=model, dropout=False),
-        method=MethodConfig(regularizers=(Regularizer("istar", 0.3, "cls"), Regularizer("cosine", 1.0, "embedding"))),
+        method=MethodConfig(
+            regularizers=(RegularizerSpec("istar", 0.3, "cls"), RegularizerSpec("cosine", 1.0, "embedding"))
+        ),
         optim=OptimConfig(batch_size=B, eval_batch_size=B, steps=STEPS, learning_rate=3e-3),
         placement=PlacementConfig(**placement),
         logging=LoggingConfig(**logging),
@@ -290,7 +292,7 @@ def test_fsdp_is_refused_under_pmap(tiny):
             partition_rules=(),
             fsdp=True,
         )
-    with pytest.raises(TypeError, match=r"placement.fsdp \(--fsdp\) must be True or False"):
+    with pytest.raises(TypeError, match=r"placement.fsdp \(--fsdp\) must be true or false"):
         PlacementConfig(fsdp="no")
     assert config_from_argv(["finetune", "--model", tiny, "--fsdp"]).placement.fsdp
     assert not config_from_argv(["finetune", "--model", tiny]).placement.fsdp
