@@ -9,6 +9,7 @@ tests/test_train_loop.py.
 """
 
 import dataclasses
+import functools
 import warnings
 from typing import Any
 
@@ -79,7 +80,7 @@ def _runner(setup, mode, devices):
         mode,
         num_devices=devices,
         model_parallel=1,
-        make_step=lambda c: make_train_step(model, objective, optimizer, collectives=c),
+        make_step=functools.partial(make_train_step, model, objective, optimizer),
         predict=make_predict_step(model),
         abstract_state=jax.eval_shape(lambda: state),
         partition_rules=model.partition_rules(),

@@ -204,12 +204,12 @@ def plan_stages(
             num_devices=config.placement.devices,
             model_parallel=config.placement.model_parallel,
             fsdp=config.placement.fsdp,
-            make_step=lambda c, o=optimizer, obj=objective, f=stage.frozen, s=start, n=total: make_train_step(
+            make_step=lambda o=optimizer, obj=objective, f=stage.frozen, s=start, n=total, **c: make_train_step(
                 model,  # type: ignore[arg-type]  # step.py annotates TaskModel; it runs any recipe's model
                 obj,
                 o,
                 frozen=f,
-                collectives=c,
+                **c,
                 stage_start=s,
                 stage_steps=n,
                 gradient_every=config.logging.log_every if config.logging.log_gradients else 0,
