@@ -26,7 +26,7 @@ from isojax.train import (
     ModelConfig,
     OptimConfig,
     PlacementConfig,
-    Regularizer,
+    RegularizerSpec,
     TaskConfig,
     TrainConfig,
 )
@@ -58,7 +58,9 @@ def _config(model, output_dir: str | None = None, log_every: int | None = None, 
     return TrainConfig(
         task=TaskConfig(name="stsb", max_length=32, train_limit=4 * B, eval_limit=B),
         model=ModelConfig(name=model, dropout=False),
-        method=MethodConfig(regularizers=(Regularizer("istar", 0.3, "cls"), Regularizer("cosine", 1.0, "embedding"))),
+        method=MethodConfig(
+            regularizers=(RegularizerSpec("istar", 0.3, "cls"), RegularizerSpec("cosine", 1.0, "embedding"))
+        ),
         optim=OptimConfig(batch_size=B, eval_batch_size=B, steps=STEPS, learning_rate=3e-3),
         placement=PlacementConfig(**placement),
         logging=LoggingConfig(**logging),
