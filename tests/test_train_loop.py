@@ -29,7 +29,7 @@ from isojax.train import (
     ModelConfig,
     OptimConfig,
     PlacementConfig,
-    Regularizer,
+    RegularizerSpec,
     TaskConfig,
     TrainConfig,
     fit,
@@ -301,7 +301,7 @@ def test_resume_with_a_different_training_configuration_is_refused(tiny, referen
         (lambda m, o: config_from_argv(_args(m, o, "--reg", "entropy=0.1")), "unknown regulariser 'entropy'"),
         (
             lambda m, o: TrainConfig(
-                method=MethodConfig(regularizers=(Regularizer("isoscore", representation="logits"),)),
+                method=MethodConfig(regularizers=(RegularizerSpec("isoscore", representation="logits"),)),
                 model=ModelConfig(name=m),
                 logging=LoggingConfig(output_dir=o),
             ),
@@ -344,7 +344,7 @@ def test_an_output_path_that_is_a_file_fails_before_the_model_loads(tmp_path, mo
     "kwargs, message",
     [
         (
-            {"pooler_model": True, "method.regularizers": (Regularizer("isoscore", representation="pooler"),)},
+            {"pooler_model": True, "method.regularizers": (RegularizerSpec("isoscore", representation="pooler"),)},
             "has no pooler",
         ),
         ({"pooler_model": True, "model.pooling": "pooler"}, "has no pooler"),
