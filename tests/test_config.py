@@ -23,6 +23,7 @@ from isojax.models.stack import REMAT_POLICIES
 from isojax.train.config import (
     METHOD_ALIASES,
     METHODS,
+    PARALLEL_MODES,
     RESUMABLE,
     SETTINGS,
     FlowConfig,
@@ -41,7 +42,6 @@ from isojax.train.methods import RegularizerSpec
 from isojax.train.model import make_flow
 from isojax.train.objective import COMBINATIONS
 from isojax.train.optim import SCHEDULES
-from isojax.train.parallel import PARALLEL_MODES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
