@@ -137,8 +137,8 @@ def runs(tiny, tmp_path_factory):
     fsdp.save(directory / "fsdp")
     fsdp_model = Run(_config(tiny, devices=8, fsdp=True, model_parallel=2)).train(4)
     pmap = Run(_config(tiny, devices=8, parallel="pmap")).train(4)
-    runs = {"reference": reference, "at_4": at_4, "fsdp": fsdp, "fsdp_model": fsdp_model, "pmap": pmap}
-    return runs | {"directory": directory}
+    trained = {"reference": reference, "at_4": at_4, "fsdp": fsdp, "fsdp_model": fsdp_model, "pmap": pmap}
+    return trained | {"directory": directory}
 
 
 @pytest.mark.parametrize("name", ["fsdp", "fsdp_model", "pmap"], ids=["fsdp8", "fsdp4x2", "pmap8"])
