@@ -82,7 +82,7 @@ def make_train_step(
       data_axis: ``None``: the step is given the global batch. A mesh axis name: the step runs per device inside
         ``shard_map`` over that axis on the device's rows (the pmap placement): the objective is given
         :func:`per_device_view`, the dropout key is ``fold_in(key, device index)``, IsoBN averages its batch
-        statistics over the axis, and the gradient is ``psum`` med over it.
+        statistics over the axis, and the gradient is summed over it (``psum``).
       gathered: FSDP: the shardings of ``state.params`` whole over the data axis
         (:func:`~isojax.train.parallel.gathered_shardings`); the parameters and the gradient are constrained to them,
         so XLA all-gathers the parameters before the forward pass and sums the gradient over the data axis.
