@@ -24,6 +24,7 @@ from isojax.train.cli import config_from_argv
 from isojax.train.config import (
     METHOD_ALIASES,
     METHODS,
+    PARALLEL_MODES,
     RESUMABLE,
     FlowConfig,
     LoggingConfig,
@@ -40,7 +41,6 @@ from isojax.train.methods import RegularizerSpec
 from isojax.train.model import make_flow
 from isojax.train.objective import COMBINATIONS
 from isojax.train.optim import SCHEDULES
-from isojax.train.parallel import PARALLEL_MODES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

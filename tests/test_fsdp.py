@@ -133,8 +133,8 @@ def assert_same_history(history, reference) -> None:
 
 @pytest.fixture(scope="module")
 def runs(tiny, tmp_path_factory):
-    """The replicated reference (4 steps, checkpointed, a 5th), FSDP over 8 devices (4 steps, checkpointed) and
-    FSDP over data 4 x model 2 (4 steps)."""
+    """The replicated reference (4 steps, checkpointed, a 5th), FSDP over 8 devices (4 steps, checkpointed),
+    FSDP over data 4 x model 2 (4 steps) and the pmap placement over 8 devices (4 steps)."""
     directory = tmp_path_factory.mktemp("checkpoints")
     reference = Run(_config(tiny, devices=8)).train(4)
     at_4 = reference.host()
@@ -143,10 +143,12 @@ def runs(tiny, tmp_path_factory):
     fsdp = Run(_config(tiny, devices=8, fsdp=True)).train(4)
     fsdp.save(directory / "fsdp")
     fsdp_model = Run(_config(tiny, devices=8, fsdp=True, model_parallel=2)).train(4)
-    return {"reference": reference, "at_4": at_4, "fsdp": fsdp, "fsdp_model": fsdp_model, "directory": directory}
+    pmap = Run(_config(tiny, devices=8, parallel="pmap")).train(4)
+    trained = {"reference": reference, "at_4": at_4, "fsdp": fsdp, "fsdp_model": fsdp_model, "pmap": pmap}
+    return trained | {"directory": directory}
 
 
-@pytest.mark.parametrize("name", ["fsdp", "fsdp_model"], ids=["fsdp8", "fsdp4x2"])
+@pytest.mark.parametrize("name", ["fsdp", "fsdp_model", "pmap"], ids=["fsdp8", "fsdp4x2", "pmap8"])
 @pytest.mark.slow
 def test_four_fsdp_steps_equal_the_replicated_run(runs, name):
     run, reference = runs[name], runs["reference"]
@@ -241,12 +243,21 @@ def test_fsdp_combines_with_the_model_axis(runs):
         ("fsdp", {"devices": 4, "model_parallel": 2}),
         ("replicated", {"devices": 4, "fsdp": True}),
         ("replicated", {"devices": 8, "fsdp": True, "model_parallel": 2}),
+        ("fsdp", {"devices": 8, "parallel": "pmap"}),
+        ("replicated", {"devices": 4, "parallel": "pmap"}),
     ],
-    ids=["fsdp8-to-replicated2", "fsdp8-to-model2x2", "replicated8-to-fsdp4", "replicated8-to-fsdp4x2"],
+    ids=[
+        "fsdp8-to-replicated2",
+        "fsdp8-to-model2x2",
+        "replicated8-to-fsdp4",
+        "replicated8-to-fsdp4x2",
+        "fsdp8-to-pmap8",
+        "replicated8-to-pmap4",
+    ],
 )
 def test_a_checkpoint_restores_under_another_placement_and_device_count(runs, tiny, saved, placement):
-    """Saved after step 4 under one placement on 8 devices, restored under another on 2, 4 or 8 devices, one more
-    step: the state and loss of the uninterrupted replicated run's step 5."""
+    """Saved after step 4 under one placement on 8 devices, restored under another (the pmap placement among them) on
+    2, 4 or 8 devices, one more step: the state and loss of the uninterrupted replicated run's step 5."""
     run = Run(_config(tiny, **placement)).restore(runs["directory"] / saved)
     restored = run.host()
     assert int(restored.step) == 4

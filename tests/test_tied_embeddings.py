@@ -73,7 +73,7 @@ def test_bart_data_parallel_step_reduces_the_shared_table_once(monkeypatch):
     assert r["collective_ratio"] <= 1.05
 
 
-def _lm_runner(config: dict, fsdp: bool = False):
+def _lm_runner(config: dict):
     """A MeshRunner over 8 devices whose step is one SGD step of a tiny causal LM's next-token cross-entropy; its
     abstract state and batch of 16 rows of 8 tokens."""
     cfg = config_from_hf(config)
@@ -84,9 +84,9 @@ def _lm_runner(config: dict, fsdp: bool = False):
         logits = model.apply({"params": p}, ids).logits
         return optax.softmax_cross_entropy_with_integer_labels(logits[:, :-1], ids[:, 1:]).mean()
 
-    def make_step(collectives):
+    def make_step():
         def step(state, batch):
-            grads = collectives.reduce_gradients(jax.grad(loss)(state["params"], batch["input_ids"]))
+            grads = jax.grad(loss)(state["params"], batch["input_ids"])
             return {"params": jax.tree.map(lambda p, g: p - 0.1 * g, state["params"], grads)}, {}
 
         return step
@@ -99,7 +99,6 @@ def _lm_runner(config: dict, fsdp: bool = False):
         predict=lambda state, batch: {},
         abstract_state={"params": params},
         partition_rules=partition_rules(cfg),
-        fsdp=fsdp,
     )
     state = runner.restore_target({"params": params})
     batch = {"input_ids": jax.ShapeDtypeStruct((16, 8), jnp.int32, sharding=runner.batch_sharding)}

@@ -14,7 +14,6 @@ from conftest import read_jsonl, require, save_tiny_encoder
 from flax import traverse_util
 
 from isojax.models import TransformerConfig, build_encoder
-from isojax.train.collectives import GLOBAL
 from isojax.train.gradient_stats import parameter_group
 from isojax.train.model import TaskModel, init_variables
 from isojax.train.objective import Objective
@@ -61,7 +60,7 @@ def test_the_step_logs_the_statistics_of_the_objectives_gradient():
 
     def loss(p):
         out = model.apply({"params": p}, batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-        return objective(out, p, batch["labels"], state.balancer, GLOBAL)[0]
+        return objective(out, p, batch["labels"], state.balancer)[0]
 
     grads = traverse_util.flatten_dict(jax.grad(loss)(state.params))
     step = jax.jit(make_train_step(model, objective, optimizer, gradient_every=2))

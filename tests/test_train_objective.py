@@ -21,7 +21,6 @@ from isojax import losses
 from isojax.models import TransformerConfig, build_encoder
 from isojax.train import fit
 from isojax.train.cli import config_from_argv
-from isojax.train.collectives import GLOBAL
 from isojax.train.config import MethodConfig, TrainConfig
 from isojax.train.hyperparams import StepSchedule
 from isojax.train.methods import RegularizerSpec
@@ -98,7 +97,7 @@ def test_sum_objective_terms_and_weights():
         3,
         (Regularizer("cosine", 2.0), Regularizer("isoscore", 0.5, "head_input"), Regularizer("cosine", 1.5, "tokens")),
     )
-    loss, terms, _ = obj(out, PARAMS, labels, losses.balancer_init(2), GLOBAL)
+    loss, terms, _ = obj(out, PARAMS, labels, losses.balancer_init(2))
     w = np.asarray(PARAMS["encoder"]["embeddings"]["word_embeddings"]["embedding"], np.float64)
     np.testing.assert_allclose(terms["cosine@embedding"], _mean_offdiag_cosine(w), rtol=1e-5)
     iso = float(require("IsoScore.IsoScore").IsoScore(np.asarray(out.head_input, np.float64)))
@@ -117,7 +116,7 @@ def test_classwise_persistent_entropy_all_bars_matches_ripser():
     out = _output(num_labels=2)
     labels = np.array([0, 1] * (N // 2))
     obj = Objective(2, (Regularizer("persistent_entropy", 1.0, "cls", (("bars", "all"),)),))
-    _, terms, _ = obj(out, PARAMS, jnp.asarray(labels), losses.balancer_init(2), GLOBAL)
+    _, terms, _ = obj(out, PARAMS, jnp.asarray(labels), losses.balancer_init(2))
     cls = np.asarray(out.cls, np.float64)
     want = -sum(_entropy_of_bars(cls[labels == c]) for c in (0, 1))
     np.testing.assert_allclose(terms["persistent_entropy@cls"], want, rtol=1e-4)
@@ -135,17 +134,17 @@ def test_balanced_and_weighted_joint_losses():
     labels = jnp.asarray(RNG.integers(0, 3, N))
     reg = (Regularizer("isoscore", 1.0, "head_input"),)
     state = losses.balancer_init(2)
-    loss1, terms, state = Objective(3, reg, "balanced")(out, PARAMS, labels, state, GLOBAL)
+    loss1, terms, state = Objective(3, reg, "balanced")(out, PARAMS, labels, state)
     l1, l2 = float(terms["task"]), float(terms["isoscore@head_input"])
     np.testing.assert_allclose(loss1, (l1 + l2) / 2, rtol=1e-6)  # first step: means := losses, so L^_i = mean
     out2 = _output()
-    loss2, terms2, state = Objective(3, reg, "balanced")(out2, PARAMS, labels, state, GLOBAL)
+    loss2, terms2, state = Objective(3, reg, "balanced")(out2, PARAMS, labels, state)
     m1, m2 = l1, l2  # after step k = 0 the means equal the first losses (rate s / (1 + 0) on equal values)
     a, b = float(terms2["task"]), float(terms2["isoscore@head_input"])
     lbar = (m1 + m2) / 2
     np.testing.assert_allclose(loss2, (a * lbar / m1 + b * lbar / m2) / 2, rtol=1e-5)
     assert int(state.step) == 2
-    weighted, terms3, _ = Objective(3, reg, "weighted", alpha=0.3)(out, PARAMS, labels, state, GLOBAL)
+    weighted, terms3, _ = Objective(3, reg, "weighted", alpha=0.3)(out, PARAMS, labels, state)
     np.testing.assert_allclose(weighted, 0.3 * terms3["task"] + 0.7 * terms3["isoscore@head_input"], rtol=1e-6)
 
 
@@ -280,17 +279,13 @@ def test_istar_with_a_data_reference_equals_the_isoscore_package():
         Objective(3, (reg,))
     objective = Objective(3, (reg,), references={reg.label: jnp.asarray(c0, jnp.float32)})
     out = _output()
-    value = objective.regularizer_value(reg, out, PARAMS, jnp.zeros(N, jnp.int32), GLOBAL)
+    value = objective.regularizer_value(reg, out, PARAMS, jnp.zeros(N, jnp.int32))
     want = require("IsoScore.IsoScore").IsoScore_star(np.asarray(out.cls, np.float64), c0, 0.2)
     np.testing.assert_allclose(float(value), 1 - float(want), rtol=1e-4)
     identity = Objective(3, (parse_regularizer("istar=1.0@cls"),))
     assert (
         abs(
-            float(
-                identity.regularizer_value(
-                    parse_regularizer("istar=1.0@cls"), out, PARAMS, jnp.zeros(N, jnp.int32), GLOBAL
-                )
-            )
+            float(identity.regularizer_value(parse_regularizer("istar=1.0@cls"), out, PARAMS, jnp.zeros(N, jnp.int32)))
             - float(value)
         )
         > 1e-3
@@ -382,7 +377,7 @@ def test_scalar_weights_equal_the_float_weight(make):
     labels = jnp.asarray(RNG.integers(0, 3, N))
     reg = Regularizer("istar", make(), "cls")
     assert type(reg.weight) is float and hash(reg)
-    loss, terms, _ = Objective(3, (reg,))(out, PARAMS, labels, losses.balancer_init(2), GLOBAL)
+    loss, terms, _ = Objective(3, (reg,))(out, PARAMS, labels, losses.balancer_init(2))
     w = np.float32(make())
     want = np.float32(terms["task"]) + w * np.float32(losses.istar_loss(out.cls))
     assert float(loss) == pytest.approx(float(want), rel=1e-6)
@@ -423,8 +418,8 @@ def test_option_and_joint_hyperparameters_take_scalars_and_schedules():
     reg = parse_regularizer("istar=0.5@cls,zeta=linear:0.5:0.1:4")
     objective = Objective(3, (reg,), "weighted", alpha=optax.linear_schedule(1.0, 0.0, 10))
     with pytest.raises(ValueError, match="pass step"):
-        objective(out, PARAMS, labels, losses.balancer_init(2), GLOBAL)
-    loss, terms, _ = objective(out, PARAMS, labels, losses.balancer_init(2), GLOBAL, step=jnp.asarray(2))
+        objective(out, PARAMS, labels, losses.balancer_init(2))
+    loss, terms, _ = objective(out, PARAMS, labels, losses.balancer_init(2), step=jnp.asarray(2))
     zeta, alpha = 0.5 + (0.1 - 0.5) * 2 / 4, 1.0 - 2 / 10
     istar = float(losses.istar_loss(out.cls, zeta=zeta))
     np.testing.assert_allclose(

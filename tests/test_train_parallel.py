@@ -1,9 +1,12 @@
-"""The same training steps on 1 device, on 8 virtual devices under the mesh (data, and data x model), and
-under pmap give the same losses and parameters.
+"""The same training steps on 1 device, on 8 virtual devices under the mesh (data, data x model, FSDP), and
+under the pmap placement give the same losses and parameters.
 
 References: the single-device run (no collectives, no sharding) is the reference of the parallel runs;
-the pmap collectives are checked against the same objective evaluated on the whole batch in one function.
+the pmap placement's per-device view of the objective is checked against ``jax.value_and_grad`` of the same
+objective evaluated on the whole batch on one device.
 """
+
+import functools
 
 import chex
 import jax
@@ -14,13 +17,12 @@ from jax.sharding import PartitionSpec as P
 
 from isojax import losses
 from isojax.models import TransformerConfig, build_encoder, partition_rules
-from isojax.train.collectives import GLOBAL, AxisCollectives
 from isojax.train.model import HEAD_PARTITION_RULES, TaskModel, init_variables
 from isojax.train.objective import Objective, Regularizer
 from isojax.train.optim import make_optimizer
 from isojax.train.parallel import make_runner, partition_spec
 from isojax.train.state import create_state
-from isojax.train.step import make_predict_step, make_train_step
+from isojax.train.step import make_predict_step, make_train_step, per_device_view
 
 pytestmark = pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 devices (conftest gives 8 virtual CPUs)")
 
@@ -77,7 +79,7 @@ def _setup(dropout: float, *, isotropy: bool = True):
     return model, objective, optimizer, state
 
 
-def _run(setup, mode, devices, model_parallel=1, *, predict=make_predict_step, batch=None):
+def _run(setup, mode, devices, model_parallel=1, fsdp=False, *, predict=make_predict_step, batch=None):
     """``STEPS`` steps of ``setup`` (model, objective, optimiser, state) on ``batch(i)`` (default :func:`_batch`)
     with ``predict(model)`` as the runner's prediction: ``(history of the metrics, host state, runner, placed
     state)``."""
@@ -87,7 +89,8 @@ def _run(setup, mode, devices, model_parallel=1, *, predict=make_predict_step, b
         mode,
         num_devices=devices,
         model_parallel=model_parallel,
-        make_step=lambda c: make_train_step(model, objective, optimizer, collectives=c),
+        fsdp=fsdp,
+        make_step=functools.partial(make_train_step, model, objective, optimizer),
         predict=predict(model),
         abstract_state=jax.eval_shape(lambda: state),
         partition_rules=model.partition_rules(),
@@ -113,10 +116,15 @@ def assert_same_training(history, ref_history, state, ref_state):
 @pytest.fixture(scope="module")
 def no_dropout():
     setup = _setup(0.0)
-    return setup, {args: _run(setup, *args) for args in (("mesh", 1), ("mesh", 8), ("mesh", 8, 2), ("pmap", 8))}
+    placements = (("mesh", 1), ("mesh", 8), ("mesh", 8, 2), ("mesh", 8, 1, True), ("pmap", 8))
+    return setup, {args: _run(setup, *args) for args in placements}
 
 
-@pytest.mark.parametrize("args", [("mesh", 8), ("mesh", 8, 2), ("pmap", 8)], ids=["mesh8", "mesh4x2", "pmap8"])
+@pytest.mark.parametrize(
+    "args",
+    [("mesh", 8), ("mesh", 8, 2), ("mesh", 8, 1, True), ("pmap", 8)],
+    ids=["mesh8", "mesh4x2", "fsdp8", "pmap8"],
+)
 @pytest.mark.slow
 def test_losses_and_params_match_single_device(no_dropout, args):
     _, runs = no_dropout
@@ -182,24 +190,42 @@ def test_dropout_mesh_matches_single_device_and_pmap_runs():
     assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(state.params))
 
 
-def test_axis_collectives_give_the_global_value_and_gradient():
-    """Inside pmap over 8 devices, total/gather/replicated + psum of gradients = the whole-batch objective."""
+@pytest.mark.slow
+def test_mesh_fsdp_and_pmap_placements_give_the_same_losses(no_dropout):
+    """The 8-device placements of one step agree with each other step by step (no dropout), within 1e-5."""
+    _, runs = no_dropout
+    mesh, _, _, _ = runs[("mesh", 8)]
+    for args in (("mesh", 8, 1, True), ("pmap", 8)):
+        history, _, _, _ = runs[args]
+        for got, want in zip(history, mesh, strict=True):
+            assert abs(got["loss"] - want["loss"]) <= 1e-5, (args, got["loss"], want["loss"])
+
+
+def test_the_pmap_placements_view_gives_the_global_value_and_gradient():
+    """Inside shard_map over 8 devices, the objective of per_device_view (a task loss, a whole-batch regulariser
+    and a term of the parameters alone) and the psum of the devices' gradients equal the value and gradient of the
+    same objective of the whole batch on one device."""
     rng = np.random.default_rng(0)
     x = jnp.asarray(rng.normal(size=(16, 5)), jnp.float32)
+    y = jnp.asarray(rng.normal(size=16), jnp.float32)
     w0 = jnp.asarray(rng.normal(size=(5, 4)), jnp.float32)
 
-    def objective(w, x, c):
+    def objective(out, w, labels):
+        task = jnp.mean((out["h"][:, 0] - labels) ** 2)
+        return task + losses.isoscore_loss(out["cls"]) + 0.1 * jnp.sum(w**2)
+
+    def model(w, x):
         h = x @ w
-        task = c.total(jnp.sum(h[:, 0] ** 2)) / (x.shape[0] * c.size)
-        return task + losses.isoscore_loss(c.gather(h)) + 0.1 * c.replicated(jnp.sum(w**2))
+        return {"h": h, "cls": jnp.tanh(h)}
 
-    want_value, want_grad = jax.value_and_grad(objective)(w0, x, GLOBAL)
-    collectives = AxisCollectives("d", 8)
+    want_value, want_grad = jax.value_and_grad(lambda w: objective(model(w, x), w, y))(w0)
 
-    def per_device(w, x):
-        value, grad = jax.value_and_grad(objective)(w, x, collectives)
-        return value, collectives.reduce_gradients(grad)
+    def per_device(w, x, y):
+        value, grad = jax.value_and_grad(lambda w: objective(*per_device_view(model(w, x), w, y, "d")))(w)
+        return value, jax.lax.psum(grad, "d")
 
-    value, grad = jax.pmap(per_device, axis_name="d")(jnp.broadcast_to(w0, (8, 5, 4)), x.reshape(8, 2, 5))
-    np.testing.assert_allclose(np.asarray(value), float(want_value), rtol=1e-6)
-    np.testing.assert_allclose(np.asarray(grad), np.broadcast_to(want_grad, (8, 5, 4)), atol=1e-5)
+    mesh = jax.make_mesh((8,), ("d",), axis_types=(jax.sharding.AxisType.Auto,))
+    spmd = jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P("d"), P("d")), out_specs=P(), check_vma=False)
+    value, grad = jax.jit(spmd)(w0, x, y)
+    np.testing.assert_allclose(float(value), float(want_value), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(grad), np.asarray(want_grad), atol=1e-5)

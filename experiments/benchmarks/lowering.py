@@ -531,8 +531,8 @@ def train_step(method: str, layout: str, *, dtype="bfloat16", remat="full"):
     BERT (scanned layers, ``remat``, ``dtype``), as :func:`isojax.train.loop.fit` builds it (its ``stage_runner``:
     objective, optimiser, runner over the layout's devices), without the tokenizer and data it would load: the
     model is built from a config as :func:`isojax.train.tasks.classification.build_task_model` builds it from a checkpoint, and the
-    flow starts from random rows. ``step`` is the runner's compiled function (``jit`` with its shardings, or
-    ``pmap``)."""
+    flow starts from random rows. ``step`` is the runner's compiled function (``jit`` with its shardings; under
+    pmap, of ``shard_map`` around the step)."""
     from isojax.data.glue import glue_task
     from isojax.models import build_encoder, init_params
     from isojax.softdecay import SoftDecay

@@ -1,11 +1,11 @@
-"""Fine-tuning with isotropy methods: one pure train step run under ``jit`` on a device mesh or under ``pmap``,
+"""Fine-tuning with isotropy methods: one pure train step run under ``jit`` on a device mesh (pmap a placement of it),
 Orbax checkpoints, evaluation of task metrics and isotropy, and :func:`fit`, the loop behind ``isojax finetune``.
 
 Modules: :mod:`~isojax.train.config` (the run, the methods), :mod:`~isojax.train.model` (encoder + isotropy
 modules + head), :mod:`~isojax.train.objective` (task loss + regularisers / joint loss),
 :mod:`~isojax.train.hyperparams` (weights and other hyperparameters as
 numbers or schedules of the step), :mod:`~isojax.train.optim`, :mod:`~isojax.train.state`, :mod:`~isojax.train.step`,
-:mod:`~isojax.train.collectives` and :mod:`~isojax.train.parallel` (mesh and pmap),
+:mod:`~isojax.train.parallel` (the mesh and its placements),
 :mod:`~isojax.train.feed` (each process's rows of every batch), :mod:`~isojax.train.checkpoint`,
 :mod:`~isojax.train.evaluation`, :mod:`~isojax.train.logs`, :mod:`~isojax.train.loop` (one loop for every task),
 :mod:`~isojax.train.preemption` (stopping on ``SIGTERM`` at a checkpoint),

@@ -181,24 +181,24 @@ def stage_runner(
     abstract = jax.eval_shape(lambda v: create_state(v, optimizer, config.seed), variables)
     gradient_every = config.logging.log_every if config.logging.log_gradients else 0
 
-    def make_step(collectives):  # step.py annotates TaskModel; it runs any recipe's model
+    def make_step(**placement):  # the runner's options of the step (gathered=, data_axis=)
         return make_train_step(
-            model,  # type: ignore[arg-type]
+            model,  # type: ignore[arg-type]  # step.py annotates TaskModel; it runs any recipe's model
             objective,
             optimizer,
             frozen=stage.frozen,
-            collectives=collectives,
+            **placement,
             stage_start=start,
             stage_steps=total,
             gradient_every=gradient_every,
         )
 
-    placement = config.placement
+    where = config.placement
     runner = make_runner(
-        placement.parallel,
-        num_devices=placement.devices,
-        model_parallel=placement.model_parallel,
-        fsdp=placement.fsdp,
+        where.parallel,
+        num_devices=where.devices,
+        model_parallel=where.model_parallel,
+        fsdp=where.fsdp,
         make_step=make_step,
         predict=recipe.predict_step(model),
         abstract_state=abstract,

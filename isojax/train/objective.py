@@ -40,7 +40,7 @@ A scheduled value is logged beside the terms: ``<label>/weight``, ``<label>/<opt
 
 Class-wise persistent entropy (shrink-the-longest §4) splits the cloud by label; for the regression task
 (STS-B, scores in [0, 5]) the classes are ``bins`` equal-width score bins. Every batch-level regulariser is
-computed on the *global* batch (see :mod:`isojax.train.collectives`).
+computed on the batch the objective is given, the *global* batch (:mod:`isojax.train.parallel`).
 """
 
 from __future__ import annotations
@@ -56,7 +56,6 @@ import optax
 
 from isojax import losses, topology
 from isojax._stats import select_rows
-from isojax.train.collectives import Collectives
 from isojax.train.config import COMBINATIONS
 from isojax.train.hyperparams import Hyperparameter, hyperparameter, is_schedule_text, is_scheduled, value_at
 from isojax.train.methods import RegularizerSpec, regularizer_fields
@@ -260,11 +259,11 @@ def task_losses(logits, labels, num_labels: int):
     return optax.softmax_cross_entropy_with_integer_labels(logits, labels)
 
 
-def flow_loss(log_likelihood, mask, collectives: Collectives):
+def flow_loss(log_likelihood, mask):
     """``-mean log p / d`` over the global batch's rows that the flow transformed: ``log_likelihood [...]`` of
     each row, ``mask [...]`` true for the real ones (None: all)."""
     weights = jnp.ones_like(log_likelihood) if mask is None else mask.astype(log_likelihood.dtype)
-    return -collectives.total(jnp.sum(weights * log_likelihood)) / collectives.total(jnp.sum(weights))
+    return -jnp.sum(weights * log_likelihood) / jnp.sum(weights)
 
 
 def class_ids(labels, num_labels: int, bins: int):
@@ -302,7 +301,7 @@ class ModelOutput(Protocol):
 class Objective:
     """Task loss and regularisers combined by ``combine`` (see the module docstring).
 
-    Calling it, ``objective(output, params, labels, balancer, collectives, step=...)`` gives ``(loss, terms,
+    Calling it, ``objective(output, params, labels, balancer, step=...)`` gives ``(loss, terms,
     balancer)``: the scalar objective, its parts (``task``, each regulariser's unweighted value under its
     :attr:`Regularizer.label`, ``flow``, scheduled values) and the updated balancer state.
 
@@ -318,10 +317,9 @@ class Objective:
       Without regularisers the loss is the mean cross-entropy, here checked against the log-softmax by hand:
 
       >>> import types, numpy as np
-      >>> from isojax.train.collectives import GLOBAL
       >>> logits = np.array([[2.0, 0.0], [0.0, 1.0]], np.float32)
       >>> output = types.SimpleNamespace(logits=logits, flow_log_likelihood=None)
-      >>> loss, terms, _ = Objective(num_labels=2)(output, {}, np.array([0, 1]), None, GLOBAL)
+      >>> loss, terms, _ = Objective(num_labels=2)(output, {}, np.array([0, 1]), None)
       >>> want = np.mean([np.log1p(np.exp(-2.0)), np.log1p(np.exp(-1.0))])
       >>> bool(np.isclose(loss, want)), sorted(terms)
       (True, ['task'])
@@ -351,38 +349,30 @@ class Objective:
                 "from data_references()"
             )
 
-    def cloud(self, reg: Regularizer, output: ModelOutput, params, labels, collectives: Collectives):
+    def cloud(self, reg: Regularizer, output: ModelOutput, params, labels):
         """``(x [n, d], mask [n] | None, labels [n] | None)`` of a regulariser's representation (global batch);
         ``labels`` None: no per-row classes."""
         if reg.representation == "embedding":
             return word_embeddings(params), None, None
         if reg.representation == "tokens":
-            tokens, mask = collectives.gather(output.tokens), collectives.gather(output.mask)
-            per_token = (
-                None
-                if labels is None
-                else jnp.broadcast_to(collectives.gather(labels)[:, None], mask.shape).reshape(-1)
-            )
+            tokens, mask = output.tokens, output.mask
+            per_token = None if labels is None else jnp.broadcast_to(labels[:, None], mask.shape).reshape(-1)
             return tokens.reshape(-1, tokens.shape[-1]), mask.reshape(-1), per_token
-        return collectives.gather(getattr(output, str(reg.representation))), None, collectives.gather(labels)
+        return getattr(output, str(reg.representation)), None, labels
 
-    def regularizer_value(
-        self, reg: Regularizer, output: ModelOutput, params, labels, collectives: Collectives, *, step=None
-    ):
+    def regularizer_value(self, reg: Regularizer, output: ModelOutput, params, labels, *, step=None):
         """Unweighted value of one regulariser on the global batch (or on the parameters); scheduled options
         at ``step``."""
-        x, mask, per_row = self.cloud(reg, output, params, labels, collectives)
+        x, mask, per_row = self.cloud(reg, output, params, labels)
         classes = num_classes = None
         if per_row is not None:
             classes, num_classes = class_ids(per_row, self.num_labels, dict(reg.options).get("bins", 1))
         extra = {"reference": self.references[reg.label]} if reg.needs_reference else {}
-        value = reg.fn(step)(x, mask, classes, num_classes, **extra)
-        return collectives.replicated(value) if reg.representation == "embedding" else value
+        return reg.fn(step)(x, mask, classes, num_classes, **extra)
 
-    def task_loss(self, output: ModelOutput, labels, collectives: Collectives):
-        """The task loss of the global batch: the mean of :func:`~isojax.train.objective.task_losses` over its examples."""
-        per_example = task_losses(output.logits, labels, self.num_labels)
-        return collectives.total(jnp.sum(per_example)) / (per_example.shape[0] * collectives.size)
+    def task_loss(self, output: ModelOutput, labels):
+        """The task loss of the batch: the mean of :func:`~isojax.train.objective.task_losses` over its examples."""
+        return jnp.mean(task_losses(output.logits, labels, self.num_labels))
 
     @property
     def scheduled(self) -> bool:
@@ -399,7 +389,6 @@ class Objective:
         params,
         labels,
         balancer: losses.BalancerState,
-        collectives: Collectives,
         *,
         step=None,
     ):
@@ -409,11 +398,11 @@ class Objective:
         so far) is needed when something is scheduled."""
         if step is None and self.scheduled:
             raise ValueError("the objective has scheduled hyperparameters: pass step (TrainState.step)")
-        task = self.task_loss(output, labels, collectives)
+        task = self.task_loss(output, labels)
         terms = {"task": task}
         reg_total = jnp.zeros((), task.dtype)
         for reg in self.regularizers:
-            terms[reg.label] = self.regularizer_value(reg, output, params, labels, collectives, step=step)
+            terms[reg.label] = self.regularizer_value(reg, output, params, labels, step=step)
             scheduled = {k: jnp.asarray(v, task.dtype) for k, v in reg.scheduled_values(step).items()}
             terms.update(scheduled)
             reg_total = reg_total + scheduled.get(f"{reg.label}/weight", reg.weight) * terms[reg.label]
@@ -433,6 +422,6 @@ class Objective:
                 balancer, jnp.stack([task, reg_total]), smoothing=joint.get("joint/smoothing", self.smoothing)
             )
         if output.flow_log_likelihood is not None:
-            terms["flow"] = flow_loss(output.flow_log_likelihood, output.flow_mask, collectives)
+            terms["flow"] = flow_loss(output.flow_log_likelihood, output.flow_mask)
             loss = loss + terms["flow"]
         return loss, terms, balancer

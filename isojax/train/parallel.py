@@ -1,4 +1,8 @@
-"""Running the pure step on devices: ``jit`` over a ``(data, model)`` mesh, or ``pmap`` over a data axis.
+"""Running the pure step on devices: one runner, :class:`MeshRunner`, ``jit`` over a ``(data, model)`` mesh.
+
+Replicated, model-parallel, FSDP, multi-host and the pmap placement are placements of the same step on a mesh
+(``docs/design/training.md``): shardings of its inputs, sharding constraints in it (FSDP), or ``shard_map`` around it
+(pmap). Whatever the placement, the state is held as global arrays, so a checkpoint moves between placements.
 
 **Mesh** (:class:`MeshRunner`). ``jax.make_mesh((n_data, n_model), ("data", "model"))`` with *Auto* axis types:
 the model code carries no sharding annotations, so shardings are given on the inputs (batch rows over
@@ -22,10 +26,10 @@ collectives.
 array along its largest dimension that divides by the data-axis size and is not split over ``model``
 (:func:`isojax.models.partitioning.fsdp_spec`; arrays without one stay as the model rules say), so a device holds
 about ``1/N`` of the parameters and Adam moments over ``N`` data devices. The step is the same function, given two
-sharding constraints (:func:`gather_params`, :class:`GatheredGradients`): its parameters are constrained to their
-*gathered* layout (whole over the data axis, as the model rules say), so XLA all-gathers them before the forward
-pass, and its gradient (:meth:`~isojax.train.collectives.Collectives.reduce_gradients`) to the same layout, so XLA
-sums it over the data axis as data parallelism does; the optimiser then updates each device's shard. Each device
+sharding constraints (``make_train_step(..., gathered=...)``): its parameters are constrained to their
+*gathered* layout (whole over the data axis, as the model rules say, :func:`gathered_shardings`), so XLA all-gathers
+them before the forward pass, and its gradient to the same layout, so XLA sums it over the data axis as data
+parallelism does; the optimiser then updates each device's shard. Each device
 computes its own rows only, and the collectives move parameters and gradients, never activations. (Left to XLA's
 sharding propagation, parameters split over the batch's axis made it gather the global batch's activations and
 all-reduce partial sums, as model parallelism does.) The losses and updates equal the replicated run's up to
@@ -38,13 +42,16 @@ the cost is memory: the gathered parameters and the whole gradient are temporari
 gather would avoid. Checkpoints hold global arrays, so a state saved under one placement and device count restores
 under another (:meth:`MeshRunner.restore_target`).
 
-**pmap** (:class:`PmapRunner`). ``jax.pmap(step, axis_name="data")`` over the devices, the state replicated on
-each, the batch split in equal row blocks; :class:`~isojax.train.collectives.AxisCollectives` makes the
-objective global and ``psum``s the gradients, so the losses equal the mesh path's up to rounding.
-Each device draws its own dropout masks (``fold_in(key, device index)``), so with dropout the two paths
-differ by the masks drawn; without dropout they agree.
+**pmap** (``mode="pmap"``), as ``jax.pmap`` itself runs: the same jitted step over a data-only mesh, wrapped in
+``jax.shard_map`` over the data axis (replication checks off, as ``jax.pmap``'s own), the state replicated (``P()``)
+and the batch split in equal row blocks. Per device, the step runs the model on the device's rows and gives the
+objective :func:`~isojax.train.step.per_device_view` of them (the outputs all-gathered, the device's own block
+differentiable; the parameters' direct gradient scaled by ``1/D``), then ``psum`` s the gradient: the losses and
+updates equal the mesh path's up to rounding. Each device draws its own dropout masks (``fold_in(key, device
+index)``), so with dropout the two differ by the masks drawn; IsoBN averages its statistics over the data axis.
+Placement, host reads, checkpoints and process rows are the mesh's.
 
-**Multi-host** (mesh path): one process per host, each driving its local devices. :func:`initialize_distributed`
+**Multi-host**: one process per host, each driving its local devices. :func:`initialize_distributed`
 starts JAX's multi-process runtime (a coordinator address, the number of processes and this process's id, or a
 SLURM / Open MPI / Cloud TPU environment that JAX reads them from); it must run before any JAX computation. A
 process other than 0 given the coordinator's address first waits for something to accept a connection there
@@ -55,7 +62,7 @@ spans every process's devices (a multi-process run uses all of them), and the ru
 take only *this process's rows* of each global batch: :meth:`MeshRunner.process_rows` says which, read off the
 batch sharding (the rows that this process's devices hold), and ``jax.make_array_from_process_local_data``
 assembles the global batch. :meth:`MeshRunner.host` reads replicated arrays locally and gathers sharded ones
-over the processes. The pmap path is single-process.
+over the processes.
 """
 
 from __future__ import annotations
@@ -68,7 +75,6 @@ import socket
 import time
 import zlib
 from collections.abc import Callable
-from typing import Any
 
 import jax
 import numpy as np
@@ -78,8 +84,7 @@ from jax.sharding import PartitionSpec as P
 
 from isojax._validate import check_positive_int
 from isojax.models.partitioning import FSDP_AXIS, fsdp_spec
-from isojax.train.collectives import GLOBAL, AxisCollectives, Collectives
-from isojax.train.config import FSDP_NEEDS_MESH, PARALLEL_MODES
+from isojax.train.config import PlacementConfig
 
 log = logging.getLogger(__name__)
 
@@ -380,55 +385,12 @@ def gathered_shardings(shardings):
     )
 
 
-@dataclasses.dataclass(frozen=True)
-class GatheredGradients(Collectives):
-    """:data:`~isojax.train.collectives.GLOBAL` for FSDP's train step, with the gradient constrained to ``params``.
-
-    The gradient is constrained to the parameters' gathered layout (:func:`gathered_shardings`), so that XLA sums it
-    over the data axis as data parallelism does. (Without it XLA's propagation carries the shards' layout back into the
-    backward pass: the embedding tables' gradient, a scatter-add of the batch's ``[B, s, h]`` cotangents, was computed
-    by gathering those cotangents and the token ids onto every device.)
-
-    Attributes:
-      params: the gathered shardings of the parameters (a pytree of ``NamedSharding`` s, the structure of ``params``).
-    """
-
-    params: Any
-
-    def reduce_gradients(self, grads):
-        return jax.lax.with_sharding_constraint(grads, self.params)
-
-
-def gather_params(fn: Callable, gathered) -> Callable:
-    """``fn(state, batch)`` computed on ``state.params`` constrained to the gathered layout ``gathered``.
-
-    XLA all-gathers each parameter split over the data axis before ``fn`` uses it, and ``fn`` then computes each
-    device's rows of the batch with whole parameters (FSDP, module docstring). Values are unchanged.
-
-    Args:
-      fn: a step ``fn(state, batch)``; ``state`` a dataclass with a ``params`` field (a
-        :class:`~isojax.train.state.TrainState`).
-      gathered: the shardings of ``state.params`` whole over the data axis (:func:`gathered_shardings`).
-
-    Returns:
-      a function ``(state, batch) -> fn(state', batch)`` with ``state'`` the state whose ``params`` carry the
-      sharding constraint.
-
-    Examples:
-      A state is a pytree dataclass (as :class:`~isojax.train.state.TrainState` is):
-
-      >>> import flax
-      >>> @flax.struct.dataclass
-      ... class State:
-      ...     params: dict
-      >>> mesh = make_mesh(1)
-      >>> step = gather_params(lambda state, batch: state.params["w"] * batch, {"w": NamedSharding(mesh, P())})
-      >>> float(jax.jit(step)(State({"w": jax.numpy.float32(3.0)}), 2.0))
-      6.0
-    """
+def _on_gathered(predict: Callable, gathered) -> Callable:
+    """FSDP's prediction: ``predict(state, batch)`` on ``state.params`` constrained to the gathered layout."""
 
     def on_gathered(state, batch):
-        return fn(dataclasses.replace(state, params=jax.lax.with_sharding_constraint(state.params, gathered)), batch)
+        params = jax.lax.with_sharding_constraint(state.params, gathered)
+        return predict(dataclasses.replace(state, params=params), batch)
 
     return on_gathered
 
@@ -462,14 +424,16 @@ class MeshRunner:
 
     Args:
       mesh: a ``(data, model)`` mesh (:func:`make_mesh`).
-      make_step: ``make_step(collectives)`` builds the train step ``(state, batch) -> (state, metrics)`` for the
-        :class:`~isojax.train.collectives.Collectives` it is given (:data:`~isojax.train.collectives.GLOBAL`, or
-        :class:`GatheredGradients` under FSDP).
+      make_step: ``make_step(**placement)`` builds the train step ``(state, batch) -> (state, metrics)`` given the
+        placement keywords of :func:`~isojax.train.step.make_train_step` (none; ``gathered`` under FSDP;
+        ``data_axis`` under pmap), e.g. ``functools.partial(make_train_step, model, objective, optimizer)``.
       predict: the prediction step ``(state, batch) -> dict`` of ``[B, ...]`` arrays.
       abstract_state: the train state's structure (arrays or ``jax.ShapeDtypeStruct`` s), which with
         ``partition_rules`` fixes its shardings (:func:`state_shardings`).
       partition_rules: the model's ``(regex, PartitionSpec)`` rules.
       fsdp: also split the parameters and optimiser state over the data axis.
+      pmap: the pmap placement: the step runs per device in ``jax.shard_map`` over the data axis, the state
+        replicated (module docstring).
 
     Attributes:
       mesh: as given.
@@ -482,12 +446,13 @@ class MeshRunner:
     def __init__(
         self,
         mesh: Mesh,
-        make_step: Callable[[Collectives], Callable],
+        make_step: Callable[..., Callable],
         predict: Callable,
         abstract_state,
         partition_rules,
         *,
         fsdp: bool = False,
+        pmap: bool = False,
     ):
         self.mesh = mesh
         self.state_sharding = state_shardings(abstract_state, mesh, partition_rules, fsdp=fsdp)
@@ -495,10 +460,14 @@ class MeshRunner:
         replicated = NamedSharding(mesh, P())
         if fsdp:  # communicate parameters and gradients, never activations (module docstring)
             gathered = gathered_shardings(self.state_sharding.params)
-            step = gather_params(make_step(GatheredGradients(gathered)), gathered)
-            predict = gather_params(predict, gathered)
+            step = make_step(gathered=gathered)
+            predict = _on_gathered(predict, gathered)
+        elif pmap:  # as jax.pmap runs: shard_map over the devices, without its replication checks
+            step = jax.shard_map(
+                make_step(data_axis="data"), mesh=mesh, in_specs=(P(), P("data")), out_specs=P(), check_vma=False
+            )
         else:
-            step = make_step(GLOBAL)
+            step = make_step()
         self.train_step = jax.jit(
             traced_on(step, mesh),
             in_shardings=(self.state_sharding, self.batch_sharding),
@@ -565,82 +534,6 @@ class MeshRunner:
         return self.host(self.predict_step(placed, self.device_batch(rows)))
 
 
-class PmapRunner:
-    """Train and predict under ``jax.pmap(axis_name="data")`` over ``devices`` (module docstring); single-process.
-
-    ``train_step(placed, batch)`` and ``predict_step(placed, batch)`` are the pmapped functions themselves, taking the
-    batch as :meth:`device_batch` splits it. :func:`make_runner` builds one.
-
-    Args:
-      devices: the devices to run on (:func:`select_devices`).
-      make_step: ``make_step(collectives)`` builds the train step ``(state, batch) -> (state, metrics)``; it is given
-        :class:`~isojax.train.collectives.AxisCollectives` over the ``"data"`` axis.
-      predict: the prediction step ``(state, batch) -> dict`` of ``[rows, ...]`` arrays.
-
-    Attributes:
-      devices: as given.
-      data_size: ``len(devices)``.
-      train_step: the pmapped train step (the state argument donated).
-      predict_step: the pmapped prediction step.
-    """
-
-    def __init__(self, devices: list, make_step: Callable[[Collectives], Callable], predict: Callable):
-        if jax.process_count() > 1:
-            raise ValueError("parallel='pmap' runs in one process; use parallel='mesh' for multi-host runs")
-        self.devices = devices
-        self.data_size = len(devices)
-        self._placement = NamedSharding(Mesh(np.asarray(devices), ("data",)), P("data"))
-        collectives = AxisCollectives("data", self.data_size)
-        self.train_step = jax.pmap(make_step(collectives), axis_name="data", devices=devices, donate_argnums=0)
-        self.predict_step = jax.pmap(predict, axis_name="data", devices=devices)
-
-    def place(self, state):
-        """Replicate a host or single-device state on every device (leading axis = device)."""
-
-        def replicate(x):
-            x = np.asarray(x)[None]
-            return jax.make_array_from_single_device_arrays(
-                (len(self.devices),) + x.shape[1:], self._placement, [jax.device_put(x, d) for d in self.devices]
-            )
-
-        return jax.tree.map(replicate, state)
-
-    def host(self, tree):
-        """A placed pytree (state, params, metrics) as host numpy arrays: the first device's replica."""
-        return jax.tree.map(lambda x: np.asarray(x.addressable_data(0))[0], tree)
-
-    def process_rows(self, batch_size: int) -> np.ndarray:
-        """Every row of a batch: the pmap path runs in one process."""
-        return np.arange(batch_size)
-
-    def checkpoint_view(self, placed):
-        """What a checkpoint stores: one replica, as host numpy arrays."""
-        return self.host(placed)
-
-    def restore_target(self, abstract_state):
-        """Host zeros of the state's shapes and dtypes: a checkpoint is restored as one host replica."""
-        return jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), abstract_state)
-
-    def from_checkpoint(self, restored):
-        """The restored host replica, replicated on every device (:meth:`place`)."""
-        return self.place(restored)
-
-    def device_batch(self, batch: dict) -> dict:
-        """A global batch as the pmapped steps take it: ``[devices, rows / devices, ...]`` (equal row blocks)."""
-        return jax.tree.map(lambda x: x.reshape((self.data_size, -1) + x.shape[1:]), batch)
-
-    def train(self, placed, batch: dict):
-        """One step on a whole batch (host numpy, rows divisible by the devices); returns the new placed state and
-        the device metrics (one replica per device: :meth:`host` reads the first)."""
-        return self.train_step(placed, self.device_batch(batch))
-
-    def predict(self, placed, batch: dict) -> dict:
-        """Predictions for a whole batch as host numpy arrays ``[B, ...]`` (the device blocks joined in order)."""
-        return jax.tree.map(
-            lambda x: np.asarray(x).reshape((-1,) + x.shape[2:]), self.predict_step(placed, self.device_batch(batch))
-        )
-
-
 def make_runner(
     mode: str,
     *,
@@ -651,69 +544,59 @@ def make_runner(
     abstract_state,
     partition_rules,
     fsdp: bool = False,
-):
-    """A :class:`MeshRunner` or :class:`PmapRunner` over the first ``num_devices`` devices.
+) -> MeshRunner:
+    """The :class:`MeshRunner` of a placement over the first ``num_devices`` devices.
 
     Placement of the state on the mesh: replicated (``model_parallel=1``), model-parallel (``model_parallel > 1``: a
     ``(devices / model_parallel, model_parallel)`` mesh), and with ``fsdp=True`` the parameters and optimiser state
-    also split over the data axis (FSDP, module docstring; combines with ``model_parallel``).
+    also split over the data axis (FSDP, module docstring; combines with ``model_parallel``); ``mode="pmap"``: the
+    pmap placement (data-parallel only).
 
     Args:
-      mode: one of :data:`PARALLEL_MODES`: ``"mesh"`` or ``"pmap"``.
+      mode: one of :data:`~isojax.train.config.PARALLEL_MODES`: ``"mesh"`` or ``"pmap"``.
       num_devices: how many devices (``None``: all).
       model_parallel: the size of the mesh's ``model`` axis (``"pmap"``: must be 1).
-      make_step: ``make_step(collectives)`` builds the train step ``(state, batch) -> (state, metrics)``.
+      make_step: ``make_step(**placement)`` builds the train step ``(state, batch) -> (state, metrics)``
+        (:class:`MeshRunner`).
       predict: the prediction step ``(state, batch) -> dict``.
-      abstract_state: the train state's structure (arrays or ``jax.ShapeDtypeStruct`` s; the mesh path reads it).
-      partition_rules: the model's rules, e.g. :meth:`isojax.train.model.TaskModel.partition_rules` (the mesh path
-        needs them).
+      abstract_state: the train state's structure (arrays or ``jax.ShapeDtypeStruct`` s).
+      partition_rules: the model's rules, e.g. :meth:`isojax.train.model.TaskModel.partition_rules`.
       fsdp: FSDP; needs ``mode="mesh"``.
 
     Returns:
-      the runner; its ``place(state)``, ``train(placed, rows)``, ``predict(placed, rows)`` and ``host(tree)`` are the
-      same for both. An unknown mode, ``model_parallel > 1`` or ``fsdp`` under ``"pmap"`` is a ``ValueError``.
+      the runner. An unknown mode, ``model_parallel > 1`` or ``fsdp`` under ``"pmap"`` is a ``ValueError``
+      (:class:`~isojax.train.config.PlacementConfig` checks them).
 
     Examples:
-      Both paths see the global batch: the step's metric is the sum over all rows (``collectives.total`` is the
-      identity on the mesh, a ``psum`` under pmap), ``Σ 2 x = 2 · 28``:
+      Both placements see the global batch: the step's metric is the sum over all rows, ``Σ 2 x = 2 · 28``; under pmap
+      the step runs per device, on its rows (the sum is then a ``psum``):
 
       >>> import numpy as np
-      >>> def make_step(collectives):
+      >>> def make_step(data_axis=None, gathered=None):
       ...     def step(state, batch):
-      ...         return state, {"sum": collectives.total((state["params"]["w"] * batch["x"]).sum())}
+      ...         total = (state["params"]["w"] * batch["x"]).sum()
+      ...         return state, {"sum": total if data_axis is None else jax.lax.psum(total, data_axis)}
       ...     return step
       >>> def predict(state, batch):
       ...     return {"y": state["params"]["w"] * batch["x"]}
       >>> state = {"params": {"w": np.float32(2.0)}}
       >>> batch = {"x": np.arange(8, dtype=np.float32)}
-      >>> for mode in PARALLEL_MODES:
+      >>> for mode in ("mesh", "pmap"):
       ...     runner = make_runner(mode, num_devices=None, model_parallel=1, make_step=make_step, predict=predict,
       ...                          abstract_state=state, partition_rules=[(r"w$", P())])
       ...     placed, metrics = runner.train(runner.place(state), batch)
-      ...     print(type(runner).__name__, runner.host(metrics)["sum"], runner.predict(placed, batch)["y"][-2:])
-      MeshRunner 56.0 [12. 14.]
-      PmapRunner 56.0 [12. 14.]
+      ...     print(mode, runner.host(metrics)["sum"], runner.predict(placed, batch)["y"][-2:])
+      mesh 56.0 [12. 14.]
+      pmap 56.0 [12. 14.]
     """
-    if mode not in PARALLEL_MODES:
-        raise ValueError(f"parallel must be one of {PARALLEL_MODES}, got {mode!r}")
-    if mode == "pmap":
-        if model_parallel != 1:
-            raise ValueError("model_parallel > 1 needs parallel='mesh' (pmap is data-parallel only)")
-        if fsdp:
-            raise ValueError(FSDP_NEEDS_MESH)
-        return PmapRunner(select_devices(num_devices), make_step, predict)
+    PlacementConfig(devices=num_devices, parallel=mode, model_parallel=model_parallel, fsdp=fsdp)
     mesh = make_mesh(num_devices, model_parallel)
-    return MeshRunner(mesh, make_step, predict, abstract_state, partition_rules, fsdp=fsdp)
+    return MeshRunner(mesh, make_step, predict, abstract_state, partition_rules, fsdp=fsdp, pmap=mode == "pmap")
 
 
 __all__ = [
     "FSDP_FIELDS",
-    "FSDP_NEEDS_MESH",
-    "GatheredGradients",
-    "PARALLEL_MODES",
     "MeshRunner",
-    "PmapRunner",
-    "gather_params",
     "gathered_shardings",
     "initialize_distributed",
     "make_mesh",

@@ -1,5 +1,6 @@
-"""The pure training and prediction steps. :mod:`isojax.train.parallel` runs them under ``jit`` on a mesh or
-under ``pmap``; the only difference is the :class:`~isojax.train.collectives.Collectives` they are built with.
+"""The pure training and prediction steps, which :mod:`isojax.train.parallel` runs under ``jit`` on a mesh. The train
+step is given the global batch; its two placement options are FSDP's sharding constraints (``gathered``) and the pmap
+placement's per-device view of the objective (``data_axis``, :func:`per_device_view`).
 
 A batch is a dict of the model's ``INPUTS`` and ``labels``: for :class:`~isojax.train.model.TaskModel`,
 ``input_ids``, ``attention_mask``, ``token_type_ids`` (``[B, L]`` int32) and ``labels`` (``[B]``, int32 class ids or
@@ -16,7 +17,6 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from isojax.train.collectives import GLOBAL, Collectives
 from isojax.train.gradient_stats import gradient_statistics
 from isojax.train.model import TaskModel, TaskOutput
 from isojax.train.objective import Objective
@@ -50,7 +50,8 @@ def make_train_step(
     optimizer: optax.GradientTransformation,
     *,
     frozen: Sequence[str] = (),
-    collectives: Collectives = GLOBAL,
+    data_axis: str | None = None,
+    gathered=None,
     gradient_every: int = 0,
     stage_start: int = 0,
     stage_steps: int = 0,
@@ -62,7 +63,7 @@ def make_train_step(
     accumulated gradients), IsoBN statistics and balancer stay as they were; ``state.step`` still advances (the
     batch is consumed: the data position and the next step's dropout key follow the step count as on a clean run),
     ``nonfinite_steps`` counts the skip and ``nonfinite_streak`` the skips in a row (reset by an applied step).
-    Under ``pmap`` the test reads the reduced gradient and the global loss, so every device decides alike.
+    Under the pmap placement the test reads the reduced gradient and the global loss, so every device decides alike.
     A finite step computes exactly what it computes without this test.
 
     The dropout key of the step is ``fold_in(state.key, state.step)`` (so a resumed run repeats its masks);
@@ -71,15 +72,20 @@ def make_train_step(
     step of the stage that starts at global step ``stage_start`` and on its last step (``stage_steps``): the steps
     whose metrics the loop logs; NaN on the others, which skip their cost.
     ``frozen`` names top-level parameter subtrees that get no gradient. The model runs in training mode
-    (dropout on, IsoBN updating its statistics, averaged over the collectives' axis).
+    (dropout on, IsoBN updating its statistics, averaged over ``data_axis`` when given).
 
     Args:
       model: the task model (:class:`~isojax.train.model.TaskModel`, or a recipe's model with ``INPUTS``).
       objective: the loss (:class:`~isojax.train.objective.Objective`).
       optimizer: the optax optimiser whose state is ``state.opt_state``.
       frozen: top-level parameter subtrees (e.g. ``("encoder",)``) that get no gradient.
-      collectives: :data:`~isojax.train.collectives.GLOBAL` (``jit``) or the ``pmap`` axis's
-        :class:`~isojax.train.collectives.AxisCollectives`.
+      data_axis: ``None``: the step is given the global batch. A mesh axis name: the step runs per device inside
+        ``shard_map`` over that axis on the device's rows (the pmap placement): the objective is given
+        :func:`per_device_view`, the dropout key is ``fold_in(key, device index)``, IsoBN averages its batch
+        statistics over the axis, and the gradient is summed over it (``psum``).
+      gathered: FSDP: the shardings of ``state.params`` whole over the data axis
+        (:func:`~isojax.train.parallel.gathered_shardings`); the parameters and the gradient are constrained to them,
+        so XLA all-gathers the parameters before the forward pass and sums the gradient over the data axis.
       gradient_every: ``k > 0``: gradient statistics every k-th step of the stage; 0: none.
       stage_start: the global step at which the stage starts (for ``gradient_every``).
       stage_steps: the stage's number of steps (for ``gradient_every``; 0: no last step of its own).
@@ -118,7 +124,7 @@ def make_train_step(
       True
     """
     if hasattr(model, "axis_name"):  # the axis over which IsoBN averages its batch statistics
-        model = model.clone(axis_name=collectives.axis_name)
+        model = model.clone(axis_name=data_axis)
 
     def loss_fn(params, state: TrainState, batch, key):
         variables = model_variables(state, _stop_frozen(params, frozen))
@@ -129,17 +135,25 @@ def make_train_step(
             rngs={"dropout": key},
             mutable=["batch_stats"],
         )
-        loss, terms, balancer = objective(
-            output, variables["params"], batch["labels"], state.balancer, collectives, step=state.step
-        )
+        params, labels = variables["params"], batch["labels"]
+        if data_axis is not None:
+            output, params, labels = per_device_view(output, params, labels, data_axis)
+        loss, terms, balancer = objective(output, params, labels, state.balancer, step=state.step)
         return loss, (terms, balancer, updates.get("batch_stats", state.batch_stats))
 
     def step(state: TrainState, batch: dict):
-        key = collectives.device_key(jax.random.fold_in(state.key, state.step))
+        key = jax.random.fold_in(state.key, state.step)
+        if gathered is not None:  # FSDP: whole parameters for the step, module docstring of isojax.train.parallel
+            state = dataclasses.replace(state, params=jax.lax.with_sharding_constraint(state.params, gathered))
+        if data_axis is not None:  # each device draws the dropout masks of its own rows
+            key = jax.random.fold_in(key, jax.lax.axis_index(data_axis))
         (loss, (terms, balancer, batch_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
             state.params, state, batch, key
         )
-        grads = collectives.reduce_gradients(grads)
+        if gathered is not None:  # summed over the data axis, as data parallelism does
+            grads = jax.lax.with_sharding_constraint(grads, gathered)
+        if data_axis is not None:
+            grads = jax.lax.psum(grads, data_axis)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         metrics = {"loss": loss, **terms, "grad_norm": optax.tree.norm(grads)}
         if gradient_every:
@@ -171,6 +185,32 @@ def make_train_step(
         return state, metrics
 
     return step
+
+
+def per_device_view(output, params, labels, axis: str):
+    """``(output, params, labels)`` as the objective is given them on one device of the pmap placement (inside
+    ``shard_map`` over ``axis``, ``D`` devices of ``b = B / D`` rows each), so that the ``psum`` of the devices'
+    gradients is the gradient of the global batch's objective:
+
+    * every leaf of the model's ``output`` and the ``labels``, all-gathered (rows first) to the ``B`` rows of the global
+      batch, the device's own block differentiable and the other blocks behind ``stop_gradient``: every term (the task
+      loss, a whole-batch regulariser) takes its global value, and its gradient reaches this device's rows only;
+    * the ``params`` (which a regulariser of the embedding matrix reads directly) with their value and ``1/D`` of their
+      gradient: every device computes that term alike, and the ``psum`` counts it once.
+
+    This holds for an objective linear in its terms' gradients (a sum of terms with weights that carry no gradient: the
+    task loss, the regularisers, the joint-loss balancer, the flow): a term ``T(x_1, ..., x_D, p)`` of the devices' rows
+    and the parameters has ``dT = sum_d dT/dx_d dx_d + dT/dp dp``, and device ``d`` contributes ``dT/dx_d dx_d`` and
+    ``dT/dp dp / D``.
+    """
+    index, size = jax.lax.axis_index(axis), jax.lax.axis_size(axis)
+
+    def gather(x):
+        blocks = jax.lax.all_gather(jax.lax.stop_gradient(x), axis)  # [D, b, ...]
+        return jax.lax.dynamic_update_index_in_dim(blocks, x, index, 0).reshape((-1, *x.shape[1:]))
+
+    scaled = jax.tree.map(lambda p: jax.lax.stop_gradient(p) + (p - jax.lax.stop_gradient(p)) / size, params)
+    return jax.tree.map(gather, output), scaled, gather(labels)
 
 
 def make_predict_step(model: TaskModel) -> Callable[[TrainState, dict], dict]:

@@ -34,10 +34,10 @@ from isojax.models.config import TransformerConfig
 from isojax.train.config import Section, Stage
 from isojax.train.feed import Rows
 from isojax.train.objective import Objective
-from isojax.train.parallel import MeshRunner, PmapRunner
+from isojax.train.parallel import MeshRunner
 from isojax.train.state import TrainState
 
-Runner: TypeAlias = MeshRunner | PmapRunner
+Runner: TypeAlias = MeshRunner
 """What :func:`isojax.train.parallel.make_runner` returns: the devices a stage trains and evaluates on."""
 
 PredictStep: TypeAlias = Callable[[TrainState, dict], dict]

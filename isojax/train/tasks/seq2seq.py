@@ -55,7 +55,6 @@ from isojax.data.seq2seq import Seq2SeqData, Seq2SeqTask, load_seq2seq, seq2seq_
 from isojax.eval.generation_metrics import generation_metrics
 from isojax.models import from_pretrained, registry, require_kind, require_tokenizer
 from isojax.models.generate import generate, generation_config
-from isojax.train.collectives import Collectives
 from isojax.train.config import Seq2SeqConfig, Stage, TrainConfig
 from isojax.train.evaluation import predict_all
 from isojax.train.feed import TokenGroup
@@ -290,23 +289,22 @@ class Seq2SeqObjective(Objective):
       The mean over the counted tokens, with ``log 3`` per token under uniform logits:
 
       >>> import types
-      >>> from isojax.train.collectives import GLOBAL
       >>> output = types.SimpleNamespace(logits=np.zeros((1, 3, 3)), flow_log_likelihood=None)
-      >>> loss, terms, _ = Seq2SeqObjective(num_labels=3)(output, {}, np.array([[0, 2, -100]]), None, GLOBAL)
+      >>> loss, terms, _ = Seq2SeqObjective(num_labels=3)(output, {}, np.array([[0, 2, -100]]), None)
       >>> bool(np.isclose(loss, np.log(3)))
       True
     """
 
     label_smoothing: float = 0.0
 
-    def task_loss(self, output: ModelOutput, labels, collectives: Collectives):
+    def task_loss(self, output: ModelOutput, labels):
         losses, mask = label_smoothed_cross_entropy(output.logits, labels, label_smoothing=self.label_smoothing)
-        return collectives.total(jnp.sum(losses)) / collectives.total(jnp.sum(mask))
+        return jnp.sum(losses) / jnp.sum(mask)
 
-    def cloud(self, reg: Regularizer, output: ModelOutput, params, labels, collectives: Collectives):
+    def cloud(self, reg: Regularizer, output: ModelOutput, params, labels):
         """The embedding matrix, or the real decoder states of the global batch, without per-row classes (the
         labels are token ids: a class-wise regulariser sees one class)."""
-        return super().cloud(reg, output, params, None, collectives)
+        return super().cloud(reg, output, params, None)
 
 
 @dataclasses.dataclass(frozen=True)
