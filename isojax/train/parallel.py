@@ -84,7 +84,7 @@ from jax.sharding import PartitionSpec as P
 
 from isojax._validate import check_positive_int
 from isojax.models.partitioning import FSDP_AXIS, fsdp_spec
-from isojax.train.config import PlacementConfig
+from isojax.train.config import Parallel, PlacementConfig
 
 log = logging.getLogger(__name__)
 
@@ -535,7 +535,7 @@ class MeshRunner:
 
 
 def make_runner(
-    mode: str,
+    mode: Parallel,
     *,
     num_devices: int | None,
     model_parallel: int,
