@@ -1,7 +1,8 @@
 """Fine-tuning with isotropy methods: one pure train step run under ``jit`` on a device mesh (pmap a placement of it),
 Orbax checkpoints, evaluation of task metrics and isotropy, and :func:`fit`, the loop behind ``isojax finetune``.
 
-Modules: :mod:`~isojax.train.config` (the run, the methods), :mod:`~isojax.train.model` (encoder + isotropy
+The layers and where a change goes: ``docs/design/train.md``. Modules: :mod:`~isojax.train.methods` (the methods and
+regularisers, defined once), :mod:`~isojax.train.config` (the run, plain data), :mod:`~isojax.train.model` (encoder + isotropy
 modules + head), :mod:`~isojax.train.objective` (task loss + regularisers / joint loss),
 :mod:`~isojax.train.hyperparams` (weights and other hyperparameters as
 numbers or schedules of the step), :mod:`~isojax.train.optim`, :mod:`~isojax.train.state`, :mod:`~isojax.train.step`,
