@@ -136,8 +136,8 @@ def test_two_processes_rows_make_up_the_single_process_batches(tokenizer, monkey
     [
         (["--num-processes", "2"], "num_processes and process_id go together"),
         (["--num-processes", "2", "--process-id", "2"], r"process_id must be in [0, num_processes=2), got 2"),
-        (["--distributed", "maybe"], "invalid choice: 'maybe'"),
-        (["--coordinator-timeout", "0"], "argument --coordinator-timeout: expected an integer >= 1, got '0'"),
+        (["--distributed", "maybe"], "invalid choice 'maybe' for argument '--distributed'"),
+        (["--coordinator-timeout", "0"], "--coordinator-timeout: expected an integer >= 1, got 0"),
     ],
 )
 def test_bad_multi_process_options_fail_before_jax_starts(extra, message, capsys):

@@ -256,7 +256,7 @@ def test_lengths_beyond_the_positions_are_refused(bart, reversal, tmp_path, kwar
             r"method.name \(--method\) 'softdecay' does not apply to the sequence-to-sequence task seq2seq",
         ),
         ({"method.name": "isoscore"}, "does not apply"),
-        ({"method.regularizers": "istar=1@cls"}, "has the representations"),
+        ({"method.regularizers": ["istar=1@cls"]}, "has the representations"),
         ({"seq2seq.label_smoothing": 1.0}, r"seq2seq.label_smoothing \(--label-smoothing\) must be in \[0, 1\)"),
         ({"task.name": "wmt17"}, "or a sequence-to-sequence task"),
         ({"model.scan_layers": True}, r"model.scan_layers and model.remat \(--scan-layers, --remat\) are for encoders"),
@@ -280,7 +280,7 @@ def test_the_configured_buckets_cut_sources_and_targets(bart, reversal):
             "task.name": "seq2seq",
             "task.data_source": reversal,
             "model.name": bart,
-            "task.buckets": "6,8,10",
+            "task.buckets": [6, 8, 10],
             "task.max_length": 16,
             "seq2seq.max_target_length": 12,
         }

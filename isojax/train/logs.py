@@ -79,7 +79,24 @@ def latest_evaluations(records: list[dict]) -> list[dict]:
 def epoch_seconds(records: list[dict], stage: str, per_epoch: int) -> dict:
     """Training wall time of ``stage`` from the ``train`` records of a run's log: ``seconds_per_epoch`` is the mean
     seconds per step times the steps of an epoch, leaving out the first interval of each session (it holds the
-    step's compilation); ``compile_and_first_seconds`` sums those first intervals. None without records."""
+    step's compilation); ``compile_and_first_seconds`` sums those first intervals.
+
+    Args:
+      records: the run's ``log.jsonl`` records (``train`` records with ``seconds``; ``resume`` records start a
+        session).
+      stage: the stage's name.
+      per_epoch: batches per epoch.
+
+    Returns:
+      ``{"seconds_per_epoch": ..., "compile_and_first_seconds": ...}``, or None without train records.
+
+    Examples:
+      Ten steps of 5 s (the compilation) then twenty of 0.1 s each, 100 steps an epoch:
+
+      >>> train = [{"kind": "train", "stage": "finetune", "step": s, "seconds": t} for s, t in ((10, 5.0), (20, 1.0), (30, 1.0))]
+      >>> epoch_seconds(train, "finetune", per_epoch=100)
+      {'seconds_per_epoch': 10.0, 'compile_and_first_seconds': 5.0}
+    """
     train = [r for r in records if r.get("kind") == "resume" or (r.get("kind") == "train" and r["stage"] == stage)]
     steady, first, steps, last_step = 0.0, 0.0, 0, None
     for record in train:
