@@ -7,14 +7,11 @@ and they are selected out with ``jnp.where`` before any arithmetic, so whatever 
 neither a result nor a gradient (``0 * NaN`` would be NaN).
 The helpers are unvalidated (the public callers check their arguments), jit-free and differentiable, with
 finite gradients at zero denominators (see :mod:`isojax._numeric`). Matrix products use full float32 precision
-(``HIGHEST``) whatever the backend's default. Two host-side numpy helpers come last: :func:`real_rows` (the real
-rows as one array, whose length depends on the mask's values) and :func:`streamed_covariance` (the float64
-covariance of a stream of such arrays, by :mod:`isojax.stats`).
+(``HIGHEST``) whatever the backend's default. A host-side numpy helper comes last: :func:`real_rows` (the real rows
+as one array, whose length depends on the mask's values).
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterable
 
 import jax
 import jax.numpy as jnp
@@ -197,26 +194,3 @@ def real_rows(x, mask) -> np.ndarray:
     ``mask [..., n]``); ``x`` as it is when ``mask`` is None."""
     x = np.asarray(x)
     return x if mask is None else x[np.asarray(mask)]
-
-
-def streamed_covariance(rows: Iterable[np.ndarray], name: str) -> np.ndarray:
-    """Covariance (ddof 1) ``[d, d]`` of all the rows of a stream of arrays ``[n_i, d]``, in one pass with
-    :mod:`isojax.stats` (the one implementation of streaming moments: per-chunk centring, Chan merges) in float64
-    whatever the x64 setting; chunks are padded to a power of two of rows, so the jitted update compiles once per
-    size class. ``ValueError`` naming ``name`` (what the rows are) when there are fewer than 2 rows."""
-    from isojax import stats
-
-    update = jax.jit(stats.update)
-    state: stats.Stats | None = None
-    for x in rows:  # pulled outside the x64 context: the producer (a model's forward pass) keeps its own dtypes
-        x = np.asarray(x, np.float64)
-        size = 1 << max(len(x) - 1, 0).bit_length()
-        padded = np.zeros((size, x.shape[-1]))
-        padded[: len(x)] = x
-        with jax.enable_x64(True):
-            state = update(stats.init(x.shape[-1]) if state is None else state, padded, np.arange(size) < len(x))
-    count = 0 if state is None else int(state.tokens)
-    if state is None or count < 2:
-        raise ValueError(f"the covariance of {name} needs at least 2 rows, got {count}")
-    with jax.enable_x64(True):
-        return np.asarray(stats.covariance(state))

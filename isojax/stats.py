@@ -36,6 +36,7 @@ is a pytree). Bad input follows :mod:`isojax.metrics`: a NaN or inf in a counted
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 import jax
@@ -73,6 +74,7 @@ __all__ = [
     "massive_activation",
     "fit_centering",
     "fit_whitening",
+    "streamed_covariance",
 ]
 
 
@@ -676,3 +678,36 @@ def fit_whitening(stats: Stats, *, k: int | None = None, eps: float | None = Non
         raise ValueError(f"k must be an int in [1, d={d}], got {k!r}")
     eps, eps_ok = check_hyperparameter(float(jnp.finfo(cov.dtype).eps) if eps is None else eps, "eps", low=0.0)
     return whitening_from_covariance(stats.mean, cov, k=k, eps=eps, eps_ok=eps_ok)
+
+
+def streamed_covariance(rows: Iterable[np.ndarray], name: str) -> np.ndarray:
+    """Covariance (ddof 1) of all the rows of a stream of host arrays, in one pass of :func:`update` in float64
+    whatever the x64 setting; chunks are padded to a power of two of rows, so the jitted update compiles once per
+    size class.
+
+    Args:
+      rows: arrays ``[n_i, d]`` (a model's representations of one batch after another).
+      name: what the rows are, for the error message.
+
+    Returns:
+      ``[d, d]`` float64 numpy array; ``ValueError`` naming ``name`` when there are fewer than 2 rows.
+
+    Examples:
+      >>> x = np.random.default_rng(0).standard_normal((10, 3))
+      >>> bool(np.allclose(streamed_covariance([x[:3], x[3:]], "x"), np.cov(x, rowvar=False)))
+      True
+    """
+    jitted = jax.jit(update)
+    state: Stats | None = None
+    for x in rows:  # pulled outside the x64 context: the producer (a model's forward pass) keeps its own dtypes
+        x = np.asarray(x, np.float64)
+        size = 1 << max(len(x) - 1, 0).bit_length()
+        padded = np.zeros((size, x.shape[-1]))
+        padded[: len(x)] = x
+        with jax.enable_x64(True):
+            state = jitted(init(x.shape[-1]) if state is None else state, padded, np.arange(size) < len(x))
+    count = 0 if state is None else int(state.tokens)
+    if state is None or count < 2:
+        raise ValueError(f"the covariance of {name} needs at least 2 rows, got {count}")
+    with jax.enable_x64(True):
+        return np.asarray(covariance(state))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.spatial.distance import cdist
 
-from isojax import _stats
+from isojax import _stats, stats
 
 
 @pytest.fixture(autouse=True)
@@ -98,7 +98,7 @@ def test_streamed_covariance_of_real_rows_equals_numpy_over_all_of_them():
     x[~mask] = np.nan  # padding never reaches the sums
     chunks = [_stats.real_rows(x[i : i + 2], mask[i : i + 2]) for i in range(0, 5, 2)]
     assert [len(c) for c in chunks] == [mask[i : i + 2].sum() for i in range(0, 5, 2)]
-    np.testing.assert_allclose(_stats.streamed_covariance(chunks, "x"), np.cov(x[mask], rowvar=False), rtol=1e-12)
+    np.testing.assert_allclose(stats.streamed_covariance(chunks, "x"), np.cov(x[mask], rowvar=False), rtol=1e-12)
     assert _stats.real_rows(x, None) is x
     with pytest.raises(ValueError, match="the covariance of 'cls' needs at least 2 rows, got 1"):
-        _stats.streamed_covariance([x[0, :1]], "'cls'")
+        stats.streamed_covariance([x[0, :1]], "'cls'")

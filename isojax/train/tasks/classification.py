@@ -14,11 +14,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from isojax._stats import real_rows, streamed_covariance
+from isojax._stats import real_rows
 from isojax.data.batching import batches
 from isojax.data.glue import glue_task, load_glue
 from isojax.models import build_encoder, from_pretrained, model_kind, require_kind, require_tokenizer
 from isojax.softdecay import SoftDecay
+from isojax.stats import streamed_covariance
 from isojax.train import evaluation
 from isojax.train.config import Stage, TrainConfig
 from isojax.train.feed import Split
