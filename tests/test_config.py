@@ -197,8 +197,9 @@ def test_every_choice_list_is_its_constant():
 def test_renamed_flags_name_their_new_spelling(capsys):
     assert main(["finetune", "--quiet"]) == 2
     assert capsys.readouterr().err == "isojax finetune: error: --quiet is now spelled --no-progress\n"
-    assert main(["finetune", "--buckets", "16,32"]) == 2
-    assert "--buckets takes widths separated by spaces now" in capsys.readouterr().err
+    for argv in (["--buckets", "16,32"], ["--buckets=16,32"]):
+        assert main(["finetune", *argv]) == 2
+        assert "--buckets takes widths separated by spaces now" in capsys.readouterr().err
 
 
 def test_flags_build_the_same_config_as_python():
@@ -227,6 +228,7 @@ def test_config_file_with_flags_on_top(tmp_path):
     path.write_text(json.dumps(_changed_everywhere().to_json()))
     config = config_from_argv(["finetune", "--config", str(path), "--lr", "1e-4", "--num-beams", "2"])
     assert config == _changed_everywhere().override({"optim.learning_rate": 1e-4, "seq2seq.num_beams": 2})
+    assert config_from_argv(["finetune", f"--config={path}", "--lr", "1e-4", "--num-beams", "2"]) == config
 
 
 def _documented_commands() -> list[list[str]]:

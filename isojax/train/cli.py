@@ -118,7 +118,7 @@ class Finetune:
     multi_process: Annotated[MultiProcess, arg(name="")] = MultiProcess()
 
 
-RENAMED = {"--quiet": "--no-progress", "--logging.quiet": "--no-progress"}
+RENAMED = {"--quiet": "--no-progress"}
 """Flags of earlier versions and their spelling now."""
 
 
@@ -126,18 +126,16 @@ def parse_finetune(argv: list[str]) -> Finetune:
     """The arguments of ``isojax finetune ARGV``: ``--config``'s file (else the defaults) with the options on top,
     parsed by tyro. ``--help`` prints and exits; a bad option or value is a ``ValueError`` with tyro's message on
     one line, naming the option."""
+    base = TrainConfig()
     for i, token in enumerate(argv):
-        name = token.split("=")[0]
+        name, eq, value = token.partition("=")
+        value = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
         if name in RENAMED:
             raise ValueError(f"{name} is now spelled {RENAMED[name]}")
-        if (
-            name in ("--buckets", "--task.buckets")
-            and "," in (token.partition("=")[2] or argv[i + 1 : i + 2] or [""])[0]
-        ):
+        if name in ("--buckets", "--task.buckets") and "," in value:
             raise ValueError(f"{name} takes widths separated by spaces now: {name} 32 64 128")
-    base = TrainConfig()
-    if "--config" in argv[:-1]:
-        base = read_config(argv[argv.index("--config") + 1])
+        if name == "--config" and value:
+            base = read_config(value)
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):

@@ -178,10 +178,7 @@ def _typed(label: str, value: Any, hint: Any) -> Any:
             raise ValueError(f"{label} must be one of {list(args)}, got {value!r}")
         return value
     if hint == float | str:
-        try:
-            return check_number_or_schedule(value, label)
-        except (TypeError, ValueError) as e:
-            raise type(e)(str(e).replace(f"{label} {label}", label)) from None
+        return check_number_or_schedule(value, label)
     if origin in (typing.Union, type(int | None)) and type(None) in args:
         return None if value is None else _typed(label, value, next(a for a in args if a is not type(None)))
     if origin is tuple:
