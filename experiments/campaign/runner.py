@@ -20,7 +20,7 @@ from pathlib import Path
 
 from experiments.campaign import schedule
 from experiments.campaign.spec import Run, changed_settings, evals_every
-from experiments.reproductions.glue_pairing import dropout_masks, dropout_stream, pairing_record
+from experiments.reproductions.glue_pairing import dropout_masks, pairing_record
 from experiments.tooling.files import write_json
 from experiments.tooling.report import ROOT
 from isojax.cli import EXIT_NONFINITE, EXIT_STOPPED
@@ -178,7 +178,7 @@ def run_sitting(
     from isojax.data.glue import load_glue
 
     sizes = {task: len(load_glue(task, "train", data_dir=data_dir).labels) for task in {r.task for r in todo}}
-    stream, masks = (None, None) if dry_run else (dropout_stream(), dropout_masks())
+    masks = None if dry_run else dropout_masks()
     started, listed = time.monotonic(), 0.0  # listed: the estimated minutes of the runs --dry-run printed
     took, estimated = 0.0, 0.0  # this sitting's finished runs: their wall minutes and their estimates' sum
     while todo:
@@ -226,7 +226,7 @@ def run_sitting(
         record = {
             **sitting,
             "wall_seconds": outcome.seconds + sum(e["wall_seconds"] for e in earlier),
-            "pairing": pairing_record(run.config(), prov["commit"], stream, masks),
+            "pairing": pairing_record(run.config(), prov["commit"], masks),
         }
         if earlier:
             record["earlier_sittings"] = earlier

@@ -6,8 +6,8 @@
 A run is ``<protocol>/<task>/<method>/seed<seed>`` under each directory (the campaign's run records:
 :mod:`experiments.campaign`); one that both hold had the same configuration, data order and
 dropout keys, so its metrics differ only by the devices' arithmetic, and by the masks where the two records' pair
-keys differ (:func:`experiments.reproductions.glue_pairing.pair_key`; a record without a mask fingerprint carries
-a stream that the arithmetic alone can change, so two such keys that differ do not prove other masks). For each
+keys differ (:func:`experiments.reproductions.glue_pairing.pair_key`; a record without a mask fingerprint is keyed
+by its commit, so such keys that differ do not prove other masks). For each
 run the table gives the task's metrics (:func:`isojax.data.glue.glue_task`'s ``metrics``) and the dev IsoScore on
 both devices with their difference, the steps, the seconds per epoch and their ratio, and the pair keys; per task
 and method, the largest ``|b − a|`` of the first metric beside the sample standard deviation (n − 1) of ``a``'s
@@ -115,8 +115,8 @@ def sections(result: dict, a: str, b: str) -> list[str]:
     ]
     return [
         f"Runs recorded in both `{a}` (a) and `{b}` (b): same configuration, data order and dropout keys "
-        "(the masks are the same where the pair keys agree; a key that is a recorded dropout stream, not a mask "
-        "fingerprint, can differ by the arithmetic alone). "
+        "(the masks are the same where the pair keys agree; a key that is a commit, not a mask fingerprint, says "
+        "nothing of the masks). "
         f"Machines: {'; '.join(f'`{m}`' for m in machines)}.",
         "## Per run\n\n"
         + markdown_table(

@@ -16,10 +16,8 @@ Within one protocol and seed, every ``isojax finetune`` run
 
 Pairing also needs the same dropout masks. Each run records :func:`dropout_masks`, a fingerprint of the masks a
 small encoder draws for a fixed key, which the device's arithmetic does not change, so that runs on a CPU and on a
-GPU can pair; runs pair only when their pair keys agree (:func:`pair_key`). A record without that fingerprint pairs
-by its :func:`dropout_stream` (a rounded output, which the arithmetic can change), else by its commit;
-:data:`STREAM_OF_MASKS` names the stream whose code draws a given fingerprint's masks, so such records pair with the
-runs that draw the same masks.
+GPU can pair; runs pair only when their pair keys agree (:func:`pair_key`): the fingerprint, or for a record without
+one, its commit.
 """
 
 from __future__ import annotations
@@ -67,16 +65,6 @@ def _small_encoder_in_training(weights_seed: int, interceptor=None):
     return np.asarray(out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0], np.float64)
 
 
-def dropout_stream(weights_seed: int = 0) -> str:
-    """Fingerprint of the dropout masks the importable encoder code draws, as recorded before
-    :func:`dropout_masks`: the hash of a small encoder's training-mode output (:func:`_small_encoder_in_training`)
-    rounded to 3 decimals, so that floating-point noise does not change it and any change of which entries are
-    dropped does. A change of the encoder's initialisation or arithmetic changes it too, beyond the rounding: on an
-    H200 the current code gives another stream than on the CPU. ``weights_seed`` changes it (tests)."""
-    hidden = _small_encoder_in_training(weights_seed)
-    return hashlib.sha256(np.round(hidden, 3).tobytes()).hexdigest()[:12]
-
-
 def dropout_masks(weights_seed: int = 0) -> str:
     """Fingerprint of the dropout masks themselves: the same small encoder in training mode, every dropout site's
     pattern of dropped entries (output 0 where the input was not), in call order, packed into bits and hashed.
@@ -107,12 +95,7 @@ def dropout_masks(weights_seed: int = 0) -> str:
     return hashlib.sha256(np.packbits(np.concatenate(patterns)).tobytes()).hexdigest()[:12]
 
 
-# dropout_masks of the code that recorded these dropout_streams on the CPU (both computed with that code, commit
-# acb21b8 on 2026-11-28): a record with those masks pairs with the records of that stream.
-STREAM_OF_MASKS = {"cab567a4d479": "82be2a160ca3"}
-
-
-def pairing_record(config: TrainConfig, commit: str, stream: str | None, masks: str | None) -> dict:
+def pairing_record(config: TrainConfig, commit: str, masks: str | None) -> dict:
     """What pairs a run (its configuration) with the other runs of its protocol, task and seed (module docstring),
     for its record."""
     change = MODEL_CHANGES.get(config.method.name)
@@ -121,7 +104,6 @@ def pairing_record(config: TrainConfig, commit: str, stream: str | None, masks: 
         "data_order": f"numpy.random.default_rng([{seed}, epoch]) permutation, batches of {config.optim.batch_size}, "
         "last partial batch dropped",
         "dropout_key": f"fold_in(key({seed}), step), per site by Flax module path",
-        "dropout_stream": stream,
         "dropout_masks": masks,
         "commit": commit,
         "model_change": change,  # None: the baseline's model and dropout sites
@@ -129,13 +111,9 @@ def pairing_record(config: TrainConfig, commit: str, stream: str | None, masks: 
 
 
 def pair_key(record: dict) -> str:
-    """The stream a run's masks come from: its mask fingerprint (named by the recorded stream that draws the same masks,
-    :data:`STREAM_OF_MASKS`, where there is one), else its recorded stream, else its commit."""
-    pairing = record.get("pairing") or {}
-    masks = pairing.get("dropout_masks")
-    if masks:
-        return STREAM_OF_MASKS.get(masks, f"masks {masks}")
-    return pairing.get("dropout_stream") or f"commit {record.get('commit')}"
+    """What a run's dropout masks are known by: its mask fingerprint (:func:`dropout_masks`), else its commit."""
+    masks = (record.get("pairing") or {}).get("dropout_masks")
+    return f"masks {masks}" if masks else f"commit {record.get('commit')}"
 
 
 def without_spread(values) -> bool:
