@@ -174,14 +174,3 @@ def test_bad_input_raises():
         fit_whitening(x, mask=np.ones(9, bool))
     with pytest.raises(ValueError, match="d=5 features"):
         apply_whitening(fit_whitening(x), np.ones((3, 5), np.float32))
-
-
-def test_names_before_the_fit_apply_scheme_name_their_replacement():
-    from isojax import calibrate
-
-    with pytest.raises(AttributeError, match=r"whiten was renamed: use isojax\.calibrate\.apply_whitening"):
-        calibrate.whiten  # noqa: B018
-    with pytest.raises(AttributeError, match="invert_flow"):
-        calibrate.flow_inverse  # noqa: B018
-    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
-        calibrate.no_such_name  # noqa: B018

@@ -56,17 +56,3 @@ __all__ = [
     "scale_lu_updates",
     "scaled_center",
 ]
-
-# Names before the one fit/apply scheme: an AttributeError that names the replacement.
-_RENAMED = {
-    "whiten": "apply_whitening(state, x)",
-    "flow_forward": "apply_flow(state, x)",
-    "flow_inverse": "invert_flow(state, z)",
-    "TopDirections": "AllButTheTopState",
-}
-
-
-def __getattr__(name: str):
-    if name in _RENAMED:
-        raise AttributeError(f"isojax.calibrate.{name} was renamed: use isojax.calibrate.{_RENAMED[name]}")
-    raise AttributeError(f"module 'isojax.calibrate' has no attribute {name!r}")
