@@ -55,12 +55,12 @@ import numpy as np
 
 from isojax._numeric import HIGHEST, finite_matrix, promote_float32, safe_div, safe_sqrt
 from isojax._stats import (
+    IDENTICAL_VARIANCE,
     centered_rows,
     cosine_sums,
     covariance,
     covariance_moments,
     gram_eigenvalues,
-    IDENTICAL_VARIANCE,
     isoscore_from_moments,
     masked_rows,
     pair_contributions,

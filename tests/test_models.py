@@ -384,7 +384,8 @@ def test_out_of_vocabulary_ids_under_jit_are_nan_not_clamped(bert_tiny, bad):
     out = jax.jit(lambda i: module.apply({"params": params}, i).last_hidden_state)(np.array([[1, bad, 2]]))
     assert np.isnan(np.asarray(out)).any()
     table = params["embeddings"]["word_embeddings"]["embedding"]
-    rows = jax.jit(lambda i: Embed(99, table.shape[1]).apply({"params": {"embedding": table}}, i))(np.array([1, bad, 2]))
+    embed = Embed(99, table.shape[1])
+    rows = jax.jit(lambda i: embed.apply({"params": {"embedding": table}}, i))(np.array([1, bad, 2]))
     np.testing.assert_array_equal(rows[::2], table[np.array([1, 2])])  # the good ids read their rows
     assert np.isnan(np.asarray(rows[1])).all()  # the bad one a NaN row, not the row it would wrap or clamp to
 
