@@ -499,9 +499,10 @@ class _Parser(argparse.ArgumentParser):
 
 def environment_fault(error: BaseException) -> OSError | None:
     """The fault of the machine behind ``error``, or None: the first exception in its chain of causes (``error``
-    itself, its ``__cause__`` or ``__context__``, ...) that is an ``OSError`` with an errno of
-    :data:`ENVIRONMENT_ERRNOS` (or a tensorstore error naming one as ``[os_error_code='28']``), a
-    :class:`~isojax._files.DirectoryInUse` or a ``TimeoutError`` (processes that did not connect).
+    itself, its ``__cause__`` or unsuppressed ``__context__``, ...; ``raise ... from None`` ends the chain) that is
+    an ``OSError`` with an errno of :data:`ENVIRONMENT_ERRNOS` (or a tensorstore error naming one as
+    ``[os_error_code='28']``), a :class:`~isojax._files.DirectoryInUse` or a ``TimeoutError`` (processes that did not
+    connect).
 
     Examples:
       >>> try:
@@ -526,7 +527,7 @@ def environment_fault(error: BaseException) -> OSError | None:
         code = re.search(r"\[os_error_code='(\d+)'\]", str(cause))  # how tensorstore (orbax's writer) says it
         if code and int(code[1]) in ENVIRONMENT_ERRNOS:
             return OSError(int(code[1]), str(cause))
-        cause = cause.__cause__ or cause.__context__
+        cause = cause.__cause__ or (None if cause.__suppress_context__ else cause.__context__)
     return None
 
 
