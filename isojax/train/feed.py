@@ -130,6 +130,12 @@ def fingerprint(split) -> dict:
     :class:`~isojax.data.seq2seq.Seq2SeqData`) in order, their number, and where they were read from ("" when the
     data does not say).
 
+    Args:
+      split: the rows as read (:class:`Split`, :class:`~isojax.train.tasks.seq2seq.Seq2SeqSplit`).
+
+    Returns:
+      the dict above; equal digests mean the same rows in the same order.
+
     Examples:
       >>> from isojax.data.glue import GlueData, glue_task
       >>> def split(labels):

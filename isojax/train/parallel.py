@@ -174,6 +174,14 @@ def wait_for_processes(address: str, others: int, timeout: float) -> None:
     until ``others`` processes have connected, then close it for JAX's coordinator, which would instead end the
     process (``SIGABRT``) when one never connects.
 
+    Args:
+      address: the coordinator's ``HOST:PORT`` (this process's; the port is listened on).
+      others: how many other processes must connect (``num_processes - 1``).
+      timeout: seconds to wait for them.
+
+    Returns:
+      ``None``, once they all connected.
+
     Raises:
       TimeoutError: fewer than ``others`` connected within ``timeout`` seconds; the message names the address and
         the count.
@@ -641,4 +649,5 @@ __all__ = [
     "select_devices",
     "state_shardings",
     "wait_for_coordinator",
+    "wait_for_processes",
 ]
