@@ -3,24 +3,102 @@
 Their presence is what marks the work done (the asset fetched, the run finished), so a write that fails or is
 killed halfway must not leave a file behind. The other JSON the library and the experiments write (a saved model's
 ``config.json``, an analysis, a result table's record) goes through :func:`write_json` too, and a saved model's
-weights through :func:`atomic_target`: whoever reads them next never finds half of one.
+weights through :func:`atomic_target`: whoever reads them next never finds half of one. The data reaches the disk
+(``fsync``) before the rename, and the rename before the write returns (``fsync`` of the directory), so a power cut
+leaves the old file or the new one.
+
+:func:`exclusive_directory` gives a directory one writer at a time (a run's output directory).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
+import os
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+LOCK_FILE = ".lock"
+"""The file in a directory that :func:`exclusive_directory` locks; it holds the holder's ``pid on host``."""
+
+
+class DirectoryInUse(OSError):
+    """Another live process holds the lock of the directory (:func:`exclusive_directory`)."""
+
+
+def fsync_path(path: Path) -> None:
+    """Flush ``path`` (a file, or a directory: its entries) to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def exclusive_directory(directory: Path) -> Iterator[None]:
+    """Hold an advisory lock (``flock``) on ``directory``'s :data:`LOCK_FILE` for the block: one writer at a time.
+
+    The directory (and its parents) is created first, so a directory that cannot be written fails here, before any
+    work. The operating system releases the lock when its process ends however it ends (``kill -9`` included), so a
+    dead holder never leaves a stale lock behind; the file stays, holding the last holder's ``pid on host``.
+
+    Args:
+      directory: the directory (a ``Path``).
+
+    Raises:
+      DirectoryInUse: another process holds the lock; the message names the directory and that process.
+      OSError: the directory cannot be written (read-only file system, permissions), naming it.
+
+    Examples:
+      >>> import tempfile, pathlib
+      >>> run = pathlib.Path(tempfile.mkdtemp()) / "run"
+      >>> with exclusive_directory(run):
+      ...     with exclusive_directory(run):
+      ...         pass
+      Traceback (most recent call last):
+      isojax._files.DirectoryInUse: ... is in use by another process (pid ... on ...): ...
+      >>> with exclusive_directory(run):  # free again once the block ends
+      ...     pass
+    """
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise _named(e, f"{directory} cannot be written ({e.strerror})") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
+            raise DirectoryInUse(
+                f"{directory} is in use by another process (pid {holder}): wait for it to end, or choose another "
+                "directory"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _named(error: OSError, message: str) -> OSError:
+    """An ``OSError`` of ``error``'s kind and ``errno`` whose message is ``message``."""
+    named = type(error)(message)
+    named.errno = error.errno
+    return named
 
 
 @contextlib.contextmanager
 def atomic_target(target: Path) -> Iterator[Path]:
     """The ``.part`` path to write ``target`` through, for writers that take a path (``safetensors``' ``save_file``).
 
-    The parent directories are created; when the block ends the ``.part`` file is renamed onto ``target`` (atomic on
-    one file system); when it raises, the ``.part`` file is removed and ``target`` is left as it was.
+    The parent directories are created; when the block ends the ``.part`` file is flushed to the disk and renamed onto
+    ``target`` (atomic on one file system), and the directory flushed; when it raises, the ``.part`` file is removed
+    and ``target`` is left as it was.
 
     Args:
       target: the file to write (a ``Path``).
@@ -47,10 +125,12 @@ def atomic_target(target: Path) -> Iterator[Path]:
     part = target.with_name(target.name + ".part")
     try:
         yield part
+        fsync_path(part)
     except BaseException:
         part.unlink(missing_ok=True)
         raise
     part.replace(target)
+    fsync_path(target.parent)
 
 
 def write_atomic(target: Path, data: bytes) -> None:

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from isojax._numeric import HIGHEST, finite_matrix, promote_float32, safe_div, safe_norm
+from isojax._numeric import HIGHEST, finite_matrix, promote_float32, safe_div, safe_norm, safe_sqrt
 
 
 def select_rows(x, mask):
@@ -69,6 +69,11 @@ def rowwise(fn, x, stats):
     return jnp.where(finite, safe, jax.lax.stop_gradient(fn(x, stats)))
 
 
+IDENTICAL_VARIANCE = 2.0**-36
+"""Variance per dimension of a :func:`unit_scale`-d cloud at or below which its rows count as identical: about 32
+float32 ulps of its largest entry, what centring identical rows leaves in rounding."""
+
+
 def unit_scale(x, mask):
     """``x / s`` with ``s`` (no gradient, ``[...]``) the power of two at or just above the largest ``|x|`` of the
     real rows (1 when that is 0 or not finite).
@@ -112,7 +117,7 @@ def isoscore_from_moments(trace, sq_norm, d: int):
     ((tr C)² / ‖C‖_F² − 1) / (d − 1); a zero covariance (all points identical) has score 0, the limit of a
     one-dimensional cloud.
     """
-    return jnp.where(sq_norm > 0, (safe_div(trace**2, sq_norm) - 1) / (d - 1), 0)
+    return jnp.where(sq_norm > 0, (safe_div(trace, safe_sqrt(sq_norm)) ** 2 - 1) / (d - 1), 0)  # no ‖C‖⁴ to underflow
 
 
 def shrunk_to_identity(trace, sq_norm, d: int, zeta):

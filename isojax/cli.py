@@ -7,27 +7,37 @@ numbers stopped being finite (``FloatingPointError``: ``finetune`` stops after `
 steps in a row, :class:`isojax.train.loop.NonFiniteTrainingError`) prints the same one line and exits with status
 3 (``EXIT_NONFINITE``), so that a script tells a diverged run from a mistake or a crash (status 1); a run stopped by
 ``SIGTERM`` (:mod:`isojax.train.preemption`: checkpointed, resumed by the same command) prints where it stopped and
-exits with status 143 (``EXIT_STOPPED``, 128 + SIGTERM, as a shell reports a process the signal ended); ``isojax
--v`` shows the traceback instead.
+exits with status 143 (``EXIT_STOPPED``, 128 + SIGTERM, as a shell reports a process the signal ended). A fault of
+the machine rather than of the command (a full disk or quota, a read-only or forbidden output directory, an I/O
+error, an output directory another run holds, processes of a multi-process run that never connected: an
+``OSError`` of those kinds anywhere in the exception's causes, :func:`environment_fault`) prints one line naming it
+and exits with status 74 (``EXIT_ENVIRONMENT``, sysexits' ``EX_IOERR``): the same command may succeed elsewhere or
+later. ``isojax -v`` shows the traceback instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import json
 import logging
 import math
 import os
+import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
-from isojax._files import write_json
+from isojax._files import DirectoryInUse, write_json
 from isojax.argtypes import int_at_least
 from isojax.train.cli import cmd_finetune
 from isojax.train.preemption import TrainingStopped
 
 EXIT_NONFINITE = 3  # exit status of a run stopped by non-finite numbers (module docstring)
 EXIT_STOPPED = 128 + 15  # exit status of a run stopped by SIGTERM at a checkpoint (module docstring)
+EXIT_ENVIRONMENT = 74  # exit status of a fault of the machine, not of the command (module docstring)
+ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO})
 
 STS_SETS_HELP = (
     "stsb, sts12, sts13, sts14, sts15, sts16, sickr, or a SemEval sub-corpus such as sts12/MSRpar; "
@@ -487,6 +497,65 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+def environment_fault(error: BaseException) -> OSError | None:
+    """The fault of the machine behind ``error``, or None: the first exception in its chain of causes (``error``
+    itself, its ``__cause__`` or unsuppressed ``__context__``, ...; ``raise ... from None`` ends the chain) that is
+    an ``OSError`` with an errno of :data:`ENVIRONMENT_ERRNOS` (or a tensorstore error naming one as
+    ``[os_error_code='28']``), a :class:`~isojax._files.DirectoryInUse` or a ``TimeoutError`` (processes that did not
+    connect).
+
+    Examples:
+      >>> try:
+      ...     try:
+      ...         raise OSError(errno.ENOSPC, "No space left on device")
+      ...     except OSError as e:
+      ...         raise RuntimeError("checkpoint step 4 failed") from e
+      ... except RuntimeError as e:
+      ...     environment_fault(e)
+      OSError(28, 'No space left on device')
+      >>> environment_fault(FileNotFoundError(errno.ENOENT, "No such file")) is None  # a mistake of the command
+      True
+    """
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, DirectoryInUse | TimeoutError):
+            return cause
+        if isinstance(cause, OSError) and cause.errno in ENVIRONMENT_ERRNOS:
+            return cause
+        code = re.search(r"\[os_error_code='(\d+)'\]", str(cause))  # how tensorstore (orbax's writer) says it
+        if code and int(code[1]) in ENVIRONMENT_ERRNOS:
+            return OSError(int(code[1]), str(cause))
+        cause = cause.__cause__ or (None if cause.__suppress_context__ else cause.__context__)
+    return None
+
+
+@contextlib.contextmanager
+def _quiet_background_failures() -> Iterator[None]:
+    """What a failure prints without ``-v``: the command's one line, not the tracebacks of orbax's background threads
+    (logged through absl, whose records below ``CRITICAL`` show only with ``-v``) nor those of the writes still in
+    flight when orbax closed its event loop ("Event loop is closed")."""
+
+    def drop_orbax(record: logging.LogRecord) -> bool:
+        return record.name != "absl" or record.levelno >= logging.CRITICAL
+
+    def unraisable(report) -> None:
+        if not (isinstance(report.exc_value, RuntimeError) and str(report.exc_value) == "Event loop is closed"):
+            default(report)
+
+    default, handlers = sys.unraisablehook, logging.getLogger().handlers
+    for handler in handlers:
+        handler.addFilter(drop_orbax)
+    sys.unraisablehook = unraisable
+    try:
+        yield
+    finally:
+        sys.unraisablehook = default
+        for handler in handlers:
+            handler.removeFilter(drop_orbax)
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
@@ -501,15 +570,17 @@ def main(argv=None) -> int:
         run = lambda: args.func(args)  # noqa: E731
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(message)s")
     try:
-        return run()
+        with contextlib.nullcontext() if verbose else _quiet_background_failures():
+            return run()
     except TrainingStopped as e:
         print(f"{parser.prog} {command}: {e}", file=sys.stderr)
         return EXIT_STOPPED
-    except (ValueError, TypeError, OSError, FloatingPointError) as e:
-        if verbose:
+    except Exception as e:
+        fault = environment_fault(e)
+        if verbose or not (fault or isinstance(e, (ValueError, TypeError, OSError, FloatingPointError))):
             raise
-        print(f"{parser.prog} {command}: error: {e}", file=sys.stderr)
-        return EXIT_NONFINITE if isinstance(e, FloatingPointError) else 2
+        print(f"{parser.prog} {command}: error: {fault or e}", file=sys.stderr)
+        return EXIT_ENVIRONMENT if fault else EXIT_NONFINITE if isinstance(e, FloatingPointError) else 2
 
 
 if __name__ == "__main__":

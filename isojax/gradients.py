@@ -48,7 +48,7 @@ import numpy as np
 
 from isojax import losses, metrics
 from isojax._numeric import HIGHEST, finite_matrix, promote_float32, safe_div, safe_norm
-from isojax._stats import centered_rows, covariance, masked_rows, unit_rows, unit_scale
+from isojax._stats import IDENTICAL_VARIANCE, centered_rows, covariance, masked_rows, unit_rows, unit_scale
 from isojax._validate import (
     check_cloud,
     check_finite_rows,
@@ -214,9 +214,13 @@ def _isoscore_star_grad(x, mask, c0, zeta):
     shrunk = (1 - zeta) * cov + zeta * reference
     trace = jnp.trace(shrunk, axis1=-2, axis2=-1)[..., None, None]
     sq_norm = jnp.sum(shrunk**2, axis=(-2, -1))[..., None, None]
+    # IsoScore: rows identical up to rounding have score 0 and a zero gradient (isojax.metrics.isoscore)
+    spread = trace > d * IDENTICAL_VARIANCE if scale is not None else jnp.ones_like(trace, bool)
+    trace, sq_norm = jnp.where(spread, trace, 1), jnp.where(spread, sq_norm, 1)
     eye = jnp.eye(d, dtype=cov.dtype)
-    d_score = (1 - zeta) * (safe_div(2 * trace, sq_norm) * eye - safe_div(2 * trace**2, sq_norm**2) * shrunk) / (d - 1)
+    d_score = (1 - zeta) * (safe_div(2 * trace, sq_norm) * eye - 2 * safe_div(trace, sq_norm) ** 2 * shrunk) / (d - 1)
     grad = 2 * jnp.matmul(xc, d_score, precision=HIGHEST) / jnp.maximum(count - 1, 1)[..., None, None]
+    grad = jnp.where(spread, grad, 0)
     if scale is not None:
         grad = grad / scale[..., None, None]
     return grad.astype(x.dtype)

@@ -55,6 +55,7 @@ import numpy as np
 
 from isojax._numeric import HIGHEST, finite_matrix, promote_float32, safe_div, safe_sqrt
 from isojax._stats import (
+    IDENTICAL_VARIANCE,
     centered_rows,
     cosine_sums,
     covariance,
@@ -190,7 +191,9 @@ def isoscore(x, *, mask=None):
     the participation ratio of the covariance C, rescaled: it needs no eigendecomposition, and that is
     how it is computed (λ ≥ 0 for the PSD C, as in the package's ``svdvals``).
     Closed forms: k isotropic dimensions of R^d give (k − 1)/(d − 1) in the large-sample limit
-    (a line → 0, a disk in R³ → 0.5, a ball → 1). Identical points give 0. Matches the ``isoscore``
+    (a line → 0, a disk in R³ → 0.5, a ball → 1). Identical points give 0, with a zero gradient; so do rows
+    that agree to within float rounding (a variance per dimension below 2⁻³⁶ of the largest squared entry, about
+    32 float32 ulps: what centering identical rows leaves). Matches the ``isoscore``
     package (``IsoScore.IsoScore``), which computes the eigenvalue form with torch ``svdvals(cov)``.
 
     Args:
@@ -213,7 +216,9 @@ def isoscore(x, *, mask=None):
     """
     x, mask, ok = check_cloud(x, mask, min_n=2, min_d=2)
     trace, sq_norm = covariance_moments(unit_scale(promote_float32(x), mask)[0], mask)
-    return nan_unless(ok, isoscore_from_moments(trace, sq_norm, x.shape[-1]))
+    spread = trace > x.shape[-1] * IDENTICAL_VARIANCE  # else identical rows up to rounding (docstring)
+    score = isoscore_from_moments(jnp.where(spread, trace, 1), jnp.where(spread, sq_norm, 1), x.shape[-1])
+    return nan_unless(ok, jnp.where(spread, score, 0))
 
 
 def isoscore_star(x, *, c0=None, zeta: float = 0.2, mask=None):

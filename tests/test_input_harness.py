@@ -11,8 +11,8 @@ function runs on every input of ``INPUTS``, each under a time limit (a hang fail
 * a mask selecting fewer rows than the result is defined for (``min_real``: none, or one where a covariance or a
   pair is needed): ``ValueError`` naming the mask for concrete input, NaN under ``jit``; with at least that many
   (an empty cloud for transforms and barcodes), a finite value with a finite gradient;
-* one row without a mask, a zero cloud, a constant cloud: a finite value (with a finite gradient) or a
-  ``ValueError``;
+* one row without a mask, a zero cloud, a constant cloud (exactly centred), identical random rows (whose centring
+  leaves rounding residue): a finite value (with a finite gradient) or a ``ValueError``;
 * float32 clouds scaled by 1e+20 and 1e-20: f(s·x) = s^k·f(x) for the functions homogeneous of degree k
   (k = 0: the scale-invariant ones), and an answer (no hang) for the others, whose docstrings give their range;
 * bfloat16 and float16 input: finite and close to the float32 result on the same (rounded) values;
@@ -484,6 +484,7 @@ INPUTS = {
     "one-real-row": check_one_real_row,
     "zero": lambda n, c: finite_or_value_error(c, np.zeros((N, D), np.float32), None),
     "constant": lambda n, c: finite_or_value_error(c, np.tile(np.float32([1.0, -2.0, 0.5]), (N, 1)), None),
+    "identical": lambda n, c: finite_or_value_error(c, np.tile(X[0], (N, 1)), None),  # centering leaves rounding
     "scale-1e+20": lambda n, c: check_scale(n, c, 1e20),
     "scale-1e-20": lambda n, c: check_scale(n, c, 1e-20),
     "bfloat16": lambda n, c: check_low_precision(n, c, jnp.bfloat16),

@@ -223,3 +223,17 @@ def test_bad_input_raises_clear_errors():
         losses.balancer_update(losses.balancer_init(2), jnp.ones(3))
     with pytest.raises(ValueError, match="smoothing"):
         losses.balancer_update(losses.balancer_init(2), jnp.ones(2), smoothing=1.5)
+
+
+@pytest.mark.parametrize("n, d", [(8, 16), (3, 5), (512, 64)])
+def test_identical_rows_have_isoscore_zero_and_a_zero_gradient(n, d):
+    """Rows that are copies of one random row (whose centring leaves rounding residue, not zeros) are identical
+    points: IsoScore 0, the loss its ceiling −log eps, and a zero gradient, the closed form's too."""
+    from isojax import gradients, metrics
+
+    x = np.tile(np.random.default_rng(n).normal(size=d).astype(np.float32), (n, 1))
+    assert float(metrics.isoscore(x)) == 0.0
+    value, grad = jax.value_and_grad(lambda x: losses.isoscore_loss(x, eps=1e-6))(x)
+    np.testing.assert_allclose(value, -np.log(1e-6), rtol=1e-6)
+    np.testing.assert_array_equal(grad, 0.0)
+    np.testing.assert_array_equal(gradients.isoscore_loss_grad(x), 0.0)

@@ -13,6 +13,7 @@ import pytest
 
 import isojax
 from isojax.models import build_encoder, config_from_hf, token_types
+from isojax.models.embeddings import Embed
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -375,10 +376,18 @@ def test_bad_inputs_raise(bert_tiny):
         apply(np.ones((2, 5), np.float32))
 
 
-def test_out_of_vocabulary_ids_under_jit_are_nan_not_clamped(bert_tiny):
+@pytest.mark.parametrize("bad", [99, -1, -100])  # past the vocabulary (99), negative (-100: the ignored label id)
+def test_out_of_vocabulary_ids_under_jit_are_nan_not_clamped(bert_tiny, bad):
     module, params, _ = bert_tiny
-    out = jax.jit(lambda i: module.apply({"params": params}, i).last_hidden_state)(np.array([[1, 99, 2]]))
+    with pytest.raises(ValueError, match=rf"input_ids holds \[{bad}\] outside \[0, 99\)"):
+        module.apply({"params": params}, np.array([[1, bad, 2]]))
+    out = jax.jit(lambda i: module.apply({"params": params}, i).last_hidden_state)(np.array([[1, bad, 2]]))
     assert np.isnan(np.asarray(out)).any()
+    table = params["embeddings"]["word_embeddings"]["embedding"]
+    embed = Embed(99, table.shape[1])
+    rows = jax.jit(lambda i: embed.apply({"params": {"embedding": table}}, i))(np.array([1, bad, 2]))
+    np.testing.assert_array_equal(rows[::2], table[np.array([1, 2])])  # the good ids read their rows
+    assert np.isnan(np.asarray(rows[1])).all()  # the bad one a NaN row, not the row it would wrap or clamp to
 
 
 def test_distilbert_rejects_token_types():

@@ -384,7 +384,7 @@ def test_bad_setup_fails_before_training(tiny, tokenizer, tmp_path, kwargs, mess
     )
     with pytest.raises(ValueError, match=message):
         fit(config)
-    assert not (tmp_path / "run").exists()  # nothing was trained, logged or checkpointed
+    assert [p.name for p in (tmp_path / "run").iterdir()] == [".lock"]  # nothing was trained, logged or checkpointed
 
 
 @pytest.mark.slow

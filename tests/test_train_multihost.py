@@ -32,10 +32,11 @@ import transformers
 from conftest import read_json, read_jsonl
 from jax.experimental import multihost_utils
 
-from isojax.cli import EXIT_STOPPED, main
+from isojax.cli import EXIT_ENVIRONMENT, EXIT_STOPPED, main
 from isojax.data.batching import batches, tokenize
 from isojax.data.glue import GlueData, glue_task
 from isojax.models import TransformerConfig, build_encoder, save_pretrained
+from isojax.train import parallel
 from isojax.train.feed import Split, batch_indices, process_batches
 from isojax.train.parallel import initialize_distributed, select_devices
 
@@ -167,7 +168,7 @@ def test_a_process_that_reaches_no_coordinator_stops_with_an_error_naming_it(jax
     address = f"127.0.0.1:{_closed_port()}"
     argv = ["finetune", "--coordinator", address, "--num-processes", "2", "--process-id", "1"]
     start = time.monotonic()
-    assert main([*argv, "--coordinator-timeout", "2"]) == 2
+    assert main([*argv, "--coordinator-timeout", "2"]) == EXIT_ENVIRONMENT
     waited = time.monotonic() - start
     err = capsys.readouterr().err
     assert err.startswith(f"isojax finetune: error: coordinator {address}: no connection within 2 s (last: ")
@@ -192,12 +193,31 @@ def test_a_late_coordinator_is_waited_for_and_jax_gets_the_rest_of_the_timeout(j
     assert args == (f"127.0.0.1:{port}", 2, 1) and 16 <= kwargs["initialization_timeout"] <= 19, kwargs
 
 
-def test_process_0_starts_the_coordinator_without_waiting_for_one(jax_initialize):
+def test_process_0_waits_for_the_other_processes_and_jax_gets_the_rest_of_the_timeout(jax_initialize):
+    address = f"127.0.0.1:{_closed_port()}"
+    late = threading.Timer(1.5, lambda: parallel.wait_for_coordinator(address, 5))  # process 1, 1.5 s late
+    late.start()
+    try:
+        assert initialize_distributed(
+            "on", coordinator_address=address, num_processes=2, process_id=0, initialization_timeout=20
+        )
+    finally:
+        late.join()
+    [(args, kwargs)] = jax_initialize
+    assert args == (address, 2, 0) and 16 <= kwargs["initialization_timeout"] <= 19, kwargs
+
+
+def test_process_0_whose_peers_never_connect_exits_74_with_one_line(jax_initialize, capsys):
+    address = f"127.0.0.1:{_closed_port()}"
+    argv = ["finetune", "--coordinator", address, "--num-processes", "3", "--process-id", "0"]
     start = time.monotonic()
-    assert initialize_distributed(
-        "on", coordinator_address=f"127.0.0.1:{_closed_port()}", num_processes=2, process_id=0, initialization_timeout=7
+    assert main([*argv, "--coordinator-timeout", "2"]) == EXIT_ENVIRONMENT
+    assert 2 <= time.monotonic() - start < 10
+    assert capsys.readouterr().err == (
+        f"isojax finetune: error: coordinator {address}: 0 of the 2 other processes connected within 2 s; are they "
+        "all started with this --coordinator and --num-processes 3?\n"
     )
-    assert time.monotonic() - start < 1 and jax_initialize[0][1] == {"initialization_timeout": 7}
+    assert jax_initialize == []  # JAX would have ended the process with SIGABRT and a C++ stack
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,8 @@
 
     python tests/train_worker.py STALL RECORDS finetune ...
 
-* ``STALL > 0``: once the checkpoint of step STALL is written, print ``STALLED`` and wait to be killed.
+* ``STALL > 0``: once the checkpoint of step STALL is written, print ``STALLED`` and wait to be killed, or with
+  ``TRAIN_WORKER_CONTINUE_ON=PATH`` in the environment until the file PATH exists, then go on.
 * ``TRAIN_WORKER_SIGTERM_AT=N`` in the environment: right after its step N the process sends itself SIGTERM (as a
   scheduler would), before the loop asks whether to stop (:mod:`isojax.train.preemption`).
 * ``TRAIN_WORKER_SIGTERM_LOADING=1``: the process sends itself SIGTERM once the model and data are loaded, before
@@ -86,7 +87,10 @@ def _main(stall: int, records: str, argv: list[str]) -> int:
             if step == stall:
                 self.wait()
                 print("STALLED", flush=True)
-                time.sleep(600)
+                go_on = os.environ.get("TRAIN_WORKER_CONTINUE_ON")
+                deadline = time.time() + 600
+                while time.time() < deadline and not (go_on and os.path.exists(go_on)):
+                    time.sleep(0.1)
             return started
 
         checkpoint.Checkpoints.save = stalling_save

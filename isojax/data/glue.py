@@ -25,7 +25,7 @@ and line in the splits that are evaluated. Text that is not UTF-8 is a ``ValueEr
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -162,6 +162,7 @@ class GlueData:
         unlabelled row (GLUE test splits).
       task: the :class:`GlueTask`.
       split: the split's name.
+      source: where the rows were read from (a file, a Hub dataset, the bundled STS-B package).
     """
 
     texts_a: list[str]
@@ -169,6 +170,7 @@ class GlueData:
     labels: np.ndarray
     task: GlueTask
     split: str
+    source: str = ""
 
     def __post_init__(self):
         check_texts(self.texts_a, "texts_a")
@@ -221,7 +223,7 @@ def _labelled(task: GlueTask, table: Table, split: str, classes=()) -> GlueData:
 def _from_table(task: GlueTask, split: str, source) -> GlueData:
     table = load_table(source, split, config=task.name)
     table.require([*task.text_columns, "label"])
-    return _labelled(task, table, split)
+    return replace(_labelled(task, table, split), source=str(source))
 
 
 def _from_tsv(task: GlueTask, split: str, path: Path) -> GlueData:
@@ -237,7 +239,7 @@ def _from_tsv(task: GlueTask, split: str, path: Path) -> GlueData:
 
 def _stsb_package(spec: GlueTask, split: str, cache_dir) -> GlueData:
     sts = load_stsb(split, source="package", cache_dir=cache_dir)
-    return GlueData(sts.sentences1, sts.sentences2, sts.scores.astype(np.float32), spec, split)
+    return GlueData(sts.sentences1, sts.sentences2, sts.scores.astype(np.float32), spec, split, "the STS-B package")
 
 
 def _from_release(spec: GlueTask, split: str, data_dir: Path, cache_dir) -> GlueData:
@@ -246,7 +248,7 @@ def _from_release(spec: GlueTask, split: str, data_dir: Path, cache_dir) -> Glue
         log.info("GLUE stsb: no %s in %s; reading the offline package files", folder, data_dir)
         return _stsb_package(spec, split, cache_dir)
     path = release_path(data_dir, f"{folder}/{spec.tsv.file(split)}", f"GLUE {spec.name} {split} file")
-    return _from_tsv(spec, split, path)
+    return replace(_from_tsv(spec, split, path), source=str(path))
 
 
 def load_glue(task: str, split: str = "train", *, data_dir=None, source="auto", cache_dir=None) -> GlueData:

@@ -81,8 +81,9 @@ def data_shards() -> int:
 class Embed(nn.Module):
     """An embedding table ``[num, features]`` whose lookup never clamps silently.
 
-    JAX clamps out-of-range gather indices; here an out-of-range id yields NaN rows instead (under ``jit``,
-    where the ids cannot be checked eagerly). Eager calls are checked by :func:`validate_inputs` first.
+    JAX clamps out-of-range gather indices and wraps negative ones; here an id outside ``[0, num)`` (past the table
+    or negative) yields a NaN row instead (under ``jit``, where the ids cannot be checked eagerly). Eager calls are
+    checked by :func:`validate_inputs` first.
 
     ``tied``: the table has several uses in one pass (a word table shared by two stacks, or read again by the LM
     head, :meth:`attend`). Traced on a mesh whose data axis has ``N > 1`` devices (:func:`data_shards`), every use
@@ -115,6 +116,7 @@ class Embed(nn.Module):
 
     def __call__(self, ids: Array) -> Array:
         def lookup(table, ids):
+            ids = jnp.where(ids < 0, table.shape[0], ids)  # past the table, not wrapped from its end
             return jnp.take(table, ids, axis=0, mode="fill", fill_value=jnp.nan)
 
         table = self._per_shard(ids)

@@ -3,9 +3,12 @@
 Each checkpoint ``<output_dir>/checkpoints/<step>/`` holds ``state`` (params, optimiser state, IsoBN
 statistics, balancer, PRNG key, step) and ``meta`` (stage, data position, the run's configuration). Orbax
 writes into a temporary directory and renames it when complete, so a run killed while saving leaves no
-half-written step behind. A step that cannot be read (a truncated or deleted file) is skipped with a warning
-and moved aside to ``<step>.unreadable.<time>`` (so that the resumed run can write that step again), and the
-next older one is restored; ``keep`` checkpoints are kept so that there is one to fall back to.
+half-written step behind. Once orbax has finished a step, process 0 records the sha256 of each of its files in
+``<step>/sha256.json`` (written atomically); a step restored is checked against it first (a step without one, where
+the run ended before it was written, is not checked). A step that cannot be read (a truncated or deleted file, a
+file whose bytes changed) is skipped with a warning naming it and moved aside to ``<step>.unreadable.<time>`` (so
+that the resumed run can write that step again), and the next older one is restored; ``keep`` checkpoints are kept
+so that there is one to fall back to.
 
 A checkpoint that lacks a field of the state is restored when the field is empty in the run that resumes (no
 arrays: ``TrainState.constants`` of a run without a flow), the field keeping its empty value; one that lacks a
@@ -18,11 +21,14 @@ A state holding a non-finite floating-point value is never saved: :meth:`Checkpo
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import logging
 import os
 import time
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -30,7 +36,12 @@ import jax.numpy as jnp
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
+from isojax._files import write_json
+
 log = logging.getLogger(__name__)
+
+MANIFEST = "sha256.json"
+"""The file of a finished step that holds the sha256 of each of its other files, by relative path."""
 
 
 def nonfinite_arrays(state) -> list[str]:
@@ -59,6 +70,19 @@ def nonfinite_arrays(state) -> list[str]:
 
 def _all_finite(arrays: list) -> list:
     return [jnp.isfinite(x).all() for x in arrays]
+
+
+def file_digests(directory: Path) -> dict[str, str]:
+    """The sha256 (hex) of every file under ``directory`` but :data:`MANIFEST`, by path relative to it, sorted."""
+    digests = {}
+    for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MANIFEST):
+        with open(path, "rb") as f:
+            digests[path.relative_to(directory).as_posix()] = hashlib.file_digest(f, "sha256").hexdigest()
+    return digests
+
+
+class CorruptCheckpoint(ValueError):
+    """A file of a checkpoint step differs from the sha256 recorded when the step was written, or is missing."""
 
 
 class _OlderCheckpoint(ValueError):
@@ -100,6 +124,7 @@ class Checkpoints:
         the arrays when ``state`` holds a NaN or an infinity (nothing is written)."""
         if step in self.manager.all_steps():
             return False
+        self.wait()  # the previous step finished and its digests recorded (orbax waits for it anyway)
         bad = nonfinite_arrays(state)
         if bad:
             raise ValueError(
@@ -112,8 +137,25 @@ class Checkpoints:
         return True
 
     def wait(self) -> None:
-        """Block until pending saves are written."""
+        """Block until pending saves are written, and record the digests of the finished steps (process 0)."""
         self.manager.wait_until_finished()
+        if jax.process_index() == 0:
+            for step in self.steps():
+                manifest = Path(self.directory, str(step), MANIFEST)
+                if not manifest.exists():
+                    write_json(manifest, file_digests(manifest.parent))
+
+    def verify(self, step: int) -> None:
+        """:class:`CorruptCheckpoint` naming the first file of ``step`` that is missing or whose sha256 differs from
+        the one recorded (nothing is checked without a record)."""
+        manifest = Path(self.directory, str(step), MANIFEST)
+        if not manifest.exists():
+            return
+        recorded, found = json.loads(manifest.read_text()), file_digests(manifest.parent)
+        for name, digest in recorded.items():
+            if found.get(name) != digest:
+                state = "is missing" if name not in found else "does not match the sha256 recorded when it was written"
+                raise CorruptCheckpoint(f"{manifest.parent / name} {state}")
 
     def restore_latest(
         self, target: Callable[[dict], Any], check: Callable[[dict], None] | None = None
@@ -122,13 +164,15 @@ class Checkpoints:
 
         ``check(meta)`` may refuse the checkpoints (its exception propagates: a checkpoint of another run is
         not "unreadable"); ``target(meta)`` gives the abstract state to restore into (its structure can depend
-        on the stage recorded in ``meta``). Unreadable steps are skipped with a ``UserWarning`` naming the step
-        and error, and moved aside to ``<step>.unreadable.<time>``. Python may then also print "Event loop is
+        on the stage recorded in ``meta``). Unreadable steps (a file that cannot be read, or does not match its
+        recorded digest: :meth:`verify`) are skipped with a ``UserWarning`` naming the step and error, and moved
+        aside to ``<step>.unreadable.<time>``. Python may then also print "Event loop is
         closed": a read of the failed step that finished after orbax closed its event loop (harmless).
         """
         unreadable = []
         for step in reversed(self.steps()):
             try:
+                self.verify(step)
                 meta = self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
             except Exception as e:  # noqa: BLE001 - any read failure means: try the previous checkpoint
                 unreadable.append(self._unreadable(step, e))
@@ -186,8 +230,8 @@ class Checkpoints:
         self.manager.reload()
 
     def close(self) -> None:
-        """Write pending saves and release the manager."""
-        self.manager.wait_until_finished()
+        """Write pending saves (and their digests) and release the manager."""
+        self.wait()
         self.manager.close()
 
     def __enter__(self) -> Checkpoints:

@@ -427,6 +427,8 @@ class LoggingConfig(Section):
     from the last good checkpoint"""
     progress: Annotated[bool, flag("--progress")] = True
     """progress bar (--no-progress: none)"""
+    accept_changed_data: Annotated[bool, flag("--accept-changed-data")] = False
+    """resume although the training or evaluation rows differ from those the checkpoints were written with"""
 
     def check(self) -> None:
         self._at_least(1, "keep_checkpoints", "max_nonfinite_steps")

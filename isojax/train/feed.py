@@ -22,6 +22,8 @@ here, :class:`isojax.train.tasks.seq2seq.Seq2SeqSplit` for sequence-to-sequence 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -32,7 +34,7 @@ from jax.experimental import multihost_utils
 from isojax.data.batching import DEFAULT_BUCKETS, batches, bucket_length, tokenize
 from isojax.data.glue import GlueData
 
-__all__ = ["Split", "TokenGroup", "batch_indices", "process_batches"]
+__all__ = ["Split", "TokenGroup", "batch_indices", "fingerprint", "process_batches"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,6 +122,36 @@ class Split:
                 self.buckets,
             ),
         )
+
+
+def fingerprint(split) -> dict:
+    """What identifies a split's rows as read: ``{"sha256", "rows", "source"}``, the sha256 of the texts and labels
+    of ``split.data`` (a dataclass of lists and arrays: :class:`~isojax.data.glue.GlueData`,
+    :class:`~isojax.data.seq2seq.Seq2SeqData`) in order, their number, and where they were read from ("" when the
+    data does not say).
+
+    Args:
+      split: the rows as read (:class:`Split`, :class:`~isojax.train.tasks.seq2seq.Seq2SeqSplit`).
+
+    Returns:
+      the dict above; equal digests mean the same rows in the same order.
+
+    Examples:
+      >>> from isojax.data.glue import GlueData, glue_task
+      >>> def split(labels):
+      ...     return Split(GlueData(["a b", "c"], None, np.array(labels), glue_task("sst2"), "train", "train.tsv"), None, 8)
+      >>> a, b = fingerprint(split([0, 1])), fingerprint(split([1, 1]))
+      >>> a["rows"], a["source"], a["sha256"] == fingerprint(split([0, 1]))["sha256"], a["sha256"] == b["sha256"]
+      (2, 'train.tsv', True, False)
+    """
+    digest = hashlib.sha256()
+    for field in dataclasses.fields(split.data):
+        value = getattr(split.data, field.name)
+        if isinstance(value, np.ndarray):
+            digest.update(f"{field.name} {value.dtype} {value.shape}".encode() + np.ascontiguousarray(value).tobytes())
+        elif isinstance(value, list):
+            digest.update(f"{field.name} {json.dumps(value)}".encode())
+    return {"sha256": digest.hexdigest(), "rows": len(split), "source": getattr(split.data, "source", "")}
 
 
 def batch_indices(n: int, batch_size: int, **order) -> list[np.ndarray]:

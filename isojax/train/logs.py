@@ -12,12 +12,16 @@ import json
 import math
 import os
 import time
+import warnings
 
 
 class JsonLog:
     """Append-only JSON-lines log at ``path`` (a resumed run appends to the same file).
 
-    Creating it makes the parent directory; the file itself appears at the first :meth:`write`.
+    Creating it makes the parent directory; the file itself appears at the first :meth:`write`. Each record is
+    appended whole, in one ``write``; a last line that a killed process or a full disk left torn is cut off (with a
+    warning) before the first record of this process, so that it starts a line, and :meth:`read` skips it (and any
+    other line that is not JSON), warning with the line numbers.
 
     Args:
       path: the ``log.jsonl`` file.
@@ -33,23 +37,64 @@ class JsonLog:
       >>> log.write({"kind": "eval", "step": 10, "accuracy": 81.5})
       >>> [{k: v for k, v in r.items() if k != "time"} for r in log.read()]
       [{'kind': 'eval', 'step': 10, 'accuracy': 81.5}]
+      >>> with open(log.path, "a") as f:  # a process killed in the middle of a record
+      ...     _ = f.write('{"kind": "train", "st')
+      >>> import warnings
+      >>> with warnings.catch_warnings(record=True) as caught:  # the next process's first record
+      ...     JsonLog(log.path).write({"kind": "resume", "step": 10})
+      >>> str(caught[0].message).split(": ", 1)[1]
+      'its last line was cut short (21 bytes: a write that did not finish); removed'
+      >>> [r["kind"] for r in log.read()]
+      ['eval', 'resume']
     """
 
     def __init__(self, path: str):
         self.path = path
+        self._mended = False
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
 
     def write(self, record: dict) -> None:
-        """Append ``record`` with its wall-clock ``time`` (seconds since the epoch)."""
-        with open(self.path, "a") as f:
-            f.write(json.dumps({**record, "time": round(time.time(), 3)}, allow_nan=True) + "\n")
+        """Append ``record`` with its wall-clock ``time`` (seconds since the epoch), as one whole line."""
+        line = (json.dumps({**record, "time": round(time.time(), 3)}, allow_nan=True) + "\n").encode()
+        if not self._mended:
+            self._mend()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+
+    def _mend(self) -> None:
+        """Cut a torn last line (a write that did not finish), so that the next record starts a line."""
+        self._mended = True
+        if not os.path.exists(self.path):
+            return
+        with open(self.path, "rb+") as f:
+            data = f.read()
+            if data and not data.endswith(b"\n"):
+                keep = data.rfind(b"\n") + 1
+                f.truncate(keep)
+                warnings.warn(
+                    f"{self.path}: its last line was cut short ({len(data) - keep} bytes: a write that did not "
+                    "finish); removed",
+                    stacklevel=3,
+                )
 
     def read(self) -> list[dict]:
-        """Every record, in order ([] before the first write)."""
+        """Every record, in order ([] before the first write); lines that are not JSON are skipped with a warning."""
         if not os.path.exists(self.path):
             return []
-        with open(self.path) as f:
-            return [json.loads(line) for line in f if line.strip()]
+        records, bad = [], []
+        with open(self.path, encoding="utf-8", errors="replace") as f:
+            for number, line in enumerate(f, 1):
+                try:
+                    records.extend([json.loads(line)] if line.strip() else [])
+                except json.JSONDecodeError:
+                    bad.append(number)
+        if bad:
+            lines = ", ".join(map(str, bad))
+            warnings.warn(f"{self.path}: line(s) {lines} are not JSON (torn or damaged); skipped", stacklevel=2)
+        return records
 
 
 def latest_evaluations(records: list[dict]) -> list[dict]:

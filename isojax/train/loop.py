@@ -2,7 +2,7 @@
 latest checkpoint in its ``output_dir``, to the end::
 
     prepare: check config, devices, model; load the data; initialise the variables; one runner per stage
-    restore the latest checkpoint (a changed training configuration is refused), else evaluate at step 0
+    restore the latest checkpoint (a changed training configuration or data is refused), else evaluate at step 0
     for each stage (fine-tuning; then the Isotropy Layer stage for ``isotropy_layer``), k = 0 .. total - 1:
         train on batch k mod E of epoch k // E (E batches an epoch, shuffled by (seed, epoch)): step = start + k + 1
         hooks due after it: log (every log_every, and the last step), evaluate (every eval_every), save (every
@@ -10,12 +10,14 @@ latest checkpoint in its ``output_dir``, to the end::
     at a stage's end: evaluate, save; then curves.png and results.json (written last, atomically)
 
 Steps with a non-finite loss or gradient are skipped (:class:`NonFiniteTrainingError` after
-``max_nonfinite_steps`` in a row). Every process runs the loop; process 0 alone writes the logs. More:
-``docs/design/training-loop.md``.
+``max_nonfinite_steps`` in a row). Every process runs the loop; process 0 alone writes the logs, and holds the
+output directory's lock for the run (:func:`~isojax._files.exclusive_directory`: a second run there is refused
+before anything loads). More: ``docs/design/training-loop.md``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -32,11 +34,11 @@ import numpy as np
 import optax
 from tqdm.auto import tqdm
 
-from isojax._files import write_json
+from isojax._files import exclusive_directory, write_json
 from isojax._stats import real_rows
 from isojax.train.checkpoint import Checkpoints
 from isojax.train.config import RESUMABLE, LoggingConfig, Stage, TrainConfig
-from isojax.train.feed import Rows, batch_indices, process_batches
+from isojax.train.feed import Rows, batch_indices, fingerprint, process_batches
 from isojax.train.logs import JsonLog, epoch_seconds, plot_curves
 from isojax.train.optim import make_optimizer, schedule
 from isojax.train.parallel import make_runner, select_devices
@@ -216,10 +218,10 @@ def checkpoint_meta(config: TrainConfig, index: int, step: int, *, start: int, p
     return meta | {"config": config.to_json()}
 
 
-def _check_resumable(config: TrainConfig, meta: dict, directory: str) -> None:
+def _check_resumable(config: TrainConfig, meta: dict, directory: str, data: dict | None = None) -> None:
     """``ValueError`` when a setting that may not change on resume (:data:`~isojax.train.config.RESUMABLE`)
     differs from the checkpoint's (a checkpoint whose configuration is in the flat form written before the sections
-    is refused by :meth:`~isojax.train.config.TrainConfig.from_json`)."""
+    is refused by :meth:`~isojax.train.config.TrainConfig.from_json`), or the ``data`` (:func:`_check_data`)."""
     saved = json.loads(json.dumps(TrainConfig.from_json(meta.get("config", {})).flat_json()))
     now = json.loads(json.dumps(config.flat_json()))
     changed = sorted(k for k in set(saved) | set(now) if k not in RESUMABLE and saved.get(k) != now.get(k))
@@ -229,6 +231,30 @@ def _check_resumable(config: TrainConfig, meta: dict, directory: str) -> None:
             f"the checkpoints in {directory} were written by a different configuration ({diffs}); "
             "resume with the same settings or choose a new output_dir"
         )
+    if data is not None:
+        _check_data(config, meta, data, directory)
+
+
+def _check_data(config: TrainConfig, meta: dict, data: dict, directory: str) -> None:
+    """``ValueError`` naming the source when the training rows, or the evaluation rows of the same ``eval_limit``,
+    differ from those the checkpoint recorded (:func:`~isojax.train.feed.fingerprint`); a warning with
+    ``accept_changed_data``."""
+    saved = meta.get("data", {})
+    same_eval = TrainConfig.from_json(meta["config"]).task.eval_limit == config.task.eval_limit
+    for split in ("train", "eval") if same_eval else ("train",):
+        then, now = saved.get(split), data[split]
+        if then is None or then["sha256"] == now["sha256"]:
+            continue
+        message = (
+            f"the {split} rows ({now['source'] or config.task.name}: {now['rows']} rows) differ from those the "
+            f"checkpoints in {directory} were written with ({then['source'] or config.task.name}: {then['rows']} rows)"
+        )
+        if not config.logging.accept_changed_data:
+            raise ValueError(
+                f"{message}; restore the data, choose a new output_dir, or resume on these rows with "
+                f"{LoggingConfig.label('accept_changed_data')}"
+            )
+        log.warning("%s; resuming on them (accept_changed_data)", message)
 
 
 def fit(config: TrainConfig) -> FitResult:
@@ -247,8 +273,10 @@ def fit(config: TrainConfig) -> FitResult:
     out, settings, batch_size = config.logging.output_dir, config.logging, config.optim.batch_size
     if os.path.exists(out) and not os.path.isdir(out):  # checked before the model and data are loaded
         raise ValueError(f"{LoggingConfig.label('output_dir')} {out!r} is a file; expected a run directory")
-    with StopRequest(os.path.join(out, "checkpoints")) as stop:  # SIGTERM while loading: TrainingStopped at once
+    one_writer = exclusive_directory(Path(out)) if jax.process_index() == 0 else contextlib.nullcontext()
+    with one_writer, StopRequest(os.path.join(out, "checkpoints")) as stop:  # SIGTERM while loading: TrainingStopped
         recipe, model, train, dev, variables, references = prepare(config)
+        data = {"train": fingerprint(train), "eval": fingerprint(dev)}
         stages, per_epoch = config.stages(), len(train) // batch_size
         totals = stage_steps(config, per_epoch)
         starts = [sum(totals[:i]) for i in range(len(stages))]
@@ -293,7 +321,7 @@ def fit(config: TrainConfig) -> FitResult:
         def save(step: int) -> None:
             nonlocal clock
             if not streak:  # every checkpoint holds the state after an applied update
-                meta = checkpoint_meta(config, index, step, start=starts[index], per_epoch=per_epoch)
+                meta = checkpoint_meta(config, index, step, start=starts[index], per_epoch=per_epoch) | {"data": data}
                 checkpoints.save(step, runners[index].checkpoint_view(placed), meta)
                 clock = time.perf_counter()
 
@@ -308,7 +336,7 @@ def fit(config: TrainConfig) -> FitResult:
         ) as checkpoints:  # closed (pending saves written) on errors too
             restored = checkpoints.restore_latest(
                 lambda meta: runners[meta["stage"]].restore_target(abstracts[meta["stage"]]),
-                check=lambda meta: _check_resumable(config, meta, checkpoints.directory),
+                check=lambda meta: _check_resumable(config, meta, checkpoints.directory, data),
             )
             stop.stepping()
             if restored is None:

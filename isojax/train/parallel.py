@@ -125,8 +125,9 @@ def initialize_distributed(
       whether it initialised (``bool``). A bad ``mode``, only one of ``num_processes`` / ``process_id``, a
       ``process_id`` out of range or a timeout below 1 s is a ``ValueError`` and a timeout that is not a Python int
       a ``TypeError`` (raised before anything starts); no
-      coordinator at ``coordinator_address`` within the timeout is a ``TimeoutError``. (A coordinator that is
-      reached but whose other processes do not all connect in time ends the process inside JAX.)
+      coordinator at ``coordinator_address`` within the timeout is a ``TimeoutError``, and so, for process 0 given
+      the address, are other processes that do not all connect in time (:func:`wait_for_processes`; without an
+      address JAX ends the process then).
 
     Examples:
       A single-process job (no coordinator, no cluster task count) starts nothing under ``"auto"``:
@@ -159,11 +160,54 @@ def initialize_distributed(
         deadline = time.monotonic() + initialization_timeout
         if coordinator_address is not None and process_id not in (None, 0):  # process 0 starts the coordinator
             wait_for_coordinator(coordinator_address, initialization_timeout)
+        elif coordinator_address is not None and process_id == 0 and num_processes:
+            wait_for_processes(coordinator_address, num_processes - 1, initialization_timeout)
         left = max(1, round(deadline - time.monotonic()))
         jax.distributed.initialize(coordinator_address, num_processes, process_id, initialization_timeout=left)
         log.info("jax.distributed: process %d of %d", jax.process_index(), jax.process_count())
         return True
     return False
+
+
+def wait_for_processes(address: str, others: int, timeout: float) -> None:
+    """Process 0's side of :func:`wait_for_coordinator`: accept connections at ``address``'s port (every interface)
+    until ``others`` processes have connected, then close it for JAX's coordinator, which would instead end the
+    process (``SIGABRT``) when one never connects.
+
+    Args:
+      address: the coordinator's ``HOST:PORT`` (this process's; the port is listened on).
+      others: how many other processes must connect (``num_processes - 1``).
+      timeout: seconds to wait for them.
+
+    Returns:
+      ``None``, once they all connected.
+
+    Raises:
+      TimeoutError: fewer than ``others`` connected within ``timeout`` seconds; the message names the address and
+        the count.
+
+    Examples:
+      >>> with socket.create_server(("127.0.0.1", 0)) as free:
+      ...     port = free.getsockname()[1]
+      >>> wait_for_processes(f"127.0.0.1:{port}", 1, 0.5)
+      Traceback (most recent call last):
+      TimeoutError: coordinator 127.0.0.1:...: 0 of the 1 other processes connected within 0.5 s; are they all started with this --coordinator and --num-processes 2?
+    """
+    port = int(address.rpartition(":")[2])
+    dual = socket.has_dualstack_ipv6()
+    family = socket.AF_INET6 if dual else socket.AF_INET
+    deadline, connected = time.monotonic() + timeout, 0
+    with socket.create_server(("", port), family=family, dualstack_ipv6=dual) as server:
+        while connected < others:
+            server.settimeout(max(1e-3, deadline - time.monotonic()))
+            try:
+                server.accept()[0].close()
+            except TimeoutError:
+                raise TimeoutError(
+                    f"coordinator {address}: {connected} of the {others} other processes connected within {timeout:g} "
+                    f"s; are they all started with this --coordinator and --num-processes {others + 1}?"
+                ) from None
+            connected += 1
 
 
 def wait_for_coordinator(address: str, timeout: float) -> None:
@@ -605,4 +649,5 @@ __all__ = [
     "select_devices",
     "state_shardings",
     "wait_for_coordinator",
+    "wait_for_processes",
 ]
