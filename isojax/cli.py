@@ -6,8 +6,9 @@ option value, a missing file, an invalid configuration: ``ValueError``, ``TypeEr
 numbers stopped being finite (``FloatingPointError``: ``finetune`` stops after ``max_nonfinite_steps`` non-finite
 steps in a row, :class:`isojax.train.loop.NonFiniteTrainingError`) prints the same one line and exits with status
 3 (``EXIT_NONFINITE``), so that a script tells a diverged run from a mistake or a crash (status 1); a run stopped by
-``SIGTERM`` (:mod:`isojax.train.preemption`: checkpointed, resumed by the same command) prints where it stopped and
-exits with status 143 (``EXIT_STOPPED``, 128 + SIGTERM, as a shell reports a process the signal ended); ``isojax
+``SIGTERM`` or Ctrl-C (:mod:`isojax.train.preemption`: checkpointed, resumed by the same command) prints where it
+stopped and exits with status 143 (``EXIT_STOPPED``, 128 + SIGTERM, as a shell reports a process the signal ended) or
+130 (``EXIT_INTERRUPTED``, 128 + SIGINT); ``isojax
 -v`` shows the traceback instead.
 """
 
@@ -28,6 +29,7 @@ from isojax.train.preemption import TrainingStopped
 
 EXIT_NONFINITE = 3  # exit status of a run stopped by non-finite numbers (module docstring)
 EXIT_STOPPED = 128 + 15  # exit status of a run stopped by SIGTERM at a checkpoint (module docstring)
+EXIT_INTERRUPTED = 128 + 2  # exit status of a run stopped by SIGINT (Ctrl-C) at a checkpoint
 
 STS_SETS_HELP = (
     "stsb, sts12, sts13, sts14, sts15, sts16, sickr, or a SemEval sub-corpus such as sts12/MSRpar; "
@@ -504,7 +506,7 @@ def main(argv=None) -> int:
         return run()
     except TrainingStopped as e:
         print(f"{parser.prog} {command}: {e}", file=sys.stderr)
-        return EXIT_STOPPED
+        return 128 + e.signum
     except (ValueError, TypeError, OSError, FloatingPointError) as e:
         if verbose:
             raise

@@ -22,7 +22,7 @@ import train_worker
 import transformers
 from conftest import read_json, read_jsonl, save_tiny_encoder
 
-from isojax.cli import EXIT_STOPPED
+from isojax.cli import EXIT_INTERRUPTED, EXIT_STOPPED
 from isojax.train import (
     LoggingConfig,
     MethodConfig,
@@ -170,6 +170,45 @@ def test_sigterm_checkpoints_that_step_and_the_same_command_resumes_to_the_same_
     records = read_jsonl(out / "log.jsonl")
     assert [r["step"] for r in records if r["kind"] == "resume"] == [term_at]
     assert [r["step"] for r in records if r["kind"] == "train"] == list(range(1, 17))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("more", [0, 1, 2])  # Ctrl-C once; twice (once more while saving); three times
+def test_ctrl_c_checkpoints_that_step_and_the_same_command_resumes_to_the_same_parameters(
+    tiny, reference, tmp_path, more
+):
+    """SIGINT after step 4 (--save-every 3): exit 130 with one line saying where to resume, a checkpoint of step 4;
+    a second SIGINT while it is written is ignored (a line says so); a third ends the process at once by the signal
+    (the checkpoint of step 3 untouched). Rerunning ends with the uninterrupted run's parameters, bitwise."""
+    _, ref = reference
+    out, at = tmp_path / "run", 4
+    argv = _args(tiny, out)
+    env = {"TRAIN_WORKER_SIGINT_AT": str(at), "TRAIN_WORKER_SIGINT_SAVING": str(more)}
+    child = train_worker.launch(0, tmp_path, argv, stdout=subprocess.PIPE, **env)
+    output, _ = child.communicate(timeout=600)
+    if more < 2:
+        assert child.returncode == EXIT_INTERRUPTED == 130, output[-3000:]
+        message = (
+            f"isojax finetune: stopped on SIGINT after step {at}; rerunning the same command resumes from checkpoint "
+            f"step {at} in {out / 'checkpoints'}"
+        )
+        lines = [line for line in output.splitlines() if "SIGINT" in line or "Traceback" in line]
+        again = "SIGINT again: still writing the checkpoint; once more ends the run at once"
+        assert [line.split(" (the")[0] for line in lines] == [again] * more + [message], output[-3000:]
+        assert _saved_steps(out) == [3, at]
+        records = read_jsonl(out / "log.jsonl")
+        assert [(r["step"], r["checkpoint"], r["signal"]) for r in records if r["kind"] == "stop"] == [(at, at, "SIGINT")]
+    else:
+        assert child.returncode == -signal.SIGINT, output[-3000:]
+        assert "Traceback" not in output
+        assert 3 in _saved_steps(out)
+    resumed = train_worker.launch(0, tmp_path, argv, stdout=subprocess.PIPE)
+    output, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, output[-3000:]
+    got, want = np.load(tmp_path / "final_0.npz"), jax.tree.leaves(ref.params)
+    assert len(got.files) == len(want)
+    for i, w in enumerate(want):
+        np.testing.assert_array_equal(got[f"arr_{i}"], w)
 
 
 def _restore_raw(out, step):
