@@ -197,7 +197,9 @@ def test_ctrl_c_checkpoints_that_step_and_the_same_command_resumes_to_the_same_p
         assert [line.split(" (the")[0] for line in lines] == [again] * more + [message], output[-3000:]
         assert _saved_steps(out) == [3, at]
         records = read_jsonl(out / "log.jsonl")
-        assert [(r["step"], r["checkpoint"], r["signal"]) for r in records if r["kind"] == "stop"] == [(at, at, "SIGINT")]
+        assert [(r["step"], r["checkpoint"], r["signal"]) for r in records if r["kind"] == "stop"] == [
+            (at, at, "SIGINT")
+        ]
     else:
         assert child.returncode == -signal.SIGINT, output[-3000:]
         assert "Traceback" not in output
@@ -231,6 +233,17 @@ def test_isotropy_layer_stage_trains_only_the_layer(reference):
     records = read_jsonl(out / "log.jsonl")
     stage2 = [r for r in records if r["kind"] == "train" and r["stage"] == "isotropy_layer"]
     assert len(stage2) == 6 and all({"task", "isoscore@head_input"} <= set(r) for r in stage2)
+    # the layer's learnt state is logged: ||K - I||_F / sqrt(d), 0 while frozen (and after stage 2's first update, at
+    # learning rate 0 in the warm-up), then growing, the final layer's at the last step
+    deviation = [r["isotropy_layer/kernel_deviation"] for r in records if r["kind"] == "train"]
+    assert deviation[:11] == [0.0] * 11 and 0 < deviation[11] < deviation[-1]
+    assert deviation[-1] == pytest.approx(np.linalg.norm(d["kernel"] - np.eye(16)) / 4, rel=1e-5)
+    assert summary["method_state"]["isotropy_layer"]["isotropy_layer/kernel_deviation"] == deviation[-1]
+    # the balancer's weights L/L_i of two losses with positive means: 1/w_task + 1/w_regularizers = 2, not both 1
+    weights = np.array([(r["balancer/weight_task"], r["balancer/weight_regularizers"]) for r in stage2])
+    np.testing.assert_allclose((1 / weights).sum(1), 2, rtol=1e-5)
+    assert np.abs(weights - 1).max() > 1e-3
+    assert not any("balancer/weight_task" in r for r in records if r["kind"] == "train" and r["stage"] == "finetune")
     assert (out / "curves.png").stat().st_size > 10_000
 
 

@@ -34,7 +34,6 @@ from typing import Any
 import jax
 from jax.experimental import multihost_utils
 
-
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 """The signals that stop a run at a checkpoint (module docstring)."""
 
