@@ -1,4 +1,5 @@
-"""The ``isojax`` command: ``analyze``, ``sts``, ``wordsim`` and ``finetune`` (:mod:`isojax.train.cli`).
+"""The ``isojax`` command: ``analyze``, ``sts``, ``wordsim``, ``finetune`` (:mod:`isojax.train.cli`) and ``export``
+(:mod:`isojax.export`); ``analyze`` and ``sts`` also read a fine-tuning run directory (its newest checkpoint).
 
 Every command prints a table and, with ``--json PATH``, writes the same numbers as JSON. A user's mistake (a bad
 option value, a missing file, an invalid configuration: ``ValueError``, ``TypeError``, ``OSError``) prints one line
@@ -42,7 +43,8 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--model",
         default="default",
-        help="local Hugging Face model directory, Hub id, or 'default' (all-MiniLM-L6-v2, bundled)",
+        help="local Hugging Face model directory, Hub id, 'default' (all-MiniLM-L6-v2, bundled), or an isojax "
+        "finetune output directory (its newest checkpoint's encoder)",
     )
     p.add_argument("--batch-size", type=_positive, default=64, help="sentences per forward pass (default 64)")
     p.add_argument(
@@ -102,6 +104,7 @@ def cmd_analyze(args) -> int:
     import isojax
     from isojax.data.sts import load_sts
     from isojax.eval import analysis, wordsim
+    from isojax.export import pretrained_or_run
     from isojax.models import require_tokenizer
 
     if args.texts and args.dataset:
@@ -123,7 +126,8 @@ def cmd_analyze(args) -> int:
         texts = list(dict.fromkeys(data.sentences1 + data.sentences2))  # unique, first-seen order
         texts = texts[: args.limit] if args.limit else texts
         source = f"{args.data} {args.split}"
-    module, params, tokenizer = isojax.from_pretrained(args.model)
+    with pretrained_or_run(args.model) as model:
+        module, params, tokenizer = isojax.from_pretrained(model)
     require_tokenizer(tokenizer, args.model, "isojax analyze")
     result = analysis.analyze_layers(
         module,
@@ -176,6 +180,7 @@ def cmd_sts(args) -> int:
     import isojax
     from isojax.data.sts import load_sts
     from isojax.eval import sts
+    from isojax.export import pretrained_or_run
     from isojax.models import require_kind, require_tokenizer
 
     search = args.alpha == "search"
@@ -210,7 +215,8 @@ def cmd_sts(args) -> int:
         data = load(spec, "--data")
         sets[data.name if data.split == "test" else f"{data.name}:{data.split}"] = data
     dev = load(args.alpha_data, "--alpha-data") if search and "softdecay" in args.methods else None
-    module, params, tokenizer = isojax.from_pretrained(args.model)
+    with pretrained_or_run(args.model) as model:
+        module, params, tokenizer = isojax.from_pretrained(model)
     require_kind(module.config, ("encoder",), "isojax sts (sentence embeddings)")
     require_tokenizer(tokenizer, args.model, "isojax sts")
     embedded = sts.embed_sets(
@@ -278,6 +284,16 @@ def sts_table(rows: list[dict]) -> str:
         for r in rows
     ]
     return "\n".join(out)
+
+
+def cmd_export(args) -> int:
+    from isojax.export import export_run
+
+    described = export_run(args.run, args.out)
+    print(f"wrote {args.out} from {args.run}, checkpoint step {described['checkpoint']}")
+    for note in described["transformers"]:
+        print(f"transformers: {note}")
+    return 0
 
 
 def cmd_wordsim(args) -> int:
@@ -473,6 +489,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--similarity", type=_csv, default=list(SIMILARITIES), help="comma-separated: cosine, inner (default both)"
     )
     p.set_defaults(func=cmd_wordsim)
+    p = sub.add_parser(
+        "export",
+        help="write a fine-tuning run as a Hugging Face folder (encoder, classification head, tokenizer)",
+        description="Write the newest checkpoint of an isojax finetune run as a Hugging Face folder: config.json, "
+        "model.safetensors (BertForSequenceClassification / AlbertForSequenceClassification names where the "
+        "architecture has them), the tokenizer, and isojax_extra.safetensors with what only isojax runs "
+        '(SoftDecay, flow, IsoBN, Isotropy Layer), described under config.json\'s "isojax" key. Prints what '
+        "transformers' class leaves out.",
+    )
+    p.add_argument("run", metavar="RUN_DIR", help="the run's output directory (--out of isojax finetune)")
+    p.add_argument("out", metavar="OUT_DIR", help="the folder to write")
+    p.set_defaults(func=cmd_export)
     sub.add_parser(  # listed here; its own arguments are parsed by tyro (isojax.train.cli)
         "finetune",
         add_help=False,

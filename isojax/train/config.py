@@ -427,6 +427,8 @@ class LoggingConfig(Section):
     from the last good checkpoint"""
     progress: Annotated[bool, flag("--progress")] = True
     """progress bar (--no-progress: none)"""
+    export: Annotated[str | None, flag("--export")] = None
+    """at the end, also write the trained model as a Hugging Face folder to this directory (isojax export)"""
 
     def check(self) -> None:
         self._at_least(1, "keep_checkpoints", "max_nonfinite_steps")
