@@ -49,14 +49,34 @@ TASK_PARTS = ("head", "isotropy_layer", "flow", "batch_stats", "constants")
 
 
 def is_run(path: str) -> bool:
-    """Whether ``path`` is a fine-tuning run directory (``checkpoints/``, no ``config.json``)."""
+    """Whether ``path`` is a fine-tuning run directory.
+
+    Args:
+      path: a path.
+
+    Returns:
+      True for a directory with ``checkpoints/`` and no ``config.json`` (an ``isojax finetune`` output directory).
+
+    Examples:
+      >>> import os, tempfile
+      >>> run = tempfile.mkdtemp()
+      >>> is_run(run), os.makedirs(os.path.join(run, "checkpoints")), is_run(run)
+      (False, None, True)
+    """
     return os.path.isdir(os.path.join(path, "checkpoints")) and not os.path.exists(os.path.join(path, "config.json"))
 
 
 def read_run(run_dir: str) -> tuple[Any, int, dict]:
-    """``(config, step, variables)`` of the newest checkpoint of a run: its
-    :class:`~isojax.train.config.TrainConfig`, the step, and ``{"params", "batch_stats", "constants"}`` as host arrays.
-    ``ValueError`` naming the directory when it holds no checkpoint."""
+    """The newest checkpoint of a fine-tuning run.
+
+    Args:
+      run_dir: an ``isojax finetune`` output directory.
+
+    Returns:
+      ``(config, step, variables)``: the run's :class:`~isojax.train.config.TrainConfig`, the checkpoint's step, and
+      ``{"params", "batch_stats", "constants"}`` as host arrays. ``ValueError`` naming the directory when it holds
+      no checkpoint.
+    """
     from isojax.train.config import TrainConfig
 
     directory = os.path.abspath(os.path.join(run_dir, "checkpoints"))
@@ -119,12 +139,12 @@ def export_run(run_dir: str, out_dir: str) -> dict:
         "run": os.path.abspath(run_dir),
         "checkpoint": step,
     }
-    described["transformers"] = left_out(encoder.config.model_type, described)
+    described["transformers"] = _left_out(encoder.config.model_type, described)
     save_pretrained(encoder, params["encoder"], out_dir, tokenizer=tokenizer, task=task, isojax_config=described)
     return described
 
 
-def left_out(model_type: str, described: dict) -> list[str]:
+def _left_out(model_type: str, described: dict) -> list[str]:
     """What transformers' ``...ForSequenceClassification`` of an exported model does not run, one sentence each
     (empty: it gives the run's logits)."""
     cls = SEQUENCE_CLASSIFICATION.get(model_type)
@@ -148,9 +168,17 @@ def left_out(model_type: str, described: dict) -> list[str]:
 
 
 def load_task_model(path: str):
-    """The task model of a folder :func:`export_run` wrote: ``(model, variables, tokenizer)``, a
-    :class:`~isojax.train.model.TaskModel` (no dropout) whose ``model.apply(variables, input_ids, attention_mask,
-    token_type_ids).logits`` are the run's. ``ValueError`` for a folder without ``"isojax"`` in its config."""
+    """The task model of a folder :func:`export_run` wrote.
+
+    Args:
+      path: the exported folder.
+
+    Returns:
+      ``(model, variables, tokenizer)``: a :class:`~isojax.train.model.TaskModel` (no dropout) whose
+      ``model.apply(variables, input_ids, attention_mask, token_type_ids).logits`` are the run's, for every method.
+      ``ValueError`` for a folder whose ``config.json`` has no ``"isojax"`` task description, or whose side file lacks
+      a part it names.
+    """
     from isojax.calibrate import Flow
     from isojax.train.model import TaskModel, init_variables
 
@@ -191,8 +219,20 @@ def load_task_model(path: str):
 
 @contextmanager
 def pretrained_or_run(name_or_path: str) -> Iterator[str]:
-    """``name_or_path`` itself, or for a fine-tuning run directory a temporary export of its newest checkpoint
-    (the line printed names it), for commands that read Hugging Face folders."""
+    """A model name for :func:`isojax.from_pretrained`, for commands that also read a run directory.
+
+    Args:
+      name_or_path: a model name or directory, or an ``isojax finetune`` output directory.
+
+    Returns:
+      A context manager giving ``name_or_path`` itself, or for a run directory a temporary export of its newest
+      checkpoint (:func:`export_run`; a printed line names the step), removed on exit.
+
+    Examples:
+      >>> with pretrained_or_run("default") as name:
+      ...     name
+      'default'
+    """
     if not is_run(name_or_path):
         yield name_or_path
         return

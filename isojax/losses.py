@@ -308,8 +308,13 @@ def balancer_init(num_losses: int = 2) -> BalancerState:
 
 
 def balancer_factors(means):
-    """The factors ``L̄ / L̄_i`` by which :func:`balancer_update` scales the losses, given the moving means ``[m]``
-    (1 where a mean is not positive).
+    """The factors ``L̄ / L̄_i`` by which :func:`balancer_update` scales the losses (1 where a mean is not positive).
+
+    Args:
+      means: ``[m]`` moving means L̄_i (:attr:`BalancerState.means`).
+
+    Returns:
+      ``[m]`` factors, ``means``' dtype.
 
     Examples:
       >>> import numpy as np

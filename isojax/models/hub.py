@@ -523,13 +523,20 @@ def load_classification_head(name_or_path: str, *, cache_dir: str | None = None,
 
     Args:
       name_or_path: as for :func:`from_pretrained`.
-      cache_dir, revision: as for :func:`resolve`.
+      cache_dir: Hugging Face cache directory, as for :func:`resolve`.
+      revision: Hub revision, as for :func:`resolve`.
 
     Returns:
       ``(head, head_params)``: a :class:`~isojax.models.heads.ClassificationHead` (``num_labels`` outputs) and its
       params; ``head.apply({"params": head_params}, pooled)`` gives the logits ``[B, num_labels]`` of the pooled
       representation the head reads (transformers' classes above: the pooler output, ``module.apply(...).pooler_output``).
       A directory without a classifier is a ``ValueError`` naming it.
+
+    Examples:
+      >>> load_classification_head("default")  # a sentence-transformers checkpoint: an encoder alone
+      Traceback (most recent call last):
+      ...
+      ValueError: ... has no sequence-classification head (classifier.weight and classifier.bias, or head/classifier/* in isojax_extra.safetensors)
     """
     directory = resolve(name_or_path, cache_dir=cache_dir, revision=revision)
     state = checkpoint.open_state_dict(directory)
@@ -604,7 +611,7 @@ def save_pretrained(module, params, path: str, *, tokenizer=None, task=None, iso
         params = {**params, **jax.device_get(task)}
         if module.config.model_type in SEQUENCE_CLASSIFICATION:
             names = dataclasses.replace(
-                names, head=tuple(CLASSIFIER_KEYS.values()), params=names.params | CLASSIFIER_KEYS
+                names, head=tuple(CLASSIFIER_KEYS.values()), params={**names.params, **CLASSIFIER_KEYS}
             )
             hf["architectures"] = [SEQUENCE_CLASSIFICATION[module.config.model_type]]
     if isojax_config is not None:

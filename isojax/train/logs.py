@@ -20,8 +20,14 @@ SoftDecay's α, the Isotropy Layer's and IsoBN's summaries, the joint-loss balan
 
 
 def method_state(records: list[dict]) -> dict[str, dict[str, float]]:
-    """Stage name -> the learnt state (:data:`METHOD_STATE` keys) of that stage's last train record; a stage without
-    any is left out.
+    """The learnt state at the end of each stage.
+
+    Args:
+      records: log records, as :meth:`JsonLog.read` returns.
+
+    Returns:
+      Stage name -> the :data:`METHOD_STATE` values of that stage's last train record; a stage without any is left
+      out.
 
     Examples:
       >>> method_state([{"kind": "train", "stage": "finetune", "loss": 1.0, "softdecay@output/alpha": -0.2},

@@ -160,10 +160,11 @@ def method_state(model: nn.Module, params, batch_stats, balancer=None) -> dict[s
 
     Args:
       model: the task model (any model: what it lacks is left out).
-      params, batch_stats: its variables.
+      params: its params.
+      batch_stats: its ``batch_stats`` collection.
       balancer: the :class:`isojax.losses.BalancerState` of a run that balances its losses, else None.
     """
-    state = {}
+    state: dict[str, jax.Array] = {}
     encoder = getattr(model, "encoder", None)
     transform = getattr(encoder, "last_layer_transform", None)
     if isinstance(transform, SoftDecay):
