@@ -38,14 +38,12 @@ from isojax.models.encoder import TRANSFORM
 from isojax.models.hub import (
     ISOJAX_KEY,
     SEQUENCE_CLASSIFICATION,
+    TASK_PARTS,
     from_pretrained,
     load_classification_head,
     save_pretrained,
 )
 from isojax.softdecay import alpha_from_param
-
-TASK_PARTS = ("head", "isotropy_layer", "flow", "batch_stats", "constants")
-"""The variables of a task model beside the encoder, as they are written to ``isojax_extra.safetensors``."""
 
 
 def is_run(path: str) -> bool:
@@ -242,4 +240,4 @@ def pretrained_or_run(name_or_path: str) -> Iterator[str]:
         yield out
 
 
-__all__ = ["TASK_PARTS", "export_run", "is_run", "load_task_model", "pretrained_or_run", "read_run"]
+__all__ = ["export_run", "is_run", "load_task_model", "pretrained_or_run", "read_run"]

@@ -1,6 +1,6 @@
-"""The fine-tuning loop end to end: resume after SIGKILL, a stop on SIGTERM (while training, while loading) and its
-resume, checkpoint fall-back, the two-stage Isotropy Layer protocol, configuration errors, a run stopped by non-finite
-steps, and a short offline STS-B fine-tune of the default model.
+"""The fine-tuning loop end to end: resume after SIGKILL, a stop on SIGTERM or Ctrl-C (while training, while
+loading) and its resume, checkpoint fall-back, the two-stage Isotropy Layer protocol and its export, configuration
+errors, a run stopped by non-finite steps, and a short offline STS-B fine-tune of the default model.
 
 References: an uninterrupted run (the killed-and-resumed and the stopped-and-resumed runs must end with the same
 parameters, the run stopped by non-finite steps must have left its state after the last clean step on disk); the
@@ -23,6 +23,7 @@ import transformers
 from conftest import read_json, read_jsonl, save_tiny_encoder
 
 from isojax.cli import EXIT_INTERRUPTED, EXIT_STOPPED
+from isojax.export import export_run, load_task_model
 from isojax.train import (
     LoggingConfig,
     MethodConfig,
@@ -35,6 +36,8 @@ from isojax.train import (
 )
 from isojax.train.cli import config_from_argv
 from isojax.train.methods import RegularizerSpec
+from isojax.train.preemption import StopRequest, TrainingStopped
+from isojax.train.tasks import recipe_for
 
 
 @pytest.fixture(scope="module")
@@ -211,6 +214,51 @@ def test_ctrl_c_checkpoints_that_step_and_the_same_command_resumes_to_the_same_p
     assert len(got.files) == len(want)
     for i, w in enumerate(want):
         np.testing.assert_array_equal(got[f"arr_{i}"], w)
+
+
+def test_ctrl_c_stops_a_pmap_run_at_a_checkpointed_step(tiny, tmp_path, monkeypatch):
+    """In process, under the pmap placement on 8 devices: SIGINT after step 2 ends ``fit`` with ``TrainingStopped``
+    (the signal, the step, its checkpoint) and the previous SIGINT handler is back."""
+    reached = StopRequest.reached
+
+    def interrupted(self, step):
+        if step == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return reached(self, step)
+
+    monkeypatch.setattr(StopRequest, "reached", interrupted)
+    before = signal.getsignal(signal.SIGINT)
+    out = tmp_path / "run"
+    config = config_from_argv(_args(tiny, out, "--devices", "8", "--parallel", "pmap"))
+    with pytest.raises(
+        TrainingStopped, match=r"^stopped on SIGINT after step 2; rerunning the same command resumes "
+    ) as e:
+        fit(config)
+    assert (e.value.signum, e.value.step, e.value.checkpoint) == (signal.SIGINT, 2, 2)
+    assert _saved_steps(out) == [2]
+    assert [(r["step"], r["signal"]) for r in read_jsonl(out / "log.jsonl") if r["kind"] == "stop"] == [(2, "SIGINT")]
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_an_exported_isotropy_layer_run_gives_its_logits_and_says_what_transformers_leaves_out(
+    reference, tiny, tokenizer, tmp_path
+):
+    """``isojax export`` of the reference run (STS-B regression, cls pooling, an Isotropy Layer): isojax's task model
+    read back from the folder gives the logits of the run's final parameters; the folder says what transformers'
+    BertForSequenceClassification leaves out."""
+    out, result = reference
+    described = export_run(str(out), str(tmp_path / "hf"))
+    assert described["checkpoint"] == 16 and described["isotropy_layer"] and described["num_labels"] == 1
+    assert described["transformers"] == [
+        "BertForSequenceClassification reads the pooler output; this run's head reads 'cls'",
+        "the isotropy_layer before the classifier is not in transformers' model",
+    ]
+    batch = tokenizer(["a man plays a guitar", "the cat sleeps"], ["a man plays music", "a dog barks"], padding=True)
+    inputs = [np.asarray(batch[k]) for k in ("input_ids", "attention_mask", "token_type_ids")]
+    model, _, _ = recipe_for(config_from_argv(_args(tiny, out))).build()
+    want = np.asarray(model.apply({"params": result.params}, *inputs).logits)
+    exported, variables, _ = load_task_model(str(tmp_path / "hf"))
+    np.testing.assert_allclose(np.asarray(exported.apply(variables, *inputs).logits), want, rtol=0, atol=1e-6)
 
 
 def _restore_raw(out, step):

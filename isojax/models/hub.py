@@ -55,6 +55,10 @@ from ``isojax_extra.safetensors``; the task model's parts are described in :mod:
 SEQUENCE_CLASSIFICATION = {"bert": "BertForSequenceClassification", "albert": "AlbertForSequenceClassification"}
 """Architectures whose transformers ``...ForSequenceClassification`` is ``classifier(dropout(pooler output))``:
 :func:`save_pretrained` writes a classification head under its names (``classifier.weight``, ``classifier.bias``)."""
+TASK_PARTS = ("head", "isotropy_layer", "flow", "batch_stats", "constants")
+"""The variables of a task model beside the encoder, as :func:`save_pretrained` writes them (``task``) to
+``isojax_extra.safetensors``; :func:`from_pretrained` leaves them to :func:`load_classification_head` and
+:func:`isojax.export.load_task_model`."""
 CLASSIFIER_KEYS = {"head/classifier/kernel": "classifier.weight", "head/classifier/bias": "classifier.bias"}
 
 
@@ -350,7 +354,7 @@ def from_pretrained(
     extra = {}
     extra_path = os.path.join(directory, checkpoint.EXTRA_WEIGHTS_NAME)
     if gguf_file is None and os.path.exists(extra_path):  # a task model's parts beside the encoder's are not read
-        extra = {k: v for k, v in checkpoint.load_safetensors(extra_path).items() if k.split("/")[0] in template}
+        extra = {k: v for k, v in checkpoint.load_safetensors(extra_path).items() if k.split("/")[0] not in TASK_PARTS}
     needs_init = any(names.hf_key(p) is None and "/".join(p) not in extra for p in traverse_util.flatten_dict(template))
     if needs_init:  # parameters without a checkpoint value (a new last-layer transform) start from their init
         template = init_params(unscanned, jax.random.key(0))
@@ -633,6 +637,7 @@ __all__ = [
     "ISOJAX_KEY",
     "PLACEMENTS",
     "SEQUENCE_CLASSIFICATION",
+    "TASK_PARTS",
     "bundled_model_path",
     "from_pretrained",
     "load_classification_head",
