@@ -78,13 +78,14 @@ def read_run(run_dir: str) -> tuple[Any, int, dict]:
     from isojax.train.config import TrainConfig
 
     directory = os.path.abspath(os.path.join(run_dir, "checkpoints"))
-    steps = sorted(int(p) for p in os.listdir(directory) if p.isdigit()) if os.path.isdir(directory) else []
-    if not steps:
-        raise ValueError(f"{run_dir} is not a fine-tuning run with a checkpoint (no <step>/ in {directory})")
+    if not os.path.isdir(directory):  # not created by the manager below
+        raise ValueError(f"{run_dir} is not a fine-tuning run with a checkpoint (no {directory})")
     with ocp.CheckpointManager(
         directory, item_handlers={"state": ocp.StandardCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()}
     ) as manager:
         step = manager.latest_step()
+        if step is None:
+            raise ValueError(f"{run_dir} is not a fine-tuning run with a checkpoint (no <step>/ in {directory})")
         restored = manager.restore(
             step, args=ocp.args.Composite(state=ocp.args.StandardRestore(), meta=ocp.args.JsonRestore())
         )
