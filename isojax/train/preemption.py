@@ -108,8 +108,8 @@ class StopRequest:
         if self.requested:  # a second signal while the run stops: the next one takes the default action
             signal.signal(signum, signal.SIG_DFL)
             print(
-                f"{signal.Signals(signum).name} again: still writing the checkpoint; once more ends the run at once "
-                "(the checkpoint being written is then dropped, the earlier ones kept)",
+                f"{signal.Signals(signum).name} again: the run stops once the checkpoint of its last step is written; "
+                "once more ends it at once (an unfinished checkpoint is then dropped, the earlier ones kept)",
                 file=sys.stderr,
                 flush=True,
             )
