@@ -1,4 +1,4 @@
-"""From a fine-tuning run to a shared model: the method's learnt state in the logs, ``isojax export`` /
+"""From a fine-tuning run to a shared model: the method's learnt state in the logs (and against numpy), ``isojax export`` /
 ``finetune --export`` to a Hugging Face folder, and ``analyze`` / ``sts`` on a run directory.
 
 Two short RTE runs of a tiny random BERT (``--pooling pooler``, the representation transformers'
@@ -19,10 +19,19 @@ from conftest import read_json, read_jsonl, save_tiny_encoder
 from isojax.cli import main
 from isojax.data.glue import load_glue
 from isojax.export import load_task_model
-from isojax.models import from_pretrained, load_classification_head, save_pretrained
+from isojax.losses import BalancerState
+from isojax.models import (
+    TransformerConfig,
+    build_encoder,
+    from_pretrained,
+    init_params,
+    load_classification_head,
+    save_pretrained,
+)
 from isojax.softdecay import SoftDecay, alpha_from_param
 from isojax.train import loop
 from isojax.train.cli import config_from_argv
+from isojax.train.model import TaskModel, init_variables, method_state
 from isojax.train.tasks import recipe_for
 
 torch = pytest.importorskip("torch")
@@ -202,3 +211,38 @@ def test_save_pretrained_writes_the_tokenizer_and_a_classification_head_transfor
     jax.tree.map(np.testing.assert_array_equal, loaded_params, head)
     reference = transformers.AutoModelForSequenceClassification.from_pretrained(folder)
     np.testing.assert_array_equal(reference.classifier.weight.detach().numpy(), head["classifier"]["kernel"].T)
+
+
+def test_method_state_summarises_each_learnt_part_as_numpy_does():
+    """SoftDecay's alpha (-sigmoid(theta + logit(-alpha_0)), the paper's logistic map), the Isotropy Layer's
+    ||K - I||_F / sqrt(d) and ||b||, IsoBN's running std range and the balancer's factors mean(L)/L_i, on random
+    values."""
+    config = TransformerConfig(
+        vocab_size=10, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16
+    )
+    encoder = build_encoder(config, last_layer_transform=SoftDecay(alpha_init=-0.3), transform_placement="block")
+    model = TaskModel(encoder, num_labels=2, use_isobn=True, use_isotropy_layer=True)
+    variables = init_variables(model, init_params(encoder, jax.random.key(0)), jax.random.key(1))
+    rng = np.random.default_rng(0)
+    params = jax.tree.map(lambda x: rng.normal(size=np.shape(x)).astype(np.float32), variables["params"])
+    std = rng.uniform(0.5, 2.0, 8).astype(np.float32)
+    balancer = BalancerState(means=np.array([0.5, 2.0], np.float32), step=np.int32(3))
+    got = {k: float(v) for k, v in method_state(model, params, {"isobn": {"std": std}}, balancer).items()}
+    theta = float(params["encoder"]["last_layer_transform"]["theta"])
+    kernel, bias = params["isotropy_layer"]["dense"]["kernel"], params["isotropy_layer"]["dense"]["bias"]
+    want = {
+        "softdecay@block/alpha": -1 / (1 + np.exp(-(theta + np.log(0.3 / 0.7)))),
+        "softdecay@block/theta": theta,
+        "isotropy_layer/kernel_deviation": np.linalg.norm(kernel - np.eye(8)) / np.sqrt(8),
+        "isotropy_layer/bias_norm": np.linalg.norm(bias),
+        "isobn/std_min": std.min(),
+        "isobn/std_max": std.max(),
+        "balancer/weight_task": 1.25 / 0.5,
+        "balancer/weight_regularizers": 1.25 / 2.0,
+    }
+    assert got == pytest.approx(want, rel=1e-5)
+    plain = TaskModel(build_encoder(config), num_labels=2)  # a baseline model has no learnt method state
+    assert (
+        method_state(plain, init_variables(plain, variables["params"]["encoder"], jax.random.key(1))["params"], {})
+        == {}
+    )
