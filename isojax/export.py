@@ -94,7 +94,7 @@ def read_run(run_dir: str) -> tuple[Any, int, dict]:
     return TrainConfig.from_json(restored.meta["config"]), step, variables
 
 
-def export_run(run_dir: str, out_dir: str) -> dict:
+def export_run(run_dir: str, out_dir: str, *, task: bool = True) -> dict:
     """Write the newest checkpoint of the GLUE run in ``run_dir`` as a Hugging Face folder ``out_dir`` (module
     docstring).
 
@@ -102,6 +102,7 @@ def export_run(run_dir: str, out_dir: str) -> dict:
       run_dir: an ``isojax finetune`` output directory (``checkpoints/``; the model it started from must still be
         loadable, for its tokenizer and architecture).
       out_dir: the folder to write (created when missing).
+      task: also write the task model's parts beside the encoder (False: the encoder, with its SoftDecay, alone).
 
     Returns:
       What ``config.json`` holds under ``"isojax"``: ``checkpoint`` names the step written and ``transformers`` what
@@ -117,8 +118,8 @@ def export_run(run_dir: str, out_dir: str) -> dict:
     model, _, tokenizer = recipe_for(config).build()
     assert isinstance(model, TaskModel)
     params, encoder = variables["params"], model.encoder
-    task = {k: params[k] for k in TASK_PARTS if k in params}
-    task |= {k: variables[k] for k in ("batch_stats", "constants") if variables[k]}
+    parts = {k: params[k] for k in TASK_PARTS if k in params}
+    parts |= {k: variables[k] for k in ("batch_stats", "constants") if variables[k]}
     spec = config.method_spec
     softdecay = None
     if spec.softdecay:
@@ -139,7 +140,9 @@ def export_run(run_dir: str, out_dir: str) -> dict:
         "checkpoint": step,
     }
     described["transformers"] = _left_out(encoder.config.model_type, described)
-    save_pretrained(encoder, params["encoder"], out_dir, tokenizer=tokenizer, task=task, isojax_config=described)
+    save_pretrained(
+        encoder, params["encoder"], out_dir, tokenizer=tokenizer, task=parts if task else None, isojax_config=described
+    )
     return described
 
 
@@ -236,7 +239,7 @@ def pretrained_or_run(name_or_path: str) -> Iterator[str]:
         yield name_or_path
         return
     with tempfile.TemporaryDirectory(prefix="isojax-export-") as out:
-        described = export_run(name_or_path, out)
+        described = export_run(name_or_path, out, task=False)
         print(f"{name_or_path}: the run's newest checkpoint, step {described['checkpoint']}")
         yield out
 
