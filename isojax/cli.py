@@ -1,4 +1,5 @@
-"""The ``isojax`` command: ``analyze``, ``sts``, ``wordsim`` and ``finetune`` (:mod:`isojax.train.cli`).
+"""The ``isojax`` command: ``analyze``, ``sts``, ``wordsim``, ``finetune`` (:mod:`isojax.train.cli`) and ``export``
+(:mod:`isojax.export`); ``analyze`` and ``sts`` also read a fine-tuning run directory (its newest checkpoint).
 
 Every command prints a table and, with ``--json PATH``, writes the same numbers as JSON. A user's mistake (a bad
 option value, a missing file, an invalid configuration: ``ValueError``, ``TypeError``, ``OSError``) prints one line
@@ -6,13 +7,13 @@ option value, a missing file, an invalid configuration: ``ValueError``, ``TypeEr
 numbers stopped being finite (``FloatingPointError``: ``finetune`` stops after ``max_nonfinite_steps`` non-finite
 steps in a row, :class:`isojax.train.loop.NonFiniteTrainingError`) prints the same one line and exits with status
 3 (``EXIT_NONFINITE``), so that a script tells a diverged run from a mistake or a crash (status 1); a run stopped by
-``SIGTERM`` (:mod:`isojax.train.preemption`: checkpointed, resumed by the same command) prints where it stopped and
-exits with status 143 (``EXIT_STOPPED``, 128 + SIGTERM, as a shell reports a process the signal ended). A fault of
-the machine rather than of the command (a full disk or quota, a read-only or forbidden output directory, an I/O
-error, an output directory another run holds, processes of a multi-process run that never connected: an
-``OSError`` of those kinds anywhere in the exception's causes, :func:`environment_fault`) prints one line naming it
-and exits with status 74 (``EXIT_ENVIRONMENT``, sysexits' ``EX_IOERR``): the same command may succeed elsewhere or
-later. ``isojax -v`` shows the traceback instead.
+``SIGTERM`` or Ctrl-C (:mod:`isojax.train.preemption`: checkpointed, resumed by the same command) prints where it
+stopped and exits with status 143 (``EXIT_STOPPED``, 128 + SIGTERM, as a shell reports a process the signal ended) or
+130 (``EXIT_INTERRUPTED``, 128 + SIGINT). A fault of the machine rather than of the command (a full disk or quota, a
+read-only or forbidden output directory, an I/O error, an output directory another run holds, processes of a
+multi-process run that never connected: an ``OSError`` of those kinds anywhere in the exception's causes,
+:func:`environment_fault`) prints one line naming it and exits with status 74 (``EXIT_ENVIRONMENT``, sysexits'
+``EX_IOERR``): the same command may succeed elsewhere or later. ``isojax -v`` shows the traceback instead.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from isojax.train.preemption import TrainingStopped
 
 EXIT_NONFINITE = 3  # exit status of a run stopped by non-finite numbers (module docstring)
 EXIT_STOPPED = 128 + 15  # exit status of a run stopped by SIGTERM at a checkpoint (module docstring)
+EXIT_INTERRUPTED = 128 + 2  # exit status of a run stopped by SIGINT (Ctrl-C) at a checkpoint
 EXIT_ENVIRONMENT = 74  # exit status of a fault of the machine, not of the command (module docstring)
 ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO})
 
@@ -50,7 +52,8 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--model",
         default="default",
-        help="local Hugging Face model directory, Hub id, or 'default' (all-MiniLM-L6-v2, bundled)",
+        help="local Hugging Face model directory, Hub id, 'default' (all-MiniLM-L6-v2, bundled), or an isojax "
+        "finetune output directory (its newest checkpoint's encoder)",
     )
     p.add_argument("--batch-size", type=_positive, default=64, help="sentences per forward pass (default 64)")
     p.add_argument(
@@ -110,6 +113,7 @@ def cmd_analyze(args) -> int:
     import isojax
     from isojax.data.sts import load_sts
     from isojax.eval import analysis, wordsim
+    from isojax.export import pretrained_or_run
     from isojax.models import require_tokenizer
 
     if args.texts and args.dataset:
@@ -131,7 +135,8 @@ def cmd_analyze(args) -> int:
         texts = list(dict.fromkeys(data.sentences1 + data.sentences2))  # unique, first-seen order
         texts = texts[: args.limit] if args.limit else texts
         source = f"{args.data} {args.split}"
-    module, params, tokenizer = isojax.from_pretrained(args.model)
+    with pretrained_or_run(args.model) as model:
+        module, params, tokenizer = isojax.from_pretrained(model)
     require_tokenizer(tokenizer, args.model, "isojax analyze")
     result = analysis.analyze_layers(
         module,
@@ -184,6 +189,7 @@ def cmd_sts(args) -> int:
     import isojax
     from isojax.data.sts import load_sts
     from isojax.eval import sts
+    from isojax.export import pretrained_or_run
     from isojax.models import require_kind, require_tokenizer
 
     search = args.alpha == "search"
@@ -218,7 +224,8 @@ def cmd_sts(args) -> int:
         data = load(spec, "--data")
         sets[data.name if data.split == "test" else f"{data.name}:{data.split}"] = data
     dev = load(args.alpha_data, "--alpha-data") if search and "softdecay" in args.methods else None
-    module, params, tokenizer = isojax.from_pretrained(args.model)
+    with pretrained_or_run(args.model) as model:
+        module, params, tokenizer = isojax.from_pretrained(model)
     require_kind(module.config, ("encoder",), "isojax sts (sentence embeddings)")
     require_tokenizer(tokenizer, args.model, "isojax sts")
     embedded = sts.embed_sets(
@@ -286,6 +293,16 @@ def sts_table(rows: list[dict]) -> str:
         for r in rows
     ]
     return "\n".join(out)
+
+
+def cmd_export(args) -> int:
+    from isojax.export import export_run
+
+    described = export_run(args.run, args.out)
+    print(f"wrote {args.out} from {args.run}, checkpoint step {described['checkpoint']}")
+    for note in described["transformers"]:
+        print(f"transformers: {note}")
+    return 0
 
 
 def cmd_wordsim(args) -> int:
@@ -481,6 +498,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--similarity", type=_csv, default=list(SIMILARITIES), help="comma-separated: cosine, inner (default both)"
     )
     p.set_defaults(func=cmd_wordsim)
+    p = sub.add_parser(
+        "export",
+        help="write a fine-tuning run as a Hugging Face folder (encoder, classification head, tokenizer)",
+        description="Write the newest checkpoint of an isojax finetune run as a Hugging Face folder: config.json, "
+        "model.safetensors (BertForSequenceClassification / AlbertForSequenceClassification names where the "
+        "architecture has them), the tokenizer, and isojax_extra.safetensors with what only isojax runs "
+        '(SoftDecay, flow, IsoBN, Isotropy Layer), described under config.json\'s "isojax" key. Prints what '
+        "transformers' class leaves out.",
+    )
+    p.add_argument("run", metavar="RUN_DIR", help="the run's output directory (--out of isojax finetune)")
+    p.add_argument("out", metavar="OUT_DIR", help="the folder to write")
+    p.set_defaults(func=cmd_export)
     sub.add_parser(  # listed here; its own arguments are parsed by tyro (isojax.train.cli)
         "finetune",
         add_help=False,
@@ -574,7 +603,7 @@ def main(argv=None) -> int:
             return run()
     except TrainingStopped as e:
         print(f"{parser.prog} {command}: {e}", file=sys.stderr)
-        return EXIT_STOPPED
+        return 128 + e.signum
     except Exception as e:
         fault = environment_fault(e)
         if verbose or not (fault or isinstance(e, (ValueError, TypeError, OSError, FloatingPointError))):

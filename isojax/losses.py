@@ -53,6 +53,7 @@ __all__ = [
     "isoscore_loss",
     "istar_loss",
     "BalancerState",
+    "balancer_factors",
     "balancer_init",
     "balancer_update",
 ]
@@ -306,6 +307,23 @@ def balancer_init(num_losses: int = 2) -> BalancerState:
     return BalancerState(means=jnp.zeros((num_losses,), jnp.float32), step=jnp.zeros((), jnp.int32))
 
 
+def balancer_factors(means):
+    """The factors ``L̄ / L̄_i`` by which :func:`balancer_update` scales the losses (1 where a mean is not positive).
+
+    Args:
+      means: ``[m]`` moving means L̄_i (:attr:`BalancerState.means`).
+
+    Returns:
+      ``[m]`` factors, ``means``' dtype.
+
+    Examples:
+      >>> import numpy as np
+      >>> np.asarray(balancer_factors(np.array([1.0, 3.0], np.float32))).tolist()
+      [2.0, 0.6666666865348816]
+    """
+    return jnp.where(means > 0, jnp.mean(means) / jnp.where(means > 0, means, 1), 1)
+
+
 def balancer_update(state: BalancerState, losses, *, smoothing=0.15):
     """Balance m losses by their moving means (isotropy-layer-joint-loss §3.3, eq. 3).
 
@@ -339,7 +357,7 @@ def balancer_update(state: BalancerState, losses, *, smoothing=0.15):
     smoothing, smoothing_ok = check_hyperparameter(smoothing, "smoothing", low=0.0, high=1.0, low_open=True)
     observed = jax.lax.stop_gradient(losses).astype(state.means.dtype)
     means = jnp.where(state.step == 0, observed, state.means)
-    factors = jnp.where(means > 0, jnp.mean(means) / jnp.where(means > 0, means, 1), 1)
+    factors = balancer_factors(means)
     loss = jnp.mean(losses * factors.astype(losses.dtype))
     rate = (smoothing / (1 + state.step)).astype(means.dtype)  # the state keeps its dtype (a scan carry)
     new_means = nan_unless(smoothing_ok, observed * rate + means * (1 - rate))

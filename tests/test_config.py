@@ -164,7 +164,7 @@ def test_every_setting_is_one_finetune_option_with_its_short_alias():
     sections = {name: kind for name, kind in hints.items() if dataclasses.is_dataclass(kind)}
     assert list(sections) == ["task", "model", "method", "optim", "placement", "logging", "seq2seq", "flow"]
     leaves = [(name, f.name) for name, cls in sections.items() for f in dataclasses.fields(cls)]
-    assert len(leaves) == 55
+    assert len(leaves) == 56
     text = _help()
     aliases = []
     for section, name in leaves:
@@ -271,6 +271,7 @@ def test_what_may_change_on_resume_is_the_field_metadata():
         "logging.log_gradients",
         "logging.max_nonfinite_steps",
         "logging.accept_changed_data",
+        "logging.export",
         "optim.eval_batch_size",
         "task.eval_limit",
         "seq2seq.num_beams",

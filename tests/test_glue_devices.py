@@ -35,7 +35,9 @@ def test_only_shared_runs_with_their_differences_and_the_seed_spread(two_devices
     assert row["run"] == "appB/rte/baseline/seed0"
     assert row["metrics"]["accuracy"] == {"a": 80.0, "b": 81.5, "diff": 1.5}
     assert row["metrics"]["isoscore"]["diff"] == pytest.approx(0.05)
-    assert row["speedup"] == 100.0 and row["pair_keys"] == ["masks s1", "masks s2"] and row["machines"] == ["cpu", "gpu"]
+    assert (
+        row["speedup"] == 100.0 and row["pair_keys"] == ["masks s1", "masks s2"] and row["machines"] == ["cpu", "gpu"]
+    )
     spread = result["spread"]["appB/rte/baseline"]
     # sample std of 80, 82, 84: sqrt(((−2)² + 0 + 2²) / 2) = 2
     assert spread == {"metric": "accuracy", "largest_diff": 1.5, "runs": 1, "std_a": 2.0, "seeds_a": 3}

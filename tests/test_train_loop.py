@@ -1,6 +1,6 @@
-"""The fine-tuning loop end to end: resume after SIGKILL, a stop on SIGTERM (while training, while loading) and its
-resume, checkpoint fall-back, the two-stage Isotropy Layer protocol, configuration errors, a run stopped by non-finite
-steps, and a short offline STS-B fine-tune of the default model.
+"""The fine-tuning loop end to end: resume after SIGKILL, a stop on SIGTERM or Ctrl-C (while training, while
+loading) and its resume, checkpoint fall-back, the two-stage Isotropy Layer protocol and its export, configuration
+errors, a run stopped by non-finite steps, and a short offline STS-B fine-tune of the default model.
 
 References: an uninterrupted run (the killed-and-resumed and the stopped-and-resumed runs must end with the same
 parameters, the run stopped by non-finite steps must have left its state after the last clean step on disk); the
@@ -22,7 +22,8 @@ import train_worker
 import transformers
 from conftest import read_json, read_jsonl, save_tiny_encoder
 
-from isojax.cli import EXIT_STOPPED
+from isojax.cli import EXIT_INTERRUPTED, EXIT_STOPPED
+from isojax.export import export_run, load_task_model
 from isojax.train import (
     LoggingConfig,
     MethodConfig,
@@ -35,6 +36,8 @@ from isojax.train import (
 )
 from isojax.train.cli import config_from_argv
 from isojax.train.methods import RegularizerSpec
+from isojax.train.preemption import StopRequest, TrainingStopped
+from isojax.train.tasks import recipe_for
 
 
 @pytest.fixture(scope="module")
@@ -172,6 +175,95 @@ def test_sigterm_checkpoints_that_step_and_the_same_command_resumes_to_the_same_
     assert [r["step"] for r in records if r["kind"] == "train"] == list(range(1, 17))
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("more", [0, 1, 2])  # Ctrl-C once; twice (once more while saving); three times
+def test_ctrl_c_checkpoints_that_step_and_the_same_command_resumes_to_the_same_parameters(
+    tiny, reference, tmp_path, more
+):
+    """SIGINT after step 4 (--save-every 3): exit 130 with one line saying where to resume, a checkpoint of step 4;
+    a second SIGINT while it is written is ignored (a line says so); a third ends the process at once by the signal
+    (the checkpoint of step 3 untouched). Rerunning ends with the uninterrupted run's parameters, bitwise."""
+    _, ref = reference
+    out, at = tmp_path / "run", 4
+    argv = _args(tiny, out)
+    env = {"TRAIN_WORKER_SIGINT_AT": str(at), "TRAIN_WORKER_SIGINT_SAVING": str(more)}
+    child = train_worker.launch(0, tmp_path, argv, stdout=subprocess.PIPE, **env)
+    output, _ = child.communicate(timeout=600)
+    if more < 2:
+        assert child.returncode == EXIT_INTERRUPTED == 130, output[-3000:]
+        message = (
+            f"isojax finetune: stopped on SIGINT after step {at}; rerunning the same command resumes from checkpoint "
+            f"step {at} in {out / 'checkpoints'}"
+        )
+        lines = [line for line in output.splitlines() if "SIGINT" in line or "Traceback" in line]
+        again = (
+            "SIGINT again: the run stops once the checkpoint of its last step is written; once more ends it at once "
+            "(an unfinished checkpoint is then dropped, the earlier ones kept)"
+        )
+        assert lines == [again] * more + [message], output[-3000:]
+        assert _saved_steps(out) == [3, at]
+        records = read_jsonl(out / "log.jsonl")
+        assert [(r["step"], r["checkpoint"], r["signal"]) for r in records if r["kind"] == "stop"] == [
+            (at, at, "SIGINT")
+        ]
+    else:
+        assert child.returncode == -signal.SIGINT, output[-3000:]
+        assert "Traceback" not in output
+        assert 3 in _saved_steps(out)
+    resumed = train_worker.launch(0, tmp_path, argv, stdout=subprocess.PIPE)
+    output, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, output[-3000:]
+    got, want = np.load(tmp_path / "final_0.npz"), jax.tree.leaves(ref.params)
+    assert len(got.files) == len(want)
+    for i, w in enumerate(want):
+        np.testing.assert_array_equal(got[f"arr_{i}"], w)
+
+
+def test_ctrl_c_stops_a_pmap_run_at_a_checkpointed_step(tiny, tmp_path, monkeypatch):
+    """In process, under the pmap placement on 8 devices: SIGINT after step 2 ends ``fit`` with ``TrainingStopped``
+    (the signal, the step, its checkpoint) and the previous SIGINT handler is back."""
+    reached = StopRequest.reached
+
+    def interrupted(self, step):
+        if step == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return reached(self, step)
+
+    monkeypatch.setattr(StopRequest, "reached", interrupted)
+    before = signal.getsignal(signal.SIGINT)
+    out = tmp_path / "run"
+    config = config_from_argv(_args(tiny, out, "--devices", "8", "--parallel", "pmap"))
+    with pytest.raises(
+        TrainingStopped, match=r"^stopped on SIGINT after step 2; rerunning the same command resumes "
+    ) as e:
+        fit(config)
+    assert (e.value.signum, e.value.step, e.value.checkpoint) == (signal.SIGINT, 2, 2)
+    assert _saved_steps(out) == [2]
+    assert [(r["step"], r["signal"]) for r in read_jsonl(out / "log.jsonl") if r["kind"] == "stop"] == [(2, "SIGINT")]
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_an_exported_isotropy_layer_run_gives_its_logits_and_says_what_transformers_leaves_out(
+    reference, tiny, tokenizer, tmp_path
+):
+    """``isojax export`` of the reference run (STS-B regression, cls pooling, an Isotropy Layer): isojax's task model
+    read back from the folder gives the logits of the run's final parameters; the folder says what transformers'
+    BertForSequenceClassification leaves out."""
+    out, result = reference
+    described = export_run(str(out), str(tmp_path / "hf"))
+    assert described["checkpoint"] == 16 and described["isotropy_layer"] and described["num_labels"] == 1
+    assert described["transformers"] == [
+        "BertForSequenceClassification reads the pooler output; this run's head reads 'cls'",
+        "the isotropy_layer before the classifier is not in transformers' model",
+    ]
+    batch = tokenizer(["a man plays a guitar", "the cat sleeps"], ["a man plays music", "a dog barks"], padding=True)
+    inputs = [np.asarray(batch[k]) for k in ("input_ids", "attention_mask", "token_type_ids")]
+    model, _, _ = recipe_for(config_from_argv(_args(tiny, out))).build()
+    want = np.asarray(model.apply({"params": result.params}, *inputs).logits)
+    exported, variables, _ = load_task_model(str(tmp_path / "hf"))
+    np.testing.assert_allclose(np.asarray(exported.apply(variables, *inputs).logits), want, rtol=0, atol=1e-6)
+
+
 def _restore_raw(out, step):
     with ocp.CheckpointManager(os.path.join(out, "checkpoints")) as manager:
         return manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore())).state
@@ -192,6 +284,17 @@ def test_isotropy_layer_stage_trains_only_the_layer(reference):
     records = read_jsonl(out / "log.jsonl")
     stage2 = [r for r in records if r["kind"] == "train" and r["stage"] == "isotropy_layer"]
     assert len(stage2) == 6 and all({"task", "isoscore@head_input"} <= set(r) for r in stage2)
+    # the layer's learnt state is logged: ||K - I||_F / sqrt(d), 0 while frozen (and after stage 2's first update, at
+    # learning rate 0 in the warm-up), then growing, the final layer's at the last step
+    deviation = [r["isotropy_layer/kernel_deviation"] for r in records if r["kind"] == "train"]
+    assert deviation[:11] == [0.0] * 11 and 0 < deviation[11] < deviation[-1]
+    assert deviation[-1] == pytest.approx(np.linalg.norm(d["kernel"] - np.eye(16)) / 4, rel=1e-5)
+    assert summary["method_state"]["isotropy_layer"]["isotropy_layer/kernel_deviation"] == deviation[-1]
+    # the balancer's weights L/L_i of two losses with positive means: 1/w_task + 1/w_regularizers = 2, not both 1
+    weights = np.array([(r["balancer/weight_task"], r["balancer/weight_regularizers"]) for r in stage2])
+    np.testing.assert_allclose((1 / weights).sum(1), 2, rtol=1e-5)
+    assert np.abs(weights - 1).max() > 1e-3
+    assert not any("balancer/weight_task" in r for r in records if r["kind"] == "train" and r["stage"] == "finetune")
     assert (out / "curves.png").stat().st_size > 10_000
 
 

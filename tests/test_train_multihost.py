@@ -446,16 +446,18 @@ def test_two_processes_killed_and_resumed_end_with_the_single_process_parameters
 
 
 @pytest.mark.slow
-def test_sigterm_to_one_process_stops_both_at_one_checkpointed_step_and_they_resume(setup, single, tmp_path):
-    """Process 1 gets SIGTERM after step 2 (as a preempted host would): JAX's preemption service picks one later step
-    for both (``reached_preemption_sync_point``), both write their shards of its checkpoint and exit with status 143;
-    the same commands resume there and end with the single-process parameters."""
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_one_process_stops_both_at_one_checkpointed_step_and_they_resume(setup, single, tmp_path, signum):
+    """Process 1 gets SIGTERM after step 2 (as a preempted host would), or SIGINT (Ctrl-C, passed on to the service
+    as SIGTERM): JAX's preemption service picks one later step for both (``reached_preemption_sync_point``), both
+    write their shards of its checkpoint and exit with status 143; the same commands resume there and end with the
+    single-process parameters."""
     root, model, _, _ = setup
     deadline = time.time() + DEADLINE_S
     job = Job(tmp_path)
     records, out = tmp_path / "records", tmp_path / "run"
     try:
-        _two_processes(job, "first", _argv(root, model, out), records, env1={"TRAIN_WORKER_SIGTERM_AT": "2"})
+        _two_processes(job, "first", _argv(root, model, out), records, env1={f"TRAIN_WORKER_{signum.name}_AT": "2"})
         job.finish(deadline, status=EXIT_STOPPED)
         (stop,) = [r for r in read_jsonl(out / "log.jsonl") if r["kind"] == "stop"]
         assert 2 < stop["step"] < STEPS and stop["checkpoint"] == stop["step"], stop

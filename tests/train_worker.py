@@ -7,6 +7,8 @@
   ``TRAIN_WORKER_CONTINUE_ON=PATH`` in the environment until the file PATH exists, then go on.
 * ``TRAIN_WORKER_SIGTERM_AT=N`` in the environment: right after its step N the process sends itself SIGTERM (as a
   scheduler would), before the loop asks whether to stop (:mod:`isojax.train.preemption`).
+* ``TRAIN_WORKER_SIGINT_AT=N``: the same with SIGINT (Ctrl-C); with ``TRAIN_WORKER_SIGINT_SAVING=K`` also K more SIGINTs
+  once the checkpoint of step N has started to be written.
 * ``TRAIN_WORKER_SIGTERM_LOADING=1``: the process sends itself SIGTERM once the model and data are loaded, before
   the checkpoint to resume from is looked for.
 * ``RECORDS``: a directory where the process appends, for every tokenizer call of :mod:`isojax.train.feed`, one
@@ -94,15 +96,26 @@ def _main(stall: int, records: str, argv: list[str]) -> int:
             return started
 
         checkpoint.Checkpoints.save = stalling_save
-    if term_at := int(os.environ.get("TRAIN_WORKER_SIGTERM_AT", "0")):
-        reached = preemption.StopRequest.reached
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        if at := int(os.environ.get(f"TRAIN_WORKER_{signum.name}_AT", "0")):
+            reached = preemption.StopRequest.reached
 
-        def terminated_reached(self, step):
-            if step == term_at:
-                os.kill(os.getpid(), signal.SIGTERM)
-            return reached(self, step)
+            def signalled_reached(self, step, at=at, signum=signum, reached=reached):
+                if step == at:
+                    os.kill(os.getpid(), signum)
+                return reached(self, step)
 
-        preemption.StopRequest.reached = terminated_reached
+            preemption.StopRequest.reached = signalled_reached
+    if more := int(os.environ.get("TRAIN_WORKER_SIGINT_SAVING", "0")):
+        save, at = checkpoint.Checkpoints.save, int(os.environ["TRAIN_WORKER_SIGINT_AT"])
+
+        def interrupted_save(self, step, *args, **kwargs):
+            started = save(self, step, *args, **kwargs)
+            for _ in range(more if step == at else 0):
+                os.kill(os.getpid(), signal.SIGINT)
+            return started
+
+        checkpoint.Checkpoints.save = interrupted_save
     if os.environ.get("TRAIN_WORKER_SIGTERM_LOADING"):
         prepare = loop.prepare
 

@@ -11,7 +11,15 @@ from isojax.models.config import TransformerConfig
 from isojax.models.distilbert import DistilBertModel
 from isojax.models.encoder import EncoderModel
 from isojax.models.heads import MaskedLMHead
-from isojax.models.hub import DEFAULT_MODEL, from_pretrained, load_mlm_head, require_tokenizer, resolve, save_pretrained
+from isojax.models.hub import (
+    DEFAULT_MODEL,
+    from_pretrained,
+    load_classification_head,
+    load_mlm_head,
+    require_tokenizer,
+    resolve,
+    save_pretrained,
+)
 from isojax.models.intermediates import capture
 from isojax.models.mpnet import MPNetModel
 from isojax.models.outputs import DecoderOutput, EncoderOutput, Seq2SeqOutput
@@ -65,6 +73,7 @@ __all__ = [
     "has_pooler",
     "init_cache",
     "init_params",
+    "load_classification_head",
     "load_mlm_head",
     "model_kind",
     "partition_rules",

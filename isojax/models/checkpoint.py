@@ -409,7 +409,12 @@ def params_from_state_dict(
         raise ValueError(f"checkpoint has {len(unexpected)} unexpected base-model key(s): {unexpected}")
     ignored = [k for k in unused if k not in unexpected]
     if ignored:
-        log.warning("ignoring %d checkpoint key(s) outside the base model (task heads): %s", len(ignored), ignored[:8])
+        log.warning(
+            "ignoring %d checkpoint key(s) outside the base model (task heads; isojax.models.load_classification_head "
+            "reads a sequence-classification head): %s",
+            len(ignored),
+            ignored[:8],
+        )
     return traverse_util.unflatten_dict(params)
 
 

@@ -8,9 +8,11 @@ fetched copy. Nothing is downloaded at import or by :func:`from_pretrained`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -26,7 +28,7 @@ from jax.sharding import PartitionSpec as P
 from isojax._files import atomic_target, write_json
 from isojax.models import checkpoint, gguf
 from isojax.models.config import TransformerConfig
-from isojax.models.heads import MaskedLMHead
+from isojax.models.heads import ClassificationHead, MaskedLMHead
 from isojax.models.registry import (
     architecture,
     build_encoder,
@@ -45,6 +47,19 @@ DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 _HUB_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model"]
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "spiece.model", "vocab.json")
 """The files of which a model directory holds at least one when it has a tokenizer (:func:`load_tokenizer`)."""
+ISOJAX_KEY = "isojax"
+"""The ``config.json`` key of what isojax adds to a model and transformers does not run (written by
+:func:`save_pretrained`'s ``isojax_config``, e.g. by ``isojax export``): ``softdecay`` (``alpha_init``,
+``placement``, the learnt ``alpha``) makes :func:`from_pretrained` add SoftDecay to the encoder, reading its ``theta``
+from ``isojax_extra.safetensors``; the task model's parts are described in :mod:`isojax.export`."""
+SEQUENCE_CLASSIFICATION = {"bert": "BertForSequenceClassification", "albert": "AlbertForSequenceClassification"}
+"""Architectures whose transformers ``...ForSequenceClassification`` is ``classifier(dropout(pooler output))``:
+:func:`save_pretrained` writes a classification head under its names (``classifier.weight``, ``classifier.bias``)."""
+TASK_PARTS = ("head", "isotropy_layer", "flow", "batch_stats", "constants")
+"""The variables of a task model beside the encoder, as :func:`save_pretrained` writes them (``task``) to
+``isojax_extra.safetensors``; :func:`from_pretrained` leaves them to :func:`load_classification_head` and
+:func:`isojax.export.load_task_model`."""
+CLASSIFIER_KEYS = {"head/classifier/kernel": "classifier.weight", "head/classifier/bias": "classifier.bias"}
 
 
 def bundled_model_path() -> str | None:
@@ -270,7 +285,10 @@ def from_pretrained(
       ``(module, params, tokenizer)``; an encoder or GPT-2 runs as ``module.apply({"params": params}, input_ids,
       attention_mask)``, BART as ``module.apply({"params": params}, input_ids, attention_mask, decoder_input_ids)``.
       The LM heads of GPT-2 and BART are tied to the word embeddings (BART's ``final_logits_bias`` included).
-      ``tokenizer`` is the directory's fast tokenizer (None with ``with_tokenizer=False`` or without one).
+      ``tokenizer`` is the directory's fast tokenizer (None with ``with_tokenizer=False``, or without one: then with
+      a ``UserWarning``). A directory whose ``config.json`` describes a SoftDecay under :data:`ISOJAX_KEY` (``isojax
+      export``) gets it as ``last_layer_transform`` where none is given, its learnt α included. A classification
+      head is loaded by :func:`load_classification_head`.
 
     Examples:
       The bundled default, all-MiniLM-L6-v2, is a 6-layer, 384-wide BERT:
@@ -297,6 +315,12 @@ def from_pretrained(
         config = read_config(directory)
         state = checkpoint.open_state_dict(directory)
     names = architecture(config.model_type).hf_names
+    softdecay = (config.hf_config or {}).get(ISOJAX_KEY, {}).get("softdecay")
+    if softdecay and last_layer_transform is None:  # an exported SoftDecay model
+        from isojax.softdecay import SoftDecay
+
+        last_layer_transform = SoftDecay(alpha_init=softdecay["alpha_init"])
+        transform_placement = softdecay["placement"]
     module: nn.Module
     if model_kind(config) == "encoder":
         module = build_encoder(
@@ -329,8 +353,8 @@ def from_pretrained(
     template = jax.eval_shape(lambda: init_params(unscanned, jax.random.key(0)))
     extra = {}
     extra_path = os.path.join(directory, checkpoint.EXTRA_WEIGHTS_NAME)
-    if gguf_file is None and os.path.exists(extra_path):
-        extra = checkpoint.load_safetensors(extra_path)
+    if gguf_file is None and os.path.exists(extra_path):  # a task model's parts beside the encoder's are not read
+        extra = {k: v for k, v in checkpoint.load_safetensors(extra_path).items() if k.split("/")[0] not in TASK_PARTS}
     needs_init = any(names.hf_key(p) is None and "/".join(p) not in extra for p in traverse_util.flatten_dict(template))
     if needs_init:  # parameters without a checkpoint value (a new last-layer transform) start from their init
         template = init_params(unscanned, jax.random.key(0))
@@ -362,6 +386,8 @@ def from_pretrained(
     if with_tokenizer:
         if gguf_checkpoint is None:
             tokenizer = load_tokenizer(directory)
+            if tokenizer is None:
+                warnings.warn(f"{directory} has no tokenizer files; tokenizer is None", stacklevel=2)
         elif gguf_checkpoint.has_tokenizer:
             tokenizer = gguf.gguf_tokenizer(gguf_checkpoint)
         else:
@@ -494,7 +520,46 @@ def load_mlm_head(
     return MaskedLMHead(config, names, dtype), jax.tree.map(jnp.asarray, params)
 
 
-def save_pretrained(module, params, path: str, *, tokenizer=None) -> str:
+def load_classification_head(name_or_path: str, *, cache_dir: str | None = None, revision: str | None = None):
+    """The sequence-classification head of a model directory: transformers' ``classifier.weight`` / ``.bias`` (a
+    ``BertForSequenceClassification``, ``AlbertForSequenceClassification`` or what :func:`save_pretrained` wrote with
+    ``task``), else ``head/classifier/*`` of ``isojax_extra.safetensors``.
+
+    Args:
+      name_or_path: as for :func:`from_pretrained`.
+      cache_dir: Hugging Face cache directory, as for :func:`resolve`.
+      revision: Hub revision, as for :func:`resolve`.
+
+    Returns:
+      ``(head, head_params)``: a :class:`~isojax.models.heads.ClassificationHead` (``num_labels`` outputs) and its
+      params; ``head.apply({"params": head_params}, pooled)`` gives the logits ``[B, num_labels]`` of the pooled
+      representation the head reads (transformers' classes above: the pooler output, ``module.apply(...).pooler_output``).
+      A directory without a classifier is a ``ValueError`` naming it.
+
+    Examples:
+      >>> load_classification_head("default")  # a sentence-transformers checkpoint: an encoder alone
+      Traceback (most recent call last):
+      ...
+      ValueError: ... has no sequence-classification head (classifier.weight and classifier.bias, or head/classifier/* in isojax_extra.safetensors)
+    """
+    directory = resolve(name_or_path, cache_dir=cache_dir, revision=revision)
+    state = checkpoint.open_state_dict(directory)
+    extra_path = os.path.join(directory, checkpoint.EXTRA_WEIGHTS_NAME)
+    extra = checkpoint.load_safetensors(extra_path) if os.path.exists(extra_path) else {}
+    if all(key in state for key in CLASSIFIER_KEYS.values()):
+        kernel, bias = state["classifier.weight"].T, state["classifier.bias"]
+    elif all(key in extra for key in CLASSIFIER_KEYS):
+        kernel, bias = (extra[key] for key in CLASSIFIER_KEYS)
+    else:
+        raise ValueError(
+            f"{directory} has no sequence-classification head (classifier.weight and classifier.bias, or "
+            f"head/classifier/* in {checkpoint.EXTRA_WEIGHTS_NAME})"
+        )
+    params = {"classifier": {"kernel": jnp.asarray(kernel, jnp.float32), "bias": jnp.asarray(bias, jnp.float32)}}
+    return ClassificationHead(num_labels=len(bias), dropout_rate=0.0), params
+
+
+def save_pretrained(module, params, path: str, *, tokenizer=None, task=None, isojax_config=None) -> str:
     """Write ``config.json`` and ``model.safetensors`` that transformers' PyTorch classes load, and the tokenizer.
 
     Encoders and GPT-2 are written as base-model checkpoints (GPT-2's tied LM head needs no weights of its own), BART
@@ -509,6 +574,13 @@ def save_pretrained(module, params, path: str, *, tokenizer=None) -> str:
       params: its params (numpy or JAX arrays, on any device).
       path: the directory to write (created when missing).
       tokenizer: a Hugging Face tokenizer to save alongside, or None.
+      task: the variables of a sequence-classification model beyond the encoder, ``{"head": {"classifier": {"kernel"
+        [H, C], "bias" [C]}}, ...}`` (more entries: an Isotropy Layer, a flow, IsoBN's ``batch_stats``, ...), or None.
+        Where transformers' ``...ForSequenceClassification`` of the architecture reads the pooler
+        (:data:`SEQUENCE_CLASSIFICATION`), the file is that class's checkpoint (``bert.`` before the encoder's keys,
+        ``classifier.weight``, ``architectures``, ``id2label``); the rest goes to ``isojax_extra.safetensors``
+        under its path (``isotropy_layer/dense/kernel``).
+      isojax_config: written to ``config.json`` under :data:`ISOJAX_KEY`.
 
     Returns:
       ``path``.
@@ -536,13 +608,25 @@ def save_pretrained(module, params, path: str, *, tokenizer=None) -> str:
     params = jax.device_get(params)
     if getattr(module, "scan_layers", False):
         params = to_unscanned(module, params)
+    hf = config_to_hf(module.config)
+    if task is not None:
+        labels = range(len(task["head"]["classifier"]["bias"]))
+        hf |= {"id2label": {str(i): f"LABEL_{i}" for i in labels}, "label2id": {f"LABEL_{i}": i for i in labels}}
+        params = {**params, **jax.device_get(task)}
+        if module.config.model_type in SEQUENCE_CLASSIFICATION:
+            names = dataclasses.replace(
+                names, head=tuple(CLASSIFIER_KEYS.values()), params={**names.params, **CLASSIFIER_KEYS}
+            )
+            hf["architectures"] = [SEQUENCE_CLASSIFICATION[module.config.model_type]]
+    if isojax_config is not None:
+        hf[ISOJAX_KEY] = isojax_config
     state, extra = checkpoint.state_dict_from_params(params, names)
     with atomic_target(Path(path, checkpoint.WEIGHTS_NAME)) as part:
         save_file(state, str(part), metadata={"format": "pt"})
     if extra:
         with atomic_target(Path(path, checkpoint.EXTRA_WEIGHTS_NAME)) as part:
             save_file(extra, str(part))
-    write_json(Path(path, "config.json"), config_to_hf(module.config))  # last: a config.json means weights beside it
+    write_json(Path(path, "config.json"), hf)  # last: a config.json means weights beside it
     if tokenizer is not None:
         tokenizer.save_pretrained(path)
     return path
@@ -550,9 +634,13 @@ def save_pretrained(module, params, path: str, *, tokenizer=None) -> str:
 
 __all__ = [
     "DEFAULT_MODEL",
+    "ISOJAX_KEY",
     "PLACEMENTS",
+    "SEQUENCE_CLASSIFICATION",
+    "TASK_PARTS",
     "bundled_model_path",
     "from_pretrained",
+    "load_classification_head",
     "load_mlm_head",
     "load_tokenizer",
     "param_shardings",

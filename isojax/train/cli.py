@@ -178,6 +178,9 @@ def _one_line(text: str) -> str:
 
 def cmd_finetune(argv: list[str]) -> int:
     """Run ``isojax finetune``: print the final evaluation of every stage (also in ``<out>/results.json``)."""
+    import jax
+
+    from isojax.export import export_run
     from isojax.train.loop import fit
     from isojax.train.parallel import initialize_distributed
 
@@ -196,6 +199,9 @@ def cmd_finetune(argv: list[str]) -> int:
     for stage, metrics in result.stages.items():
         print(f"{stage}: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
     print(f"step {result.step}; outputs in {result.output_dir} (results.json, log.jsonl, curves.png, checkpoints/)")
+    if args.run.logging.export and jax.process_index() == 0:
+        export_run(result.output_dir, args.run.logging.export)
+        print(f"exported to {args.run.logging.export} (isojax export)")
     return 0
 
 

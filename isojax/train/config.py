@@ -429,6 +429,8 @@ class LoggingConfig(Section):
     """progress bar (--no-progress: none)"""
     accept_changed_data: Annotated[bool, flag("--accept-changed-data")] = False
     """resume although the training or evaluation rows differ from those the checkpoints were written with"""
+    export: Annotated[str | None, flag("--export")] = None
+    """at the end, also write the trained model as a Hugging Face folder to this directory (isojax export)"""
 
     def check(self) -> None:
         self._at_least(1, "keep_checkpoints", "max_nonfinite_steps")

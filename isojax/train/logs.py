@@ -1,7 +1,8 @@
 """Run logs: one JSON object per line (``log.jsonl``), and PNG curves of the task metric and anisotropy.
 
 Records carry ``"kind"`` and ``"time"`` (wall clock): ``"train"`` (step, stage, epoch, learning rate, ``seconds`` of
-training since the previous train record, loss and its terms, gradient norm), ``"eval"`` (step, stage, task
+training since the previous train record, loss and its terms, gradient norm, the method's learnt state:
+:data:`METHOD_STATE`), ``"eval"`` (step, stage, task
 metrics, isotropy metrics), ``"resume"`` (step restored, checkpoint). :func:`epoch_seconds` reads a stage's training
 time per epoch from them.
 """
@@ -13,6 +14,33 @@ import math
 import os
 import time
 import warnings
+
+METHOD_STATE = ("softdecay@", "isotropy_layer/", "isobn/", "balancer/")
+"""Prefixes of the train records' keys that hold a method's learnt state (:func:`isojax.train.model.method_state`:
+SoftDecay's α, the Isotropy Layer's and IsoBN's summaries, the joint-loss balancer's weights)."""
+
+
+def method_state(records: list[dict]) -> dict[str, dict[str, float]]:
+    """The learnt state at the end of each stage.
+
+    Args:
+      records: log records, as :meth:`JsonLog.read` returns.
+
+    Returns:
+      Stage name -> the :data:`METHOD_STATE` values of that stage's last train record; a stage without any is left
+      out.
+
+    Examples:
+      >>> method_state([{"kind": "train", "stage": "finetune", "loss": 1.0, "softdecay@output/alpha": -0.2},
+      ...               {"kind": "train", "stage": "finetune", "loss": 0.9, "softdecay@output/alpha": -0.25}])
+      {'finetune': {'softdecay@output/alpha': -0.25}}
+    """
+    state: dict[str, dict[str, float]] = {}
+    for r in records:
+        values = {k: v for k, v in r.items() if k.startswith(METHOD_STATE)}
+        if r.get("kind") == "train" and values:
+            state[r["stage"]] = values
+    return state
 
 
 class JsonLog:
@@ -172,7 +200,9 @@ def plot_curves(
     """PNG of the task ``metrics`` and the ``isotropy`` measures over training steps.
 
     Two panels (1100 × 440 pixels: 10 × 4 in at 110 dpi): the task ``metrics`` (left) and the ``isotropy`` measures
-    (right) of the :func:`latest_evaluations`. With gradient statistics in the train records (``--log-gradients``:
+    (right) of the :func:`latest_evaluations`, and a third (1650 × 440) of the method's learnt state
+    (:data:`METHOD_STATE` keys of the train records: SoftDecay's α, ...) where the records hold any. With gradient
+    statistics in the train records (``--log-gradients``:
     ``grad_norm/<group>`` and ``embedding_grad/*`` keys), two more panels (2200 × 440): the gradient norm of each
     parameter group (log scale) and the word-embedding gradient's alignment with the mean embedding direction. Stage
     boundaries (eval records with ``stage_end``, the last excepted) are dotted lines; a missing value is a gap.
@@ -204,7 +234,9 @@ def plot_curves(
     evals = latest_evaluations(records)
     steps = [r["step"] for r in evals]
     train = [r for r in records if r.get("kind") == "train" and "embedding_grad/mean_cosine" in r]
-    fig, axes = plt.subplots(1, 4 if train else 2, figsize=(20 if train else 10, 4))
+    learnt = [r for r in records if r.get("kind") == "train" and any(k.startswith(METHOD_STATE) for k in r)]
+    panels = 2 + bool(learnt) + 2 * bool(train)
+    fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 4))
     left, right = axes[:2]
     for metric in metrics:
         left.plot(steps, [r.get(metric, math.nan) for r in evals], marker="o", label=metric)
@@ -214,8 +246,14 @@ def plot_curves(
         right.plot(steps, [r.get(key, math.nan) for r in evals], style, label=key.replace("_", " "))
     right.set(xlabel="step", title="isotropy")
     right.legend()
+    if learnt:
+        keys = sorted({k for r in learnt for k in r if k.startswith(METHOD_STATE)})
+        for key in keys:
+            axes[2].plot([r["step"] for r in learnt], [r.get(key, math.nan) for r in learnt], label=key, linewidth=1)
+        axes[2].set(xlabel="step", title="learnt method state")
+        axes[2].legend(fontsize=7)
     if train:
-        _plot_gradients(train, *axes[2:])
+        _plot_gradients(train, *axes[-2:])
     for ax in axes:
         ax.grid(alpha=0.3)
         for boundary in sorted({r["step"] for r in evals if r.get("stage_end")})[:-1]:
@@ -247,4 +285,4 @@ def _plot_gradients(train: list[dict], norms, alignment) -> None:
     alignment.legend(fontsize=7)
 
 
-__all__ = ["JsonLog", "epoch_seconds", "latest_evaluations", "plot_curves"]
+__all__ = ["METHOD_STATE", "JsonLog", "epoch_seconds", "latest_evaluations", "method_state", "plot_curves"]

@@ -6,7 +6,7 @@ latest checkpoint in its ``output_dir``, to the end::
     for each stage (fine-tuning; then the Isotropy Layer stage for ``isotropy_layer``), k = 0 .. total - 1:
         train on batch k mod E of epoch k // E (E batches an epoch, shuffled by (seed, epoch)): step = start + k + 1
         hooks due after it: log (every log_every, and the last step), evaluate (every eval_every), save (every
-        save_every steps of the run; none after a skipped step); SIGTERM: save, TrainingStopped
+        save_every steps of the run; none after a skipped step); SIGTERM, SIGINT: save, TrainingStopped
     at a stage's end: evaluate, save; then curves.png and results.json (written last, atomically)
 
 Steps with a non-finite loss or gradient are skipped (:class:`NonFiniteTrainingError` after
@@ -23,6 +23,7 @@ import json
 import logging
 import math
 import os
+import signal
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -39,7 +40,7 @@ from isojax._stats import real_rows
 from isojax.train.checkpoint import Checkpoints
 from isojax.train.config import RESUMABLE, LoggingConfig, Stage, TrainConfig
 from isojax.train.feed import Rows, batch_indices, fingerprint, process_batches
-from isojax.train.logs import JsonLog, epoch_seconds, plot_curves
+from isojax.train.logs import JsonLog, epoch_seconds, method_state, plot_curves
 from isojax.train.optim import make_optimizer, schedule
 from isojax.train.parallel import make_runner, select_devices
 from isojax.train.preemption import StopRequest, TrainingStopped
@@ -267,14 +268,14 @@ def fit(config: TrainConfig) -> FitResult:
     Returns:
       a :class:`FitResult`. A configuration the devices or the model cannot serve is a ``ValueError`` before any data
       is read; ``max_nonfinite_steps`` skipped steps in a row stop the run with :class:`NonFiniteTrainingError`;
-      ``SIGTERM`` stops it at the next step with a checkpoint, or at once while it loads:
+      ``SIGTERM`` or ``SIGINT`` stops it at the next step with a checkpoint, or at once while it loads:
       :class:`~isojax.train.preemption.TrainingStopped`.
     """
     out, settings, batch_size = config.logging.output_dir, config.logging, config.optim.batch_size
     if os.path.exists(out) and not os.path.isdir(out):  # checked before the model and data are loaded
         raise ValueError(f"{LoggingConfig.label('output_dir')} {out!r} is a file; expected a run directory")
     one_writer = exclusive_directory(Path(out)) if jax.process_index() == 0 else contextlib.nullcontext()
-    with one_writer, StopRequest(os.path.join(out, "checkpoints")) as stop:  # SIGTERM while loading: TrainingStopped
+    with one_writer, StopRequest(os.path.join(out, "checkpoints")) as stop:  # a signal while loading: TrainingStopped
         recipe, model, train, dev, variables, references = prepare(config)
         data = {"train": fingerprint(train), "eval": fingerprint(dev)}
         stages, per_epoch = config.stages(), len(train) // batch_size
@@ -393,7 +394,7 @@ def fit(config: TrainConfig) -> FitResult:
                         )
                         reported = skipped
                     if stopping:
-                        _stopped(checkpoints, write, stage.name, step)
+                        _stopped(checkpoints, write, stage.name, step, stop)
                 bar.close()
                 step = start + total
                 results[stage.name] = evaluate(placed, index, step, stage_end=True)
@@ -407,6 +408,7 @@ def fit(config: TrainConfig) -> FitResult:
             )
             timing = {stage.name: epoch_seconds(records, stage.name, per_epoch) for stage in stages}
             summary = {"config": config.to_json(), "step": step, "stages": results, "timing": timing}
+            summary["method_state"] = method_state(records)  # SoftDecay's alpha, ...: each stage's last train record
             # whole or not at all: its presence marks a finished run (a rerun of one killed here resumes and rewrites it)
             write_json(Path(out, "results.json"), summary)
     return FitResult(out, step, results[stages[-1].name], results, params)
@@ -419,17 +421,20 @@ def _last_checkpoint(checkpoints: Checkpoints) -> int | None:
     return saved[-1] if saved else None
 
 
-def _stopped(checkpoints: Checkpoints, write: Callable[[dict], None], stage: str, step: int) -> NoReturn:
+def _stopped(
+    checkpoints: Checkpoints, write: Callable[[dict], None], stage: str, step: int, stop: StopRequest
+) -> NoReturn:
     """Write the ``stop`` record and raise :class:`~isojax.train.preemption.TrainingStopped` naming the checkpoint to
     resume from (none where the latest steps were skipped)."""
     last = _last_checkpoint(checkpoints)
-    write({"kind": "stop", "step": step, "stage": stage, "checkpoint": last})
+    write({"kind": "stop", "step": step, "stage": stage, "checkpoint": last, "signal": stop.name})
     resume = (
         f"rerunning the same command resumes from checkpoint step {last} in {checkpoints.directory}"
         if last is not None
         else f"no checkpoint was written in {checkpoints.directory}: rerunning the same command starts over"
     )
-    raise TrainingStopped(f"stopped on SIGTERM after step {step}; {resume}", step=step, checkpoint=last)
+    message = f"stopped on {stop.name} after step {step}; {resume}"
+    raise TrainingStopped(message, step=step, checkpoint=last, signum=stop.signum or signal.SIGTERM)
 
 
 def _nonfinite_steps(

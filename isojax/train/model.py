@@ -29,8 +29,11 @@ import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
 from isojax.calibrate import Flow, IsoBN, IsotropyLayer
+from isojax.losses import balancer_factors
 from isojax.models import registry
+from isojax.models.encoder import TRANSFORM
 from isojax.models.heads import ClassificationHead, pool
+from isojax.softdecay import SoftDecay, alpha_from_param
 from isojax.train.config import TrainConfig
 
 
@@ -142,6 +145,44 @@ class TaskModel(nn.Module):
 
 
 HEAD_PARTITION_RULES = ((r"(^|/)(head|isotropy_layer|flow)/", P()),)
+
+
+def method_state(model: nn.Module, params, batch_stats, balancer=None) -> dict[str, jax.Array]:
+    """Scalars of a method's learnt state, logged with every train record (``[]`` float32 arrays, cheap to compute;
+    their keys start with one of :data:`isojax.train.logs.METHOD_STATE`):
+
+    * ``softdecay@<placement>/alpha`` and ``/theta``: SoftDecay's α (:func:`isojax.softdecay.alpha_from_param`) and
+      its parameter, where the encoder has a SoftDecay (placement ``output`` or ``block``);
+    * ``isotropy_layer/kernel_deviation`` ``‖K − I‖_F / √d`` and ``isotropy_layer/bias_norm`` ``‖b‖``;
+    * ``isobn/std_min``, ``isobn/std_max``: the range of IsoBN's running standard deviations;
+    * ``balancer/weight_task``, ``balancer/weight_regularizers``: the joint-loss balancer's factors ``L̄ / L̄_i`` for the
+      next step (:func:`isojax.losses.balancer_update`), where ``balancer`` (its state) is given.
+
+    Args:
+      model: the task model (any model: what it lacks is left out).
+      params: its params.
+      batch_stats: its ``batch_stats`` collection.
+      balancer: the :class:`isojax.losses.BalancerState` of a run that balances its losses, else None.
+    """
+    state: dict[str, jax.Array] = {}
+    encoder = getattr(model, "encoder", None)
+    transform = getattr(encoder, "last_layer_transform", None)
+    if isinstance(transform, SoftDecay):
+        theta = params["encoder"][TRANSFORM]["theta"]
+        key = f"softdecay@{getattr(encoder, 'transform_placement', 'output')}"
+        state |= {f"{key}/alpha": alpha_from_param(theta, transform.alpha_init), f"{key}/theta": theta}
+    if "isotropy_layer" in params:
+        dense = params["isotropy_layer"]["dense"]
+        d = dense["kernel"].shape[0]
+        state["isotropy_layer/kernel_deviation"] = jnp.linalg.norm(dense["kernel"] - jnp.eye(d)) / d**0.5
+        state["isotropy_layer/bias_norm"] = jnp.linalg.norm(dense["bias"])
+    if "isobn" in batch_stats:
+        std = batch_stats["isobn"]["std"]
+        state |= {"isobn/std_min": std.min(), "isobn/std_max": std.max()}
+    if balancer is not None:
+        weights = balancer_factors(balancer.means)
+        state |= {"balancer/weight_task": weights[0], "balancer/weight_regularizers": weights[1]}
+    return {k: jnp.asarray(v, jnp.float32) for k, v in state.items()}
 
 
 def word_embeddings(params) -> jax.Array:

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import optax
 
 from isojax.train.gradient_stats import gradient_statistics
-from isojax.train.model import TaskModel, TaskOutput
+from isojax.train.model import TaskModel, TaskOutput, method_state
 from isojax.train.objective import Objective
 from isojax.train.optim import buffer_paths
 from isojax.train.state import TrainState
@@ -70,7 +70,8 @@ def make_train_step(
     ``metrics`` holds ``loss``, the objective's terms and ``grad_norm`` (of the gradient before clipping), and
     with ``gradient_every = k > 0`` the statistics of :mod:`isojax.train.gradient_stats`, computed on every k-th
     step of the stage that starts at global step ``stage_start`` and on its last step (``stage_steps``): the steps
-    whose metrics the loop logs; NaN on the others, which skip their cost.
+    whose metrics the loop logs; NaN on the others, which skip their cost. It also holds the method's learnt state
+    after the update (:func:`~isojax.train.model.method_state`: SoftDecay's α, ...).
     ``frozen`` names top-level parameter subtrees that get no gradient. The model runs in training mode
     (dropout on, IsoBN updating its statistics, averaged over ``data_axis`` when given).
 
@@ -182,7 +183,8 @@ def make_train_step(
             nonfinite_steps=state.nonfinite_steps + (~finite).astype(jnp.int32),
             nonfinite_streak=jnp.where(finite, 0, state.nonfinite_streak + 1),
         )
-        return state, metrics
+        balanced = state.balancer if objective.combine == "balanced" else None
+        return state, metrics | method_state(model, state.params, state.batch_stats, balanced)
 
     return step
 
