@@ -73,8 +73,10 @@ def read_run(run_dir: str) -> tuple[Any, int, dict]:
     Returns:
       ``(config, step, variables)``: the run's :class:`~isojax.train.config.TrainConfig`, the checkpoint's step, and
       ``{"params", "batch_stats", "constants"}`` as host arrays. ``ValueError`` naming the directory when it holds
-      no checkpoint.
+      no checkpoint; :class:`~isojax.train.checkpoint.CorruptCheckpoint` naming the file when the newest step's
+      contents differ from the sha256 recorded when it was written.
     """
+    from isojax.train.checkpoint import verify_step
     from isojax.train.config import TrainConfig
 
     directory = os.path.abspath(os.path.join(run_dir, "checkpoints"))
@@ -86,6 +88,7 @@ def read_run(run_dir: str) -> tuple[Any, int, dict]:
         step = manager.latest_step()
         if step is None:
             raise ValueError(f"{run_dir} is not a fine-tuning run with a checkpoint (no <step>/ in {directory})")
+        verify_step(directory, step)
         restored = manager.restore(
             step, args=ocp.args.Composite(state=ocp.args.StandardRestore(), meta=ocp.args.JsonRestore())
         )

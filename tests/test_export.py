@@ -8,6 +8,7 @@ final parameters that ``fit`` returned, applied by isojax's task model, and tran
 """
 
 import json
+import shutil
 import struct
 
 import jax
@@ -134,6 +135,22 @@ def test_export_command_writes_what_finetune_export_wrote(runs, tmp_path, capsys
     assert capsys.readouterr().out.startswith(f"wrote {tmp_path / 'again'} from {run}, checkpoint step 6")
     for name in ("model.safetensors", "config.json", "tokenizer.json"):
         assert (tmp_path / "again" / name).read_bytes() == (folder / name).read_bytes(), name
+
+
+def test_export_refuses_a_checkpoint_whose_bytes_changed_and_names_the_file(runs, tmp_path, capsys):
+    run, _, _, _ = runs["baseline"]
+    copy = tmp_path / "run"
+    shutil.copytree(run / "checkpoints", copy / "checkpoints")
+    files = [p for p in (copy / "checkpoints" / "6" / "state").rglob("*") if p.is_file() and p.parent.name == "d"]
+    flipped = max(files, key=lambda p: p.stat().st_size)
+    data = bytearray(flipped.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    flipped.write_bytes(bytes(data))
+    assert main(["export", str(copy), str(tmp_path / "hf")]) == 2
+    assert capsys.readouterr().err == (
+        f"isojax export: error: {flipped} does not match the sha256 recorded when it was written\n"
+    )
+    assert not (tmp_path / "hf").exists()
 
 
 def test_exported_softdecay_run_round_trips_alpha(runs, dev):

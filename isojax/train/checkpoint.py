@@ -85,6 +85,19 @@ class CorruptCheckpoint(ValueError):
     """A file of a checkpoint step differs from the sha256 recorded when the step was written, or is missing."""
 
 
+def verify_step(directory: str, step: int) -> None:
+    """:class:`CorruptCheckpoint` naming the first file of checkpoint ``step`` in ``directory`` that is missing or
+    whose sha256 differs from the one recorded (nothing is checked without a record)."""
+    manifest = Path(directory, str(step), MANIFEST)
+    if not manifest.exists():
+        return
+    recorded, found = json.loads(manifest.read_text()), file_digests(manifest.parent)
+    for name, digest in recorded.items():
+        if found.get(name) != digest:
+            state = "is missing" if name not in found else "does not match the sha256 recorded when it was written"
+            raise CorruptCheckpoint(f"{manifest.parent / name} {state}")
+
+
 class _OlderCheckpoint(ValueError):
     """A checkpoint without a field of the state that holds arrays (module docstring)."""
 
@@ -146,16 +159,8 @@ class Checkpoints:
                     write_json(manifest, file_digests(manifest.parent))
 
     def verify(self, step: int) -> None:
-        """:class:`CorruptCheckpoint` naming the first file of ``step`` that is missing or whose sha256 differs from
-        the one recorded (nothing is checked without a record)."""
-        manifest = Path(self.directory, str(step), MANIFEST)
-        if not manifest.exists():
-            return
-        recorded, found = json.loads(manifest.read_text()), file_digests(manifest.parent)
-        for name, digest in recorded.items():
-            if found.get(name) != digest:
-                state = "is missing" if name not in found else "does not match the sha256 recorded when it was written"
-                raise CorruptCheckpoint(f"{manifest.parent / name} {state}")
+        """:func:`verify_step` of ``step``."""
+        verify_step(self.directory, step)
 
     def restore_latest(
         self, target: Callable[[dict], Any], check: Callable[[dict], None] | None = None
