@@ -237,8 +237,8 @@ def test_selection_small_barcodes():
 
 
 @settings(max_examples=40, deadline=None)
-@given(
-    bars=st.lists(st.floats(0.0, 100.0, allow_nan=False, width=32), min_size=12, max_size=12),
+@given(  # no subnormal bars: XLA on CPU flushes them to zero, which the float64 reference does not
+    bars=st.lists(st.floats(0.0, 100.0, allow_nan=False, allow_subnormal=False, width=32), min_size=12, max_size=12),
     valid=st.lists(st.booleans(), min_size=12, max_size=12),
     seed=st.integers(0, 2**31 - 1),
 )

@@ -21,13 +21,13 @@ def test_ttest_is_scipys_and_undefined_cases_are_none():
     assert statistics.ttest([50.0, 50.0], [50.0, 50.0]) is None
 
 
-def test_paired_ttest_is_scipys_ttest_rel_over_the_seeds_of_one_dropout_stream():
+def test_paired_ttest_is_scipys_ttest_rel_over_the_seeds_with_the_same_masks():
     a, b = [70.1, 71.5, 69.8], [68.0, 68.9, 69.5]
     same = ({s: (v, "s1") for s, v in enumerate(a)}, {s: (v, "s1") for s, v in enumerate(b)})
     p, seeds = glue_pairing.paired_ttest(*same)
     assert seeds == [0, 1, 2] and p == pytest.approx(scipy.stats.ttest_rel(a, b).pvalue, rel=1e-12)
     assert p != pytest.approx(scipy.stats.ttest_ind(a, b).pvalue, rel=1e-3)  # the pairing changes the answer
-    # seed 0 of b drew other masks (another stream), seed 3 has no partner: pairs are seeds 1 and 2 only
+    # seed 0 of b drew other masks (another pair key), seed 3 has no partner: pairs are seeds 1 and 2 only
     other = ({**same[0], 3: (72.0, "s1")}, {**same[1], 0: (68.0, "s0")})
     p, seeds = glue_pairing.paired_ttest(*other)
     assert seeds == [1, 2] and p == pytest.approx(scipy.stats.ttest_rel(a[1:], b[1:]).pvalue, rel=1e-12)
