@@ -132,6 +132,18 @@ def _saved_steps(out) -> list[int]:
     return sorted(int(p.name) for p in (out / "checkpoints").iterdir() if p.name.isdigit())
 
 
+def _resume_to(ref, tmp_path, argv, *, atol: float) -> None:
+    """Rerun ``argv`` in a worker: it exits 0 with the final parameters of the uninterrupted ``ref`` (within
+    ``atol``; 0: bitwise)."""
+    resumed = train_worker.launch(0, tmp_path, argv, stdout=subprocess.PIPE)
+    output, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, output[-3000:]
+    got, want = np.load(tmp_path / "final_0.npz"), jax.tree.leaves(ref.params)
+    assert len(got.files) == len(want)
+    for i, w in enumerate(want):
+        np.testing.assert_allclose(got[f"arr_{i}"], w, rtol=0, atol=atol)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("term_at", [4, 13])  # in the fine-tuning stage (steps 1-10), in the Isotropy Layer stage
 def test_sigterm_checkpoints_that_step_and_the_same_command_resumes_to_the_same_parameters(
@@ -163,13 +175,7 @@ def test_sigterm_checkpoints_that_step_and_the_same_command_resumes_to_the_same_
     ) in output
     assert _saved_steps(out) == sorted({*range(3, term_at + 1, 3), *([10] if term_at > 10 else []), term_at})
     assert read_jsonl(out / "log.jsonl") == records
-    resumed = train_worker.launch(0, tmp_path, argv, stdout=subprocess.PIPE)
-    output, _ = resumed.communicate(timeout=600)
-    assert resumed.returncode == 0, output[-3000:]
-    got, want = np.load(tmp_path / "final_0.npz"), jax.tree.leaves(ref.params)
-    assert len(got.files) == len(want)
-    for i, w in enumerate(want):
-        np.testing.assert_allclose(got[f"arr_{i}"], w, rtol=0, atol=1e-6)
+    _resume_to(ref, tmp_path, argv, atol=1e-6)
     records = read_jsonl(out / "log.jsonl")
     assert [r["step"] for r in records if r["kind"] == "resume"] == [term_at]
     assert [r["step"] for r in records if r["kind"] == "train"] == list(range(1, 17))
@@ -210,13 +216,7 @@ def test_ctrl_c_checkpoints_that_step_and_the_same_command_resumes_to_the_same_p
         assert child.returncode == -signal.SIGINT, output[-3000:]
         assert "Traceback" not in output
         assert 3 in _saved_steps(out)
-    resumed = train_worker.launch(0, tmp_path, argv, stdout=subprocess.PIPE)
-    output, _ = resumed.communicate(timeout=600)
-    assert resumed.returncode == 0, output[-3000:]
-    got, want = np.load(tmp_path / "final_0.npz"), jax.tree.leaves(ref.params)
-    assert len(got.files) == len(want)
-    for i, w in enumerate(want):
-        np.testing.assert_array_equal(got[f"arr_{i}"], w)
+    _resume_to(ref, tmp_path, argv, atol=0)
 
 
 def test_ctrl_c_stops_a_pmap_run_at_a_checkpointed_step(tiny, tmp_path, monkeypatch):
