@@ -1,68 +1,14 @@
 """Running the pure step on devices: one runner, :class:`MeshRunner`, ``jit`` over a ``(data, model)`` mesh.
 
-Replicated, model-parallel, FSDP, multi-host and the pmap placement are placements of the same step on a mesh
-(``docs/design/training.md``): shardings of its inputs, sharding constraints in it (FSDP), or ``shard_map`` around it
-(pmap). Whatever the placement, the state is held as global arrays, so a checkpoint moves between placements.
-
-**Mesh** (:class:`MeshRunner`). ``jax.make_mesh((n_data, n_model), ("data", "model"))`` with *Auto* axis types:
-the model code carries no sharding annotations, so shardings are given on the inputs (batch rows over
-``data``; parameters and optimiser state by the model's partition rules) and XLA's GSPMD propagation partitions
-the rest. (JAX's default *Explicit* axes would instead require every op to state its output sharding.)
-The train step is traced with the mesh as JAX's abstract mesh (``traced_on``), the one thing the model code reads of
-the placement: a tied word table's uses read it per data shard, so that its gradient is all-reduced once
-(``isojax.models.embeddings.Embed``, ``docs/design/tied-embeddings.md``; the prediction step, which has no gradient,
-reads the table whole).
-The model axis is Megatron-style: query/key/value and the feed-forward input projection are split by output
-features (whole attention heads per device), the attention output and feed-forward output projections by
-input features; every other array is replicated. The rules come from the model
-(:func:`isojax.models.registry.partition_rules`, next to the layers they name, plus the task model's own):
-every parameter must match one (a parameter no rule names is an error, not silently replicated), and a rule
-whose sharded dimension does not divide by the model axis falls back to replicated with a logged warning.
-Optimiser moments follow their parameter's rule; other state (step, counts, IsoBN statistics) is replicated.
-The step sees the global batch, so whole-batch regularisers and IsoBN statistics are global without
-collectives.
-
-**FSDP** (``fsdp=True``): the parameters and the optimiser state are in addition split over the ``data`` axis, each
-array along its largest dimension that divides by the data-axis size and is not split over ``model``
-(:func:`isojax.models.partitioning.fsdp_spec`; arrays without one stay as the model rules say), so a device holds
-about ``1/N`` of the parameters and Adam moments over ``N`` data devices. The step is the same function, given two
-sharding constraints (``make_train_step(..., gathered=...)``): its parameters are constrained to their
-*gathered* layout (whole over the data axis, as the model rules say, :func:`gathered_shardings`), so XLA all-gathers
-them before the forward pass, and its gradient to the same layout, so XLA sums it over the data axis as data
-parallelism does; the optimiser then updates each device's shard. Each device
-computes its own rows only, and the collectives move parameters and gradients, never activations. (Left to XLA's
-sharding propagation, parameters split over the batch's axis made it gather the global batch's activations and
-all-reduce partial sums, as model parallelism does.) The losses and updates equal the replicated run's up to
-rounding. What the compiled step does, read from ``compiled.as_text()`` on the CPU backend: one all-gather of every
-split parameter (the backward reuses the forward's gathered copies, which stay in temporary memory for the step) and
-one all-reduce of the whole gradient, then sliced (a reduce-scatter would send half the bytes per device; whether a
-GPU or TPU compiler forms one from the all-reduce and slice is not checked here). In ring traffic per device the two
-match the usual FSDP count (all-gather for the forward and again for the backward, reduce-scatter of the gradient);
-the cost is memory: the gathered parameters and the whole gradient are temporaries of the step, which a per-layer
-gather would avoid. Checkpoints hold global arrays, so a state saved under one placement and device count restores
-under another (:meth:`MeshRunner.restore_target`).
-
-**pmap** (``mode="pmap"``), as ``jax.pmap`` itself runs: the same jitted step over a data-only mesh, wrapped in
-``jax.shard_map`` over the data axis (replication checks off, as ``jax.pmap``'s own), the state replicated (``P()``)
-and the batch split in equal row blocks. Per device, the step runs the model on the device's rows and gives the
-objective :func:`~isojax.train.step.per_device_view` of them (the outputs all-gathered, the device's own block
-differentiable; the parameters' direct gradient scaled by ``1/D``), then ``psum`` s the gradient: the losses and
-updates equal the mesh path's up to rounding. Each device draws its own dropout masks (``fold_in(key, device
-index)``), so with dropout the two differ by the masks drawn; IsoBN averages its statistics over the data axis.
-Placement, host reads, checkpoints and process rows are the mesh's.
-
-**Multi-host**: one process per host, each driving its local devices. :func:`initialize_distributed`
-starts JAX's multi-process runtime (a coordinator address, the number of processes and this process's id, or a
-SLURM / Open MPI / Cloud TPU environment that JAX reads them from); it must run before any JAX computation. A
-process other than 0 given the coordinator's address first waits for something to accept a connection there
-(:func:`wait_for_coordinator`), so a wrong address is a ``TimeoutError`` that names it, where JAX would end the
-process with ``DEADLINE_EXCEEDED``. On CPU
-the processes' collectives go through Gloo (JAX's default ``jax_cpu_collectives_implementation``). The mesh then
-spans every process's devices (a multi-process run uses all of them), and the runner's ``train`` / ``predict``
-take only *this process's rows* of each global batch: :meth:`MeshRunner.process_rows` says which, read off the
-batch sharding (the rows that this process's devices hold), and ``jax.make_array_from_process_local_data``
-assembles the global batch. :meth:`MeshRunner.host` reads replicated arrays locally and gathers sharded ones
-over the processes.
+Replicated, model-parallel, FSDP, multi-host and the pmap placement are placements of the same step on the mesh:
+shardings of its inputs (batch rows over ``data``, parameters and optimiser moments by the model's partition rules,
+:func:`state_shardings`), two sharding constraints in it (FSDP, :func:`gathered_shardings`), or ``jax.shard_map``
+over ``data`` around it (pmap). The mesh has *Auto* axes, so XLA's propagation partitions what the model code does
+not annotate. The state is held as global arrays whatever the placement, so a checkpoint moves between placements.
+A parameter that no partition rule names is an error; a rule whose split does not divide falls back to replicated
+with a warning. Multi-host: :func:`initialize_distributed` starts JAX's runtime before any computation; each process
+feeds its own rows of every global batch (:meth:`MeshRunner.process_rows`). The design, what the compiled FSDP step
+communicates and the costs of each placement: ``docs/design/training.md``.
 """
 
 from __future__ import annotations
