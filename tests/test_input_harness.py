@@ -245,6 +245,7 @@ EXEMPT: dict[str, str] = {
     "losses.BalancerState": "state type",
     "losses.balancer_init": "takes a count; no cloud",
     "losses.balancer_update": "takes loss values, not a cloud",
+    "losses.balancer_factors": "takes the balancer's moving means, not a cloud",
     "topology.barcode_mask": "takes a point mask only (its 0/1 check is in test_bad_input)",
     "topology.persistent_entropy": "takes bar lengths, not a cloud",
     "topology.select_prominent": "takes bar lengths, not a cloud",

@@ -130,7 +130,8 @@ def test_losses_and_params_match_single_device(no_dropout, args):
     _, runs = no_dropout
     ref_history, ref_state, _, _ = runs[("mesh", 1)]
     history, state, _, _ = runs[args]
-    assert set(history[0]) == {"loss", "task", "isoscore@cls", "istar@tokens", "cosine@embedding", "grad_norm"}
+    terms = {"loss", "task", "isoscore@cls", "istar@tokens", "cosine@embedding", "grad_norm"}
+    assert set(history[0]) == terms | {"isobn/std_min", "isobn/std_max"}  # IsoBN's learnt state too
     assert_same_training(history, ref_history, state, ref_state)
     chex.assert_trees_all_close(state.batch_stats, ref_state.batch_stats, atol=1e-5, rtol=1e-5)
     assert int(state.step) == STEPS

@@ -314,6 +314,7 @@ def _function_calls() -> dict[str, tuple[Callable, tuple, bool]]:
             (jnp.asarray([1.0, 2.0]),),
             False,
         ),
+        "losses.balancer_factors": (losses.balancer_factors, (jnp.asarray([1.0, 3.0]),), False),
         "topology.zero_dim_barcode": (lambda x: topology.zero_dim_barcode(x, mask=m), (x,), True),
         "topology.barcode_edges": (lambda x: topology.barcode_edges(x, mask=m), (x,), False),
         "topology.barcode_mask": (lambda m: topology.barcode_mask(m), (m,), False),
