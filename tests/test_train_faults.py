@@ -226,3 +226,23 @@ def test_a_read_only_output_directory_is_refused_before_the_model_loads(data_dir
     result = _cli(_argv(missing_model, data_dir, frozen / "run"), wrap=tmpfs("ro,size=1m", frozen))
     assert result.returncode == EXIT_ENVIRONMENT, result.stderr[-3000:]
     assert result.stderr == f"isojax finetune: error: {frozen / 'run'} cannot be written (Read-only file system)\n"
+
+
+def test_digests_are_recorded_for_the_steps_a_process_saved_and_never_for_an_earlier_process_steps(tmp_path):
+    """Each step saved is vouched for by the sha256 of its files (computed here with hashlib); a step of an earlier
+    process that ended before recording its digests stays without them rather than being vouched for later."""
+    import hashlib
+
+    from isojax.train.checkpoint import MANIFEST, Checkpoints
+
+    state = {"w": np.arange(6, dtype=np.float32), "b": np.ones(2, np.float32)}
+    with Checkpoints(str(tmp_path)) as checkpoints:
+        checkpoints.save(1, state, {"stage": 0})
+    (tmp_path / "1" / MANIFEST).unlink()  # as if that process had been killed before recording them
+    with Checkpoints(str(tmp_path)) as checkpoints:
+        checkpoints.save(2, state, {"stage": 0})
+    assert not (tmp_path / "1" / MANIFEST).exists()
+    files = sorted(p for p in (tmp_path / "2").rglob("*") if p.is_file() and p.name != MANIFEST)
+    assert files and read_json(tmp_path / "2" / MANIFEST) == {
+        p.relative_to(tmp_path / "2").as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in files
+    }

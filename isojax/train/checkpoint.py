@@ -114,6 +114,7 @@ class Checkpoints:
     def __init__(self, directory: str, *, save_every: int = 0, keep: int = 3):
         self.directory = os.path.abspath(directory)
         self.save_every = save_every
+        self._unrecorded: list[int] = []  # steps saved here whose digests are not written yet
         options = ocp.CheckpointManagerOptions(
             max_to_keep=keep, create=True, cleanup_tmp_directories=True, save_interval_steps=1
         )
@@ -147,16 +148,18 @@ class Checkpoints:
         self.manager.save(
             step, args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)), force=True
         )
+        self._unrecorded.append(step)
         return True
 
     def wait(self) -> None:
-        """Block until pending saves are written, and record the digests of the finished steps (process 0)."""
+        """Block until pending saves are written, and record the digests of the steps saved here (process 0; a step
+        of an earlier process that ended before recording its digests is not vouched for now)."""
         self.manager.wait_until_finished()
+        kept = set(self.steps())
         if jax.process_index() == 0:
-            for step in self.steps():
-                manifest = Path(self.directory, str(step), MANIFEST)
-                if not manifest.exists():
-                    write_json(manifest, file_digests(manifest.parent))
+            for step in (s for s in self._unrecorded if s in kept):
+                write_json(Path(self.directory, str(step), MANIFEST), file_digests(Path(self.directory, str(step))))
+        self._unrecorded = []
 
     def verify(self, step: int) -> None:
         """:func:`verify_step` of ``step``."""
