@@ -88,29 +88,31 @@ def test_blocked_attention_with_dropout_and_probabilities_equals_one_batched_sof
     np.testing.assert_allclose(np.asarray(got), want, atol=1e-5)
 
 
-def test_the_gradients_of_blocked_attention_equal_those_of_one_batched_softmax(monkeypatch):
+@pytest.mark.parametrize("bias_layout", [None, "shared", "per text"])
+@pytest.mark.parametrize("rate", [0.0, 0.3])
+def test_the_gradients_of_blocked_attention_equal_those_of_one_batched_softmax(monkeypatch, bias_layout, rate):
+    """The block-by-block backward pass (weights recomputed in each step) against autodiff of the formula on the whole
+    batch: the gradients of queries, keys, values (grouped heads) and the bias, with and without a dropout mask."""
     monkeypatch.setattr(attention, "CPU_BLOCK_BYTES", BLOCKS[1])
-    q, k, v, allowed, bias = inputs(2, "causal and padding", "per text", seed=1)
+    q, k, v, allowed, bias = inputs(2, "causal and padding", bias_layout, seed=1)
     probe = np.random.default_rng(2).normal(size=q.shape).astype(np.float32)
+    keep = np.random.default_rng(3).random((B, HEADS, L, S)) >= rate if rate else None
 
     def loss(fn, q, k, v, bias):
-        return jnp.sum(fn(q, k, v, allowed, bias)[0] * probe)
+        return jnp.sum(fn(q, k, v, allowed, bias, keep)[0] * probe)
 
-    def batched(q, k, v, allowed, bias):  # the formula with jax.numpy, in one batch
-        weights = jax.nn.softmax(
-            jnp.where(
-                allowed,
-                jnp.einsum("bqhd,bkhd->bhqk", q, jnp.repeat(k, 2, axis=2)) / np.sqrt(HEAD_DIM) + bias,
-                -jnp.inf,
-            ),
-            axis=-1,
-        )
+    def batched(q, k, v, allowed, bias, keep):  # the formula with jax.numpy, in one batch
+        scores = jnp.einsum("bqhd,bkhd->bhqk", q, jnp.repeat(k, 2, axis=2)) / np.sqrt(HEAD_DIM)
+        weights = jax.nn.softmax(jnp.where(allowed, scores if bias is None else scores + bias, -jnp.inf), axis=-1)
+        if keep is not None:
+            weights = jnp.where(keep, weights / (1 - rate), 0.0)
         return jnp.einsum("bhqk,bkhd->bqhd", weights, jnp.repeat(v, 2, axis=2)), None
 
-    blocked = lambda *a: attention.blocked_attention(*a, scale_base=HEAD_DIM)  # noqa: E731
-    got = jax.grad(lambda *a: loss(blocked, *a), argnums=(0, 1, 2, 3))(q, k, v, bias)
-    want = jax.grad(lambda *a: loss(batched, *a), argnums=(0, 1, 2, 3))(q, k, v, bias)
-    for g, w in zip(got, want):
+    blocked = lambda *a: attention.blocked_attention(*a, scale_base=HEAD_DIM, rate=rate)  # noqa: E731
+    argnums = (0, 1, 2) if bias is None else (0, 1, 2, 3)
+    got = jax.jit(jax.grad(lambda *a: loss(blocked, *a), argnums=argnums))(q, k, v, bias)
+    want = jax.grad(lambda *a: loss(batched, *a), argnums=argnums)(q, k, v, bias)
+    for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), atol=1e-5)
 
 

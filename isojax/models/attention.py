@@ -61,7 +61,8 @@ def blocked_attention(q, k, v, allowed, bias, keep=None, **options) -> tuple[Arr
     consecutive texts from each of the ``g`` parts a mesh may shard the batch into, so sharded steps stay local;
     ``b`` is the largest divisor of ``B / g`` with the scores of ``g b`` texts in :data:`CPU_BLOCK_BYTES` (or 1). ``allowed``,
     ``bias`` and the dropout mask ``keep`` (drawn for the whole batch) with a batch axis of ``B`` are split alike;
-    with a batch axis of one they are shared by every step."""
+    with a batch axis of one they are shared by every step. Without ``with_probs`` the gradient is taken block by
+    block as well (:func:`_mapped_attention`)."""
     batch, length, heads = q.shape[:3]
     groups = math.gcd(batch, jax.device_count())
     local = batch // groups
@@ -83,12 +84,86 @@ def blocked_attention(q, k, v, allowed, bias, keep=None, **options) -> tuple[Arr
         t = t.reshape(steps, groups, block, *t.shape[2:]).swapaxes(0, 1)
         return t.reshape(batch, *t.shape[3:])
 
+    if not options.get("with_probs"):
+        k, v = (jnp.repeat(t, heads // t.shape[2], axis=2) for t in (k, v))
+        masks = {n: to_steps(t) if n in split else t for n, t in per_text.items()}
+        settings = (options["scale_base"], options.get("rate", 0.0), options.get("dtype"), tuple(sorted(split)))
+        out = _mapped_attention(
+            settings, to_steps(q), to_steps(k), to_steps(v), masks["bias"], masks["allowed"], masks["keep"]
+        )
+        return from_steps(out), None
+
     def step(xs):
         q, k, v, masks = xs
         return softmax_attention(q, k, v, **shared, **masks, **options)
 
     out = jax.lax.map(step, jax.tree.map(to_steps, (q, k, v, split)))
     return jax.tree.map(from_steps, out)
+
+
+def _block_masks(xs: dict, split: tuple[str, ...], shared: dict) -> dict:
+    return {n: xs[n] if n in split else shared[n] for n in ("allowed", "bias", "keep")}
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _mapped_attention(settings, q, k, v, bias, allowed, keep) -> Array:
+    """``[steps, b, L, heads, head_dim]``: :func:`softmax_attention` of each step's block (``settings``: scale base,
+    dropout rate, dtype, the names of the masks split by step, the others shared), with a backward pass that
+    recomputes each block's weights from q and k and takes its gradients in the same step::
+
+        dV = P_dᵀ dO,  dP = (dO Vᵀ) ⊙ keep / (1 - rate),  dS = P ⊙ (dP - rowsum(dP ⊙ P)),  dQ = dS K / √s,  dK = dSᵀ Q / √s
+
+    so no ``[B, heads, L, S]`` array goes to memory (the keep mask aside)."""
+    return _mapped_forward(settings, q, k, v, bias, allowed, keep)[0]
+
+
+def _mapped_forward(settings, q, k, v, bias, allowed, keep):
+    scale_base, rate, dtype, split = settings
+    shared = {"allowed": allowed, "bias": bias, "keep": keep}
+
+    def step(xs):
+        q, k, v, masks = xs
+        return softmax_attention(
+            q, k, v, **_block_masks(masks, split, shared), scale_base=scale_base, rate=rate, dtype=dtype
+        )[0]
+
+    out = jax.lax.map(step, (q, k, v, {n: shared[n] for n in split}))
+    return out, (q, k, v, bias, allowed, keep)
+
+
+def _mapped_backward(settings, residuals, d_out):
+    scale_base, rate, dtype, split = settings
+    q, k, v, bias, allowed, keep = residuals
+    shared = {"allowed": allowed, "bias": bias, "keep": keep}
+
+    def step(xs):
+        q, k, v, d_out, masks = xs
+        m = _block_masks(masks, split, shared)
+        probs = softmax_weights(q, k, m["allowed"], m["bias"], scale_base)  # [b, heads, L, S] float32
+        qh, kh, vh, dh = (t.swapaxes(-3, -2) for t in (q, k, v, d_out))  # heads ahead of positions
+        dropped = apply_keep_mask(probs.astype(dtype or q.dtype), m["keep"], rate)
+        d_v = jnp.matmul(dropped.swapaxes(-1, -2).astype(vh.dtype), dh)
+        d_probs = apply_keep_mask(jnp.matmul(dh, vh.swapaxes(-1, -2)), m["keep"], rate).astype(jnp.float32)
+        d_scores = probs * (d_probs - jnp.sum(d_probs * probs, axis=-1, keepdims=True))
+        d_scores = jnp.where(m["allowed"], d_scores, 0.0)
+        d_bias = None if m["bias"] is None else _sum_to(d_scores, m["bias"].shape)
+        d_scaled = (d_scores / np.sqrt(scale_base)).astype(qh.dtype)
+        d_q, d_k = jnp.matmul(d_scaled, kh), jnp.matmul(d_scaled.swapaxes(-1, -2), qh)
+        return (*(t.swapaxes(-3, -2) for t in (d_q, d_k, d_v)), d_bias)
+
+    d_q, d_k, d_v, d_bias = jax.lax.map(step, (q, k, v, d_out, {n: shared[n] for n in split}))
+    if bias is not None and "bias" not in split:
+        d_bias = jnp.sum(d_bias, axis=0)
+    return d_q, d_k, d_v, (None if bias is None else d_bias.astype(bias.dtype)), None, None
+
+
+def _sum_to(x: Array, shape: tuple[int, ...]) -> Array:
+    """``x`` summed over the leading axes and the axes where ``shape`` is 1 (the transpose of a broadcast)."""
+    x = jnp.sum(x, axis=tuple(range(x.ndim - len(shape))))
+    return jnp.sum(x, axis=tuple(i for i, n in enumerate(shape) if n == 1 and x.shape[i] != 1), keepdims=True)
+
+
+_mapped_attention.defvjp(_mapped_forward, _mapped_backward)
 
 
 def fused_attention(q, k, v, allowed, bias, keep=None, *, scale_base: float, **_) -> tuple[Array, None]:
