@@ -59,7 +59,8 @@ def make_train_step(
     """``step(state, batch) -> (state, metrics)``: one batch forward and backward, one optimiser update.
 
     A step whose loss or gradient is not finite (NaN or ±inf anywhere: the global gradient norm is then not finite)
-    is skipped, as :func:`optax.apply_if_finite` does: the parameters, optimiser state (moments, schedule count,
+    is skipped, as :func:`optax.apply_if_finite` does (the update under ``jax.lax.cond``, so the donated state is
+    updated in place, not copied first): the parameters, optimiser state (moments, schedule count,
     accumulated gradients), IsoBN statistics and balancer stay as they were; ``state.step`` still advances (the
     batch is consumed: the data position and the next step's dropout key follow the step count as on a clean run),
     ``nonfinite_steps`` counts the skip and ``nonfinite_streak`` the skips in a row (reset by an applied step).
@@ -155,7 +156,6 @@ def make_train_step(
             grads = jax.lax.with_sharding_constraint(grads, gathered)
         if data_axis is not None:
             grads = jax.lax.psum(grads, data_axis)
-        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         metrics = {"loss": loss, **terms, "grad_norm": optax.tree.norm(grads)}
         if gradient_every:
             stats = jax.eval_shape(gradient_statistics, state.params, grads)
@@ -169,17 +169,17 @@ def make_train_step(
                 )
             )
         finite = jnp.isfinite(loss) & jnp.isfinite(metrics["grad_norm"])
-        applied = {
-            "params": optax.apply_updates(state.params, updates),
-            "opt_state": opt_state,
-            "batch_stats": batch_stats,
-            "balancer": balancer,
-        }
-        kept = {name: getattr(state, name) for name in applied}
+        kept = {name: getattr(state, name) for name in ("params", "opt_state", "batch_stats", "balancer")}
+
+        def applied(kept):
+            updates, opt_state = optimizer.update(grads, kept["opt_state"], kept["params"])
+            params = optax.apply_updates(kept["params"], updates)
+            return {"params": params, "opt_state": opt_state, "batch_stats": batch_stats, "balancer": balancer}
+
         state = dataclasses.replace(
             state,
             step=state.step + 1,
-            **jax.tree.map(lambda new, old: jnp.where(finite, new, old), applied, kept),
+            **jax.lax.cond(finite, applied, lambda kept: kept, kept),
             nonfinite_steps=state.nonfinite_steps + (~finite).astype(jnp.int32),
             nonfinite_streak=jnp.where(finite, 0, state.nonfinite_streak + 1),
         )
