@@ -32,6 +32,7 @@ from pathlib import Path
 
 from isojax._files import DirectoryInUse, write_json
 from isojax.argtypes import int_at_least
+from isojax.host import reuse_freed_memory
 from isojax.train.cli import cmd_finetune
 from isojax.train.preemption import TrainingStopped
 
@@ -586,6 +587,7 @@ def _quiet_background_failures() -> Iterator[None]:
 
 
 def main(argv=None) -> int:
+    reuse_freed_memory()  # before JAX starts: XLA's temporaries reused, not faulted in anew each step (isojax.host)
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
     head = argv[: argv.index("finetune")] if "finetune" in argv else None

@@ -18,7 +18,6 @@ ratio isojax / PyTorch time (goal: <= 1.0), and the compilations of the repeated
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import jax
@@ -27,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import isojax
-from experiments.benchmarks.common import add_side_arguments, compare_sides, cpu_count
+from experiments.benchmarks.common import add_side_arguments, compare_sides, cpu_count, side_report
 from isojax import stats
 from isojax.argtypes import int_at_least
 from isojax.data.sts import load_stsb
@@ -144,7 +143,7 @@ def main(argv=None):
     add_side_arguments(ap)
     args = ap.parse_args(argv)
     if args.side:
-        print(json.dumps(run_side(args)))
+        side_report(run_side, args)
         return
     options = ["--model", args.model, "--texts", str(args.texts), "--batch", str(args.batch)]
     options += ["--length", str(args.length), "--repeats", str(args.repeats)]

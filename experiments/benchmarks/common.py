@@ -119,6 +119,17 @@ def sides_in_processes(child: list[str], rounds: int, sides=("isojax", "pytorch"
     return results
 
 
+def side_report(run_side, args) -> None:
+    """A child's job (``--side``): print ``run_side(args)`` as one JSON line, glibc's ``malloc`` set first as ``isojax``'s
+    command line sets it (:func:`isojax.host.reuse_freed_memory`), for both sides alike."""
+    import json
+
+    from isojax.host import reuse_freed_memory
+
+    reuse_freed_memory()
+    print(json.dumps(run_side(args)))
+
+
 def compare_sides(
     module: str, options: list[str], rounds: int, case: str, header, tokens=None
 ) -> tuple[dict, dict[str, float]]:

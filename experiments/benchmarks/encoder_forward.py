@@ -12,14 +12,13 @@ GPU it also prints tokens/s and achieved TFLOP/s of a bf16 forward as a fraction
 from __future__ import annotations
 
 import argparse
-import json
 from typing import cast
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.benchmarks.common import add_side_arguments, compare_sides, cpu_count, median_ms
+from experiments.benchmarks.common import add_side_arguments, compare_sides, cpu_count, median_ms, side_report
 from isojax.argtypes import int_at_least
 from isojax.models import EncoderOutput, TransformerConfig, build_encoder, config_to_hf
 from isojax.models.bert import BERT_HF_NAMES
@@ -81,7 +80,7 @@ def main(argv=None):
     if args.quick:
         args.batch, args.length, args.repeats, args.layers, args.rounds = 4, 32, 3, 2, 1
     if args.side:
-        print(json.dumps(run_side(args)))
+        side_report(run_side, args)
         return
     options = ["--batch", str(args.batch), "--length", str(args.length), "--repeats", str(args.repeats)]
     results, _ = compare_sides(

@@ -16,11 +16,10 @@ the two sides are compared first.
 from __future__ import annotations
 
 import argparse
-import json
 
 import numpy as np
 
-from experiments.benchmarks.common import add_side_arguments, compare_sides, cpu_count, median_ms
+from experiments.benchmarks.common import add_side_arguments, compare_sides, cpu_count, median_ms, side_report
 from isojax.argtypes import int_at_least
 
 MODEL = "smollm2-135m-instruct"
@@ -74,7 +73,7 @@ def main(argv=None):
     add_side_arguments(ap)
     args = ap.parse_args(argv)
     if args.side:
-        print(json.dumps(run_side(args)))
+        side_report(run_side, args)
         return
     from isojax.models import assets
 

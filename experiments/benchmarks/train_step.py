@@ -17,7 +17,6 @@ per step / time / ``--peak-tflops``; goal above 40%).
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable
 
 import jax
@@ -31,6 +30,7 @@ from experiments.benchmarks.common import (
     compare_sides,
     cpu_count,
     median_ms,
+    side_report,
 )
 from experiments.benchmarks.encoder_forward import forward_flops
 from isojax.models import TransformerConfig, build_encoder, config_to_hf
@@ -151,7 +151,7 @@ def main(argv=None):
         args.layers, args.hidden, args.heads, args.batch, args.length, args.repeats = 2, 128, 4, 4, 32, 3
         args.rounds = 1
     if args.side:
-        print(json.dumps(run_side(args)))
+        side_report(run_side, args)
         return
     options = ["--layers", str(args.layers), "--hidden", str(args.hidden), "--heads", str(args.heads)]
     options += ["--batch", str(args.batch), "--length", str(args.length), "--repeats", str(args.repeats)]
