@@ -587,7 +587,6 @@ def _quiet_background_failures() -> Iterator[None]:
 
 
 def main(argv=None) -> int:
-    reuse_freed_memory()  # before JAX starts: XLA's temporaries reused, not faulted in anew each step (isojax.host)
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
     head = argv[: argv.index("finetune")] if "finetune" in argv else None
@@ -614,5 +613,13 @@ def main(argv=None) -> int:
         return EXIT_ENVIRONMENT if fault else EXIT_NONFINITE if isinstance(e, FloatingPointError) else 2
 
 
+def console() -> int:
+    """The ``isojax`` program (and ``python -m isojax.cli``): :func:`main`, glibc's ``malloc`` first set to reuse freed
+    memory, before JAX starts (:func:`isojax.host.reuse_freed_memory`; a process-wide setting, so not made by
+    :func:`main`, which tests and notebooks call in their own process)."""
+    reuse_freed_memory()
+    return main()
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console())
