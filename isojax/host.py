@@ -21,8 +21,11 @@ _SETTINGS = ((_M_ARENA_MAX, 1), (_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, 2**31 - 1)
 def reuse_freed_memory() -> bool:
     """Make glibc's ``malloc`` serve every request from one heap that it never trims (``mallopt``: one arena, no
     ``mmap``-ed blocks, trim threshold 2 GiB): freed memory is reused without page faults, and the process keeps its
-    peak resident size. Affects the threads and arenas created after the call. Returns whether the settings took
-    (False off Linux or without glibc)."""
+    peak resident size. Affects the threads and arenas created after the call.
+
+    Returns:
+      Whether the settings took: False off Linux or without glibc's ``mallopt``.
+    """
     if not sys.platform.startswith("linux"):
         return False
     try:

