@@ -93,6 +93,32 @@ def _named(error: OSError, message: str) -> OSError:
 
 
 @contextlib.contextmanager
+def naming(path: str | os.PathLike) -> Iterator[None]:
+    """Re-raise an ``OSError`` with an errno but no file name (a write or close that fails on a full disk says only
+    ``[Errno 28] No space left on device``) as the same error naming ``path``.
+
+    Args:
+      path: the file or directory being written.
+
+    Yields:
+      ``None``.
+
+    Examples:
+      >>> import errno
+      >>> with naming("/runs/a/checkpoints"):
+      ...     raise OSError(errno.ENOSPC, "No space left on device")
+      Traceback (most recent call last):
+      OSError: [Errno 28] No space left on device: '/runs/a/checkpoints'
+    """
+    try:
+        yield
+    except OSError as e:
+        if e.errno is None or e.filename is not None:
+            raise
+        raise OSError(e.errno, e.strerror, os.fspath(path)) from e
+
+
+@contextlib.contextmanager
 def atomic_target(target: Path) -> Iterator[Path]:
     """The ``.part`` path to write ``target`` through, for writers that take a path (``safetensors``' ``save_file``).
 
@@ -124,8 +150,9 @@ def atomic_target(target: Path) -> Iterator[Path]:
     target.parent.mkdir(parents=True, exist_ok=True)
     part = target.with_name(target.name + ".part")
     try:
-        yield part
-        fsync_path(part)
+        with naming(target):
+            yield part
+            fsync_path(part)
     except BaseException:
         part.unlink(missing_ok=True)
         raise

@@ -19,7 +19,6 @@ multi-process run that never connected: an ``OSError`` of those kinds anywhere i
 from __future__ import annotations
 
 import argparse
-import contextlib
 import errno
 import json
 import logging
@@ -27,7 +26,8 @@ import math
 import os
 import re
 import sys
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 from isojax._files import DirectoryInUse, write_json
@@ -561,29 +561,33 @@ def environment_fault(error: BaseException) -> OSError | None:
     return None
 
 
-@contextlib.contextmanager
-def _quiet_background_failures() -> Iterator[None]:
-    """What a failure prints without ``-v``: the command's one line, not the tracebacks of orbax's background threads
-    (logged through absl, whose records below ``CRITICAL`` show only with ``-v``) nor those of the writes still in
-    flight when orbax closed its event loop ("Event loop is closed")."""
+def _quiet_background_reports() -> Callable[[], None]:
+    """Make a failure without ``-v`` print the command's one line only, not the reports of orbax's writes still in
+    flight when the failure stopped the run: its writer threads' tracebacks (logged through absl, whose records below
+    ``CRITICAL`` show only with ``-v``), asyncio's "exception was never retrieved" for their futures, "coroutine ...
+    was never awaited" and "Event loop is closed". Returns the function that undoes the setting; :func:`main` leaves
+    it in place after a failure it reports, since those writes end, and report, as the process ends."""
 
-    def drop_orbax(record: logging.LogRecord) -> bool:
+    def drop_background(record: logging.LogRecord) -> bool:
+        if record.name == "asyncio":
+            return "exception was never retrieved" not in record.getMessage()
         return record.name != "absl" or record.levelno >= logging.CRITICAL
 
     def unraisable(report) -> None:
         if not (isinstance(report.exc_value, RuntimeError) and str(report.exc_value) == "Event loop is closed"):
             default(report)
 
-    default, handlers = sys.unraisablehook, logging.getLogger().handlers
-    for handler in handlers:
-        handler.addFilter(drop_orbax)
-    sys.unraisablehook = unraisable
-    try:
-        yield
-    finally:
-        sys.unraisablehook = default
+    def undo() -> None:
+        sys.unraisablehook, warnings.filters[:] = default, filters
         for handler in handlers:
-            handler.removeFilter(drop_orbax)
+            handler.removeFilter(drop_background)
+
+    default, handlers, filters = sys.unraisablehook, logging.getLogger().handlers, list(warnings.filters)
+    for handler in handlers:
+        handler.addFilter(drop_background)
+    sys.unraisablehook = unraisable
+    warnings.filterwarnings("ignore", r"coroutine .* was never awaited", RuntimeWarning)
+    return undo
 
 
 def main(argv=None) -> int:
@@ -599,18 +603,21 @@ def main(argv=None) -> int:
         command, verbose = args.command, args.verbose
         run = lambda: args.func(args)  # noqa: E731
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    undo_quiet = (lambda: None) if verbose else _quiet_background_reports()
     try:
-        with contextlib.nullcontext() if verbose else _quiet_background_failures():
-            return run()
+        status = run()
     except TrainingStopped as e:
         print(f"{parser.prog} {command}: {e}", file=sys.stderr)
         return 128 + e.signum
     except Exception as e:
         fault = environment_fault(e)
         if verbose or not (fault or isinstance(e, (ValueError, TypeError, OSError, FloatingPointError))):
+            undo_quiet()
             raise
         print(f"{parser.prog} {command}: error: {fault or e}", file=sys.stderr)
         return EXIT_ENVIRONMENT if fault else EXIT_NONFINITE if isinstance(e, FloatingPointError) else 2
+    undo_quiet()
+    return status
 
 
 def console() -> int:

@@ -9,6 +9,7 @@ import importlib
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -157,6 +158,26 @@ def require(module: str):
             f"{top} is not importable ({e}); the test needs it for {WHY.get(top, 'a reference')}",
             "the set-up (`make test`) installs it",
         )
+
+
+@pytest.fixture(scope="session")
+def tmpfs(tmp_path_factory):
+    """A command line that runs a command with a tmpfs of the given options mounted on a directory (the first
+    argument after it), in a mount namespace of its own; skips where the machine allows none."""
+    probe = tmp_path_factory.mktemp("probe")
+    tried = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size=1m tmpfs {probe}"], capture_output=True, text=True
+    )
+    if tried.returncode:
+        pytest.skip(f"cannot mount a tmpfs in a user and mount namespace here: {tried.stderr.strip()}")
+    return lambda options, where: [
+        "unshare",
+        "-rm",
+        "sh",
+        "-c",
+        f'mount -t tmpfs -o {options} tmpfs {where} && exec "$@"',
+        "sh",
+    ]
 
 
 @pytest.fixture(scope="session")

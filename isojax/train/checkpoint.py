@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
-from isojax._files import write_json
+from isojax._files import naming, write_json
 
 log = logging.getLogger(__name__)
 
@@ -145,16 +145,20 @@ class Checkpoints:
                 f"refusing to checkpoint step {step} in {self.directory}: non-finite values in "
                 f"{', '.join(bad[:5])}{f' and {len(bad) - 5} more arrays' if len(bad) > 5 else ''}"
             )
-        self.manager.save(
-            step, args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)), force=True
-        )
+        with naming(self.directory):
+            self.manager.save(
+                step,
+                args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
+                force=True,
+            )
         self._unrecorded.append(step)
         return True
 
     def wait(self) -> None:
         """Block until pending saves are written, and record the digests of the steps saved here (process 0; a step
         of an earlier process that ended before recording its digests is not vouched for now)."""
-        self.manager.wait_until_finished()
+        with naming(self.directory):
+            self.manager.wait_until_finished()
         kept = set(self.steps())
         if jax.process_index() == 0:
             for step in (s for s in self._unrecorded if s in kept):
