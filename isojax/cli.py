@@ -578,14 +578,16 @@ def _quiet_background_reports() -> Callable[[], None]:
             default(report)
 
     def undo() -> None:
-        sys.unraisablehook, warnings.filters[:] = default, filters
+        sys.unraisablehook = default
+        kept_warnings.__exit__(None, None, None)
         for handler in handlers:
             handler.removeFilter(drop_background)
 
-    default, handlers, filters = sys.unraisablehook, logging.getLogger().handlers, list(warnings.filters)
+    default, handlers, kept_warnings = sys.unraisablehook, logging.getLogger().handlers, warnings.catch_warnings()
     for handler in handlers:
         handler.addFilter(drop_background)
     sys.unraisablehook = unraisable
+    kept_warnings.__enter__()
     warnings.filterwarnings("ignore", r"coroutine .* was never awaited", RuntimeWarning)
     return undo
 
