@@ -55,8 +55,9 @@ lint: $(TESTENV)
 # --dist loadfile: each test file runs in one process, so its module-scoped fixtures are built once;
 # --no-loadscope-reorder: files are handed out in the collection order, the files with slow tests first
 # (tests/conftest.py), not xdist's most-tests-first order
+# --durations=40: the slowest tests, printed at the end (the suite's time is watched)
 test: lint
-	$(PY) -m pytest -q -n $(JOBS) --dist loadfile --no-loadscope-reorder
+	$(PY) -m pytest -q -n $(JOBS) --dist loadfile --no-loadscope-reorder --durations=40
 
 # the test environment's exact versions, isojax itself (editable) left out
 lock: $(TESTENV)
