@@ -238,6 +238,7 @@ def _prominent(bars, valid):
     bars = jax.lax.stop_gradient(bars)
     order = jnp.argsort(jnp.where(valid, -bars, jnp.inf), axis=-1, stable=True)
     lengths = jnp.take_along_axis(jnp.where(valid, bars, 0), order, axis=-1)  # descending, padding last
+    lengths = safe_div(lengths, lengths[..., :1])  # the rule is scale-free: l / l_1 keeps the sums out of underflow
     count = jnp.sum(valid, axis=-1, keepdims=True)
     positive = lengths > 0
     plogp = jnp.where(positive, lengths * jnp.log(jnp.where(positive, lengths, 1)), 0)
@@ -270,7 +271,8 @@ def select_prominent(bars, *, mask=None):
     (S_0 = Σ l). Neutralising a feature shortens the barcode; the first i with S_i > S_{i−1}
     (the authors' C = S_{i−1}/S_i < 1) shows that l_{i+1} is noise, and the features are
     l_1..l_i. If no step lengthens the barcode (e.g. all bars equal) every bar is a feature.
-    Lengthenings below 64 ulps of S_{i−1} count as ties (rounding noise), not as rises.
+    Lengthenings below 64 ulps of S_{i−1} count as ties (rounding noise), not as rises. The rule does not depend
+    on the bars' scale; it runs on l / l_1, so bars as short as float32's smallest normal number decide alike.
     Like Atienza et al., the rule assumes that the barcode holds noise (at least one bar inside a
     cluster); when every bar joins two single-point clusters it may stop early.
 

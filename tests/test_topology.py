@@ -236,6 +236,22 @@ def test_selection_small_barcodes():
         np.testing.assert_array_equal(topology.select_prominent(np.asarray(bars, np.float32)), expected)
 
 
+def test_selection_does_not_depend_on_the_bars_scale():
+    """Bars scaled by a power of two (exact in float32) down to float32's smallest normal numbers select the same
+    bars: equal bars (ties), one long bar, random bars, and [smallest normal, 0], where the reference selects one."""
+    rng = np.random.default_rng(5)
+    bars = rng.uniform(0.1, 10.0, (32, 12)).astype(np.float32)
+    bars[:4] = 1.0
+    bars[4:8, 0] = 100.0
+    base = np.asarray(topology.select_prominent(bars))
+    assert base[:4].all() and base[4:8].sum() == 4  # every equal bar; the long bar alone
+    for scale in (2.0**-100, 2.0**-119, 2.0**60):
+        np.testing.assert_array_equal(topology.select_prominent(bars * np.float32(scale)), base, err_msg=f"{scale}")
+    tiny = np.array([np.finfo(np.float32).tiny, 0.0], np.float32)
+    assert reference_selection(tiny.astype(np.float64))[0] == 1
+    np.testing.assert_array_equal(topology.select_prominent(tiny), [True, False])
+
+
 @settings(max_examples=40, deadline=None)
 @given(  # no subnormal bars: XLA on CPU flushes them to zero, which the float64 reference does not
     bars=st.lists(st.floats(0.0, 100.0, allow_nan=False, allow_subnormal=False, width=32), min_size=12, max_size=12),
