@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -13,6 +16,7 @@ import jax
 import numpy as np
 
 from isojax.argtypes import int_at_least
+from isojax.host import reuse_freed_memory
 from isojax.models import TransformerConfig
 
 
@@ -108,9 +112,6 @@ def sides_in_processes(child: list[str], rounds: int, sides=("isojax", "pytorch"
     """Run ``child + ["--side", side]`` for each side, ``rounds`` times alternately, each in a process of its own
     (in one process the thread pool of the side that ran last holds the cores when the other starts); returns each
     side's JSON reports (the last line each child prints), in order."""
-    import json
-    import subprocess
-
     results: dict[str, list[dict]] = {side: [] for side in sides}
     for _ in range(rounds):
         for side in sides:
@@ -122,10 +123,6 @@ def sides_in_processes(child: list[str], rounds: int, sides=("isojax", "pytorch"
 def side_report(run_side, args) -> None:
     """A child's job (``--side``): print ``run_side(args)`` as one JSON line, glibc's ``malloc`` set first as ``isojax``'s
     command line sets it (:func:`isojax.host.reuse_freed_memory`), for both sides alike."""
-    import json
-
-    from isojax.host import reuse_freed_memory
-
     reuse_freed_memory()
     print(json.dumps(run_side(args)))
 
@@ -137,8 +134,6 @@ def compare_sides(
     prints a JSON report with its time ``ms``); print the machine, ``header(results)``, each side's per-round times
     and the best rounds' ratio as row ``case``, and each side's tokens/s when ``tokens(results)`` gives the tokens of
     one timed pass. Returns ``(results, best ms per side)``."""
-    import sys
-
     results = sides_in_processes([sys.executable, "-m", module, *options], rounds)
     best = {side: min(r["ms"] for r in runs) for side, runs in results.items()}
     print(machine(), f"| {cpu_count()} threads a side, one process a side, {rounds} alternating rounds")
